@@ -1,0 +1,40 @@
+# ai_tools — every target sets itself up: a fresh clone needs only `make demo` / `make test`.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: venv test test-core test-evennia lint bench demo run clean
+
+$(STAMP): setup.cfg setup.py pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	# compat mode keeps twisted/plugins visible to twistd from an editable install
+	$(PY) -m pip install -q -e '.[dev,tokens]' --config-settings editable_mode=compat
+	touch $@
+
+venv: $(STAMP)
+
+## The whole suite: the core tests with coverage, then the Evennia contrib tests.
+test: test-core
+
+test-core: $(STAMP)
+	rm -f .coverage .coverage.*
+	$(PY) -m coverage run -m pytest tests -q -p no:randomly
+	$(PY) -m coverage combine -q || true
+	$(PY) -m coverage report --format=total | sed 's/^/coverage total: /;s/$$/%/'
+
+lint: $(STAMP)
+	$(PY) -m ruff check ai_tools twisted tests benchmarks
+	$(PY) -m mypy
+
+## Benchmarks: ratios measured side by side in one run (figures go to docs/benchmarks.md).
+bench: $(STAMP)
+	$(PY) -m benchmarks $(BENCH)
+
+demo: $(STAMP)
+	$(PY) -m ai_tools.demo
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .coverage .coverage.* var

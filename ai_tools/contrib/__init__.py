@@ -1,0 +1,1 @@
+"""Optional integrations with host servers (imported only inside those hosts)."""

@@ -1,0 +1,1 @@
+"""Evennia contrib for ai_tools (imported only under Evennia)."""

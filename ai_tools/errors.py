@@ -1,0 +1,56 @@
+"""Exceptions shared across the layers of ai_tools.
+
+Each carries a message written for the person (or model) who must act on it.
+"""
+
+from __future__ import annotations
+
+
+class AIToolsError(Exception):
+    """Base class of every error raised on purpose by ai_tools."""
+
+
+class ToolRegistrationError(AIToolsError):
+    """A tool class was refused by a registry (bad schema, duplicate name...)."""
+
+
+class ToolNotFound(AIToolsError):
+    """A tool name is not in the registry."""
+
+
+class PermissionDenied(AIToolsError):
+    """The acting character lacks the right to do this (never retried)."""
+
+
+class NotFound(AIToolsError):
+    """A world object, record or assistant does not exist (never retried)."""
+
+
+class ConfigError(AIToolsError):
+    """A configuration mistake; the message names the key and the file."""
+
+
+class LLMError(AIToolsError):
+    """A model request failed.
+
+    ``partial_text`` keeps whatever the model produced before the failure so
+    that output is never lost.
+    """
+
+    reason = "llm_error"
+
+    def __init__(self, message: str, partial_text: str = "") -> None:
+        super().__init__(message)
+        self.partial_text = partial_text
+
+
+class LLMUnavailable(LLMError):
+    """The circuit breaker is open: requests fail fast until it half-opens."""
+
+    reason = "llm_unavailable"
+
+
+class RepeatedLineLoop(LLMError):
+    """Generation was stopped because the model kept repeating itself."""
+
+    reason = "repeated_line_loop"

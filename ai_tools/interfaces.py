@@ -1,0 +1,225 @@
+"""The contracts between the layers of ai_tools.
+
+Every contract lives here so that a layer can depend on what the layer below
+promises without importing its implementation.  Implementations declare
+``@implementer(IContract)`` and their tests check them with
+``zope.interface.verify.verifyObject``.
+
+A method documented as returning "a value or a Deferred" may do either: callers
+always go through ``defer.maybeDeferred`` (or ``yield`` inside
+``inlineCallbacks``, which accepts plain values).  The Evennia adapter answers
+synchronously from the ORM; the sandbox world and the SQLite store answer with
+Deferreds from a thread pool.
+
+Identifiers of world objects are strings (``"#12"`` under Evennia, ``"room:plaza"``
+in the sandbox).  Objects cross this boundary as plain JSON-serialisable dicts so
+that tool results can go straight into a model's history.
+"""
+
+from __future__ import annotations
+
+from zope.interface import Attribute, Interface
+
+
+class IWorld(Interface):
+    """The world a tool acts on: the sandbox world or a running Evennia game.
+
+    Object dicts have at least ``id``, ``key``, ``kind`` (``"room"``, ``"exit"``,
+    ``"character"``, ``"object"``), ``description`` and ``location`` (an id or
+    None).  Every mutating method takes the acting character's id so that the
+    world can apply that character's own permissions; a refusal raises
+    :class:`ai_tools.errors.PermissionDenied`, a missing object raises
+    :class:`ai_tools.errors.NotFound`.
+    """
+
+    name = Attribute("Short name of the host, e.g. 'sandbox' or 'evennia'.")
+
+    def get_object(obj_id):
+        """Return the object dict for ``obj_id``, or None. Value or Deferred."""
+
+    def describe_location(char_id, detail="normal"):
+        """Describe the room ``char_id`` stands in.
+
+        Returns ``{"room": {...}, "exits": [{"key", "destination"}],
+        "contents": [objects], "characters": [characters]}`` (the acting
+        character excluded). ``detail`` is ``"brief"``, ``"normal"`` or
+        ``"detailed"`` (detailed adds attributes and tags). Value or Deferred.
+        """
+
+    def search(query, *, char_id=None, location=None, kind=None, limit=10):
+        """Find objects whose key or aliases match ``query`` (best match first).
+
+        ``location`` limits the search to one room's contents, ``kind`` to one
+        kind.  Returns a list of object dicts. Value or Deferred.
+        """
+
+    def get_attributes(obj_id, names=None):
+        """Return ``{name: value}`` of ``obj_id``'s attributes (all, or ``names``)."""
+
+    def set_attribute(char_id, obj_id, name, value):
+        """Set an attribute as ``char_id`` (permission-checked). Returns the object dict."""
+
+    def delete_attribute(char_id, obj_id, name):
+        """Remove an attribute as ``char_id`` (permission-checked). Returns True if it existed."""
+
+    def get_tags(obj_id, category=None):
+        """Return ``[{"tag", "category"}]`` on ``obj_id``."""
+
+    def add_tag(char_id, obj_id, tag, category=None):
+        """Add a tag as ``char_id`` (permission-checked)."""
+
+    def remove_tag(char_id, obj_id, tag, category=None):
+        """Remove a tag as ``char_id`` (permission-checked). Returns True if it existed."""
+
+    def search_by_tag(tag, category=None, limit=50):
+        """Return the object dicts carrying ``tag`` (in ``category`` if given)."""
+
+    def has_permission(char_id, permission):
+        """Whether ``char_id`` holds ``permission`` (e.g. ``"Builder"``). Value or Deferred."""
+
+    def list_prototypes():
+        """Return ``[{"key", "description"}]`` of the prototypes that can be spawned."""
+
+    def spawn_prototype(char_id, prototype_key, location=None, overrides=None):
+        """Create an object from a prototype as ``char_id``. Returns the new object dict."""
+
+    def execute_command(char_id, command):
+        """Run one world command as ``char_id`` with its own rights.
+
+        Returns ``{"command": ..., "output": [lines]}``; an unknown command is
+        reported in the output, not raised.
+        """
+
+    def message_location(char_id, text, kind="say", exclude=()):
+        """Deliver ``text`` from ``char_id`` to everyone in its room.
+
+        ``kind`` is ``"say"``, ``"pose"`` or ``"emit"``.  Returns the list of
+        character ids that received it.
+        """
+
+    def message_character(char_id, target_id, text, kind="whisper"):
+        """Deliver ``text`` from ``char_id`` to one character (``"whisper"`` or ``"page"``)."""
+
+    def channel_send(char_id, channel, text):
+        """Post ``text`` on a channel as ``char_id``. Returns the receiving character ids."""
+
+    def list_channels():
+        """Return ``[{"key", "description"}]``."""
+
+    def help_search(query, limit=5):
+        """Search the host's help entries: ``[{"key", "text", "score"}]``."""
+
+    def subscribe(char_id, listener):
+        """Call ``listener(WorldMessage)`` for everything ``char_id`` hears.
+
+        Returns a zero-argument callable that unsubscribes.
+        """
+
+
+class IStore(Interface):
+    """Persistence for assistants: state, history, events, cache and records.
+
+    Every method returns a Deferred.  The SQLite store runs them on one writer
+    thread through ``twisted.enterprise.adbapi``; the memory store answers at
+    once.  Values are JSON-serialisable.
+    """
+
+    def open():
+        """Create or migrate the schema. Deferred firing when ready."""
+
+    def close():
+        """Release connections. Deferred."""
+
+    def load_assistant(name):
+        """Return the saved state dict of assistant ``name`` or None.
+
+        A saved history whose last assistant message has tool calls without
+        answers gets a synthetic ``interrupted`` tool result for each of them.
+        """
+
+    def save_assistant(name, state):
+        """Write the whole state dict of ``name`` in one transaction."""
+
+    def delete_assistant(name):
+        """Forget assistant ``name`` and its state."""
+
+    def list_assistants():
+        """Names of the assistants with saved state."""
+
+    def cache_get(namespace, key, now):
+        """Return the cached value or None (entries with ``expires_at <= now`` are misses)."""
+
+    def cache_put(namespace, key, value, expires_at):
+        """Store a value (``expires_at`` None: no expiry)."""
+
+    def cache_invalidate(namespace):
+        """Drop every entry of ``namespace``."""
+
+    def add_record(owner, collection, content, metadata=None, parent_id=None):
+        """Add a searchable record (memory, journal entry, episode, entity note, goal).
+
+        Returns the record dict ``{"id", "owner", "collection", "content",
+        "metadata", "parent_id", "created_at", "updated_at"}``.
+        """
+
+    def update_record(record_id, content=None, metadata=None):
+        """Change a record; returns the updated dict or None if unknown."""
+
+    def get_record(record_id):
+        """Return one record dict or None."""
+
+    def list_records(owner, collection, limit=20, newest_first=True, parent_id=None):
+        """Records of one collection in time order."""
+
+    def search_records(owner, collection, query, limit=10):
+        """Full-text search, best first; each record carries ``score`` (higher is better)."""
+
+
+class ILLMClient(Interface):
+    """A chat-completion model.
+
+    ``complete`` returns a Deferred firing with an
+    :class:`ai_tools.llm.events.ChatResponse`, or failing with an
+    :class:`ai_tools.errors.LLMError` subclass that carries the text produced
+    so far.  Cancelling the Deferred aborts the request for real.
+    """
+
+    model = Attribute("Model name sent to the server.")
+    context_window = Attribute("Context window of the model in tokens.")
+
+    def complete(messages, tools=None, tool_choice=None, stream=None, on_event=None):
+        """Ask the model. ``on_event`` receives each streamed semantic event."""
+
+    def close():
+        """Stop: close the connection pool. Deferred."""
+
+
+class IAssistantRuntime(Interface):
+    """What a tool may ask of the assistant it acts for.
+
+    Tools reach it as ``actor.assistant``; it is None when a tool runs outside
+    an assistant (a test, a console call).
+    """
+
+    name = Attribute("The assistant's name.")
+    mode = Attribute("Current operating mode: 'awake' or 'sleep'.")
+    llm = Attribute("The assistant's ILLMClient.")
+    execution_config = Attribute("The assistant's execution config (a mapping).")
+
+    def set_mode(mode, reason=""):
+        """Switch between 'awake' and 'sleep'."""
+
+    def queue_event(event):
+        """Queue a pending event dict for the assistant's next tick."""
+
+    def set_system_prompt(text):
+        """Replace the assistant's persona / system prompt."""
+
+    def status():
+        """A JSON-serialisable status dict (mode, counters, ticks, tool budget...)."""
+
+    def start_subagent(task, tool_names, budget):
+        """Start a delegated sub-agent; returns its id at once (runs in the background)."""
+
+    def subagent_status(task_id):
+        """Status dict of a delegated task, or None."""

@@ -1,0 +1,1 @@
+"""Persistence: the IStore contract implemented in memory and on SQLite (adbapi)."""

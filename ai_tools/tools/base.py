@@ -1,0 +1,200 @@
+"""Tools: what a model can ask an assistant to do.
+
+A tool is a class with a ``name``, a ``description`` written for a model, a JSON
+Schema of its ``parameters``, a :class:`ToolCategory` that tells the ReAct loop
+what a call means for the loop, and an ``execute(actor, **params)`` method that
+returns a result dict, a Deferred of one, or is ``async def``.
+
+Registries hold one instance per tool class; see :class:`ToolRegistry`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import attrs
+
+from ai_tools.tools.validation import (
+    ValidationResult,
+    compile_validator,
+    validate_parameters,
+)
+
+if TYPE_CHECKING:
+    from ai_tools.interfaces import IAssistantRuntime, IStore, IWorld
+
+
+class ToolCategory(enum.Enum):
+    """How a call of the tool affects the ReAct loop."""
+
+    SAFE_CHAIN = "safe_chain"
+    """Fast, read-only or low-risk. Can be chained freely within loops."""
+
+    TERMINAL = "terminal"
+    """Communication tools. Ends loop to await player response."""
+
+    DANGEROUS = "dangerous"
+    """Modifies game state significantly. Single execution, may require confirmation."""
+
+    ASYNC_REQUIRED = "async_required"
+    """External calls, I/O, deferred operations. Requires special async handling."""
+
+
+CACHE_SCOPES = frozenset({"tick", "session", "persistent"})
+
+
+@attrs.define(eq=False)
+class Actor:
+    """Who a tool acts as, and the engine services it may use.
+
+    Passed to :meth:`Tool.execute` as its first argument (the spec calls it
+    ``character``).  ``character_id`` is the acting character in ``world``;
+    ``assistant`` is the assistant runtime the call belongs to (None outside an
+    assistant, e.g. in a console call).
+    """
+
+    character_id: str | None
+    world: IWorld | None = None
+    store: IStore | None = None
+    assistant: IAssistantRuntime | None = None
+
+    @property
+    def owner(self) -> str:
+        """Namespace for records the tool keeps (memories, journal...)."""
+        if self.assistant is not None:
+            return str(self.assistant.name)
+        return self.character_id or "anonymous"
+
+
+class Tool:
+    """Base class of every tool.
+
+    Subclasses set the class attributes and override :meth:`execute`.  They may
+    override :meth:`custom_validation` to add checks JSON Schema cannot express;
+    it receives the cleaned parameters and the result to add errors to.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
+    timeout: ClassVar[float] = 30
+    category: ClassVar[ToolCategory] = ToolCategory.SAFE_CHAIN
+    cacheable: ClassVar[bool] = False
+    cache_scope: ClassVar[str] = "tick"
+    cache_ttl: ClassVar[float | None] = None
+    requires_character: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        # Compiled once per tool instance, not per call.
+        self._validator = compile_validator(self.parameters)
+
+    def execute(self, actor: Actor, **params: Any) -> Any:
+        """Run the tool; return a result dict, a Deferred of one, or a coroutine."""
+        raise NotImplementedError(f"tool {self.name!r} does not implement execute()")
+
+    def custom_validation(self, params: dict[str, Any], result: ValidationResult) -> None:
+        """Hook for tool-specific checks; add errors to ``result``."""
+
+    def validate_parameters(self, params: Any) -> ValidationResult:
+        """Validate (and safely coerce) ``params`` against :attr:`parameters`."""
+        result = validate_parameters(params, self.parameters, validator=self._validator)
+        if result.valid:
+            self.custom_validation(result.cleaned_params, result)
+        return result
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI-compatible function schema of this tool."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} {self.category.value}>"
+
+
+class ToolRegistry:
+    """Tools by name.  Create one per service or per test; ``TOOL_REGISTRY`` is the default."""
+
+    def __init__(self, tools: Iterable[type[Tool]] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool_class in tools:
+            self.register(tool_class)
+
+    def register(self, tool_class: type[Tool]) -> Tool:
+        """Check ``tool_class`` and add an instance of it; returns the instance.
+
+        Raises :class:`~ai_tools.errors.ToolRegistrationError` naming what is wrong.
+        """
+        from ai_tools.tools.registration import check_tool_class
+
+        check_tool_class(tool_class, self._tools)
+        tool = tool_class()
+        self._tools[tool.name] = tool
+        return tool
+
+    def unregister(self, name: str) -> None:
+        """Remove a tool (no error if absent)."""
+        self._tools.pop(name, None)
+
+    def get_tool(self, name: str) -> Tool | None:
+        """The tool called ``name``, or None."""
+        return self._tools.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def list_tools(self) -> list[str]:
+        """All tool names, sorted."""
+        return sorted(self._tools)
+
+    def get_all_tools(self) -> list[Tool]:
+        """All tool instances, sorted by name."""
+        return [self._tools[n] for n in sorted(self._tools)]
+
+    def get_tool_names_by_category(self, category: ToolCategory) -> list[str]:
+        """Names of the tools in one category, sorted."""
+        return sorted(n for n, t in self._tools.items() if t.category is category)
+
+    def filter_tools(
+        self,
+        include_categories: Iterable[ToolCategory] | None = None,
+        exclude_categories: Iterable[ToolCategory] | None = None,
+        tool_names: Iterable[str] | None = None,
+    ) -> list[Tool]:
+        """Tools matching every given criterion, sorted by name."""
+        include = set(include_categories) if include_categories is not None else None
+        exclude = set(exclude_categories or ())
+        names = set(tool_names) if tool_names is not None else None
+        selected = []
+        for tool in self.get_all_tools():
+            if include is not None and tool.category not in include:
+                continue
+            if tool.category in exclude:
+                continue
+            if names is not None and tool.name not in names:
+                continue
+            selected.append(tool)
+        return selected
+
+    def get_tool_schemas(
+        self,
+        categories: Iterable[ToolCategory] | None = None,
+        tool_names: Iterable[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """OpenAI-compatible function schemas (for the ``tools=`` request field)."""
+        tools = self.filter_tools(include_categories=categories, tool_names=tool_names)
+        return [tool.schema() for tool in tools]
+
+    def as_mapping(self) -> Mapping[str, Tool]:
+        """A read-only view of the tools by name."""
+        return dict(self._tools)

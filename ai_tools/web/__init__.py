@@ -1,0 +1,1 @@
+"""The HTTP API of the standalone service (twisted.web)."""

@@ -1,0 +1,1 @@
+"""The IWorld contract's implementations: the sandbox world."""
