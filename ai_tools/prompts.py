@@ -1,0 +1,177 @@
+"""System prompts and the other texts the ReAct loop shows the model.
+
+The system prompt is rebuilt before every model call (spec 003: "regenerate the
+BIOS") from a :class:`PromptInputs` value, so the model always sees the current
+tool budget, iteration and token advisory.  There are three variants:
+
+* awake (the default): act in the world, talk to people, ``noop`` when idle;
+* sleep: maintenance only (memories, journal), no talking;
+* reflection: look back on recent activity and record insights; the history
+  is not changed by a reflection run.
+
+In fallback mode (models without native tool calling) the prompt also carries
+the tool schemas and the JSON convention for calling them.
+
+Everything here is pure: strings in, strings out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ai_tools.advisory import AdvisoryLevel, TokenAdvisory
+
+__all__ = [
+    "EVENTS_PREFIX",
+    "TICK_PREFIX",
+    "PromptInputs",
+    "build_system_prompt",
+    "format_events",
+    "tick_message",
+]
+
+EVENTS_PREFIX = "[EVENTS]"
+"""How the user message carrying pending events starts."""
+
+TICK_PREFIX = "[TICK]"
+"""How the transient "nothing new happened" user message starts."""
+
+_DEFAULT_PERSONA = "You are {name}, an assistant acting inside a shared world through tools."
+
+_MODE_TEXT = {
+    "awake": (
+        "Each turn, decide what to do next and call one of your tools. Tools marked "
+        "TERMINAL (speaking to people) end your turn until someone answers; tools marked "
+        "DANGEROUS change the world and also end your turn. When there is nothing to do, "
+        "call `{noop}`."
+    ),
+    "sleep": (
+        "You are asleep. Use this time for maintenance only: consolidate memories, review "
+        "and write your journal, tidy your goals. Do not speak to anyone. Call `{noop}` "
+        "when the maintenance is done."
+    ),
+    "reflection": (
+        "This is a reflection turn. Look back on your recent activity, decide what you "
+        "learned and what you should do differently, and record it with your memory or "
+        "journal tools. Do not speak to anyone. Call `{noop}` when you are done. Nothing "
+        "said in this turn is kept in your conversation."
+    ),
+}
+
+_FALLBACK_CONVENTION = (
+    "To call a tool, answer with exactly one JSON object and nothing else:\n"
+    '{{"tool": "<tool name>", "arguments": {{...}}, "reasoning": "<why>"}}\n'
+    "Tool results come back in a user message starting with [TOOL RESULT: <name>]. "
+    "To finish without a tool, answer in plain text or call `{noop}`."
+)
+
+
+@attrs.frozen
+class PromptInputs:
+    """Everything the system prompt depends on for one model call."""
+
+    assistant_name: str
+    persona: str = ""
+    mode: str = "awake"
+    reflection: bool = False
+    tool_schemas: Sequence[Mapping[str, Any]] = ()
+    """OpenAI function schemas of the normal tools offered."""
+    tool_categories: Mapping[str, str] = attrs.field(factory=dict)
+    """Tool name → category value, to mark TERMINAL / DANGEROUS tools."""
+    exit_tool_schemas: Sequence[Mapping[str, Any]] = ()
+    native_tools: bool = True
+    tool_budget_remaining: int | None = None
+    iteration: int = 0
+    """0-based index of the iteration about to run."""
+    max_iterations: int = 5
+    advisory: TokenAdvisory | None = None
+    noop_tool: str = "noop"
+
+
+def _function(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    fn = schema.get("function", schema)
+    return fn if isinstance(fn, Mapping) else {}
+
+
+def _tool_lines(inputs: PromptInputs) -> list[str]:
+    lines = []
+    for schema in inputs.tool_schemas:
+        fn = _function(schema)
+        name = str(fn.get("name", ""))
+        category = inputs.tool_categories.get(name, "")
+        mark = f" [{category.upper()}]" if category in ("terminal", "dangerous") else ""
+        line = f"- {name}{mark}: {fn.get('description', '')}".rstrip(": ")
+        if not inputs.native_tools:
+            params = json.dumps(fn.get("parameters", {}), sort_keys=True,
+                                separators=(",", ":"))
+            line += f"\n  parameters: {params}"
+        lines.append(line)
+    for schema in inputs.exit_tool_schemas:
+        fn = _function(schema)
+        line = f"- {fn.get('name', '')} [SIGNAL]: {fn.get('description', '')}".rstrip(": ")
+        if not inputs.native_tools:
+            params = json.dumps(fn.get("parameters", {}), sort_keys=True,
+                                separators=(",", ":"))
+            line += f"\n  parameters: {params}"
+        lines.append(line)
+    return lines
+
+
+def build_system_prompt(inputs: PromptInputs) -> str:
+    """The system message text for one model call."""
+    variant = "reflection" if inputs.reflection else (
+        "sleep" if inputs.mode == "sleep" else "awake")
+    persona = inputs.persona.strip() or _DEFAULT_PERSONA.format(name=inputs.assistant_name)
+    sections = [persona, _MODE_TEXT[variant].format(noop=inputs.noop_tool)]
+
+    tool_lines = _tool_lines(inputs)
+    if tool_lines:
+        header = "Tools:" if inputs.native_tools else "Tools (call them as described below):"
+        sections.append("\n".join([header, *tool_lines]))
+        if inputs.exit_tool_schemas:
+            sections.append(
+                "Tools marked SIGNAL are one-way notices to your operator: they are "
+                "recorded, not executed, and return nothing."
+            )
+    if not inputs.native_tools:
+        sections.append(_FALLBACK_CONVENTION.format(noop=inputs.noop_tool))
+
+    status = [f"Step {inputs.iteration + 1} of at most {inputs.max_iterations} this turn."]
+    if inputs.tool_budget_remaining is not None:
+        status.append(f"Tool calls remaining this turn: {inputs.tool_budget_remaining}.")
+    sections.append(" ".join(status))
+
+    if inputs.advisory is not None and inputs.advisory.level is not AdvisoryLevel.NORMAL:
+        sections.append(f"Context advisory ({inputs.advisory.level.value}): "
+                        f"{inputs.advisory.message}")
+    return "\n\n".join(sections)
+
+
+def _event_line(event: Mapping[str, Any]) -> str:
+    """One event as a line: ``speaker (kind): text`` with whatever fields exist."""
+    text = event.get("text", event.get("message", event.get("content")))
+    speaker = event.get("from", event.get("sender", event.get("speaker")))
+    kind = event.get("type", event.get("kind"))
+    if text is None:
+        rest = {k: v for k, v in event.items() if k not in ("type", "kind")}
+        text = json.dumps(rest, sort_keys=True, default=str)
+    head = " ".join(str(p) for p in (speaker, f"({kind})" if kind else None) if p)
+    return f"- {head}: {text}" if head else f"- {text}"
+
+
+def format_events(events: Sequence[Mapping[str, Any]]) -> str:
+    """The user message content carrying pending events (what happened since last turn)."""
+    lines = [f"{EVENTS_PREFIX} Since your last turn:"]
+    lines.extend(_event_line(e) for e in events)
+    return "\n".join(lines)
+
+
+def tick_message(reflection: bool = False) -> str:
+    """The transient user message of a turn with no new events (never stored)."""
+    if reflection:
+        return f"{TICK_PREFIX} Reflect on your recent activity now."
+    return f"{TICK_PREFIX} No new events. Decide whether anything needs doing."
