@@ -54,3 +54,50 @@ class RepeatedLineLoop(LLMError):
     """Generation was stopped because the model kept repeating itself."""
 
     reason = "repeated_line_loop"
+
+
+class LLMRequestError(LLMError):
+    """The model server refused the request (400, 401, 403, 404...): never retried.
+
+    The message says what to fix (the URL, the model name, the API key variable).
+    """
+
+    def __init__(
+        self, message: str, partial_text: str = "", status: int | None = None, url: str = ""
+    ) -> None:
+        super().__init__(message, partial_text)
+        self.status = status
+        self.url = url
+
+
+class LLMServerError(LLMError):
+    """The model server failed (429, 5xx, or an error reported inside the stream).
+
+    Raised once retries are exhausted; ``retry_after`` is the server's hint in
+    seconds, if it gave one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        partial_text: str = "",
+        status: int | None = None,
+        url: str = "",
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, partial_text)
+        self.status = status
+        self.url = url
+        self.retry_after = retry_after
+
+
+class LLMConnectionError(LLMError):
+    """The model server could not be reached, or dropped the connection."""
+
+
+class LLMTimeout(LLMError):
+    """The model server was too slow: no headers in time, or a stalled stream."""
+
+
+class LLMProtocolError(LLMError):
+    """The answer was not what an OpenAI-compatible server sends (bad JSON, cut stream)."""
