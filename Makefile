@@ -25,6 +25,11 @@ test-core: $(STAMP)
 	$(PY) -m coverage combine -q || true
 	$(PY) -m coverage report --format=total | sed 's/^/coverage total: /;s/$$/%/'
 
+## The Evennia contrib under a real Evennia 5.0 (own virtualenv .venv-evennia, game dir in var/).
+EVENNIA_PYTHON ?= $(shell command -v python3.11 || echo python3)
+test-evennia:
+	$(EVENNIA_PYTHON) scripts/evennia/run_tests.py
+
 lint: $(STAMP)
 	$(PY) -m ruff check ai_tools twisted tests benchmarks
 	$(PY) -m mypy
