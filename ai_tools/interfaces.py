@@ -140,6 +140,9 @@ class IStore(Interface):
     def save_assistant(name, state):
         """Write the whole state dict of ``name`` in one transaction."""
 
+    def save_many(states):
+        """Write the state dicts of ``{name: state}`` in one transaction (all or none)."""
+
     def delete_assistant(name):
         """Forget assistant ``name`` and its state."""
 
@@ -173,6 +176,24 @@ class IStore(Interface):
 
     def search_records(owner, collection, query, limit=10):
         """Full-text search, best first; each record carries ``score`` (higher is better)."""
+
+
+class IWorldStore(Interface):
+    """Persistence of the sandbox world, offered by the stores next to IStore.
+
+    The world is kept in sections of JSON rows: ``"objects"`` (keyed by
+    ``"id"``), ``"channels"``, ``"prototypes"`` and ``"help"`` (keyed by
+    ``"key"``), plus ``"meta"``, a ``{key: value}`` mapping.  Every method
+    returns a Deferred.
+    """
+
+    def load_world():
+        """Return ``{"objects": [...], "channels": [...], "prototypes": [...],
+        "help": [...], "meta": {...}}``, or None when no world was ever written."""
+
+    def write_world(put=None, delete=None):
+        """Upsert ``put`` (``{section: [rows]}``, ``"meta"``: a mapping) and delete
+        ``delete`` (``{section: [keys]}``) in one transaction; deletes apply first."""
 
 
 class ILLMClient(Interface):

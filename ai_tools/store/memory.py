@@ -1,0 +1,358 @@
+"""An in-memory IStore: the same behaviour as the SQLite store, nothing on disk.
+
+Used by tests and by hosts that do not need state to survive a restart.
+Values are kept as JSON text, exactly as the SQLite store keeps them, so a
+value that could not be saved there fails here too and callers never share
+mutable objects with the store.  Every method returns an already-fired
+Deferred.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import attrs
+from twisted.internet import defer
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from ai_tools.errors import NotFound
+from ai_tools.interfaces import IStore, IWorldStore
+from ai_tools.store.clock import SecondsClock, now_seconds
+from ai_tools.store.history_repair import repair_state
+from ai_tools.store.serialization import (
+    check_content,
+    check_expiry,
+    check_limit,
+    check_metadata,
+    check_name,
+    check_state,
+    encode_json,
+    encode_world_changes,
+)
+from ai_tools.store.text_search import BM25, query_terms
+
+T = TypeVar("T")
+
+
+@attrs.define
+class _Record:
+    id: int
+    owner: str
+    collection: str
+    content: str
+    metadata: str
+    parent_id: int | None
+    created_at: float
+    updated_at: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "owner": self.owner,
+            "collection": self.collection,
+            "content": self.content,
+            "metadata": json.loads(self.metadata),
+            "parent_id": self.parent_id,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+
+@implementer(IStore, IWorldStore)
+@attrs.define(eq=False)
+class MemoryStore:
+    """IStore and IWorldStore in memory.
+
+    ``clock`` (a reactor or ``task.Clock``, default the global reactor, looked up when
+    first needed) stamps records with ``created_at``/``updated_at``.
+    """
+
+    clock: SecondsClock | None = None
+    _assistants: dict[str, str] = attrs.field(factory=dict, init=False)
+    _cache: dict[tuple[str, str], tuple[str, float | None]] = attrs.field(factory=dict, init=False)
+    _records: dict[int, _Record] = attrs.field(factory=dict, init=False)
+    _next_record_id: int = attrs.field(default=1, init=False)
+    _world: dict[str, dict[str, str]] = attrs.field(factory=dict, init=False)
+    _world_meta: dict[str, str] = attrs.field(factory=dict, init=False)
+    _open: bool = attrs.field(default=False, init=False)
+
+    _log = Logger()
+
+    def _now(self) -> float:
+        return now_seconds(self.clock)
+
+    @staticmethod
+    def _call(fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+        return defer.maybeDeferred(fn, *args)
+
+    # -- lifecycle --------------------------------------------------------
+
+    def open(self) -> defer.Deferred[None]:
+        """Nothing to create; fires at once."""
+        self._open = True
+        return defer.succeed(None)
+
+    def close(self) -> defer.Deferred[None]:
+        """Nothing to release; the data stays (a memory store lives as long as the object)."""
+        self._open = False
+        return defer.succeed(None)
+
+    # -- assistants -------------------------------------------------------
+
+    def load_assistant(self, name: str) -> defer.Deferred[dict[str, Any] | None]:
+        """The saved state of ``name`` with its history repaired, or None."""
+        return self._call(self._load_assistant, name)
+
+    def _load_assistant(self, name: str) -> dict[str, Any] | None:
+        encoded = self._assistants.get(check_name(name, "assistant name"))
+        if encoded is None:
+            return None
+        state, report = repair_state(json.loads(encoded))
+        if report.changed:
+            self._log.info(
+                "Repaired history of {name}: {added} interrupted tool calls answered,"
+                " {dropped} orphan results dropped",
+                name=name,
+                added=report.added,
+                dropped=report.dropped,
+            )
+        return state
+
+    def save_assistant(self, name: str, state: Mapping[str, Any]) -> defer.Deferred[None]:
+        """Replace the saved state of ``name``."""
+        return self._call(self._save_many, {name: state})
+
+    def save_many(self, states: Mapping[str, Mapping[str, Any]]) -> defer.Deferred[None]:
+        """Replace the saved states of several assistants at once (all or none)."""
+        return self._call(self._save_many, states)
+
+    def _save_many(self, states: Mapping[str, Mapping[str, Any]]) -> None:
+        encoded = {
+            check_name(name, "assistant name"): check_state(state) for name, state in states.items()
+        }
+        self._assistants.update(encoded)
+
+    def delete_assistant(self, name: str) -> defer.Deferred[bool]:
+        """Forget ``name``; fires True if it had saved state."""
+        return self._call(lambda: self._assistants.pop(name, None) is not None)
+
+    def list_assistants(self) -> defer.Deferred[list[str]]:
+        """Sorted names of the assistants with saved state."""
+        return defer.succeed(sorted(self._assistants))
+
+    # -- persistent cache ---------------------------------------------------
+
+    def cache_get(self, namespace: str, key: str, now: float) -> defer.Deferred[Any]:
+        """The cached value, or None when absent or expired (``expires_at <= now``)."""
+        return self._call(self._cache_get, namespace, key, now)
+
+    def _cache_get(self, namespace: str, key: str, now: float) -> Any:
+        entry = self._cache.get((namespace, key))
+        if entry is None:
+            return None
+        encoded, expires_at = entry
+        if expires_at is not None and expires_at <= now:
+            del self._cache[(namespace, key)]
+            return None
+        return json.loads(encoded)
+
+    def cache_put(
+        self, namespace: str, key: str, value: Any, expires_at: float | None
+    ) -> defer.Deferred[None]:
+        """Store ``value`` under ``(namespace, key)`` until ``expires_at`` (None: forever)."""
+        return self._call(self._cache_put, namespace, key, value, expires_at)
+
+    def _cache_put(self, namespace: str, key: str, value: Any, expires_at: float | None) -> None:
+        check_name(namespace, "cache namespace")
+        check_name(key, "cache key")
+        self._cache[(namespace, key)] = (
+            encode_json(value, "cache value"),
+            check_expiry(expires_at),
+        )
+
+    def cache_invalidate(self, namespace: str) -> defer.Deferred[int]:
+        """Drop every entry of ``namespace``; fires with how many were dropped."""
+        doomed = [k for k in self._cache if k[0] == namespace]
+        for k in doomed:
+            del self._cache[k]
+        return defer.succeed(len(doomed))
+
+    def cache_purge_expired(self, now: float) -> defer.Deferred[int]:
+        """Drop every expired entry; fires with how many were dropped."""
+        doomed = [k for k, (_, exp) in self._cache.items() if exp is not None and exp <= now]
+        for k in doomed:
+            del self._cache[k]
+        return defer.succeed(len(doomed))
+
+    # -- records ------------------------------------------------------------
+
+    def add_record(
+        self,
+        owner: str,
+        collection: str,
+        content: str,
+        metadata: Mapping[str, Any] | None = None,
+        parent_id: int | None = None,
+    ) -> defer.Deferred[dict[str, Any]]:
+        """Add a record; fires with its dict (``NotFound`` if ``parent_id`` is unknown)."""
+        return self._call(self._add_record, owner, collection, content, metadata, parent_id)
+
+    def _add_record(
+        self,
+        owner: str,
+        collection: str,
+        content: str,
+        metadata: Mapping[str, Any] | None,
+        parent_id: int | None,
+    ) -> dict[str, Any]:
+        check_name(owner, "record owner")
+        check_name(collection, "record collection")
+        check_content(content)
+        encoded = check_metadata(metadata)
+        if parent_id is not None and parent_id not in self._records:
+            raise NotFound(f"parent record {parent_id!r} does not exist")
+        now = self._now()
+        record = _Record(
+            self._next_record_id, owner, collection, content, encoded, parent_id, now, now
+        )
+        self._next_record_id += 1
+        self._records[record.id] = record
+        return record.as_dict()
+
+    def update_record(
+        self,
+        record_id: int,
+        content: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> defer.Deferred[dict[str, Any] | None]:
+        """Replace the content and/or metadata of a record; None if unknown."""
+        return self._call(self._update_record, record_id, content, metadata)
+
+    def _update_record(
+        self, record_id: int, content: str | None, metadata: Mapping[str, Any] | None
+    ) -> dict[str, Any] | None:
+        new_content = check_content(content) if content is not None else None
+        new_metadata = check_metadata(metadata) if metadata is not None else None
+        record = self._records.get(record_id)
+        if record is None:
+            return None
+        if new_content is not None:
+            record.content = new_content
+        if new_metadata is not None:
+            record.metadata = new_metadata
+        record.updated_at = self._now()
+        return record.as_dict()
+
+    def get_record(self, record_id: int) -> defer.Deferred[dict[str, Any] | None]:
+        """One record dict, or None."""
+        record = self._records.get(record_id)
+        return defer.succeed(record.as_dict() if record else None)
+
+    def delete_record(self, record_id: int) -> defer.Deferred[bool]:
+        """Remove a record (its children keep existing, with no parent); True if it existed."""
+        record = self._records.pop(record_id, None)
+        if record is not None:
+            for other in self._records.values():
+                if other.parent_id == record_id:
+                    other.parent_id = None
+        return defer.succeed(record is not None)
+
+    def _select(self, owner: str, collection: str | None) -> list[_Record]:
+        return [
+            r
+            for r in self._records.values()
+            if r.owner == owner and (collection is None or r.collection == collection)
+        ]
+
+    def list_records(
+        self,
+        owner: str,
+        collection: str | None,
+        limit: int = 20,
+        newest_first: bool = True,
+        parent_id: int | None = None,
+    ) -> defer.Deferred[list[dict[str, Any]]]:
+        """Records of one collection (None: every collection) in time order."""
+        return self._call(self._list_records, owner, collection, limit, newest_first, parent_id)
+
+    def _list_records(
+        self,
+        owner: str,
+        collection: str | None,
+        limit: int,
+        newest_first: bool,
+        parent_id: int | None,
+    ) -> list[dict[str, Any]]:
+        check_limit(limit)
+        rows = [
+            r
+            for r in self._select(owner, collection)
+            if parent_id is None or r.parent_id == parent_id
+        ]
+        rows.sort(key=lambda r: (r.created_at, r.id), reverse=newest_first)
+        return [r.as_dict() for r in rows[:limit]]
+
+    def search_records(
+        self, owner: str, collection: str | None, query: str, limit: int = 10
+    ) -> defer.Deferred[list[dict[str, Any]]]:
+        """BM25-ranked records containing any word of ``query``, best first, with ``score``."""
+        return self._call(self._search_records, owner, collection, query, limit)
+
+    def _search_records(
+        self, owner: str, collection: str | None, query: str, limit: int
+    ) -> list[dict[str, Any]]:
+        check_limit(limit)
+        terms = query_terms(query)
+        if not terms:
+            return []
+        # Like FTS5, document frequencies come from the whole corpus.
+        corpus = list(self._records.values())
+        scores = BM25([r.content for r in corpus]).scores(terms)
+        hits = [
+            (score, r)
+            for score, r in zip(scores, corpus, strict=True)
+            if score > 0 and r.owner == owner and (collection is None or r.collection == collection)
+        ]
+        hits.sort(key=lambda hit: (-hit[0], -hit[1].created_at, -hit[1].id))
+        results = []
+        for score, record in hits[:limit]:
+            found = record.as_dict()
+            found["score"] = score
+            results.append(found)
+        return results
+
+    # -- world --------------------------------------------------------------
+
+    def load_world(self) -> defer.Deferred[dict[str, Any] | None]:
+        """The saved world sections, or None when no world was ever written."""
+        if not self._world_meta and not any(self._world.values()):
+            return defer.succeed(None)
+        world: dict[str, Any] = {
+            section: [json.loads(v) for v in self._world.get(section, {}).values()]
+            for section in ("objects", "channels", "prototypes", "help")
+        }
+        world["meta"] = {k: json.loads(v) for k, v in self._world_meta.items()}
+        return defer.succeed(world)
+
+    def write_world(
+        self,
+        put: Mapping[str, Any] | None = None,
+        delete: Mapping[str, Sequence[str]] | None = None,
+    ) -> defer.Deferred[None]:
+        """Upsert and delete world rows, all or nothing."""
+        return self._call(self._write_world, put, delete)
+
+    def _write_world(
+        self, put: Mapping[str, Any] | None, delete: Mapping[str, Sequence[str]] | None
+    ) -> None:
+        rows, meta, deletes = encode_world_changes(put, delete)
+        for section, keys in deletes.items():
+            table = self._world_meta if section == "meta" else self._world.setdefault(section, {})
+            for key in keys:
+                table.pop(key, None)
+        for section, items in rows.items():
+            self._world.setdefault(section, {}).update(items)
+        self._world_meta.update(meta)

@@ -1,0 +1,136 @@
+"""What both stores share: JSON encoding, argument checks, the record and world shapes.
+
+Values are encoded to JSON text in the caller's thread, before any write is
+queued, so that a value that cannot be stored fails at once with a clear
+message and a state dict the caller mutates afterwards cannot change what is
+written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+WORLD_SECTIONS: Mapping[str, str] = {
+    "objects": "id",
+    "channels": "key",
+    "prototypes": "key",
+    "help": "key",
+}
+"""World sections stored as rows of JSON, and the field that keys each row.
+
+``"meta"`` is a further section holding a plain ``{key: value}`` mapping.
+"""
+
+RECORD_FIELDS = (
+    "id",
+    "owner",
+    "collection",
+    "content",
+    "metadata",
+    "parent_id",
+    "created_at",
+    "updated_at",
+)
+
+
+def encode_json(value: Any, what: str) -> str:
+    """JSON text of ``value``; TypeError/ValueError naming ``what`` if impossible."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{what} is not JSON-serialisable: {exc}") from None
+
+
+def check_name(value: Any, what: str) -> str:
+    """A non-empty string, or TypeError/ValueError naming ``what``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, not {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+    return value
+
+
+def check_state(state: Any) -> str:
+    """Encode an assistant state dict."""
+    if not isinstance(state, Mapping):
+        raise TypeError(f"assistant state must be a dict, not {type(state).__name__}")
+    return encode_json(dict(state), "assistant state")
+
+
+def check_metadata(metadata: Any) -> str:
+    """Encode record metadata (None means ``{}``)."""
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"record metadata must be a dict, not {type(metadata).__name__}")
+    return encode_json(dict(metadata), "record metadata")
+
+
+def check_content(content: Any) -> str:
+    """Record content must be a string."""
+    if not isinstance(content, str):
+        raise TypeError(f"record content must be a string, not {type(content).__name__}")
+    return content
+
+
+def check_expiry(expires_at: Any) -> float | None:
+    """A cache expiry time: None (never) or a finite number."""
+    if expires_at is None:
+        return None
+    if isinstance(expires_at, bool) or not isinstance(expires_at, int | float):
+        raise TypeError("expires_at must be a number or None")
+    if not math.isfinite(expires_at):
+        raise ValueError("expires_at must be finite")
+    return float(expires_at)
+
+
+def check_limit(limit: Any) -> int:
+    """A positive row limit."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be a positive integer, not {limit!r}")
+    return limit
+
+
+def record_dict(row: Sequence[Any]) -> dict[str, Any]:
+    """A record dict from a row in :data:`RECORD_FIELDS` order (metadata as JSON text)."""
+    record = dict(zip(RECORD_FIELDS, row, strict=True))
+    record["metadata"] = json.loads(record["metadata"]) if record["metadata"] else {}
+    return record
+
+
+def encode_world_changes(
+    put: Mapping[str, Any] | None, delete: Mapping[str, Sequence[str]] | None
+) -> tuple[dict[str, list[tuple[str, str]]], dict[str, Any], dict[str, list[str]]]:
+    """Check and encode a world write: rows per section, meta, deleted keys per section.
+
+    Returns ``(rows, meta, deletes)`` where ``rows[section]`` is a list of
+    ``(key, json_text)``.  Unknown sections and rows without their key field
+    raise ValueError.
+    """
+    rows: dict[str, list[tuple[str, str]]] = {}
+    meta: dict[str, Any] = {}
+    deletes: dict[str, list[str]] = {}
+    for section, items in (put or {}).items():
+        if section == "meta":
+            if not isinstance(items, Mapping):
+                raise TypeError("world meta must be a dict")
+            for key, value in items.items():
+                meta[check_name(key, "world meta key")] = encode_json(value, f"world meta {key!r}")
+            continue
+        key_field = WORLD_SECTIONS.get(section)
+        if key_field is None:
+            raise ValueError(f"unknown world section {section!r}")
+        encoded = rows.setdefault(section, [])
+        for item in items:
+            if not isinstance(item, Mapping):
+                raise TypeError(f"world {section} rows must be dicts")
+            key = check_name(item.get(key_field), f"world {section} {key_field}")
+            encoded.append((key, encode_json(dict(item), f"world {section} {key!r}")))
+    for section, keys in (delete or {}).items():
+        if section != "meta" and section not in WORLD_SECTIONS:
+            raise ValueError(f"unknown world section {section!r}")
+        deletes[section] = [check_name(key, f"world {section} key") for key in keys]
+    return rows, meta, deletes
