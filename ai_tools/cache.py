@@ -1,0 +1,229 @@
+"""The tool-result cache: one object per service, one namespace per assistant.
+
+A cacheable tool (``Tool.cacheable``) names a scope (``Tool.cache_scope``) and
+optionally a time-to-live (``Tool.cache_ttl``, seconds on the injected clock):
+
+``tick``
+    cleared when the assistant's tick starts (:meth:`ToolCache.clear_tick`);
+``session``
+    cleared on a mode change or a restart (:meth:`ToolCache.clear_session`);
+``persistent``
+    kept in the store (``IStore.cache_get``/``cache_put``), so it survives
+    restarts; without a store it behaves like ``session``.
+
+The TTL applies in every scope.  The key is the tool name plus the canonical
+JSON (sorted keys, compact) of the *validated* parameters (:func:`cache_key`),
+so lists and nested objects work.  The execution engine never caches failures,
+and a successful DANGEROUS call :meth:`invalidates <ToolCache.invalidate>` the
+assistant's tick and session entries because the world changed.
+
+Values are copied (one level) in and out, so a caller adding keys to a result
+(the token advisory does) does not change what the cache holds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+__all__ = ["SCOPES", "CacheStats", "ToolCache", "cache_key"]
+
+log = Logger()
+
+SCOPES = ("tick", "session", "persistent")
+"""The cache scopes, shortest-lived first."""
+
+_LOCAL_SCOPES = ("tick", "session")
+
+
+def cache_key(tool_name: str, params: Mapping[str, Any]) -> str:
+    """``name`` + canonical JSON of ``params``; TypeError/ValueError if not JSON."""
+    canonical = json.dumps(params, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return f"{tool_name}:{canonical}"
+
+
+@attrs.frozen
+class CacheStats:
+    """Counters for the console: lookups that hit or missed, entries held in memory."""
+
+    hits: int = 0
+    misses: int = 0
+    size: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        """Hits over lookups (0.0 before any lookup)."""
+        lookups = self.hits + self.misses
+        return self.hits / lookups if lookups else 0.0
+
+
+@attrs.define(eq=False)
+class _Namespace:
+    """One assistant's in-memory entries: ``{scope: {key: (value, expires_at)}}``."""
+
+    entries: dict[str, dict[str, tuple[dict[str, Any], float | None]]] = attrs.field(
+        factory=lambda: {"tick": {}, "session": {}, "persistent": {}}
+    )
+    hits: int = 0
+    misses: int = 0
+
+    def size(self) -> int:
+        return sum(len(scope) for scope in self.entries.values())
+
+
+def _check_scope(scope: str) -> None:
+    if scope not in SCOPES:
+        raise ValueError(f"unknown cache scope {scope!r}; expected one of {', '.join(SCOPES)}")
+
+
+@attrs.define(eq=False)
+class ToolCache:
+    """Cached tool results per assistant namespace and scope.
+
+    ``store`` (an :class:`~ai_tools.interfaces.IStore`) backs the persistent
+    scope; ``max_entries`` bounds each in-memory scope of each namespace (the
+    oldest entry goes first).
+    """
+
+    clock: Any
+    """An ``IReactorTime`` (the reactor, or ``task.Clock`` in tests)."""
+    store: Any = None
+    """An :class:`~ai_tools.interfaces.IStore`, or None (persistent scope kept in memory)."""
+    max_entries: int = 1024
+    _spaces: dict[str, _Namespace] = attrs.field(init=False, factory=dict)
+
+    def _space(self, namespace: str) -> _Namespace:
+        space = self._spaces.get(namespace)
+        if space is None:
+            space = self._spaces[namespace] = _Namespace()
+        return space
+
+    # -- lookups -----------------------------------------------------------------
+
+    def get(self, namespace: str, scope: str, key: str) -> defer.Deferred[dict[str, Any] | None]:
+        """The cached value (a copy) or None; a Deferred, fired at once for memory scopes."""
+        _check_scope(scope)
+        space = self._space(namespace)
+        if scope == "persistent" and self.store is not None:
+            d = defer.maybeDeferred(self.store.cache_get, namespace, key, self.clock.seconds())
+            d.addCallbacks(self._count_persistent, self._read_failed,
+                           callbackArgs=(space,), errbackArgs=(space, namespace))
+            return d
+        found = space.entries[scope].get(key)
+        if found is not None:
+            value, expires_at = found
+            if expires_at is None or expires_at > self.clock.seconds():
+                space.hits += 1
+                return defer.succeed(dict(value))
+            del space.entries[scope][key]
+        space.misses += 1
+        return defer.succeed(None)
+
+    @staticmethod
+    def _count_persistent(value: Any, space: _Namespace) -> dict[str, Any] | None:
+        if isinstance(value, dict):
+            space.hits += 1
+            return dict(value)
+        space.misses += 1
+        return None
+
+    @staticmethod
+    def _read_failed(failure: Failure, space: _Namespace, namespace: str) -> Failure | None:
+        if failure.check(defer.CancelledError):
+            return failure
+        log.failure("Persistent cache read failed for {namespace}", failure, namespace=namespace)
+        space.misses += 1
+        return None
+
+    def put(
+        self,
+        namespace: str,
+        scope: str,
+        key: str,
+        value: Mapping[str, Any],
+        ttl: float | None = None,
+    ) -> defer.Deferred[None]:
+        """Store ``value`` (a copy) for ``ttl`` seconds (None: until cleared).
+
+        A ``ttl`` of zero or less stores nothing.  Persistent writes that fail
+        are logged, never raised: a cache is an optimisation.
+        """
+        _check_scope(scope)
+        if ttl is not None and ttl <= 0:
+            return defer.succeed(None)
+        expires_at = None if ttl is None else self.clock.seconds() + ttl
+        space = self._space(namespace)
+        if scope == "persistent" and self.store is not None:
+            d = defer.maybeDeferred(self.store.cache_put, namespace, key, dict(value), expires_at)
+            d.addCallbacks(lambda _: None, self._log_store_failure, errbackArgs=(namespace,))
+            return d
+        entries = space.entries[scope]
+        entries.pop(key, None)
+        entries[key] = (dict(value), expires_at)
+        if len(entries) > self.max_entries:
+            del entries[next(iter(entries))]
+        return defer.succeed(None)
+
+    @staticmethod
+    def _log_store_failure(failure: Failure, namespace: str) -> None:
+        log.failure("Persistent cache write failed for {namespace}", failure,
+                    namespace=namespace)
+
+    # -- clearing ----------------------------------------------------------------
+
+    def clear_tick(self, namespace: str) -> None:
+        """Drop ``namespace``'s tick entries (a tick starts)."""
+        space = self._spaces.get(namespace)
+        if space is not None:
+            space.entries["tick"].clear()
+
+    def clear_session(self, namespace: str) -> None:
+        """Drop ``namespace``'s session entries (mode change, restart)."""
+        space = self._spaces.get(namespace)
+        if space is not None:
+            space.entries["session"].clear()
+
+    def invalidate(self, namespace: str) -> None:
+        """Drop ``namespace``'s tick and session entries (a DANGEROUS tool changed the world)."""
+        self.clear_tick(namespace)
+        self.clear_session(namespace)
+
+    def clear_persistent(self, namespace: str) -> defer.Deferred[None]:
+        """Drop ``namespace``'s persistent entries (in the store, or in memory without one)."""
+        space = self._spaces.get(namespace)
+        if space is not None:
+            space.entries["persistent"].clear()
+        if self.store is None:
+            return defer.succeed(None)
+        return defer.maybeDeferred(self.store.cache_invalidate, namespace)
+
+    def forget(self, namespace: str) -> None:
+        """Drop everything held in memory for ``namespace`` (an assistant was removed)."""
+        self._spaces.pop(namespace, None)
+
+    # -- observing ---------------------------------------------------------------
+
+    def stats(self, namespace: str | None = None) -> CacheStats:
+        """Counters of one namespace, or totals over all of them.
+
+        ``size`` counts entries held in memory (expired ones until they are
+        looked up again); persistent entries in a store are not counted.
+        """
+        spaces = [self._spaces[namespace]] if namespace in self._spaces else []
+        if namespace is None:
+            spaces = list(self._spaces.values())
+        return CacheStats(
+            hits=sum(s.hits for s in spaces),
+            misses=sum(s.misses for s in spaces),
+            size=sum(s.size() for s in spaces),
+        )
+
+    def namespaces(self) -> list[str]:
+        """Namespaces with in-memory state, sorted."""
+        return sorted(self._spaces)

@@ -1,0 +1,227 @@
+"""The conversation history of an assistant: the chat-completion messages it has exchanged.
+
+Two formats exist (DESIGN §3):
+
+* **native** — for models with tool calling: an assistant message carrying
+  ``tool_calls``, answered by ``{"role": "tool", "tool_call_id": ..., "content": ...}``;
+* **fallback** — for models without it: the assistant message's content is the
+  JSON call ``{"tool": ..., "parameters": ..., "reasoning": ...}`` and the result
+  comes back as a user message starting ``[TOOL RESULT: name]``.
+
+The one rule a model server enforces is that every tool call has exactly one
+answer.  :class:`ConversationHistory` keeps it by construction: a tool call and
+its answer enter together through :meth:`ConversationHistory.add_tool_exchange`
+(one list operation), and :meth:`ConversationHistory.append` refuses bare tool
+calls and bare tool results.  A history loaded from storage or rewritten by
+compaction goes through :meth:`ConversationHistory.replace`, which re-indexes it;
+:meth:`ConversationHistory.repair` closes any call left unanswered by a crash.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ai_tools.store.history_repair import (
+    FALLBACK_RESULT_PREFIX,
+    RepairReport,
+    repair_history,
+    unanswered_tool_calls,
+)
+
+__all__ = [
+    "FALLBACK_RESULT_PREFIX",
+    "ROLES",
+    "ConversationHistory",
+    "ToolCall",
+    "build_tool_exchange",
+]
+
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+"""Roles a chat-completion message may have."""
+
+
+@attrs.frozen
+class ToolCall:
+    """One tool call as the model asked for it (after defensive parsing).
+
+    ``arguments`` is the JSON object of parameters the model sent (before
+    validation); ``arguments_json`` its compact serialisation, kept because
+    the native history format needs the string form.
+    """
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any]
+    reasoning: str = ""
+    arguments_json: str = attrs.field(
+        default=attrs.Factory(lambda self: json.dumps(self.arguments), takes_self=True)
+    )
+
+    def native(self) -> dict[str, Any]:
+        """The entry of an assistant message's ``tool_calls`` list."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments_json},
+        }
+
+    def fallback_text(self) -> str:
+        """The assistant content of the fallback format (a JSON call)."""
+        body: dict[str, Any] = {"tool": self.name, "parameters": self.arguments}
+        if self.reasoning:
+            body["reasoning"] = self.reasoning
+        return json.dumps(body)
+
+
+def build_tool_exchange(
+    call: ToolCall,
+    result_content: str,
+    *,
+    native: bool,
+    assistant_content: str | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two messages recording ``call`` and its answer ``result_content`` (JSON text).
+
+    ``assistant_content`` is text the model wrote next to a native call; in the
+    fallback format it goes before the JSON call.
+    """
+    if native:
+        return (
+            {"role": "assistant", "content": assistant_content, "tool_calls": [call.native()]},
+            {"role": "tool", "tool_call_id": call.id, "content": result_content},
+        )
+    text = call.fallback_text()
+    if assistant_content:
+        text = f"{assistant_content}\n{text}"
+    return (
+        {"role": "assistant", "content": text},
+        {"role": "user", "content": f"{FALLBACK_RESULT_PREFIX} {call.name}]\n{result_content}"},
+    )
+
+
+def _native_ids(message: Mapping[str, Any]) -> Iterator[str]:
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return
+    for call in calls:
+        if isinstance(call, Mapping) and call.get("id") is not None:
+            yield str(call["id"])
+
+
+@attrs.define(eq=False)
+class ConversationHistory:
+    """An assistant's messages, oldest first, with every tool call answered.
+
+    Read it with :attr:`messages` (a copy of the list: the messages themselves
+    are shared and must not be modified), iterate it, or take ``len()``.
+    """
+
+    _messages: list[dict[str, Any]] = attrs.field(factory=list, alias="messages")
+    _tool_call_ids: set[str] = attrs.field(init=False, factory=set)
+
+    def __attrs_post_init__(self) -> None:
+        self.replace(self._messages)
+
+    # -- reading ---------------------------------------------------------------
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """A new list of the messages (what a model request sends)."""
+        return list(self._messages)
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(list(self._messages))
+
+    def has_tool_call_id(self, call_id: str) -> bool:
+        """Whether a native tool call with this id is already in the history."""
+        return call_id in self._tool_call_ids
+
+    def unanswered_tool_calls(self) -> list[str]:
+        """Ids (native) or names (fallback) of tool calls without an answer: ``[]`` when valid."""
+        return unanswered_tool_calls(self._messages)
+
+    def to_list(self) -> list[dict[str, Any]]:
+        """A deep copy of the messages, for persistence."""
+        return copy.deepcopy(self._messages)
+
+    def copy(self) -> ConversationHistory:
+        """An independent history with the same messages (e.g. for a reflection run)."""
+        return ConversationHistory(self.to_list())
+
+    # -- writing ---------------------------------------------------------------
+
+    def append(self, message: Mapping[str, Any]) -> None:
+        """Add a plain message (system, user, or assistant text).
+
+        Raises ValueError for a malformed message, a ``tool`` message or an
+        assistant message with ``tool_calls``: those enter only through
+        :meth:`add_tool_exchange`, so no call is ever left unanswered.
+        """
+        role = message.get("role") if isinstance(message, Mapping) else None
+        if role not in ROLES:
+            raise ValueError(f"a message needs a role among {sorted(ROLES)}, got {role!r}")
+        if role == "tool" or message.get("tool_calls"):
+            raise ValueError("tool calls and tool results enter through add_tool_exchange()")
+        self._messages.append(dict(message))
+
+    def add_user(self, content: str) -> None:
+        """Add a user message."""
+        self._messages.append({"role": "user", "content": content})
+
+    def add_assistant(self, content: str) -> None:
+        """Add an assistant text message (no tool call)."""
+        self._messages.append({"role": "assistant", "content": content})
+
+    def add_tool_exchange(
+        self,
+        call: ToolCall,
+        result_content: str,
+        *,
+        native: bool,
+        assistant_content: str | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Append a tool call and its answer together; return the two messages.
+
+        Raises ValueError if a native call reuses an id already in the history
+        (that id would then have two answers).
+        """
+        if native and call.id in self._tool_call_ids:
+            raise ValueError(f"tool call id {call.id!r} is already in the history")
+        exchange = build_tool_exchange(
+            call, result_content, native=native, assistant_content=assistant_content
+        )
+        self._messages.extend(exchange)
+        if native:
+            self._tool_call_ids.add(call.id)
+        return exchange
+
+    def replace(self, messages: Iterable[Mapping[str, Any]]) -> None:
+        """Replace every message (loading, compaction); the new list is taken as is."""
+        self._messages = [dict(m) for m in messages]
+        self._tool_call_ids = {i for m in self._messages for i in _native_ids(m)}
+
+    def repair(self) -> RepairReport:
+        """Give every unanswered call an "interrupted" answer and drop orphan answers."""
+        repaired, report = repair_history(self._messages)
+        if report.changed:
+            self.replace(repaired)
+        return report
+
+    def clear(self) -> None:
+        """Forget every message."""
+        self.replace(())
+
+    @classmethod
+    def from_list(cls, messages: Sequence[Mapping[str, Any]] | None) -> ConversationHistory:
+        """A history from saved messages (repaired so every call has an answer)."""
+        history = cls([dict(m) for m in messages or ()])
+        history.repair()
+        return history
