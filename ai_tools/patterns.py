@@ -16,7 +16,10 @@ Spec 004 §1 composes the choice from three layers, each refining the one before
 Recognised keys (all optional): ``pattern`` (``react_loop`` or
 ``single_action``), ``max_iterations`` (1-10, default 5),
 ``use_llm_assessment`` (bool), ``assessment_max_iterations`` (1-10),
-``lock_pattern`` (bool).  :func:`validate_execution_config` checks them up front
+``lock_pattern`` (bool).  The same layers also carry the context's tool gate
+(spec 001 + 004): ``allowed_categories`` (category values such as
+``"safe_chain"``) and ``allowed_tools`` (tool names); see :func:`select_gate`.
+:func:`validate_execution_config` checks them up front
 with messages that name the key; :func:`select_execution_pattern` itself never
 raises on a bad value (it clamps), so a tick cannot die of configuration.
 """
@@ -33,6 +36,8 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from ai_tools.errors import ConfigError
+from ai_tools.react import GatePolicy
+from ai_tools.tools.base import ToolCategory
 
 __all__ = [
     "DEFAULT_MAX_ITERATIONS",
@@ -45,6 +50,7 @@ __all__ = [
     "determine_context_type",
     "parse_assessment",
     "select_execution_pattern",
+    "select_gate",
     "should_use_react_loop",
     "validate_execution_config",
     "wants_assessment",
@@ -60,8 +66,9 @@ MIN_ITERATIONS, MAX_ITERATIONS = 1, 10
 
 _KNOWN_KEYS = frozenset({
     "pattern", "max_iterations", "use_llm_assessment", "assessment_max_iterations",
-    "lock_pattern",
+    "lock_pattern", "allowed_categories", "allowed_tools",
 })
+_CATEGORY_VALUES = tuple(c.value for c in ToolCategory)
 
 CONVERSATION = "conversation"
 EVENT = "event"
@@ -124,6 +131,13 @@ def _clamp_iterations(value: Any, default: int) -> int:
     return max(MIN_ITERATIONS, min(MAX_ITERATIONS, int(value)))
 
 
+def _is_string_list(value: Any) -> bool:
+    return (
+        isinstance(value, Sequence | frozenset | set) and not isinstance(value, str)
+        and all(isinstance(v, str) for v in value)
+    )
+
+
 def validate_execution_config(
     config: Mapping[str, Any], where: str = "execution_config"
 ) -> None:
@@ -159,6 +173,16 @@ def validate_execution_config(
             )
         if key in ("use_llm_assessment", "lock_pattern") and not isinstance(value, bool):
             raise ConfigError(f"{where}.{key} must be true or false, not {value!r}")
+        if key in ("allowed_categories", "allowed_tools"):
+            if not _is_string_list(value):
+                raise ConfigError(f"{where}.{key} must be a list of strings, not {value!r}")
+            if key == "allowed_categories":
+                bad = sorted(set(value) - set(_CATEGORY_VALUES))
+                if bad:
+                    raise ConfigError(
+                        f"{where}.allowed_categories: unknown {', '.join(bad)}"
+                        f" (known: {', '.join(_CATEGORY_VALUES)})"
+                    )
 
 
 def _merged(
@@ -223,6 +247,27 @@ def select_execution_pattern(
         mode=mode, max_iterations=iterations, context_type=context_type, source=source,
         assessment=used,
     )
+
+
+def select_gate(
+    static: Mapping[str, Any], context_type: str, contexts: Mapping[str, Any] | None = None
+) -> GatePolicy:
+    """The tool gate of ``context_type``: allowed categories and names (None: no limit).
+
+    Unknown category values are ignored here (validation reports them).
+    """
+    merged, _ = _merged(static, context_type, contexts)
+    categories = merged.get("allowed_categories")
+    names = merged.get("allowed_tools")
+    allowed_categories = None
+    if isinstance(categories, Sequence | frozenset | set) and not isinstance(categories, str):
+        allowed_categories = frozenset(
+            ToolCategory(c) for c in categories if c in _CATEGORY_VALUES
+        )
+    allowed_names = None
+    if isinstance(names, Sequence | frozenset | set) and not isinstance(names, str):
+        allowed_names = frozenset(n for n in names if isinstance(n, str))
+    return GatePolicy(allowed_categories=allowed_categories, allowed_names=allowed_names)
 
 
 def determine_context_type(

@@ -18,6 +18,7 @@ from ai_tools.patterns import (
     determine_context_type,
     parse_assessment,
     select_execution_pattern,
+    select_gate,
     should_use_react_loop,
     validate_execution_config,
     wants_assessment,
@@ -164,6 +165,9 @@ def test_validate_accepts_good_config() -> None:
         ({"contexts": {"chat": {"max_iterations": 20}}}, r"contexts\.chat\.max_iterations"),
         ({"contexts": {"chat": {"contexts": {}}}}, "cannot nest"),
         ({"contexts": {"chat": 3}}, "must be a mapping"),
+        ({"allowed_categories": ["safe_chain", "flying"]}, "unknown flying"),
+        ({"allowed_categories": "safe_chain"}, "must be a list of strings"),
+        ({"allowed_tools": ["say", 3]}, "must be a list of strings"),
     ],
 )
 def test_validate_names_the_bad_key(config: Any, message: str) -> None:
@@ -270,3 +274,24 @@ def test_assess_task_cancellation_propagates() -> None:
     failure = []
     d.addErrback(failure.append)
     assert failure[0].check(defer.CancelledError)
+
+
+def test_gate_per_context() -> None:
+    """The context's gate: categories and names, layer 2 overriding layer 1."""
+    from ai_tools.tools.base import ToolCategory
+
+    static = {
+        "allowed_categories": ["safe_chain", "terminal"],
+        "contexts": {"sleep": {"allowed_categories": ["safe_chain"], "allowed_tools": ["noop"]}},
+    }
+    validate_execution_config(static)
+    awake = select_gate(static, "conversation")
+    assert awake.allowed_categories == frozenset({ToolCategory.SAFE_CHAIN, ToolCategory.TERMINAL})
+    assert awake.allowed_names is None
+    asleep = select_gate(static, "sleep")
+    assert asleep.allowed_categories == frozenset({ToolCategory.SAFE_CHAIN})
+    assert asleep.allowed_names == frozenset({"noop"})
+    assert select_gate({}, "x").allowed_categories is None
+    junk = select_gate({"allowed_categories": ["nope", "dangerous"], "allowed_tools": "say"}, "x")
+    assert junk.allowed_categories == frozenset({ToolCategory.DANGEROUS})
+    assert junk.allowed_names is None
