@@ -1,0 +1,166 @@
+"""Attributes domain: reading and setting the named values stored on world objects."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from ai_tools.tools import outcomes
+from ai_tools.tools.base import Actor, ToolCategory
+from ai_tools.tools.library_tool import (
+    OBJECT_REFERENCE,
+    LibraryTool,
+    call,
+    resolve_object,
+    summarize,
+)
+from ai_tools.tools.validation import ValidationResult
+
+ATTRIBUTE_NAME: dict[str, Any] = {
+    "type": "string",
+    "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,63}$",
+    "description": "Attribute name: letters, digits and underscores, not starting with a digit.",
+}
+MAX_VALUE_BYTES = 8192
+"""Largest JSON encoding of an attribute value a model may store in one call."""
+
+
+class GetAttributesTool(LibraryTool):
+    """Read attribute values of one object."""
+
+    name = "get_attributes"
+    description = (
+        "Read the attributes (named values such as 'weight' or 'owner') stored on an "
+        "object. Give 'names' to read only those; names the object lacks are listed in "
+        "'missing'. Use list_attributes first if you do not know which exist."
+    )
+    category = ToolCategory.SAFE_CHAIN
+    cacheable = True
+    cache_scope = "tick"
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "object": OBJECT_REFERENCE,
+            "names": {
+                "type": "array",
+                "items": ATTRIBUTE_NAME,
+                "minItems": 1,
+                "maxItems": 50,
+                "uniqueItems": True,
+                "description": "Only these attributes (all of them when omitted).",
+            },
+        },
+        "required": ["object"],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {"object": "lantern", "names": ["fuel"]}
+
+    async def run(
+        self, actor: Actor, object: str, names: list[str] | None = None, **_: Any
+    ) -> dict[str, Any]:
+        world = self.world(actor)
+        target = await resolve_object(world, self.character(actor), object)
+        values = dict(await call(world.get_attributes, target["id"], names) or {})
+        if names is not None:
+            values = {n: values[n] for n in names if n in values}
+        missing = [n for n in names or () if n not in values]
+        return outcomes.succeed(
+            object=summarize(target), attributes=values, count=len(values), missing=missing
+        )
+
+
+class ListAttributesTool(LibraryTool):
+    """List the attribute names of one object."""
+
+    name = "list_attributes"
+    description = (
+        "List the names of the attributes stored on an object, with the type of each "
+        "value, without the values themselves. Follow with get_attributes to read the "
+        "ones you need."
+    )
+    category = ToolCategory.SAFE_CHAIN
+    cacheable = True
+    cache_scope = "tick"
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"object": OBJECT_REFERENCE},
+        "required": ["object"],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {"object": "here"}
+
+    async def run(self, actor: Actor, object: str, **_: Any) -> dict[str, Any]:
+        world = self.world(actor)
+        target = await resolve_object(world, self.character(actor), object)
+        values = dict(await call(world.get_attributes, target["id"], None) or {})
+        listed = [{"name": n, "type": _json_type(values[n])} for n in sorted(values)]
+        return outcomes.succeed(object=summarize(target), attributes=listed, count=len(listed))
+
+
+class SetAttributeTool(LibraryTool):
+    """Set (create or replace) one attribute on an object, with the character's rights."""
+
+    name = "set_attribute"
+    description = (
+        "Set an attribute on an object (creating or replacing it) with your character's "
+        "own building rights. The value may be text, a number, true/false, a list or an "
+        "object. The previous value, if any, is returned so the change can be undone. "
+        "Changes the world: use only when asked to."
+    )
+    category = ToolCategory.DANGEROUS
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "object": OBJECT_REFERENCE,
+            "name": ATTRIBUTE_NAME,
+            "value": {
+                "type": ["string", "number", "integer", "boolean", "array", "object", "null"],
+                "description": f"The new value (JSON, at most {MAX_VALUE_BYTES} bytes encoded).",
+            },
+        },
+        "required": ["object", "name", "value"],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {"object": "lantern", "name": "fuel", "value": 10}
+
+    def custom_validation(self, params: dict[str, Any], result: ValidationResult) -> None:
+        """Refuse values too large to be a sensible attribute."""
+        size = len(json.dumps(params.get("value"), ensure_ascii=False).encode("utf-8"))
+        if size > MAX_VALUE_BYTES:
+            result.add_error(
+                "value", f"value is {size} bytes encoded", f"at most {MAX_VALUE_BYTES} bytes"
+            )
+
+    async def run(
+        self, actor: Actor, object: str, name: str, value: Any, **_: Any
+    ) -> dict[str, Any]:
+        world = self.world(actor)
+        char_id = self.character(actor)
+        target = await resolve_object(world, char_id, object)
+        before = dict(await call(world.get_attributes, target["id"], [name]) or {})
+        updated = await call(world.set_attribute, char_id, target["id"], name, value)
+        shown = summarize(updated) if isinstance(updated, dict) else summarize(target)
+        return outcomes.succeed(
+            object=shown,
+            name=name,
+            value=value,
+            previous=before.get(name),
+            created=name not in before,
+        )
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    return "object"
+
+
+TOOLS = (GetAttributesTool, ListAttributesTool, SetAttributeTool)

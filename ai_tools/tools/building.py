@@ -1,0 +1,186 @@
+"""Building domain: creating objects from prototypes and running batches of commands.
+
+Nothing here runs Python supplied by a model: ``execute_batchcode`` runs a list
+of ordinary world commands one by one, each with the character's own rights.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ai_tools.errors import NotFound, PermissionDenied
+from ai_tools.tools import outcomes
+from ai_tools.tools.attributes import ATTRIBUTE_NAME
+from ai_tools.tools.base import Actor, ToolCategory
+from ai_tools.tools.command import COMMAND_TEXT, run_world_command
+from ai_tools.tools.library_tool import OBJECT_REFERENCE, LibraryTool, call, resolve_object
+
+BATCH_PERMISSION = "Builder"
+"""World permission needed to run a batch of commands at all."""
+MAX_BATCH = 50
+
+
+class SpawnPrototypeTool(LibraryTool):
+    """Create a new object from a prototype, optionally renamed and customised."""
+
+    name = "spawn_prototype"
+    description = (
+        "Create a new object from a prototype (a template such as 'lantern' or 'chair') "
+        "with your character's building rights, in your room or another location. You "
+        "may give it its own name, description and attributes. An unknown prototype "
+        "fails with the list of available ones. Changes the world: use only when asked to."
+    )
+    category = ToolCategory.DANGEROUS
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "prototype": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 100,
+                "description": "The prototype's key.",
+            },
+            "location": {
+                **OBJECT_REFERENCE,
+                "description": "Where to put it (default: the room you are in).",
+            },
+            "key": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 80,
+                "pattern": "^\\S(.*\\S)?$",
+                "description": "A name for the new object (default: the prototype's).",
+            },
+            "description": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 4000,
+                "description": "Its description (default: the prototype's).",
+            },
+            "attributes": {
+                "type": "object",
+                "propertyNames": ATTRIBUTE_NAME,
+                "maxProperties": 20,
+                "description": "Attributes to set on it, e.g. {\"fuel\": 10}.",
+            },
+        },
+        "required": ["prototype"],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {
+        "prototype": "lantern",
+        "key": "brass lantern",
+        "attributes": {"fuel": 10},
+    }
+
+    async def run(
+        self,
+        actor: Actor,
+        prototype: str,
+        location: str | None = None,
+        key: str | None = None,
+        description: str | None = None,
+        attributes: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> dict[str, Any]:
+        world = self.world(actor)
+        char_id = self.character(actor)
+        destination = None
+        if location is not None:
+            destination = (await resolve_object(world, char_id, location))["id"]
+        overrides: dict[str, Any] = {}
+        if key is not None:
+            overrides["key"] = key
+        if description is not None:
+            overrides["description"] = description
+        if attributes:
+            overrides["attributes"] = dict(attributes)
+        try:
+            created = await call(
+                world.spawn_prototype, char_id, prototype, destination, overrides or None
+            )
+        except NotFound as exc:
+            available = [p.get("key") for p in await call(world.list_prototypes) or ()]
+            return outcomes.not_found(exc, prototypes=available)
+        return outcomes.succeed(prototype=prototype, object=dict(created))
+
+
+class ExecuteBatchcodeTool(LibraryTool):
+    """Run a list of world commands in order (builders only); never Python."""
+
+    name = "execute_batchcode"
+    description = (
+        "Run a batch of game commands in order, as your character with its own rights, "
+        "e.g. to build several things at once. Each entry is one command line as a "
+        "player would type it (not code). Stops at the first refused command unless "
+        "stop_on_error is false. Needs building rights. Changes the world: use only when "
+        "asked to."
+    )
+    category = ToolCategory.DANGEROUS
+    timeout = 120
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "commands": {
+                "type": "array",
+                "items": COMMAND_TEXT,
+                "minItems": 1,
+                "maxItems": MAX_BATCH,
+                "description": "The command lines, run in this order.",
+            },
+            "stop_on_error": {
+                "type": "boolean",
+                "default": True,
+                "description": "Stop at the first command that is refused or fails.",
+            },
+        },
+        "required": ["commands"],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {
+        "commands": ["look", "inventory"],
+        "stop_on_error": True,
+    }
+
+    async def run(
+        self, actor: Actor, commands: list[str], stop_on_error: bool = True, **_: Any
+    ) -> dict[str, Any]:
+        world = self.world(actor)
+        char_id = self.character(actor)
+        if not await call(world.has_permission, char_id, BATCH_PERMISSION):
+            raise PermissionDenied(f"running a batch of commands needs {BATCH_PERMISSION} rights")
+        results: list[dict[str, Any]] = []
+        failures: list[dict[str, Any]] = []
+        for index, command in enumerate(commands):
+            try:
+                ran = await run_world_command(world, char_id, command.strip())
+            except (PermissionDenied, NotFound) as exc:
+                status = (
+                    outcomes.PERMISSION_DENIED
+                    if isinstance(exc, PermissionDenied)
+                    else outcomes.NOT_FOUND
+                )
+                failure = {"index": index, "command": command, "status": status,
+                           "error": str(exc)}
+                results.append({**failure, "success": False})
+                failures.append(failure)
+                if stop_on_error:
+                    break
+                continue
+            results.append({"index": index, "success": True, **ran})
+        summary = {
+            "executed": sum(1 for r in results if r["success"]),
+            "total": len(commands),
+            "results": results,
+        }
+        if not failures:
+            return outcomes.succeed(**summary)
+        first = failures[0]
+        return outcomes.refuse(
+            f"command {first['index'] + 1} ({first['command']!r}) failed: {first['error']}",
+            first["status"],
+            **summary,
+        )
+
+
+TOOLS = (SpawnPrototypeTool, ExecuteBatchcodeTool)

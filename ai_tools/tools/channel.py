@@ -1,0 +1,57 @@
+"""Channel domain: posting on the world's chat channels."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ai_tools.errors import NotFound
+from ai_tools.tools import outcomes
+from ai_tools.tools.base import Actor, ToolCategory
+from ai_tools.tools.library_tool import LibraryTool, call
+
+
+class ChannelSendTool(LibraryTool):
+    """Post a message on a channel as the character."""
+
+    name = "channel_send"
+    description = (
+        "Post a message on a chat channel (e.g. 'public') as your character; everyone "
+        "listening to the channel receives it. Ends your turn. An unknown channel fails "
+        "with the list of channels that exist."
+    )
+    category = ToolCategory.TERMINAL
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "channel": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 64,
+                "description": "The channel's name.",
+            },
+            "message": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 2000,
+                "description": "What to post.",
+            },
+        },
+        "required": ["channel", "message"],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {"channel": "public", "message": "The market opens."}
+
+    async def run(self, actor: Actor, channel: str, message: str, **_: Any) -> dict[str, Any]:
+        text = message.strip()
+        if not text:
+            return outcomes.invalid("message is blank")
+        world = self.world(actor)
+        try:
+            received = await call(world.channel_send, self.character(actor), channel, text)
+        except NotFound as exc:
+            known = [c.get("key") for c in await call(world.list_channels) or ()]
+            return outcomes.not_found(exc, channels=known)
+        return outcomes.succeed(channel=channel, text=text, delivered_to=list(received or ()))
+
+
+TOOLS = (ChannelSendTool,)

@@ -1,0 +1,53 @@
+"""Command domain: running one world command as the character."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ai_tools.tools import outcomes
+from ai_tools.tools.base import Actor, ToolCategory
+from ai_tools.tools.library_tool import LibraryTool, call
+
+COMMAND_TEXT: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 1000,
+    "pattern": "\\S",
+    "description": "The command line exactly as a player would type it, e.g. 'look lantern'.",
+}
+
+
+async def run_world_command(world: Any, char_id: str, command: str) -> dict[str, Any]:
+    """Run one command and normalise the world's answer to {command, output: [lines]}."""
+    answer = await call(world.execute_command, char_id, command)
+    answer = dict(answer or {})
+    output = answer.get("output", [])
+    if isinstance(output, str):
+        output = output.splitlines()
+    return {"command": answer.get("command", command), "output": [str(x) for x in output]}
+
+
+class ExecuteCommandTool(LibraryTool):
+    """Run one world command with the character's own rights."""
+
+    name = "execute_command"
+    description = (
+        "Run one game command as your character, with your character's own rights (what "
+        "a player with your permissions could type), and read its output. Use the "
+        "dedicated tools when one exists. May change the world: use only when asked to."
+    )
+    category = ToolCategory.DANGEROUS
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"command": COMMAND_TEXT},
+        "required": ["command"],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {"command": "look"}
+
+    async def run(self, actor: Actor, command: str, **_: Any) -> dict[str, Any]:
+        ran = await run_world_command(self.world(actor), self.character(actor), command.strip())
+        return outcomes.succeed(**ran)
+
+
+TOOLS = (ExecuteCommandTool,)

@@ -1,0 +1,154 @@
+"""Communication domain: speaking to the room or to one character.
+
+All five tools are TERMINAL: after speaking, the loop ends to await an answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ai_tools.tools import outcomes
+from ai_tools.tools.base import Actor, ToolCategory
+from ai_tools.tools.library_tool import LibraryTool, call, resolve_object, summarize
+
+MAX_MESSAGE = 2000
+
+
+def _text(description: str) -> dict[str, Any]:
+    return {"type": "string", "minLength": 1, "maxLength": MAX_MESSAGE, "description": description}
+
+
+TARGET: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 200,
+    "description": "The character: its id (e.g. '#7') or its name.",
+}
+
+
+class _RoomMessageTool(LibraryTool):
+    """Deliver text to everyone in the character's room (say, pose, emit)."""
+
+    category = ToolCategory.TERMINAL
+    kind: ClassVar[str] = "say"
+    text_param: ClassVar[str] = "message"
+
+    async def run(self, actor: Actor, **params: Any) -> dict[str, Any]:
+        text = str(params[self.text_param]).strip()
+        if not text:
+            return outcomes.invalid(f"{self.text_param} is blank")
+        world = self.world(actor)
+        heard_by = await call(world.message_location, self.character(actor), text, self.kind)
+        heard = list(heard_by or ())
+        result = outcomes.succeed(kind=self.kind, text=text, delivered_to=heard)
+        if not heard:
+            result["message"] = "delivered, but no one else is here to hear it"
+        return result
+
+
+class SayTool(_RoomMessageTool):
+    """Say something aloud to the room."""
+
+    name = "say"
+    description = (
+        "Say something aloud to everyone in your room, in your own voice. This ends your "
+        "turn: use it to answer players or report that a task is done."
+    )
+    kind = "say"
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"message": _text("What to say (plain text, no quotes needed).")},
+        "required": ["message"],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {"message": "The lantern is ready."}
+
+
+class PoseTool(_RoomMessageTool):
+    """Describe an action of the character to the room."""
+
+    name = "pose"
+    description = (
+        "Show an action or gesture to everyone in your room, written in the third person "
+        "after your name (e.g. 'nods and smiles.' shows as 'Ada nods and smiles.'). Ends "
+        "your turn."
+    )
+    kind = "pose"
+    text_param = "action"
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"action": _text("The action, continuing after your name.")},
+        "required": ["action"],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {"action": "polishes the brass lantern."}
+
+
+class EmitTool(_RoomMessageTool):
+    """Show narration text to the room without attribution (builders only)."""
+
+    name = "emit"
+    description = (
+        "Show narration text to everyone in your room exactly as written, without your "
+        "name (e.g. 'The lights flicker.'). Needs building rights. Ends your turn."
+    )
+    kind = "emit"
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"message": _text("The narration, shown as written.")},
+        "required": ["message"],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {"message": "A cold wind sweeps across the plaza."}
+
+
+class _DirectMessageTool(LibraryTool):
+    """Deliver text to one character (whisper, page)."""
+
+    category = ToolCategory.TERMINAL
+    kind: ClassVar[str] = "whisper"
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"target": TARGET, "message": _text("What to tell them.")},
+        "required": ["target", "message"],
+        "additionalProperties": False,
+    }
+
+    async def run(self, actor: Actor, target: str, message: str, **_: Any) -> dict[str, Any]:
+        text = message.strip()
+        if not text:
+            return outcomes.invalid("message is blank")
+        world = self.world(actor)
+        char_id = self.character(actor)
+        recipient = await resolve_object(world, char_id, target, kind="character")
+        if recipient.get("id") == char_id:
+            return outcomes.invalid(f"you cannot {self.kind} to yourself")
+        await call(world.message_character, char_id, recipient["id"], text, self.kind)
+        return outcomes.succeed(kind=self.kind, text=text, target=summarize(recipient))
+
+
+class WhisperTool(_DirectMessageTool):
+    """Whisper to a character in the same room."""
+
+    name = "whisper"
+    description = (
+        "Whisper privately to one character in your room; only they hear the words. "
+        "Ends your turn."
+    )
+    kind = "whisper"
+    example: ClassVar[dict[str, Any]] = {"target": "Bob", "message": "Meet me at the well."}
+
+
+class PageTool(_DirectMessageTool):
+    """Send a private message to a character anywhere in the world."""
+
+    name = "page"
+    description = (
+        "Send a private message to one character wherever they are in the world (they "
+        "need not be in your room). Ends your turn."
+    )
+    kind = "page"
+    example: ClassVar[dict[str, Any]] = {"target": "Bob", "message": "Your shop is built."}
+
+
+TOOLS = (SayTool, PoseTool, EmitTool, PageTool, WhisperTool)

@@ -1,0 +1,96 @@
+"""Control tools: changing the assistant's own persona, and signalling it is done."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ai_tools.errors import PermissionDenied
+from ai_tools.tools import outcomes
+from ai_tools.tools.base import Actor, ToolCategory
+from ai_tools.tools.library_tool import LibraryTool, call
+
+PROMPT_PERMISSION = "Admin"
+"""World permission the assistant's character needs to rewrite its own system prompt."""
+
+
+class UpdateSystemPromptTool(LibraryTool):
+    """Replace the assistant's persona / system prompt (admins' assistants only)."""
+
+    name = "update_system_prompt"
+    description = (
+        "Replace your own persona (system prompt) with new text, effective from your next "
+        "turn. Only when the people running you explicitly ask for it; your character "
+        "needs administrator rights. Changes who you are: use with care."
+    )
+    category = ToolCategory.DANGEROUS
+    needs_world = True
+    needs_assistant = True
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "prompt": {
+                "type": "string",
+                "minLength": 20,
+                "maxLength": 8000,
+                "pattern": "\\w",
+                "description": "The complete new system prompt.",
+            },
+            "reason": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 500,
+                "description": "Who asked for the change and why.",
+            },
+        },
+        "required": ["prompt", "reason"],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {
+        "prompt": "You are Ada, the plaza's patient builder. Answer briefly.",
+        "reason": "the game's admin asked for a shorter style",
+    }
+
+    async def run(self, actor: Actor, prompt: str, reason: str, **_: Any) -> dict[str, Any]:
+        allowed = await call(
+            self.world(actor).has_permission, self.character(actor), PROMPT_PERMISSION
+        )
+        if not allowed:
+            raise PermissionDenied(
+                f"changing your system prompt needs the {PROMPT_PERMISSION} permission"
+            )
+        await call(self.assistant(actor).set_system_prompt, prompt.strip())
+        return outcomes.succeed(updated=True, length=len(prompt.strip()), reason=reason)
+
+
+class NoopTool(LibraryTool):
+    """Explicitly do nothing: the loop ends with reason 'noop'."""
+
+    name = "noop"
+    description = (
+        "Signal that you are done and there is nothing (more) to do right now. The loop "
+        "ends without any action; use it instead of inventing busywork."
+    )
+    # SAFE_CHAIN: it has no effect; the ReAct loop recognises it by name and stops.
+    category = ToolCategory.SAFE_CHAIN
+    needs_world = False
+    requires_character = False
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "reason": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 500,
+                "description": "Why nothing needs doing (optional).",
+            }
+        },
+        "required": [],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {"reason": "no one is asking for anything"}
+
+    async def run(self, actor: Actor, reason: str = "", **_: Any) -> dict[str, Any]:
+        return outcomes.succeed(noop=True, reason=reason)
+
+
+TOOLS = (UpdateSystemPromptTool, NoopTool)

@@ -1,0 +1,173 @@
+"""Journal domain: the assistant's own log of what it did and thought."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ai_tools.tools import outcomes, records
+from ai_tools.tools.base import Actor, ToolCategory
+from ai_tools.tools.library_tool import LibraryTool, call
+from ai_tools.tools.memory import QUERY
+
+
+class AddJournalEntryTool(LibraryTool):
+    """Write an entry in the assistant's journal."""
+
+    name = "add_journal_entry"
+    description = (
+        "Write an entry in your journal: what you did, decided or learned, so that you "
+        "(and the people running you) can review your work later. Give it a short title "
+        "and tags such as the project's name."
+    )
+    category = ToolCategory.ASYNC_REQUIRED
+    needs_world = False
+    needs_store = True
+    requires_character = False
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "entry": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 8000,
+                "pattern": "\\S",
+                "description": "The entry text.",
+            },
+            "title": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 200,
+                "description": "A short title.",
+            },
+            "tags": records.SHORT_TAGS,
+        },
+        "required": ["entry"],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {
+        "title": "Lantern for the plaza",
+        "entry": "Spawned a lantern in the plaza, set fuel to 10, tagged it lighting.",
+        "tags": ["plaza"],
+    }
+
+    async def run(
+        self,
+        actor: Actor,
+        entry: str,
+        title: str | None = None,
+        tags: list[str] | None = None,
+        **_: Any,
+    ) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"tags": list(tags or ())}
+        if title:
+            metadata["title"] = title.strip()
+        record = await call(
+            self.store(actor).add_record, actor.owner, records.JOURNAL, entry.strip(), metadata
+        )
+        return outcomes.succeed(entry=records.present(record))
+
+
+class ReviewJournalTool(LibraryTool):
+    """Read the newest journal entries."""
+
+    name = "review_journal"
+    description = (
+        "Read your most recent journal entries, newest first (or oldest first), "
+        "optionally only those with a tag. Use search_journal to find entries by content."
+    )
+    category = ToolCategory.SAFE_CHAIN
+    needs_world = False
+    needs_store = True
+    requires_character = False
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 50,
+                "default": 10,
+                "description": "Maximum number of entries.",
+            },
+            "tag": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 40,
+                "description": "Only entries carrying this tag.",
+            },
+            "order": {
+                "type": "string",
+                "enum": ["newest_first", "oldest_first"],
+                "default": "newest_first",
+                "description": "Order of the entries returned.",
+            },
+        },
+        "required": [],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {"limit": 5, "tag": "plaza"}
+
+    async def run(
+        self,
+        actor: Actor,
+        limit: int = 10,
+        tag: str | None = None,
+        order: str = "newest_first",
+        **_: Any,
+    ) -> dict[str, Any]:
+        store = self.store(actor)
+        fetch = 500 if tag else limit
+        found = await call(store.list_records, actor.owner, records.JOURNAL, fetch, True)
+        if tag:
+            found = [r for r in found if records.has_tag(r, tag)]
+        found = found[:limit]
+        if order == "oldest_first":
+            found.reverse()
+        entries = [records.present(r) for r in found]
+        result = outcomes.succeed(count=len(entries), entries=entries)
+        if not entries:
+            result["message"] = "no journal entry" + (f" tagged {tag!r}" if tag else " yet")
+        return result
+
+
+class SearchJournalTool(LibraryTool):
+    """Full-text search over journal entries."""
+
+    name = "search_journal"
+    description = (
+        "Search your journal entries by keywords, best match first, each with its id, "
+        "score and time. Use it to find what you did about something before."
+    )
+    category = ToolCategory.SAFE_CHAIN
+    needs_world = False
+    needs_store = True
+    requires_character = False
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "query": QUERY,
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 50,
+                "default": 5,
+                "description": "Maximum number of entries.",
+            },
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {"query": "lantern fuel"}
+
+    async def run(self, actor: Actor, query: str, limit: int = 5, **_: Any) -> dict[str, Any]:
+        found = await call(
+            self.store(actor).search_records, actor.owner, records.JOURNAL, query, limit
+        )
+        entries = [records.present(r) for r in found]
+        result = outcomes.succeed(query=query, count=len(entries), entries=entries)
+        if not entries:
+            result["message"] = "no journal entry matches"
+        return result
+
+
+TOOLS = (AddJournalEntryTool, ReviewJournalTool, SearchJournalTool)

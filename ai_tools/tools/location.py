@@ -1,0 +1,54 @@
+"""Location domain: what the assistant's character sees around it."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ai_tools.tools import outcomes
+from ai_tools.tools.base import Actor, ToolCategory
+from ai_tools.tools.library_tool import LibraryTool, call
+
+
+class InspectLocationTool(LibraryTool):
+    """Describe the room the character stands in: exits, objects, other characters."""
+
+    name = "inspect_location"
+    description = (
+        "Look around the room you are in. Returns the room (id, name, description), its "
+        "exits and where they lead, the objects here and the other characters present. "
+        "Use 'detailed' to also see attributes and tags, 'brief' for names only. "
+        "Use it before acting on anything nearby."
+    )
+    category = ToolCategory.SAFE_CHAIN
+    cacheable = True
+    cache_scope = "tick"
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "detail_level": {
+                "type": "string",
+                "enum": ["brief", "normal", "detailed"],
+                "default": "normal",
+                "description": "How much to include: brief, normal or detailed.",
+            }
+        },
+        "required": [],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {"detail_level": "normal"}
+
+    async def run(self, actor: Actor, detail_level: str = "normal", **_: Any) -> dict[str, Any]:
+        world = self.world(actor)
+        described = await call(world.describe_location, self.character(actor), detail_level)
+        if not described or described.get("room") is None:
+            return outcomes.not_found("you are not in any room")
+        return outcomes.succeed(
+            detail_level=detail_level,
+            location=described.get("room"),
+            exits=list(described.get("exits") or ()),
+            contents=list(described.get("contents") or ()),
+            characters=list(described.get("characters") or ()),
+        )
+
+
+TOOLS = (InspectLocationTool,)

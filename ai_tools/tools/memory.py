@@ -1,0 +1,213 @@
+"""Memory domain: the assistant's long-term memories and its past episodes."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ai_tools.tools import outcomes, records
+from ai_tools.tools.base import Actor, ToolCategory
+from ai_tools.tools.library_tool import LibraryTool, call
+
+QUERY: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 500,
+    "pattern": "\\w",
+    "description": "Keywords to search for; records matching more (and rarer) words rank first.",
+}
+
+
+def _limit(default: int, maximum: int = 50) -> dict[str, Any]:
+    return {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": maximum,
+        "default": default,
+        "description": "Maximum number of records to return.",
+    }
+
+
+class StoreMemoryTool(LibraryTool):
+    """Remember a fact or observation for later ticks and sessions."""
+
+    name = "store_memory"
+    description = (
+        "Save something worth remembering (a fact, a preference, a promise, what "
+        "happened) to your long-term memory, so recall_memories can find it later, even "
+        "after a restart. Rate its importance from 1 (trivial) to 10 (vital) and name who "
+        "or what it is about when that applies."
+    )
+    category = ToolCategory.ASYNC_REQUIRED
+    needs_world = False
+    needs_store = True
+    requires_character = False
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "content": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 4000,
+                "pattern": "\\S",
+                "description": "What to remember, as a self-contained sentence or two.",
+            },
+            "importance": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 10,
+                "default": 5,
+                "description": "1 = trivial, 10 = vital.",
+            },
+            "tags": records.SHORT_TAGS,
+            "about": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 200,
+                "description": "Who or what this memory is about (a name or object id).",
+            },
+        },
+        "required": ["content"],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {
+        "content": "Bob prefers brass fittings over iron.",
+        "importance": 6,
+        "tags": ["preference"],
+        "about": "Bob",
+    }
+
+    async def run(
+        self,
+        actor: Actor,
+        content: str,
+        importance: int = 5,
+        tags: list[str] | None = None,
+        about: str | None = None,
+        **_: Any,
+    ) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"importance": importance, "tags": list(tags or ())}
+        if about:
+            metadata["about"] = about
+        if actor.character_id:
+            metadata["character"] = actor.character_id
+        record = await call(
+            self.store(actor).add_record, actor.owner, records.MEMORIES, content.strip(), metadata
+        )
+        return outcomes.succeed(memory=records.present(record))
+
+
+class RecallMemoriesTool(LibraryTool):
+    """Search long-term memories (or list the newest)."""
+
+    name = "recall_memories"
+    description = (
+        "Search your long-term memories by keywords, best match first, each with its id, "
+        "score and when it was stored. Without a query, returns your most recent "
+        "memories. Use it before answering about people, places or past promises."
+    )
+    category = ToolCategory.SAFE_CHAIN
+    needs_world = False
+    needs_store = True
+    requires_character = False
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "query": QUERY,
+            "limit": _limit(5),
+            "min_importance": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 10,
+                "description": "Only memories at least this important.",
+            },
+        },
+        "required": [],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {"query": "Bob brass", "limit": 5}
+
+    async def run(
+        self,
+        actor: Actor,
+        query: str | None = None,
+        limit: int = 5,
+        min_importance: int | None = None,
+        **_: Any,
+    ) -> dict[str, Any]:
+        store = self.store(actor)
+        # Fetch extra when filtering so the filter does not starve the answer.
+        fetch = min(200, limit * 4) if min_importance else limit
+        if query:
+            found = await call(store.search_records, actor.owner, records.MEMORIES, query, fetch)
+        else:
+            found = await call(store.list_records, actor.owner, records.MEMORIES, fetch, True)
+        if min_importance:
+            found = [
+                r for r in found
+                if int((r.get("metadata") or {}).get("importance", 0)) >= min_importance
+            ]
+        memories = [records.present(r) for r in found[:limit]]
+        result = outcomes.succeed(query=query, count=len(memories), memories=memories)
+        if not memories:
+            result["message"] = "no memory matches" if query else "you have no memories yet"
+        return result
+
+
+class SearchEpisodicTool(LibraryTool):
+    """Search summaries of past exchanges and events."""
+
+    name = "search_episodic"
+    description = (
+        "Search your episodic memory: summaries of past conversations and events the "
+        "host recorded for you (who was there, what happened), best match first with "
+        "ids, scores and times. Optionally only episodes involving one participant."
+    )
+    category = ToolCategory.SAFE_CHAIN
+    needs_world = False
+    needs_store = True
+    requires_character = False
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "query": QUERY,
+            "participant": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 200,
+                "description": "Only episodes involving this character (name or id).",
+            },
+            "limit": _limit(5),
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {"query": "market stall", "participant": "Bob"}
+
+    async def run(
+        self,
+        actor: Actor,
+        query: str,
+        participant: str | None = None,
+        limit: int = 5,
+        **_: Any,
+    ) -> dict[str, Any]:
+        store = self.store(actor)
+        fetch = min(200, limit * 4) if participant else limit
+        found = await call(store.search_records, actor.owner, records.EPISODES, query, fetch)
+        if participant:
+            found = [r for r in found if involves(r, participant)]
+        episodes = [records.present(r) for r in found[:limit]]
+        result = outcomes.succeed(query=query, count=len(episodes), episodes=episodes)
+        if not episodes:
+            result["message"] = "no episode matches"
+        return result
+
+
+def involves(record: dict[str, Any], who: str) -> bool:
+    """Whether an episode names ``who`` among its participants (case-insensitive)."""
+    folded = who.casefold()
+    participants = (record.get("metadata") or {}).get("participants") or ()
+    return any(str(p).casefold() == folded for p in participants)
+
+
+TOOLS = (RecallMemoriesTool, StoreMemoryTool, SearchEpisodicTool)

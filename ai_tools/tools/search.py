@@ -1,0 +1,82 @@
+"""Search domain: finding world objects by name."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ai_tools.tools import outcomes
+from ai_tools.tools.base import Actor, ToolCategory
+from ai_tools.tools.library_tool import LibraryTool, call, location_of
+
+OBJECT_KINDS = ["room", "exit", "character", "object"]
+
+
+class SearchObjectTool(LibraryTool):
+    """Find objects whose name or alias matches a query, best match first."""
+
+    name = "search_object"
+    description = (
+        "Find world objects (rooms, exits, characters, things) by name or alias, best "
+        "match first. Limit to your current room with scope 'here', or to one kind. "
+        "Returns each match's id, which other tools accept. An empty list means nothing "
+        "matched."
+    )
+    category = ToolCategory.SAFE_CHAIN
+    cacheable = True
+    cache_scope = "tick"
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "query": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 200,
+                "description": "Name, alias or part of a name to look for.",
+            },
+            "kind": {
+                "type": "string",
+                "enum": OBJECT_KINDS,
+                "description": "Only objects of this kind.",
+            },
+            "scope": {
+                "type": "string",
+                "enum": ["here", "world"],
+                "default": "world",
+                "description": "'here' searches only your current room; 'world' everywhere.",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 50,
+                "default": 10,
+                "description": "Maximum number of matches to return.",
+            },
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {"query": "lantern", "scope": "here"}
+
+    async def run(
+        self,
+        actor: Actor,
+        query: str,
+        kind: str | None = None,
+        scope: str = "world",
+        limit: int = 10,
+        **_: Any,
+    ) -> dict[str, Any]:
+        world = self.world(actor)
+        char_id = self.character(actor)
+        location = await location_of(world, char_id) if scope == "here" else None
+        found = await call(
+            world.search, query, char_id=char_id, location=location, kind=kind, limit=limit
+        )
+        results = [dict(o) for o in found or ()][:limit]
+        result = outcomes.succeed(query=query, scope=scope, count=len(results), results=results)
+        if not results:
+            result["message"] = f"nothing matches {query!r}"
+        return result
+
+
+TOOLS = (SearchObjectTool,)

@@ -1,0 +1,73 @@
+"""Sleep domain: resting, and letting a tick end without acting."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ai_tools.tools import outcomes
+from ai_tools.tools.base import Actor, ToolCategory
+from ai_tools.tools.library_tool import LibraryTool, call
+
+REASON: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 500,
+    "description": "Why, in a few words (kept in your history and the logs).",
+}
+
+
+class GoToSleepTool(LibraryTool):
+    """Switch the assistant to sleep mode (consolidation and reflection ticks)."""
+
+    name = "go_to_sleep"
+    description = (
+        "Go to sleep: switch to sleep mode, where you stop acting in the world and "
+        "consolidate memories until you are woken (by a player addressing you or your "
+        "schedule). Use it when nothing needs doing for a long while."
+    )
+    category = ToolCategory.ASYNC_REQUIRED
+    needs_world = False
+    needs_assistant = True
+    requires_character = False
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"reason": REASON},
+        "required": [],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {"reason": "the plaza is quiet"}
+
+    async def run(self, actor: Actor, reason: str = "", **_: Any) -> dict[str, Any]:
+        assistant = self.assistant(actor)
+        previous = getattr(assistant, "mode", None)
+        if previous == "sleep":
+            return outcomes.succeed(mode="sleep", changed=False, message="already asleep")
+        await call(assistant.set_mode, "sleep", reason or "chose to sleep")
+        return outcomes.succeed(mode="sleep", changed=True, previous_mode=previous, reason=reason)
+
+
+class WaitTool(LibraryTool):
+    """End this turn without acting, to wait for something to happen."""
+
+    name = "wait"
+    description = (
+        "Do nothing more this turn and wait for something to happen (a player's answer, "
+        "an event, a delegated task finishing). Ends your turn without speaking."
+    )
+    # TERMINAL: like speaking, waiting ends the loop to await the next input.
+    category = ToolCategory.TERMINAL
+    needs_world = False
+    requires_character = False
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"reason": REASON},
+        "required": [],
+        "additionalProperties": False,
+    }
+    example: ClassVar[dict[str, Any]] = {"reason": "waiting for Bob's answer"}
+
+    async def run(self, actor: Actor, reason: str = "", **_: Any) -> dict[str, Any]:
+        return outcomes.succeed(waiting=True, reason=reason)
+
+
+TOOLS = (GoToSleepTool, WaitTool)
