@@ -1,7 +1,12 @@
 """The tool system: categories, the base class, registries, validation, default tools."""
 
 from ai_tools.tools.base import CACHE_SCOPES, Actor, Tool, ToolCategory, ToolRegistry
-from ai_tools.tools.validation import ValidationResult, validate_tool_result
+from ai_tools.tools.validation import (
+    ParameterValidator,
+    ValidationResult,
+    compile_validator,
+    validate_tool_result,
+)
 
 TOOL_REGISTRY = ToolRegistry()
 """The default registry; services may use their own."""
@@ -25,10 +30,12 @@ __all__ = [
     "CACHE_SCOPES",
     "TOOL_REGISTRY",
     "Actor",
+    "ParameterValidator",
     "Tool",
     "ToolCategory",
     "ToolRegistry",
     "ValidationResult",
+    "compile_validator",
     "register_default_tools",
     "validate_tool_result",
 ]

@@ -10,17 +10,21 @@ Registries hold one instance per tool class; see :class:`ToolRegistry`.
 
 from __future__ import annotations
 
+import copy
 import enum
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import attrs
+from twisted.logger import Logger
 
+from ai_tools.errors import ToolRegistrationError
 from ai_tools.tools.validation import (
+    ParameterValidator,
     ValidationResult,
     compile_validator,
-    validate_parameters,
 )
+from ai_tools.tools.validation_messages import STAGE_CUSTOM
 
 if TYPE_CHECKING:
     from ai_tools.interfaces import IAssistantRuntime, IStore, IWorld
@@ -43,6 +47,11 @@ class ToolCategory(enum.Enum):
 
 
 CACHE_SCOPES = frozenset({"tick", "session", "persistent"})
+"""Where a cacheable tool's results live: one tick, one session, or the store."""
+
+log = Logger()
+
+ToolT = TypeVar("ToolT", bound="Tool")
 
 
 @attrs.define(eq=False)
@@ -71,9 +80,19 @@ class Actor:
 class Tool:
     """Base class of every tool.
 
-    Subclasses set the class attributes and override :meth:`execute`.  They may
-    override :meth:`custom_validation` to add checks JSON Schema cannot express;
-    it receives the cleaned parameters and the result to add errors to.
+    Subclasses set the class attributes and override :meth:`execute`:
+
+    - ``name``: unique, 1-64 letters, digits, ``_`` or ``-`` (model APIs' rule);
+    - ``description``: what the tool does, written for the model;
+    - ``parameters``: a JSON Schema of ``"type": "object"``;
+    - ``timeout``: seconds one attempt may take (default 30);
+    - ``category``: what a call means for the ReAct loop (:class:`ToolCategory`);
+    - ``cacheable``, ``cache_scope`` (``tick``/``session``/``persistent``),
+      ``cache_ttl`` (seconds, or None): result caching for read-only tools;
+    - ``requires_character``: whether the call needs an acting character.
+
+    They may override :meth:`custom_validation` to add checks JSON Schema
+    cannot express.
     """
 
     name: ClassVar[str] = ""
@@ -86,32 +105,56 @@ class Tool:
     cache_ttl: ClassVar[float | None] = None
     requires_character: ClassVar[bool] = True
 
-    def __init__(self) -> None:
-        # Compiled once per tool instance, not per call.
-        self._validator = compile_validator(self.parameters)
+    _parameter_validator: ParameterValidator | None = None
+
+    @property
+    def parameter_validator(self) -> ParameterValidator:
+        """The compiled validator of :attr:`parameters`, built once per tool instance."""
+        validator = self._parameter_validator
+        if validator is None:
+            validator = self._parameter_validator = compile_validator(self.parameters)
+        return validator
 
     def execute(self, actor: Actor, **params: Any) -> Any:
-        """Run the tool; return a result dict, a Deferred of one, or a coroutine."""
+        """Run the tool; return a result dict, a Deferred of one, or a coroutine.
+
+        ``params`` are the validated, cleaned parameters.  A result is a
+        JSON-serialisable dict, by convention ``{"success": True, ...}`` or
+        ``{"success": False, "error": "what went wrong"}``.
+        """
         raise NotImplementedError(f"tool {self.name!r} does not implement execute()")
 
     def custom_validation(self, params: dict[str, Any], result: ValidationResult) -> None:
-        """Hook for tool-specific checks; add errors to ``result``."""
+        """Hook for tool-specific checks, run after the schema checks pass.
+
+        ``params`` are the cleaned parameters (change them to normalise a
+        value); call ``result.add_error(param, message, constraint, got)`` to
+        refuse the call.
+        """
 
     def validate_parameters(self, params: Any) -> ValidationResult:
-        """Validate (and safely coerce) ``params`` against :attr:`parameters`."""
-        result = validate_parameters(params, self.parameters, validator=self._validator)
+        """Validate (and safely coerce) ``params`` against :attr:`parameters`; never raises."""
+        result = self.parameter_validator.validate(params)
         if result.valid:
-            self.custom_validation(result.cleaned_params, result)
+            try:
+                self.custom_validation(result.cleaned_params, result)
+            except Exception as e:
+                log.failure("custom_validation of tool {tool} raised", tool=self.name)
+                result.add_error(
+                    "parameters",
+                    f"The tool's own parameter check failed ({type(e).__name__}: {e})",
+                    stage=STAGE_CUSTOM,
+                )
         return result
 
     def schema(self) -> dict[str, Any]:
-        """The OpenAI-compatible function schema of this tool."""
+        """The OpenAI-compatible function schema of this tool (a fresh copy)."""
         return {
             "type": "function",
             "function": {
                 "name": self.name,
                 "description": self.description,
-                "parameters": self.parameters,
+                "parameters": copy.deepcopy(self.parameters),
             },
         }
 
@@ -127,15 +170,25 @@ class ToolRegistry:
         for tool_class in tools:
             self.register(tool_class)
 
-    def register(self, tool_class: type[Tool]) -> Tool:
+    def register(self, tool_class: type[ToolT]) -> ToolT:
         """Check ``tool_class`` and add an instance of it; returns the instance.
 
-        Raises :class:`~ai_tools.errors.ToolRegistrationError` naming what is wrong.
+        Refuses a non-Tool, a missing or duplicate name, an empty description,
+        a ``parameters`` that is not a valid object JSON Schema, a bad
+        category, cache scope or timeout, and an ``execute`` left unimplemented:
+        raises :class:`~ai_tools.errors.ToolRegistrationError` naming every problem.
         """
-        from ai_tools.tools.registration import check_tool_class
+        from ai_tools.tools.registration import check_tool_class, describe_class
 
         check_tool_class(tool_class, self._tools)
-        tool = tool_class()
+        try:
+            tool = tool_class()
+            tool.parameter_validator  # noqa: B018 - compile once, now, not on the first call
+        except Exception as e:
+            raise ToolRegistrationError(
+                f"Cannot register tool {tool_class.name!r} ({describe_class(tool_class)}): "
+                f"creating it failed: {type(e).__name__}: {e}"
+            ) from e
         self._tools[tool.name] = tool
         return tool
 

@@ -1,20 +1,92 @@
-"""Parameter and result validation with errors a model can act on.
+"""Validate a tool call's parameters, with errors a model can read and fix.
 
-(Provisional: the full stages — required, safe coercion, constraints,
-dependencies, the basic fallback validator — are being filled in.)
+A call goes through the stages of the tool-execution spec, and every error of
+every stage is reported at once so the model can fix them in one retry:
+
+1. **required** — every name in the schema's ``required`` is present;
+2. **type** — each value has its declared type, after *safe, lossless*
+   coercion (``"5"`` → 5, ``"2.5"`` → 2.5, ``"true"`` → True; see
+   :mod:`ai_tools.tools.coercion` for the full rules);
+3. **constraints** — ``enum``, bounds, ``pattern``, lengths, sizes... then the
+   tool's own :meth:`~ai_tools.tools.base.Tool.custom_validation` hook;
+4. **dependencies** — ``dependentRequired`` / ``dependencies`` ("if X then Y"),
+   ``not: {required: [X, Y]}`` ("X or Y, not both"), ``oneOf`` of
+   ``required`` lists ("exactly one of X, Y").
+
+Parameters the schema does not declare are removed from ``cleaned_params``
+with a warning (unless the schema sets ``additionalProperties`` to ``true`` or
+to a schema).  jsonschema does the schema work through a validator compiled
+once per tool; when jsonschema cannot be imported, the small checker of
+:mod:`ai_tools.tools.basic_schema` takes over and reports the same errors.
+
+Validation never raises: whatever it is fed, it returns a
+:class:`ValidationResult`.
 """
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import ModuleType
 from typing import Any
 
 import attrs
-import jsonschema
+from twisted.logger import Logger
+
+from ai_tools.tools import basic_schema
+from ai_tools.tools.coercion import TypeMismatch, coerce_value
+from ai_tools.tools.validation_messages import (
+    NOT_GIVEN,
+    STAGE_CUSTOM,
+    STAGE_INTERNAL,
+    STAGE_ORDER,
+    STAGE_REQUIRED,
+    STAGE_TYPE,
+    ErrorEntry,
+    SchemaProblem,
+    describe_problem,
+    describe_types,
+    format_path,
+    missing_constraint,
+    preview,
+)
+
+_jsonschema: ModuleType | None
+try:
+    import jsonschema
+except ImportError:  # pragma: no cover - exercised by a test that hides the package
+    _jsonschema = None
+else:
+    _jsonschema = jsonschema
+
+JSONSCHEMA_AVAILABLE = _jsonschema is not None
+"""Whether schema work is done by jsonschema (else by the basic checker)."""
+
+log = Logger()
+
+__all__ = [
+    "JSONSCHEMA_AVAILABLE",
+    "NOT_GIVEN",
+    "ParameterValidator",
+    "ValidationResult",
+    "compile_validator",
+    "schema_problems",
+    "validate_parameters",
+    "validate_params_basic",
+    "validate_params_jsonschema",
+    "validate_tool_result",
+]
 
 
 @attrs.define
 class ValidationResult:
-    """Outcome of validating one call's parameters."""
+    """Outcome of validating one call's parameters.
+
+    ``errors`` and ``warnings`` are dicts with ``param``, ``message``,
+    ``constraint`` (or None) and ``stage``; errors also carry ``got`` when an
+    offending value was sent.  ``cleaned_params`` are the parameters to run
+    the tool with: coerced, and without undeclared keys.
+    """
 
     valid: bool = True
     errors: list[dict[str, Any]] = attrs.field(factory=list)
@@ -22,56 +94,361 @@ class ValidationResult:
     cleaned_params: dict[str, Any] = attrs.field(factory=dict)
 
     def add_error(
-        self, param: str, message: str, constraint: str | None = None, got: Any = None
+        self,
+        param: str,
+        message: str,
+        constraint: str | None = None,
+        got: Any = NOT_GIVEN,
+        *,
+        stage: str = STAGE_CUSTOM,
     ) -> None:
-        """Record an error (marks the result invalid)."""
+        """Record an error (marks the result invalid).
+
+        ``got`` is the offending value; leave it out when there is none (a
+        missing parameter) — ``got=None`` means the model sent ``null``.
+        """
         self.valid = False
-        self.errors.append({"param": param, "message": message, "constraint": constraint,
-                            "got": got})
+        error: dict[str, Any] = {
+            "param": param,
+            "message": message,
+            "constraint": constraint,
+            "stage": stage,
+        }
+        if got is not NOT_GIVEN:
+            error["got"] = got
+        self.errors.append(error)
 
     def add_warning(self, param: str, message: str) -> None:
-        """Record a warning (the call still runs)."""
-        self.warnings.append({"param": param, "message": message})
+        """Record a warning: the call still runs, but the model should know."""
+        self.warnings.append({"param": param, "message": message, "constraint": None,
+                              "stage": "warning"})
 
     def format_for_llm(self, tool_name: str) -> str:
-        """Errors as text the model can read and fix."""
-        lines = [f"Parameter validation failed for '{tool_name}':"]
-        for e in self.errors:
-            line = f"  - {e['param']}: {e['message']}"
-            if e.get("constraint"):
-                line += f" (expected: {e['constraint']})"
-            if e.get("got") is not None:
-                line += f" (got: {e['got']!r})"
-            lines.append(line)
+        """The errors (and warnings) as text the model can read and act on.
+
+        ``Parameter validation failed for 'my_tool':``
+        ``  - name: Expected string (expected: type: string) (got: 123)``
+        """
+        if self.valid and not self.errors:
+            lines = [f"Parameters for '{tool_name}' are valid."]
+        else:
+            lines = [f"Parameter validation failed for '{tool_name}':"]
+            lines.extend(_format_line(e) for e in self.errors)
+        if self.warnings:
+            lines.append("Also note:")
+            lines.extend(_format_line(w) for w in self.warnings)
         return "\n".join(lines)
 
-
-def compile_validator(schema: dict[str, Any]) -> Any:
-    """Build the jsonschema validator for ``schema`` once."""
-    cls = jsonschema.validators.validator_for(schema)
-    return cls(schema)
+    def warning_text(self) -> str:
+        """The warnings alone, one per line (empty when there are none)."""
+        return "\n".join(_format_line(w) for w in self.warnings)
 
 
-def validate_parameters(params: Any, schema: dict[str, Any], validator: Any = None
-                        ) -> ValidationResult:
-    """Validate ``params`` against ``schema``; never raises."""
-    result = ValidationResult()
-    if not isinstance(params, dict):
-        result.add_error("parameters", "Expected an object", "type: object", params)
+def _format_line(entry: Mapping[str, Any]) -> str:
+    line = f"  - {entry.get('param')}: {entry.get('message')}"
+    if entry.get("constraint"):
+        line += f" (expected: {entry['constraint']})"
+    if "got" in entry:
+        line += f" (got: {preview(entry['got'])})"
+    return line
+
+
+# --------------------------------------------------------------------------- backends
+
+SchemaCheck = Callable[[Any], Iterator[SchemaProblem]]
+InstanceCheck = Callable[[Any], bool]
+SubschemaCheck = Callable[[Any, Any], bool]
+
+
+def _legacy_dependencies(validator: Any, dependencies: Any, instance: Any, schema: Any
+                         ) -> Iterator[Any]:
+    """The draft 4-7 ``dependencies`` keyword, kept working under 2019-09/2020-12."""
+    assert _jsonschema is not None
+    if not isinstance(instance, dict) or not isinstance(dependencies, Mapping):
+        return
+    for trigger, needed in dependencies.items():
+        if trigger not in instance:
+            continue
+        if isinstance(needed, list):
+            for name in needed:
+                if name not in instance:
+                    yield _jsonschema.ValidationError(f"{name!r} is a dependency of {trigger!r}")
+        else:
+            yield from validator.descend(instance, needed, schema_path=trigger)
+
+
+_extended_classes: dict[type, type] = {}
+
+
+def jsonschema_class(schema: Any) -> Any:
+    """The jsonschema validator class for ``schema`` (its ``$schema``, else 2020-12).
+
+    Draft 2019-09 and later dropped ``dependencies``; we keep honouring it.
+    """
+    assert _jsonschema is not None
+    base = _jsonschema.validators.validator_for(
+        schema, default=_jsonschema.Draft202012Validator
+    )
+    if "dependencies" in base.VALIDATORS:
+        return base
+    if base not in _extended_classes:
+        _extended_classes[base] = _jsonschema.validators.extend(
+            base, {"dependencies": _legacy_dependencies}
+        )
+    return _extended_classes[base]
+
+
+def _problem_from_error(error: Any) -> SchemaProblem:
+    return SchemaProblem(
+        path=tuple(error.absolute_path),
+        keyword=error.validator if isinstance(error.validator, str) else "false",
+        keyword_value=error.validator_value,
+        instance=error.instance,
+        schema=error.schema,
+    )
+
+
+@attrs.frozen
+class ParameterValidator:
+    """A tool's parameter schema, compiled once; :meth:`validate` checks one call.
+
+    Build it with :func:`compile_validator`.
+    """
+
+    schema: Mapping[str, Any]
+    backend: str
+    """``"jsonschema"`` or ``"basic"``."""
+    _iter_problems: SchemaCheck = attrs.field(repr=False)
+    _instance_is_valid: InstanceCheck = attrs.field(repr=False)
+    _is_valid: SubschemaCheck = attrs.field(repr=False)
+    _known: frozenset[str] = attrs.field(repr=False)
+    _patterns: tuple[str, ...] = attrs.field(repr=False)
+    _keep_undeclared: bool = attrs.field(repr=False)
+    _required: tuple[str, ...] = attrs.field(repr=False)
+
+    def validate(self, params: Any) -> ValidationResult:
+        """Validate and safely coerce one call's ``params``; never raises."""
+        try:
+            return self._validate(params)
+        except Exception as e:
+            log.failure("Parameter validation crashed on {params!r}", params=params)
+            result = ValidationResult()
+            result.add_error(
+                "parameters",
+                f"Could not validate these parameters ({type(e).__name__}); "
+                "send plain JSON values matching the schema",
+                stage=STAGE_INTERNAL,
+            )
+            return result
+
+    def _validate(self, params: Any) -> ValidationResult:
+        result = ValidationResult()
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            result.add_error("parameters", "Expected an object of named parameters",
+                             "type: object", params, stage=STAGE_TYPE)
+            return result
+        cleaned = self._drop_undeclared(params, result)
+        missing = [name for name in self._required if name not in cleaned]
+        mismatches: list[TypeMismatch] = []
+        cleaned = coerce_value(cleaned, self.schema, (), mismatches)
+        result.cleaned_params = dict(cleaned) if cleaned is params else cleaned
+        if not missing and not mismatches and self._instance_is_valid(cleaned):
+            return result
+        entries = [
+            ErrorEntry(name, "Missing required parameter", missing_constraint(self.schema, name),
+                       NOT_GIVEN, STAGE_REQUIRED)
+            for name in missing
+        ]
+        entries.extend(
+            ErrorEntry(format_path(m.path), f"Expected {describe_types(m.expected)}",
+                       f"type: {describe_types(m.expected)}", m.got, STAGE_TYPE)
+            for m in mismatches
+        )
+        for problem in self._iter_problems(cleaned):
+            entries.extend(describe_problem(problem, self._is_valid))
+        for entry in _merge(entries, [m.path for m in mismatches]):
+            result.add_error(entry.param, entry.message, entry.constraint, entry.got,
+                             stage=entry.stage)
+        if not result.errors:  # pragma: no cover - a checker found nothing we can name
+            result.add_error("parameters", "Do not match the parameter schema",
+                             stage=STAGE_INTERNAL)
         return result
-    validator = validator or compile_validator(schema)
-    for error in validator.iter_errors(params):
-        path = ".".join(str(p) for p in error.absolute_path) or "parameters"
-        result.add_error(path, error.message, f"{error.validator}: {error.validator_value}")
-    result.cleaned_params = dict(params)
-    return result
+
+    def _drop_undeclared(self, params: dict[Any, Any], result: ValidationResult
+                         ) -> dict[Any, Any]:
+        """Remove (with a warning) keys the schema does not declare."""
+        if self._keep_undeclared:
+            return params
+        undeclared = [key for key in params if not self._declares(key)]
+        if not undeclared:
+            return params
+        for key in undeclared:
+            result.add_warning(str(key), self._undeclared_message(key))
+        drop = set(undeclared)
+        return {k: v for k, v in params.items() if k not in drop}
+
+    def _declares(self, key: Any) -> bool:
+        if key in self._known:
+            return True
+        return isinstance(key, str) and any(
+            basic_schema.compiled_regex(p).search(key) for p in self._patterns
+        )
+
+    def _undeclared_message(self, key: Any) -> str:
+        known = sorted(self._known)
+        close = difflib.get_close_matches(str(key), known, n=1) if known else []
+        if close:
+            return f"Unknown parameter, ignored (did you mean '{close[0]}'?)"
+        if not known:
+            return "Unknown parameter, ignored (this tool takes no parameters)"
+        shown = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
+        return f"Unknown parameter, ignored (known: {shown})"
 
 
-def validate_tool_result(result: Any) -> dict[str, Any]:
-    """Turn whatever a tool returned into a standard result dict."""
+def _merge(entries: Iterable[ErrorEntry], mismatch_paths: list[tuple[Any, ...]]
+           ) -> list[ErrorEntry]:
+    """Drop repeats and constraint errors on values that already have a type error.
+
+    Then order by stage and parameter so both checkers report alike.
+    """
+    failed = {format_path(p) for p in mismatch_paths}
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for entry in entries:
+        key = (entry.param, entry.message)
+        if key in seen:
+            continue
+        if entry.stage != STAGE_REQUIRED and entry.stage != STAGE_TYPE and any(
+            entry.param == f or entry.param.startswith((f"{f}.", f"{f}[")) for f in failed
+        ):
+            continue
+        seen.add(key)
+        kept.append(entry)
+    kept.sort(key=lambda e: (STAGE_ORDER.get(e.stage, 9), e.param, e.message))
+    return kept
+
+
+def compile_validator(schema: Mapping[str, Any], *, use_jsonschema: bool | None = None
+                      ) -> ParameterValidator:
+    """Compile ``schema`` once for many :meth:`ParameterValidator.validate` calls.
+
+    ``use_jsonschema``: None picks jsonschema when it is installed; False forces
+    the basic checker; True requires jsonschema (:class:`RuntimeError` without it).
+    """
+    if use_jsonschema is None:
+        use_jsonschema = JSONSCHEMA_AVAILABLE
+    if use_jsonschema and _jsonschema is None:
+        raise RuntimeError("jsonschema is not installed")
+    properties = schema.get("properties")
+    known = frozenset(properties) if isinstance(properties, Mapping) else frozenset()
+    patterns = schema.get("patternProperties")
+    additional = schema.get("additionalProperties", False)
+    required = schema.get("required")
+    fields: dict[str, Any] = {
+        "schema": schema,
+        "known": known,
+        "patterns": tuple(patterns) if isinstance(patterns, Mapping) else (),
+        "keep_undeclared": additional is True or isinstance(additional, Mapping),
+        "required": tuple(n for n in required if isinstance(n, str))
+        if isinstance(required, list) else (),
+    }
+    if use_jsonschema:
+        validator = jsonschema_class(schema)(schema)
+
+        def iter_problems(instance: Any) -> Iterator[SchemaProblem]:
+            return (_problem_from_error(e) for e in validator.iter_errors(instance))
+
+        def is_valid(instance: Any, subschema: Any) -> bool:
+            return bool(validator.evolve(schema=subschema).is_valid(instance))
+
+        return ParameterValidator(backend="jsonschema", iter_problems=iter_problems,
+                                  instance_is_valid=validator.is_valid, is_valid=is_valid,
+                                  **fields)
+
+    def basic_problems(instance: Any) -> Iterator[SchemaProblem]:
+        return basic_schema.check_value(instance, schema)
+
+    def basic_instance_is_valid(instance: Any) -> bool:
+        return basic_schema.is_valid(instance, schema)
+
+    return ParameterValidator(backend="basic", iter_problems=basic_problems,
+                              instance_is_valid=basic_instance_is_valid,
+                              is_valid=basic_schema.is_valid, **fields)
+
+
+def schema_problems(schema: Any) -> list[str]:
+    """What is wrong with ``schema`` as a JSON Schema (empty when it is sound).
+
+    With jsonschema, the schema is checked against its metaschema; without it,
+    against the structural rules of the basic checker.
+    """
+    if _jsonschema is None:
+        return basic_schema.check_schema_shape(schema)
+    cls = jsonschema_class(schema)
+    meta = _jsonschema.validators.validator_for(cls.META_SCHEMA, default=cls)
+    checker = meta(cls.META_SCHEMA, format_checker=meta.FORMAT_CHECKER)
+    errors = sorted(checker.iter_errors(schema), key=lambda e: list(e.absolute_path))
+    messages = []
+    for error in errors[:5]:
+        best = _jsonschema.exceptions.best_match([error])
+        where = format_path(("parameters", *best.absolute_path))
+        messages.append(f"{where}: {_short(best.message)}")
+    return messages
+
+
+def _short(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def validate_parameters(
+    params: Any, schema: Mapping[str, Any], validator: ParameterValidator | None = None
+) -> ValidationResult:
+    """Validate ``params`` against ``schema`` (with a precompiled ``validator`` if given)."""
+    return (validator or compile_validator(schema)).validate(params)
+
+
+def validate_params_jsonschema(params: Any, schema: Mapping[str, Any]) -> ValidationResult:
+    """Validate with jsonschema doing the schema work."""
+    return compile_validator(schema, use_jsonschema=True).validate(params)
+
+
+def validate_params_basic(params: Any, schema: Mapping[str, Any]) -> ValidationResult:
+    """Validate with the basic fallback checker (no jsonschema needed)."""
+    return compile_validator(schema, use_jsonschema=False).validate(params)
+
+
+# --------------------------------------------------------------------------- results
+
+
+def validate_tool_result(result: Any, tool_name: str | None = None) -> dict[str, Any]:
+    """Turn whatever a tool returned into a standard result dict.
+
+    A dict with a boolean ``success`` (if any) and a string ``error`` (if any)
+    is returned as it is.  Anything else becomes
+    ``{"success": False, "error": "..."}`` saying what was wrong, so the model
+    sees a failure instead of the engine crashing.
+    """
+    who = f"Tool '{tool_name}'" if tool_name else "The tool"
     if result is None:
-        return {"success": False, "error": "Tool returned no result (None)"}
+        return _failure(f"{who} returned no result (None); expected a dict")
     if not isinstance(result, dict):
-        return {"success": False,
-                "error": f"Tool returned {type(result).__name__}, expected a dict"}
+        return _failure(
+            f"{who} returned {type(result).__name__} {preview(result, 60)}; expected a dict"
+        )
+    if "success" in result and not isinstance(result["success"], bool):
+        return _failure(
+            f"{who} returned an invalid result: 'success' must be true or false, "
+            f"got {preview(result['success'], 60)}"
+        )
+    if "error" in result and not isinstance(result["error"], str):
+        return _failure(
+            f"{who} returned an invalid result: 'error' must be a string, "
+            f"got {preview(result['error'], 60)}"
+        )
     return result
+
+
+def _failure(message: str) -> dict[str, Any]:
+    return {"success": False, "error": message}
