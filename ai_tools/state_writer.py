@@ -1,0 +1,179 @@
+"""Group commit of assistant state: many checkpoints, few transactions.
+
+After every loop iteration an assistant's state must be durable before its
+next model call.  With a thousand assistants that is a thousand writes per
+round of model answers; written one by one, SQLite's single writer would be
+the bottleneck.  :class:`StateWriter` batches them:
+
+* :meth:`StateWriter.save` queues a name and returns a Deferred that fires once
+  that assistant's state is on disk (or fails if it could not be written);
+* requests made while a transaction is in flight (or within the same reactor
+  turn) are written together by one ``IStore.save_many`` call;
+* the state is taken (``state_of(name)``) when the batch is written, not when
+  it was requested, so a batch always holds each assistant's latest state and
+  one request per assistant;
+* if a batch fails, each of its assistants is retried alone, so one state that
+  cannot be written (not JSON-serialisable, say) fails only its own requests.
+
+A store write that fails never leaves a half-written state: ``save_many``
+is one transaction (all or none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from ai_tools.interfaces import IStore
+from ai_tools.scheduling import Clock, DelayedCall
+
+__all__ = ["StateWriter"]
+
+
+@attrs.define(eq=False)
+class StateWriter:
+    """Batches state saves of many assistants into shared transactions."""
+
+    store: IStore
+    state_of: Callable[[str], Mapping[str, Any] | None]
+    """Returns the current state dict of an assistant (None: it is gone, skip it)."""
+    clock: Clock
+    max_batch: int = 1000
+
+    _log = Logger()
+
+    _queued: dict[str, list[defer.Deferred[None]]] = attrs.field(init=False, factory=dict)
+    _in_flight: bool = attrs.field(init=False, default=False)
+    _call: DelayedCall | None = attrs.field(init=False, default=None)
+    _idle_waiters: list[defer.Deferred[None]] = attrs.field(init=False, factory=list)
+    transactions: int = attrs.field(init=False, default=0)
+    """Transactions written (for status and benchmarks)."""
+    states_written: int = attrs.field(init=False, default=0)
+    failures: int = attrs.field(init=False, default=0)
+
+    def save(self, name: str) -> defer.Deferred[None]:
+        """Queue ``name``'s state; fires once it is durable (fails if it could not be)."""
+        d: defer.Deferred[None] = defer.Deferred()
+        self._queued.setdefault(name, []).append(d)
+        self._kick()
+        return d
+
+    @property
+    def pending(self) -> int:
+        """Assistants waiting to be written."""
+        return len(self._queued)
+
+    def flush(self) -> defer.Deferred[None]:
+        """Fires once everything queued so far (and in flight) is written or failed."""
+        if not self._queued and not self._in_flight:
+            return defer.succeed(None)
+        d: defer.Deferred[None] = defer.Deferred()
+        self._idle_waiters.append(d)
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+            self._call = None
+            self._write_batch()
+        return d
+
+    def _save_many(self, states: Mapping[str, Mapping[str, Any]]) -> Any:
+        store: Any = self.store  # zope interfaces do not type their methods
+        return store.save_many(states)
+
+    def _kick(self) -> None:
+        if self._in_flight or self._call is not None:
+            return
+        # Wait one reactor turn so that saves requested together share a transaction.
+        self._call = self.clock.callLater(0, self._write_batch)
+
+    def _write_batch(self) -> None:
+        self._call = None
+        if self._in_flight or not self._queued:
+            self._check_idle()
+            return
+        names = list(self._queued)[: self.max_batch]
+        waiters = {name: self._queued.pop(name) for name in names}
+        states: dict[str, Mapping[str, Any]] = {}
+        for name in names:
+            try:
+                state = self.state_of(name)
+            except Exception:
+                self._fail({name: waiters.pop(name)}, Failure())
+                continue
+            if state is None:
+                self._succeed({name: waiters.pop(name)})
+            else:
+                states[name] = state
+        if not states:
+            self._after_batch()
+            return
+        self._in_flight = True
+        d = defer.maybeDeferred(self._save_many, states)
+        d.addCallbacks(self._batch_written, self._batch_failed,
+                       callbackArgs=(states, waiters), errbackArgs=(states, waiters))
+        d.addErrback(self._log_bug)
+        d.addBoth(self._done)
+
+    def _batch_written(
+        self, _: Any, states: Mapping[str, Any], waiters: dict[str, list[defer.Deferred[None]]]
+    ) -> None:
+        self.transactions += 1
+        self.states_written += len(states)
+        self._succeed(waiters)
+
+    def _batch_failed(
+        self,
+        failure: Failure,
+        states: Mapping[str, Any],
+        waiters: dict[str, list[defer.Deferred[None]]],
+    ) -> defer.Deferred[None] | None:
+        if len(states) == 1:
+            self.failures += 1
+            self._fail(waiters, failure)
+            return None
+        # Isolate the culprit: write each state alone.
+        singles = [
+            defer.maybeDeferred(self._save_many, {name: state}).addCallbacks(
+                self._batch_written, self._batch_failed,
+                callbackArgs=({name: state}, {name: waiters[name]}),
+                errbackArgs=({name: state}, {name: waiters[name]}),
+            )
+            for name, state in states.items()
+        ]
+        return defer.DeferredList(singles, consumeErrors=True).addCallback(lambda _: None)
+
+    @staticmethod
+    def _succeed(waiters: Mapping[str, list[defer.Deferred[None]]]) -> None:
+        for ds in waiters.values():
+            for d in ds:
+                d.callback(None)
+
+    @staticmethod
+    def _fail(waiters: Mapping[str, list[defer.Deferred[None]]], failure: Failure) -> None:
+        for ds in waiters.values():
+            for d in ds:
+                d.errback(failure)
+
+    def _log_bug(self, failure: Failure) -> None:
+        self._log.failure("state writer bookkeeping failed", failure)
+
+    def _done(self, _: Any) -> None:
+        self._in_flight = False
+        self._after_batch()
+
+    def _after_batch(self) -> None:
+        if self._queued:
+            self._kick()
+        else:
+            self._check_idle()
+
+    def _check_idle(self) -> None:
+        if self._queued or self._in_flight:
+            return
+        waiters, self._idle_waiters = self._idle_waiters, []
+        for d in waiters:
+            d.callback(None)
