@@ -67,6 +67,8 @@ MIN_ITERATIONS, MAX_ITERATIONS = 1, 10
 _KNOWN_KEYS = frozenset({
     "pattern", "max_iterations", "use_llm_assessment", "assessment_max_iterations",
     "lock_pattern", "allowed_categories", "allowed_tools",
+    # read by the delegation tools (ai_tools.tools.delegation)
+    "sub_agents_enabled", "sub_agent_budget",
 })
 _CATEGORY_VALUES = tuple(c.value for c in ToolCategory)
 
@@ -171,7 +173,13 @@ def validate_execution_config(
                 f"{where}.{key} must be an integer from {MIN_ITERATIONS} to {MAX_ITERATIONS},"
                 f" not {value!r}"
             )
-        if key in ("use_llm_assessment", "lock_pattern") and not isinstance(value, bool):
+        if key == "sub_agent_budget" and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ConfigError(f"{where}.sub_agent_budget must be a positive integer, not {value!r}")
+        if key in ("use_llm_assessment", "lock_pattern", "sub_agents_enabled") and not isinstance(
+            value, bool
+        ):
             raise ConfigError(f"{where}.{key} must be true or false, not {value!r}")
         if key in ("allowed_categories", "allowed_tools"):
             if not _is_string_list(value):

@@ -148,6 +148,7 @@ def test_validate_accepts_good_config() -> None:
     validate_execution_config({
         "pattern": "react_loop", "max_iterations": 10, "use_llm_assessment": False,
         "assessment_max_iterations": 3, "lock_pattern": False,
+        "sub_agents_enabled": True, "sub_agent_budget": 5,
         "contexts": {"conversation": {"max_iterations": 1}},
     })
 
@@ -168,6 +169,8 @@ def test_validate_accepts_good_config() -> None:
         ({"allowed_categories": ["safe_chain", "flying"]}, "unknown flying"),
         ({"allowed_categories": "safe_chain"}, "must be a list of strings"),
         ({"allowed_tools": ["say", 3]}, "must be a list of strings"),
+        ({"sub_agent_budget": 0}, "sub_agent_budget must be a positive integer"),
+        ({"sub_agents_enabled": 1}, "sub_agents_enabled must be true or false"),
     ],
 )
 def test_validate_names_the_bad_key(config: Any, message: str) -> None:
