@@ -68,7 +68,7 @@ def present(record: dict[str, Any]) -> dict[str, Any]:
     if record.get("parent_id") is not None:
         shown["parent_id"] = record["parent_id"]
     if "score" in record:
-        shown["score"] = round(float(record["score"]), 4)
+        shown["score"] = float(record["score"])
     for key, value in (record.get("metadata") or {}).items():
         if key not in _RESERVED:
             shown[key] = value
