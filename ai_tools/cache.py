@@ -201,7 +201,9 @@ class ToolCache:
             space.entries["persistent"].clear()
         if self.store is None:
             return defer.succeed(None)
-        return defer.maybeDeferred(self.store.cache_invalidate, namespace)
+        d = defer.maybeDeferred(self.store.cache_invalidate, namespace)
+        d.addCallback(lambda _: None)
+        return d
 
     def forget(self, namespace: str) -> None:
         """Drop everything held in memory for ``namespace`` (an assistant was removed)."""

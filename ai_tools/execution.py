@@ -658,8 +658,8 @@ class _ToolCallRun:
         self._wait(wait, lambda _: self._dispatch(), self._internal_error)
 
     def _on_result(self, value: Any) -> None:
-        result = validate_tool_result(value)
-        if not isinstance(value, dict):
+        result = validate_tool_result(value, self._name())
+        if result is not value:  # not a dict, or a malformed one: replaced by an error
             self._complete(result, status=INVALID_RESULT)
             return
         if result.get("success") is False and is_retryable_error(result):
