@@ -155,8 +155,7 @@ class MemoryStore:
             return None
         encoded, expires_at = entry
         if expires_at is not None and expires_at <= now:
-            del self._cache[(namespace, key)]
-            return None
+            return None  # left for cache_purge_expired, as in the SQLite store
         return json.loads(encoded)
 
     def cache_put(
@@ -210,7 +209,7 @@ class MemoryStore:
     ) -> dict[str, Any]:
         check_name(owner, "record owner")
         check_name(collection, "record collection")
-        check_content(content)
+        content = check_content(content)
         encoded = check_metadata(metadata)
         if parent_id is not None and parent_id not in self._records:
             raise NotFound(f"parent record {parent_id!r} does not exist")

@@ -39,7 +39,9 @@ RECORD_FIELDS = (
 def encode_json(value: Any, what: str) -> str:
     """JSON text of ``value``; TypeError/ValueError naming ``what`` if impossible."""
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        # ASCII output: lone surrogates in model text survive as \u escapes
+        # instead of failing the UTF-8 encoding SQLite needs.
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{what} is not JSON-serialisable: {exc}") from None
 
@@ -70,9 +72,14 @@ def check_metadata(metadata: Any) -> str:
 
 
 def check_content(content: Any) -> str:
-    """Record content must be a string."""
+    """Record content: a string (lone surrogates become U+FFFD)."""
     if not isinstance(content, str):
         raise TypeError(f"record content must be a string, not {type(content).__name__}")
+    try:
+        content.encode("utf-8")
+    except UnicodeEncodeError:
+        # Lone surrogates cannot be stored as text; keep the rest of the content.
+        content = "".join("\ufffd" if 0xD800 <= ord(ch) <= 0xDFFF else ch for ch in content)
     return content
 
 
@@ -127,7 +134,9 @@ def encode_world_changes(
         for item in items:
             if not isinstance(item, Mapping):
                 raise TypeError(f"world {section} rows must be dicts")
-            key = check_name(item.get(key_field), f"world {section} {key_field}")
+            if key_field not in item:
+                raise ValueError(f"world {section} row has no {key_field!r}: {dict(item)!r}")
+            key = check_name(item[key_field], f"world {section} {key_field}")
             encoded.append((key, encode_json(dict(item), f"world {section} {key!r}")))
     for section, keys in (delete or {}).items():
         if section != "meta" and section not in WORLD_SECTIONS:

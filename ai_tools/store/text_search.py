@@ -3,9 +3,9 @@
 Text typed by a player or produced by a model goes into SQLite FTS5 ``MATCH``.
 FTS5 has its own query language (``AND``, ``NEAR(...)``, ``col:``, ``*``,
 quotes), so raw text can raise a syntax error or change the query's meaning.
-:func:`fts5_match_expression` keeps only word tokens, quotes each one, and
-joins them with ``OR`` so that any word may match and BM25 ranks records
-matching more (and rarer) words higher.
+:func:`fts5_match_expression` quotes every white-space separated piece of
+the text and joins them with ``OR``, so that any word may match and BM25 ranks
+records matching more (and rarer) words higher.
 
 :class:`BM25` scores documents the same way in pure Python for the in-memory
 store, so both stores rank alike (the memory store does no stemming).
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -40,15 +41,26 @@ def query_terms(text: str) -> list[str]:
 
 
 def fts5_match_expression(text: str) -> str | None:
-    """A syntactically valid FTS5 query for ``text``, or None if it has no words.
+    """A syntactically valid FTS5 query for ``text``, or None if it has nothing to search.
 
-    Each word is a quoted string (quotes doubled), so no character of the input
-    can act as an FTS5 operator.
+    The text is split on white space and each piece becomes a quoted FTS5
+    string (inner quotes doubled), joined with ``OR``.  Inside quotes FTS5
+    applies the very tokenizer that indexed the records, so a piece matches
+    exactly where it occurs in a record, and no character of the input can act
+    as an operator.  Control characters (a NUL ends an FTS5 string early) and
+    lone surrogates are replaced by spaces first.
     """
-    terms = query_terms(text)
-    if not terms:
+    if not isinstance(text, str):
+        text = str(text)
+    cleaned = "".join(" " if unicodedata.category(ch) in ("Cc", "Cs") else ch for ch in text)
+    pieces: dict[str, None] = {}
+    for piece in cleaned.split():
+        pieces.setdefault(piece, None)
+        if len(pieces) >= MAX_QUERY_TERMS:
+            break
+    if not pieces:
         return None
-    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+    return " OR ".join('"' + piece.replace('"', '""') + '"' for piece in pieces)
 
 
 class BM25:

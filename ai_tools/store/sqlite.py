@@ -1,0 +1,577 @@
+"""The embedded default store: SQLite through ``twisted.enterprise.adbapi``.
+
+One connection on one thread (``cp_min = cp_max = 1``) is the single writer,
+so writes are applied in the order they were asked for and never contend with
+each other.  The database runs in WAL mode: readers of the file (the
+``sqlite3`` shell, a backup) do not block the writer.
+
+Every write runs in one explicit ``BEGIN IMMEDIATE … COMMIT`` transaction, so
+after a crash each assistant's state is either the previous or the new
+version, never a mix.  Values are encoded to JSON in the reactor thread before
+the write is queued (a caller mutating its dict afterwards cannot change what
+is written); decoding and the history repair run on the store thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import attrs
+from twisted.enterprise import adbapi
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from ai_tools.errors import NotFound
+from ai_tools.interfaces import IStore, IWorldStore
+from ai_tools.store.clock import SecondsClock, now_seconds
+from ai_tools.store.history_repair import RepairReport, repair_state
+from ai_tools.store.schema import WORLD_TABLES, Migration, migrate
+from ai_tools.store.serialization import (
+    RECORD_FIELDS,
+    check_content,
+    check_expiry,
+    check_limit,
+    check_metadata,
+    check_name,
+    check_state,
+    encode_json,
+    encode_world_changes,
+    record_dict,
+)
+from ai_tools.store.text_search import fts5_match_expression
+
+T = TypeVar("T")
+
+_RECORD_COLUMNS = ", ".join(f"r.{field}" for field in RECORD_FIELDS)
+
+SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+class StoreClosed(RuntimeError):
+    """A store method was called before ``open()`` or after ``close()``."""
+
+
+def _transaction(conn: Any, fn: Callable[..., T], *args: Any) -> T:
+    """Run ``fn(cursor, *args)`` inside BEGIN IMMEDIATE … COMMIT (ROLLBACK on error)."""
+    cursor = conn.cursor()
+    try:
+        cursor.execute("BEGIN IMMEDIATE")
+        try:
+            result = fn(cursor, *args)
+            cursor.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                cursor.execute("ROLLBACK")
+            raise
+        return result
+    finally:
+        cursor.close()
+
+
+def _read(conn: Any, fn: Callable[..., T], *args: Any) -> T:
+    """Run ``fn(cursor, *args)`` outside a write transaction."""
+    cursor = conn.cursor()
+    try:
+        return fn(cursor, *args)
+    finally:
+        cursor.close()
+
+
+@implementer(IStore, IWorldStore)
+@attrs.define(eq=False)
+class SQLiteStore:
+    """IStore and IWorldStore on one SQLite file (or ``":memory:"``).
+
+    :param path: database file; its directory is created if missing.
+    :param clock: stamps records and saved states (default: the reactor).
+    :param reactor: the reactor adbapi schedules on (default: the global one).
+    :param synchronous: SQLite ``PRAGMA synchronous``.  ``"FULL"`` (default)
+        makes every commit durable against power loss; ``"NORMAL"`` is
+        faster and still survives a killed process (WAL mode).
+    """
+
+    path: str
+    clock: SecondsClock | None = None
+    reactor: Any = None
+    synchronous: str = attrs.field(default="FULL")
+    _pool: adbapi.ConnectionPool | None = attrs.field(default=None, init=False)
+    schema_version: int = attrs.field(default=0, init=False)
+
+    _log = Logger()
+
+    @synchronous.validator
+    def _check_synchronous(self, _attribute: Any, value: str) -> None:
+        if value.upper() not in SYNCHRONOUS_MODES:
+            raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {value!r}")
+
+    def _now(self) -> float:
+        return now_seconds(self.clock)
+
+    # -- lifecycle --------------------------------------------------------
+
+    def open(self) -> defer.Deferred[None]:
+        """Open the connection, enable WAL and apply missing migrations."""
+        if self._pool is not None:
+            return defer.succeed(None)
+        if self.path != ":memory:":
+            directory = os.path.dirname(os.path.abspath(self.path))
+            os.makedirs(directory, exist_ok=True)
+        kwargs: dict[str, Any] = {
+            "cp_min": 1,
+            "cp_max": 1,
+            "cp_openfun": self._configure,
+            "check_same_thread": False,
+            "isolation_level": None,  # we issue BEGIN/COMMIT ourselves
+            "timeout": 30.0,
+        }
+        if self.reactor is not None:
+            kwargs["cp_reactor"] = self.reactor
+        self._pool = adbapi.ConnectionPool("sqlite3", self.path, **kwargs)
+        d = self._pool.runWithConnection(self._migrate, self._now())
+        d.addCallback(self._opened)
+        d.addErrback(self._open_failed)
+        return d
+
+    def _configure(self, conn: sqlite3.Connection) -> None:
+        """Per-connection settings (runs on the store thread when it connects)."""
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA busy_timeout=30000")
+
+    def _migrate(self, conn: Any, now: float) -> int:
+        applied: list[Migration] = []
+        version = migrate(conn, now, on_applied=applied.append)
+        for migration in applied:
+            self._log.info(
+                "SQLite store {path}: applied migration {version} ({description})",
+                path=self.path,
+                version=migration.version,
+                description=migration.description,
+            )
+        return version
+
+    def _opened(self, version: int) -> None:
+        self.schema_version = version
+
+    def _open_failed(self, failure: Any) -> Any:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+        return failure
+
+    def close(self) -> defer.Deferred[None]:
+        """Finish the queued work, then close the connection and its thread."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return defer.succeed(None)
+        d = pool.runWithConnection(lambda conn: None)
+
+        def shut(result: Any) -> Any:
+            pool.close()
+            return result if isinstance(result, Failure) else None
+
+        d.addBoth(shut)
+        return d
+
+    @property
+    def is_open(self) -> bool:
+        """Whether :meth:`open` succeeded and :meth:`close` was not called."""
+        return self._pool is not None
+
+    def _write(self, fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+        if self._pool is None:
+            return defer.fail(StoreClosed(f"SQLite store {self.path} is not open"))
+        return self._pool.runWithConnection(_transaction, fn, *args)
+
+    def _query(self, fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+        if self._pool is None:
+            return defer.fail(StoreClosed(f"SQLite store {self.path} is not open"))
+        return self._pool.runWithConnection(_read, fn, *args)
+
+    def run_in_transaction(self, fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+        """Run ``fn(cursor, *args)`` on the store thread in one write transaction.
+
+        For callers that need several statements applied atomically beyond what
+        the methods offer.  ``fn`` must not touch Twisted or the reactor.
+        """
+        return self._write(fn, *args)
+
+    def integrity_check(self) -> defer.Deferred[str]:
+        """``PRAGMA integrity_check`` (``"ok"`` for a sound file)."""
+
+        def check(cursor: sqlite3.Cursor) -> str:
+            cursor.execute("PRAGMA integrity_check")
+            return "\n".join(str(row[0]) for row in cursor.fetchall())
+
+        return self._query(check)
+
+    # -- assistants -------------------------------------------------------
+
+    def load_assistant(self, name: str) -> defer.Deferred[dict[str, Any] | None]:
+        """The saved state of ``name`` with its history repaired, or None."""
+        try:
+            check_name(name, "assistant name")
+        except (TypeError, ValueError) as exc:
+            return defer.fail(exc)
+        return self._query(_load_assistant, name).addCallback(self._report_repair, name)
+
+    def _report_repair(
+        self, loaded: tuple[dict[str, Any], RepairReport] | None, name: str
+    ) -> dict[str, Any] | None:
+        if loaded is None:
+            return None
+        state, report = loaded
+        if report.changed:
+            self._log.info(
+                "Repaired history of {name}: {added} interrupted tool calls answered,"
+                " {dropped} orphan results dropped",
+                name=name,
+                added=report.added,
+                dropped=report.dropped,
+            )
+        return state
+
+    def save_assistant(self, name: str, state: Mapping[str, Any]) -> defer.Deferred[None]:
+        """Replace the saved state of ``name`` in one transaction."""
+        return self.save_many({name: state})
+
+    def save_many(self, states: Mapping[str, Mapping[str, Any]]) -> defer.Deferred[None]:
+        """Replace the saved states of several assistants in one transaction."""
+        try:
+            rows = [
+                (check_name(name, "assistant name"), check_state(state))
+                for name, state in states.items()
+            ]
+        except (TypeError, ValueError) as exc:
+            return defer.fail(exc)
+        return self._write(_save_states, rows, self._now())
+
+    def delete_assistant(self, name: str) -> defer.Deferred[bool]:
+        """Forget ``name``; fires True if it had saved state."""
+        return self._write(_delete_assistant, name)
+
+    def list_assistants(self) -> defer.Deferred[list[str]]:
+        """Sorted names of the assistants with saved state."""
+        return self._query(_list_assistants)
+
+    # -- persistent cache ---------------------------------------------------
+
+    def cache_get(self, namespace: str, key: str, now: float) -> defer.Deferred[Any]:
+        """The cached value, or None when absent or expired (``expires_at <= now``)."""
+        return self._query(_cache_get, namespace, key, now)
+
+    def cache_put(
+        self, namespace: str, key: str, value: Any, expires_at: float | None
+    ) -> defer.Deferred[None]:
+        """Store ``value`` under ``(namespace, key)`` until ``expires_at`` (None: forever)."""
+        try:
+            check_name(namespace, "cache namespace")
+            check_name(key, "cache key")
+            row = (namespace, key, encode_json(value, "cache value"), check_expiry(expires_at))
+        except (TypeError, ValueError) as exc:
+            return defer.fail(exc)
+        return self._write(_cache_put, row)
+
+    def cache_invalidate(self, namespace: str) -> defer.Deferred[int]:
+        """Drop every entry of ``namespace``; fires with how many were dropped."""
+        return self._write(_cache_invalidate, namespace)
+
+    def cache_purge_expired(self, now: float) -> defer.Deferred[int]:
+        """Drop every expired entry; fires with how many were dropped."""
+        return self._write(_cache_purge, now)
+
+    # -- records ------------------------------------------------------------
+
+    def add_record(
+        self,
+        owner: str,
+        collection: str,
+        content: str,
+        metadata: Mapping[str, Any] | None = None,
+        parent_id: int | None = None,
+    ) -> defer.Deferred[dict[str, Any]]:
+        """Add a record; fires with its dict (``NotFound`` if ``parent_id`` is unknown)."""
+        try:
+            check_name(owner, "record owner")
+            check_name(collection, "record collection")
+            row = (owner, collection, check_content(content), check_metadata(metadata))
+        except (TypeError, ValueError) as exc:
+            return defer.fail(exc)
+        return self._write(_add_record, row, parent_id, self._now())
+
+    def update_record(
+        self,
+        record_id: int,
+        content: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> defer.Deferred[dict[str, Any] | None]:
+        """Replace the content and/or metadata of a record; None if unknown."""
+        try:
+            new_content = check_content(content) if content is not None else None
+            new_metadata = check_metadata(metadata) if metadata is not None else None
+        except (TypeError, ValueError) as exc:
+            return defer.fail(exc)
+        return self._write(_update_record, record_id, new_content, new_metadata, self._now())
+
+    def get_record(self, record_id: int) -> defer.Deferred[dict[str, Any] | None]:
+        """One record dict, or None."""
+        return self._query(_get_record, record_id)
+
+    def delete_record(self, record_id: int) -> defer.Deferred[bool]:
+        """Remove a record (its children keep existing, with no parent); True if it existed."""
+        return self._write(_delete_record, record_id)
+
+    def list_records(
+        self,
+        owner: str,
+        collection: str | None,
+        limit: int = 20,
+        newest_first: bool = True,
+        parent_id: int | None = None,
+    ) -> defer.Deferred[list[dict[str, Any]]]:
+        """Records of one collection (None: every collection) in time order."""
+        try:
+            check_limit(limit)
+        except ValueError as exc:
+            return defer.fail(exc)
+        return self._query(_list_records, owner, collection, limit, newest_first, parent_id)
+
+    def search_records(
+        self, owner: str, collection: str | None, query: str, limit: int = 10
+    ) -> defer.Deferred[list[dict[str, Any]]]:
+        """FTS5 search ranked by BM25, best first; ``score`` is ``-bm25()`` (higher is better).
+
+        Any word of ``query`` may match; arbitrary text is safe (operators and
+        quotes in it are not interpreted).
+        """
+        try:
+            check_limit(limit)
+        except ValueError as exc:
+            return defer.fail(exc)
+        expression = fts5_match_expression(query)
+        if expression is None:
+            return defer.succeed([])
+        return self._query(_search_records, owner, collection, expression, limit)
+
+    # -- world --------------------------------------------------------------
+
+    def load_world(self) -> defer.Deferred[dict[str, Any] | None]:
+        """The saved world sections, or None when no world was ever written."""
+        return self._query(_load_world)
+
+    def write_world(
+        self,
+        put: Mapping[str, Any] | None = None,
+        delete: Mapping[str, Sequence[str]] | None = None,
+    ) -> defer.Deferred[None]:
+        """Upsert and delete world rows in one transaction (deletes first)."""
+        try:
+            rows, meta, deletes = encode_world_changes(put, delete)
+        except (TypeError, ValueError) as exc:
+            return defer.fail(exc)
+        return self._write(_write_world, rows, meta, deletes)
+
+
+# -- statements (run on the store thread) --------------------------------------
+
+
+def _load_assistant(
+    cursor: sqlite3.Cursor, name: str
+) -> tuple[dict[str, Any], RepairReport] | None:
+    cursor.execute("SELECT state FROM assistants WHERE name = ?", (name,))
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    return repair_state(json.loads(row[0]))
+
+
+def _save_states(cursor: sqlite3.Cursor, rows: list[tuple[str, str]], now: float) -> None:
+    cursor.executemany(
+        "INSERT INTO assistants (name, state, updated_at) VALUES (?, ?, ?)"
+        " ON CONFLICT (name) DO UPDATE SET state = excluded.state,"
+        " updated_at = excluded.updated_at",
+        [(name, state, now) for name, state in rows],
+    )
+
+
+def _delete_assistant(cursor: sqlite3.Cursor, name: str) -> bool:
+    cursor.execute("DELETE FROM assistants WHERE name = ?", (name,))
+    return cursor.rowcount > 0
+
+
+def _list_assistants(cursor: sqlite3.Cursor) -> list[str]:
+    cursor.execute("SELECT name FROM assistants ORDER BY name")
+    return [row[0] for row in cursor.fetchall()]
+
+
+def _cache_get(cursor: sqlite3.Cursor, namespace: str, key: str, now: float) -> Any:
+    cursor.execute(
+        "SELECT value, expires_at FROM cache_entries WHERE namespace = ? AND key = ?",
+        (namespace, key),
+    )
+    row = cursor.fetchone()
+    if row is None or (row[1] is not None and row[1] <= now):
+        return None
+    return json.loads(row[0])
+
+
+def _cache_put(cursor: sqlite3.Cursor, row: tuple[str, str, str, float | None]) -> None:
+    cursor.execute(
+        "INSERT OR REPLACE INTO cache_entries (namespace, key, value, expires_at)"
+        " VALUES (?, ?, ?, ?)",
+        row,
+    )
+
+
+def _cache_invalidate(cursor: sqlite3.Cursor, namespace: str) -> int:
+    cursor.execute("DELETE FROM cache_entries WHERE namespace = ?", (namespace,))
+    return cursor.rowcount
+
+
+def _cache_purge(cursor: sqlite3.Cursor, now: float) -> int:
+    cursor.execute(
+        "DELETE FROM cache_entries WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,)
+    )
+    return cursor.rowcount
+
+
+def _fetch_record(cursor: sqlite3.Cursor, record_id: int) -> dict[str, Any] | None:
+    cursor.execute(f"SELECT {_RECORD_COLUMNS} FROM records r WHERE r.id = ?", (record_id,))
+    row = cursor.fetchone()
+    return record_dict(row) if row else None
+
+
+def _add_record(
+    cursor: sqlite3.Cursor,
+    row: tuple[str, str, str, str],
+    parent_id: int | None,
+    now: float,
+) -> dict[str, Any]:
+    if parent_id is not None:
+        cursor.execute("SELECT 1 FROM records WHERE id = ?", (parent_id,))
+        if cursor.fetchone() is None:
+            raise NotFound(f"parent record {parent_id!r} does not exist")
+    cursor.execute(
+        "INSERT INTO records (owner, collection, content, metadata, parent_id,"
+        " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (*row, parent_id, now, now),
+    )
+    record = _fetch_record(cursor, int(cursor.lastrowid or 0))
+    assert record is not None
+    return record
+
+
+def _update_record(
+    cursor: sqlite3.Cursor,
+    record_id: int,
+    content: str | None,
+    metadata: str | None,
+    now: float,
+) -> dict[str, Any] | None:
+    if _fetch_record(cursor, record_id) is None:
+        return None
+    if content is not None:
+        cursor.execute("UPDATE records SET content = ? WHERE id = ?", (content, record_id))
+    if metadata is not None:
+        cursor.execute("UPDATE records SET metadata = ? WHERE id = ?", (metadata, record_id))
+    cursor.execute("UPDATE records SET updated_at = ? WHERE id = ?", (now, record_id))
+    return _fetch_record(cursor, record_id)
+
+
+def _get_record(cursor: sqlite3.Cursor, record_id: int) -> dict[str, Any] | None:
+    return _fetch_record(cursor, record_id)
+
+
+def _delete_record(cursor: sqlite3.Cursor, record_id: int) -> bool:
+    cursor.execute("DELETE FROM records WHERE id = ?", (record_id,))
+    return cursor.rowcount > 0
+
+
+def _list_records(
+    cursor: sqlite3.Cursor,
+    owner: str,
+    collection: str | None,
+    limit: int,
+    newest_first: bool,
+    parent_id: int | None,
+) -> list[dict[str, Any]]:
+    where = ["r.owner = ?"]
+    params: list[Any] = [owner]
+    if collection is not None:
+        where.append("r.collection = ?")
+        params.append(collection)
+    if parent_id is not None:
+        where.append("r.parent_id = ?")
+        params.append(parent_id)
+    order = "DESC" if newest_first else "ASC"
+    cursor.execute(
+        f"SELECT {_RECORD_COLUMNS} FROM records r WHERE {' AND '.join(where)}"
+        f" ORDER BY r.created_at {order}, r.id {order} LIMIT ?",
+        (*params, limit),
+    )
+    return [record_dict(row) for row in cursor.fetchall()]
+
+
+def _search_records(
+    cursor: sqlite3.Cursor, owner: str, collection: str | None, expression: str, limit: int
+) -> list[dict[str, Any]]:
+    where = "records_fts MATCH ? AND r.owner = ?"
+    params: list[Any] = [expression, owner]
+    if collection is not None:
+        where += " AND r.collection = ?"
+        params.append(collection)
+    cursor.execute(
+        f"SELECT {_RECORD_COLUMNS}, bm25(records_fts) AS rank"
+        " FROM records_fts JOIN records r ON r.id = records_fts.rowid"
+        f" WHERE {where} ORDER BY rank, r.created_at DESC, r.id DESC LIMIT ?",
+        (*params, limit),
+    )
+    results = []
+    for row in cursor.fetchall():
+        record = record_dict(row[:-1])
+        record["score"] = -float(row[-1])
+        results.append(record)
+    return results
+
+
+def _load_world(cursor: sqlite3.Cursor) -> dict[str, Any] | None:
+    world: dict[str, Any] = {}
+    for section, (table, _column) in WORLD_TABLES.items():
+        cursor.execute(f"SELECT data FROM {table} ORDER BY rowid")  # insertion order
+        world[section] = [json.loads(row[0]) for row in cursor.fetchall()]
+    cursor.execute("SELECT key, value FROM world_meta")
+    world["meta"] = {key: json.loads(value) for key, value in cursor.fetchall()}
+    if not world["meta"] and not any(world[section] for section in WORLD_TABLES):
+        return None
+    return world
+
+
+def _write_world(
+    cursor: sqlite3.Cursor,
+    rows: dict[str, list[tuple[str, str]]],
+    meta: dict[str, str],
+    deletes: dict[str, list[str]],
+) -> None:
+    for section, keys in deletes.items():
+        table, column = WORLD_TABLES.get(section, ("world_meta", "key"))
+        cursor.executemany(f"DELETE FROM {table} WHERE {column} = ?", [(k,) for k in keys])
+    for section, items in rows.items():
+        table, column = WORLD_TABLES[section]
+        # UPSERT keeps the row (and its rowid, hence load order) of an existing key.
+        cursor.executemany(
+            f"INSERT INTO {table} ({column}, data) VALUES (?, ?)"
+            f" ON CONFLICT ({column}) DO UPDATE SET data = excluded.data",
+            items,
+        )
+    cursor.executemany(
+        "INSERT INTO world_meta (key, value) VALUES (?, ?)"
+        " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        list(meta.items()),
+    )
