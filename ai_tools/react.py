@@ -19,16 +19,30 @@ failure), token usage and duration.  See ``docs/react-loop.md``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 from twisted.internet import defer
-from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from ai_tools.advisory import DEFAULT_THRESHOLDS, AdvisoryThresholds
+from ai_tools import execution
+from ai_tools.advisory import (
+    DEFAULT_THRESHOLDS,
+    AdvisoryLevel,
+    AdvisoryThresholds,
+    TokenAdvisory,
+    check_loop_continuation,
+    inject_token_advisory,
+    usage_percentage,
+)
+from ai_tools.errors import LLMError
 from ai_tools.interfaces import ILLMClient
+from ai_tools.llm.events import ChatResponse, TextDelta, ToolCall
+from ai_tools.llm.parsing import ParsedCalls, parse_tool_calls
+from ai_tools.llm.tokens import default_counter
+from ai_tools.prompts import PromptInputs, build_system_prompt, format_events, tick_message
 from ai_tools.tools.base import Actor, ToolCategory, ToolRegistry
 
 __all__ = [
@@ -36,6 +50,8 @@ __all__ = [
     "CONSECUTIVE_ERRORS",
     "CRITICAL_TOKENS",
     "DANGEROUS_TOOL",
+    "FAILURE_REASONS",
+    "INTERNAL_ERROR",
     "LLM_ERROR",
     "LLM_UNAVAILABLE",
     "MAX_ITERATIONS",
@@ -77,16 +93,18 @@ CONSECUTIVE_ERRORS = "consecutive_errors"
 TOOL_BUDGET_EXHAUSTED = "tool_budget_exhausted"
 REPEATED_LINE_LOOP = "repeated_line_loop"
 LLM_UNAVAILABLE = "llm_unavailable"
+INTERNAL_ERROR = "internal_error"
+"""A bug in the loop or in a collaborator (logged with its traceback)."""
 
 TERMINATION_REASONS = frozenset({
     TERMINAL_TOOL, DANGEROUS_TOOL, NOOP, COMPLETED, MAX_ITERATIONS, CRITICAL_TOKENS,
     LLM_ERROR, PARSE_ERROR, STOPPED_BY_USER, CONSECUTIVE_ERRORS, TOOL_BUDGET_EXHAUSTED,
-    REPEATED_LINE_LOOP, LLM_UNAVAILABLE,
+    REPEATED_LINE_LOOP, LLM_UNAVAILABLE, INTERNAL_ERROR,
 })
 
 FAILURE_REASONS = frozenset({
     LLM_ERROR, PARSE_ERROR, CONSECUTIVE_ERRORS, TOOL_BUDGET_EXHAUSTED,
-    REPEATED_LINE_LOOP, LLM_UNAVAILABLE,
+    REPEATED_LINE_LOOP, LLM_UNAVAILABLE, INTERNAL_ERROR,
 })
 """Reasons that mean the loop failed (as opposed to ending normally or being stopped)."""
 
@@ -260,7 +278,8 @@ class LoopContext:
     llm: ILLMClient
     history: Any
     """The assistant's ``ai_tools.history.ConversationHistory``."""
-    clock: IReactorTime
+    clock: Any
+    """An ``IReactorTime``: the reactor, or ``task.Clock`` in tests."""
     cache: Any = None
     """The service's ``ai_tools.cache.ToolCache`` (None: no caching)."""
     cache_namespace: str = ""
@@ -280,8 +299,10 @@ class LoopContext:
     checkpoint: Callable[[LoopProgress], Any] | None = None
     """Called after every iteration; a returned Deferred is waited for before the
     next model call, so the service can persist the state first."""
-    execute_tool: Callable[[Any], Any] | None = None
-    """Override of the execution engine (tests, benchmarks); None: the engine."""
+    execution_state: execution.ExecutionState | None = None
+    """The assistant's execution counters (owned and persisted by the service)."""
+    execution_options: Mapping[str, Any] = attrs.field(factory=dict)
+    """Extra ``ExecutionContext`` fields: ``retry_policy``, ``rand``, ``max_result_bytes``."""
     token_counter: Callable[[Sequence[Mapping[str, Any]]], int] | None = None
     """Counts the tokens of a message list; None: the model layer's counter."""
 
@@ -334,12 +355,510 @@ class LoopResult:
         }
 
 
+# -- the loop -------------------------------------------------------------------
+
+_NOOP_DESCRIPTION = "Signal that you are done and there is nothing (more) to do right now."
+
+_ABORT_REASONS = {
+    execution.PARSE_ERROR: PARSE_ERROR,
+    execution.STOPPED_BY_USER: STOPPED_BY_USER,
+    execution.INTERNAL_ERROR: INTERNAL_ERROR,
+}
+
+
+def _with_advisory(message: Mapping[str, Any], advisory: TokenAdvisory) -> dict[str, Any]:
+    """A copy of a tool-result message whose JSON result carries ``_token_advisory``."""
+    content = message.get("content")
+    if not isinstance(content, str):
+        return dict(message)
+    head, sep, body = "", "", content
+    if message.get("role") == "user":  # fallback format: "[TOOL RESULT: name]\n{json}"
+        head, sep, body = content.partition("\n")
+    try:
+        result = json.loads(body)
+    except ValueError:
+        return dict(message)
+    if not isinstance(result, dict):
+        return dict(message)
+    result["_token_advisory"] = advisory.as_dict()
+    text = json.dumps(result, ensure_ascii=False, default=str)
+    return {**message, "content": f"{head}{sep}{text}" if sep else text}
+
+
+def _validate_calls(parsed: ParsedCalls) -> str | None:
+    """Why the answer cannot be used at all (``parse_error``), or None.
+
+    Unknown tool names alone are not a parse error: the execution engine
+    answers them with the list of valid tools and the model may correct
+    itself (spec 004 §2 step 5).  Cut-off or malformed calls, calls without a
+    name and arguments that are not a JSON object are.
+    """
+    if parsed.error is None:
+        return None
+    malformed = (bool(parsed.invalid) or not parsed.unknown
+                 or any(not c.name.strip() for c in parsed.unknown))
+    return parsed.error.detail if malformed else None
+
+
+def _ask_model(llm: Any, messages: list[dict[str, Any]],
+               tools: list[dict[str, Any]] | None, stream: bool | None,
+               on_event: Callable[[Any], None]) -> defer.Deferred[Any]:
+    """``llm.complete(...)`` as a Deferred, whatever the client returns or raises."""
+    return defer.maybeDeferred(llm.complete, messages, tools=tools, stream=stream,
+                               on_event=on_event)
+
+
+def _raw_call(call: ToolCall) -> dict[str, Any]:
+    """The call in the native shape the execution engine parses."""
+    raw = call.to_openai()
+    if call.reasoning:
+        raw["reasoning"] = call.reasoning
+    return raw
+
+
+@attrs.define(eq=False)
+class _LoopRun:
+    """The state of one loop run; :func:`_run_loop` drives it."""
+
+    ctx: LoopContext
+    config: LoopConfig
+    history: Any = None
+    exec_ctx: Any = None
+    started: float = 0.0
+    iteration: int = 0
+    results: list[dict[str, Any]] = attrs.field(factory=list)
+    signals: list[dict[str, Any]] = attrs.field(factory=list)
+    texts: list[str] = attrs.field(factory=list)
+    deltas: list[str] = attrs.field(factory=list)
+    usage: dict[str, Any] = attrs.field(factory=dict)
+    budget: int | None = None
+    consecutive_errors: int = 0
+    reason: str | None = None
+    error: str | None = None
+    nudge_at: int | None = None
+    nudge: str = ""
+    system_text: str = ""
+    tool_schemas: list[dict[str, Any]] = attrs.field(factory=list)
+    normal_names: list[str] = attrs.field(factory=list)
+    categories: dict[str, str] = attrs.field(factory=dict)
+    fresh_results: list[Mapping[str, Any]] = attrs.field(factory=list)
+    """Tool-result messages of the last iteration (they get the advisory)."""
+    _schema_tokens: int = 0
+    _token_memo: dict[int, tuple[Mapping[str, Any], int]] = attrs.field(factory=dict)
+    _counter: Any = None
+
+    # -- setup -----------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Choose the history, deliver pending events, select the offered tools."""
+        ctx, config = self.ctx, self.config
+        self.started = ctx.clock.seconds()
+        self.budget = config.tool_budget
+        # Reflection works on a copy: the model sees its own calls, the history stays clean.
+        self.history = ctx.history.copy() if ctx.reflection else ctx.history
+        if ctx.pending_events and not ctx.reflection:
+            self.history.add_user(format_events(ctx.pending_events))
+            ctx.pending_events.clear()
+        else:
+            last = self.history.messages[-1:]
+            if not last or last[0].get("role") != "user":
+                self.nudge_at = len(self.history)
+                self.nudge = tick_message(ctx.reflection)
+        exit_names = config.exit_tool_names
+        offered = [t for t in ctx.registry.get_all_tools()
+                   if t.name not in exit_names and ctx.gate.allows(t.name, t.category)]
+        self.categories = {t.name: t.category.value for t in offered}
+        self.tool_schemas = [t.schema() for t in offered]
+        if config.noop_tool not in self.categories:
+            self.tool_schemas.append(ExitTool(config.noop_tool, _NOOP_DESCRIPTION).schema())
+        self.normal_names = [n for n in ctx.registry.list_tools() if n not in exit_names]
+        if config.noop_tool not in self.normal_names:
+            self.normal_names.append(config.noop_tool)
+        self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
+                      "requests": 0, "context_tokens": 0, "context_percent": 0.0}
+        self.exec_ctx = execution.ExecutionContext(
+            registry=ctx.registry,
+            actor=ctx.actor,
+            history=self.history,
+            clock=ctx.clock,
+            cache=ctx.cache,
+            cache_namespace=ctx.cache_namespace or ctx.actor.owner,
+            state=ctx.execution_state or execution.ExecutionState(),
+            gate=ctx.gate,
+            native_tools=config.native_tools,
+            stop_requested=self.stop_requested,
+            **dict(ctx.execution_options),
+        )
+
+    # -- observers and checks --------------------------------------------------
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        """Publish one loop event to the observer; its errors are logged, never raised."""
+        if self.ctx.on_event is None:
+            return
+        event = {"type": kind, "assistant": self.ctx.assistant_name,
+                 "iteration": self.iteration, **fields}
+        try:
+            self.ctx.on_event(event)
+        except Exception:
+            log.failure("Loop observer of {assistant} failed on a {kind} event",
+                        assistant=self.ctx.assistant_name, kind=kind)
+
+    def stop_requested(self) -> bool:
+        """Whether a kill or stop was asked for."""
+        control = self.ctx.control
+        if control.stopped:
+            return True
+        check = self.ctx.stop_check
+        if check is not None and check():
+            control.stopped = True
+            control.reason = control.reason or "stop requested"
+            return True
+        return False
+
+    def end(self, reason: str, error: str | None = None) -> None:
+        """Set the termination reason (the first one wins)."""
+        if self.reason is None:
+            self.reason = reason
+            self.error = error
+
+    # -- tokens ----------------------------------------------------------------
+
+    def context_window(self) -> int:
+        configured = self.config.context_window
+        if configured:
+            return configured
+        window = getattr(self.ctx.llm, "context_window", None)
+        return window if isinstance(window, int) and window > 0 else 0
+
+    def count(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """Tokens of ``messages`` (per-message counts memoised: messages never change)."""
+        if self.ctx.token_counter is not None:
+            return int(self.ctx.token_counter(messages))
+        if self._counter is None:
+            self._counter = default_counter()
+            if self.config.native_tools:
+                self._schema_tokens = self._counter.count_text(json.dumps(
+                    self.request_tools(), ensure_ascii=False, default=str))
+        memo = self._token_memo
+        total = self._schema_tokens
+        for message in messages:
+            hit = memo.get(id(message))
+            if hit is None or hit[0] is not message:
+                hit = (message, self._counter.count_message(message))
+                memo[id(message)] = hit
+            total += hit[1]
+        return total
+
+    def usage_pct(self) -> float:
+        """Context usage now: the last system prompt plus the history, in percent."""
+        tokens = self.count([{"role": "system", "content": self.system_text},
+                             *self.history.messages])
+        pct = usage_percentage(tokens, self.context_window())
+        self.usage["context_tokens"] = tokens
+        self.usage["context_percent"] = round(pct, 1)
+        return pct
+
+    # -- building the request --------------------------------------------------
+
+    @defer.inlineCallbacks
+    def build_messages(self, advisory: TokenAdvisory) -> Any:
+        """The regenerated system prompt, then the history (fresh results advised)."""
+        provider = self.ctx.system_prompt
+        persona = (yield defer.maybeDeferred(provider)) if callable(provider) else provider
+        self.system_text = build_system_prompt(PromptInputs(
+            assistant_name=self.ctx.assistant_name,
+            persona=str(persona or ""),
+            mode=self.ctx.mode,
+            reflection=self.ctx.reflection,
+            tool_schemas=self.tool_schemas,
+            tool_categories=self.categories,
+            exit_tool_schemas=[t.schema() for t in self.config.exit_tools],
+            native_tools=self.config.native_tools,
+            tool_budget_remaining=self.budget,
+            iteration=self.iteration,
+            max_iterations=self.config.effective_max_iterations,
+            advisory=advisory,
+            noop_tool=self.config.noop_tool,
+        ))
+        history = self.history.messages
+        if self.fresh_results and advisory.level is not AdvisoryLevel.NORMAL:
+            fresh = {id(m) for m in self.fresh_results}
+            history = [_with_advisory(m, advisory) if id(m) in fresh else m
+                       for m in history]
+        if self.nudge_at is not None:
+            history.insert(self.nudge_at, {"role": "user", "content": self.nudge})
+        return [{"role": "system", "content": self.system_text}, *history]
+
+    def request_tools(self) -> list[dict[str, Any]] | None:
+        """The ``tools=`` field: normal tools, noop and exit tools (native mode only)."""
+        if not self.config.native_tools:
+            return None
+        return [*self.tool_schemas, *(t.schema() for t in self.config.exit_tools)]
+
+    # -- the model's answer ----------------------------------------------------
+
+    def on_llm_event(self, event: Any) -> None:
+        """Keep streamed text (preserved if the call fails) and relay it to observers."""
+        if isinstance(event, TextDelta):
+            self.deltas.append(event.text)
+            self.emit("text_delta", text=event.text)
+
+    def add_text(self, text: str) -> None:
+        if text:
+            self.texts.append(text)
+
+    def add_usage(self, usage: Mapping[str, Any] | None) -> None:
+        self.usage["requests"] += 1
+        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            value = (usage or {}).get(key)
+            if isinstance(value, int):
+                self.usage[key] += value
+
+    def record_signal(self, call: ToolCall) -> None:
+        """An exit tool call: recorded and published, never executed nor charged."""
+        arguments: dict[str, Any] = dict(call.arguments)
+        if call.arguments_error is not None:
+            arguments = {"_raw": call.raw_arguments}
+        signal = {"tool_name": call.name, "arguments": arguments,
+                  "emitted_at": self.ctx.clock.seconds()}
+        self.signals.append(signal)
+        self.emit("signal", **signal)
+
+    # -- tool calls --------------------------------------------------------------
+
+    def add_result(self, outcome: execution.ToolCallOutcome, *, skipped: bool = False
+                   ) -> None:
+        """Record an engine outcome in the results and publish it."""
+        entry = outcome.as_dict()
+        # step 7: the advisory at this point of the loop (the model reads it in the
+        # next request; it is not stored in the history, so it never goes stale)
+        entry["result"] = inject_token_advisory(
+            outcome.result, self.usage_pct(), self.config.thresholds)
+        entry["iteration"] = self.iteration
+        entry["category"] = outcome.category.value if outcome.category else None
+        if skipped:
+            entry["skipped"] = True
+        self.results.append(entry)
+        if outcome.kind == execution.HISTORY and len(outcome.history_entries) == 2:
+            self.fresh_results.append(outcome.history_entries[1])
+        self.emit("tool_result", tool=outcome.tool_name, tool_call_id=outcome.tool_call_id,
+                  status=outcome.status, success=outcome.success, skipped=skipped,
+                  duration_ms=outcome.duration_ms, from_cache=outcome.from_cache)
+
+    def skip_rest(self, calls: Sequence[ToolCall], content: str | None, why: str
+                  ) -> str | None:
+        """Give every remaining call a synthetic "skipped" answer (DESIGN §3).
+
+        Returns ``content`` if it is still to be recorded (no call to carry it).
+        """
+        if not calls:
+            return content
+        if content:
+            self.history.add_assistant(content)
+        for call in calls:
+            outcome = execution.skip_tool_call(self.exec_ctx, _raw_call(call), why)
+            if outcome.kind == execution.HISTORY:
+                self.add_result(outcome, skipped=True)
+        return None
+
+    def result(self) -> LoopResult:
+        success_count = sum(1 for r in self.results if r.get("success"))
+        return LoopResult(
+            iterations=self.iteration,
+            results=tuple(self.results),
+            termination_reason=self.reason or MAX_ITERATIONS,
+            success=success_count > 0,
+            success_count=success_count,
+            pattern_mode=self.config.pattern_mode,
+            max_allowed_iterations=self.config.effective_max_iterations,
+            signals=tuple(self.signals),
+            text="\n".join(self.texts),
+            usage=dict(self.usage),
+            duration_ms=round((self.ctx.clock.seconds() - self.started) * 1000.0, 3),
+            error=self.error,
+            tool_budget_remaining=self.budget,
+        )
+
+
+@defer.inlineCallbacks
+def _run_calls(run: _LoopRun, calls: list[ToolCall], content: str | None) -> Any:
+    """Steps 5 to 8 for the calls of one answer, in order; sets ``run.reason`` to end."""
+    config, control = run.config, run.ctx.control
+    for index, call in enumerate(calls):
+        rest = calls[index + 1:]
+        if call.name == config.noop_tool:
+            content = run.skip_rest(rest, content, "the turn ended (noop)")
+            run.end(NOOP)
+            break
+        if run.stop_requested():
+            content = run.skip_rest([call, *rest], content, "the turn was stopped")
+            run.end(STOPPED_BY_USER, control.reason)
+            break
+        if run.budget is not None and run.budget <= 0:
+            content = run.skip_rest([call, *rest], content, "the tool budget is exhausted")
+            run.end(TOOL_BUDGET_EXHAUSTED, "tool budget exhausted")
+            break
+        run.emit("tool_call", tool=call.name, tool_call_id=call.id,
+                 arguments=dict(call.arguments), category=run.categories.get(call.name))
+        d = execution.execute_tool_call(run.exec_ctx, _raw_call(call),
+                                        assistant_content=content)
+        try:
+            outcome = yield control.track(d)
+        finally:
+            control.untrack()
+        if outcome.kind == execution.ABORT:
+            reason = _ABORT_REASONS.get(outcome.status, INTERNAL_ERROR)
+            if reason == STOPPED_BY_USER:
+                control.stopped = True
+            # the aborted call gets no history entry; the rest are answered "skipped"
+            content = run.skip_rest(
+                rest, content,
+                "the turn was stopped" if reason == STOPPED_BY_USER else "an earlier call failed")
+            run.end(reason, str(outcome.result.get("error") or control.reason or ""))
+            break
+        content = None  # the first exchange carried the text
+        if outcome.dispatched and run.budget is not None:
+            run.budget -= 1
+        run.add_result(outcome)
+        if outcome.kind == execution.RESTART:
+            # the tool enriched the context: next iteration, this answer's other calls skipped
+            run.consecutive_errors = 0
+            run.skip_rest(rest, None, "the context was refreshed; ask again if needed")
+            break
+        run.consecutive_errors = 0 if outcome.success else run.consecutive_errors + 1
+        ends = outcome.ends_loop
+        if ends is not None:
+            run.skip_rest(rest, None, f"an earlier call ended the turn ({ends})")
+            run.end(ends)
+            break
+        if run.consecutive_errors >= config.consecutive_error_cap:
+            run.skip_rest(rest, None, "too many failed calls in a row")
+            run.end(CONSECUTIVE_ERRORS,
+                    f"{run.consecutive_errors} failed tool calls in a row")
+            break
+    if content:
+        run.history.add_assistant(content)
+
+
+@defer.inlineCallbacks
+def _run_loop(run: _LoopRun) -> Any:
+    ctx, config = run.ctx, run.config
+    control = ctx.control
+    max_iterations = config.effective_max_iterations
+    try:
+        run.prepare()
+        while run.reason is None:
+            # 1. continuation check
+            if run.stop_requested():
+                run.end(STOPPED_BY_USER, control.reason)
+                break
+            pct = run.usage_pct()
+            continuation = check_loop_continuation(
+                pct, run.iteration, max_iterations, config.thresholds)
+            if not continuation.should_continue:
+                if continuation.reason == "max_iterations":
+                    run.end(MAX_ITERATIONS)
+                else:
+                    run.end(CRITICAL_TOKENS, continuation.message)
+                break
+            # 2. build the messages (system prompt regenerated every iteration)
+            messages = yield run.build_messages(continuation.advisory)
+            run.fresh_results = []
+            run.iteration += 1
+            run.emit("iteration", max_iterations=max_iterations,
+                     usage_percent=round(pct, 1), continuation=continuation.reason,
+                     tool_budget_remaining=run.budget)
+            # 3. call the model
+            run.deltas = []
+            try:
+                response = yield control.track(_ask_model(
+                    ctx.llm, messages, run.request_tools(), config.stream, run.on_llm_event))
+            except defer.CancelledError:
+                run.add_text("".join(run.deltas))
+                control.stopped = True
+                run.end(STOPPED_BY_USER, control.reason or "cancelled")
+                break
+            except LLMError as e:
+                run.add_text(e.partial_text or "".join(run.deltas))
+                reason = e.reason if e.reason in TERMINATION_REASONS else LLM_ERROR
+                run.end(reason, str(e) or type(e).__name__)
+                break
+            finally:
+                control.untrack()
+            if not isinstance(response, ChatResponse):
+                run.add_text("".join(run.deltas))
+                run.end(LLM_ERROR, f"the model client returned {type(response).__name__}")
+                break
+            run.add_usage(response.usage)
+            if run.stop_requested():
+                run.add_text(response.content)
+                run.end(STOPPED_BY_USER, control.reason)
+                break
+            # 4. parse the tool calls (noop ends the loop)
+            parsed = parse_tool_calls(response, run.normal_names, config.exit_tool_names,
+                                      fallback=not config.native_tools)
+            problem = _validate_calls(parsed)
+            if problem is not None:
+                run.add_text(parsed.visible_text)
+                run.end(PARSE_ERROR, problem)
+                break
+            if parsed.unknown:
+                # answered by the engine; re-parse so their directives leave the text
+                parsed = parse_tool_calls(
+                    response, [*run.normal_names, *(c.name for c in parsed.unknown)],
+                    config.exit_tool_names, fallback=not config.native_tools)
+            for warning in parsed.warnings:
+                log.warn("Tool call of {assistant}: {warning}",
+                         assistant=ctx.assistant_name, warning=warning)
+            run.add_text(parsed.visible_text)
+            for call in parsed.exit:
+                run.record_signal(call)
+            calls = [c for c in parsed.calls if c.name not in config.exit_tool_names]
+            content = parsed.visible_text or None
+            if not calls:
+                if content:
+                    run.history.add_assistant(content)
+                run.end(COMPLETED)
+            else:
+                # 5-8. gate, execute, advisory (next request), termination checks
+                yield _run_calls(run, calls, content)
+            if run.reason == STOPPED_BY_USER:
+                break
+            # the service persists the iteration before the next model call
+            if ctx.checkpoint is not None:
+                try:
+                    yield defer.maybeDeferred(ctx.checkpoint, LoopProgress(
+                        run.iteration, tuple(run.results), tuple(run.signals),
+                        "\n".join(run.texts), run.budget))
+                except Exception:
+                    log.failure("Checkpoint of {assistant} failed after iteration "
+                                "{iteration}; the loop goes on",
+                                assistant=ctx.assistant_name, iteration=run.iteration)
+    except defer.CancelledError:
+        control.stopped = True
+        run.end(STOPPED_BY_USER, control.reason or "cancelled")
+    except Exception as e:
+        log.failure("ReAct loop of {assistant} failed", assistant=ctx.assistant_name)
+        run.end(INTERNAL_ERROR, f"{type(e).__name__}: {e}")
+    result = run.result()
+    run.emit("termination", reason=result.termination_reason, error=result.error,
+             success=result.success, iterations=result.iterations,
+             signals=len(result.signals), duration_ms=result.duration_ms)
+    log.info("ReAct loop of {assistant} ended: {reason} after {iterations} iteration(s)",
+             assistant=ctx.assistant_name, reason=result.termination_reason,
+             iterations=result.iterations, error=result.error)
+    return result
+
+
 def execute_react_loop(
     ctx: LoopContext, config: LoopConfig | None = None
 ) -> defer.Deferred[LoopResult]:
     """Run one ReAct loop for ``ctx``; fires with a :class:`LoopResult`, never fails.
 
     Cancelling the returned Deferred is a kill, like ``ctx.control.stop()``:
-    the loop ends with ``stopped_by_user``.
+    the request or tool in flight is cancelled and the loop ends with
+    ``stopped_by_user``.
     """
-    raise NotImplementedError("execute_react_loop is being implemented")
+    d: defer.Deferred[LoopResult] = _run_loop(_LoopRun(ctx, config or LoopConfig()))
+    return d
