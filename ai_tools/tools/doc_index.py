@@ -110,7 +110,7 @@ class DocumentationIndex:
             hits.append({
                 "page": section.page,
                 "section": section.heading,
-                "score": round(score, 4),
+                "score": score,
                 "text": text,
             })
         return hits

@@ -248,7 +248,8 @@ class RelationshipsTool(LibraryTool):
         obj, names, key = await identify(actor, entity)
         existing = await _relationship(actor, store, names)
         metadata = dict((existing or {}).get("metadata") or {})
-        metadata.update(entity=key, name=(obj or {}).get("key") or entity.strip())
+        if obj is not None or existing is None:
+            metadata.update(entity=key, name=(obj or {}).get("key") or entity.strip())
         if relation is not None:
             metadata["relation"] = relation
         if sentiment is not None:

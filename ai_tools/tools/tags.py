@@ -130,6 +130,7 @@ class SearchByTagTool(LibraryTool):
     category = ToolCategory.SAFE_CHAIN
     cacheable = True
     cache_scope = "tick"
+    requires_character = False
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
