@@ -1,0 +1,579 @@
+"""An OpenAI-compatible chat-completions client over treq.
+
+One :class:`OpenAIChatClient` per model profile.  It owns its
+``HTTPConnectionPool`` (closed by :meth:`OpenAIChatClient.close`), caps
+concurrent requests with a ``DeferredSemaphore``, streams answers through a
+byte-level SSE parser into the semantic events of spec 003, retries 429, 5xx
+and connection failures with the shared :class:`~ai_tools.retry.RetryPolicy`
+(honouring ``Retry-After``), fails at once with a clear message on 400, 401,
+403 and 404, and stops calling a failing server through a circuit breaker.
+
+Cancelling the Deferred returned by :meth:`OpenAIChatClient.complete` aborts
+the HTTP connection, wherever the request is (waiting for a slot, for
+headers, mid-stream, or in a back-off wait).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
+
+import attrs
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web.client import Agent, HTTPConnectionPool, _HTTP11ClientFactory
+from twisted.web.iweb import IAgent
+from zope.interface import implementer
+
+from ai_tools.errors import (
+    LLMConnectionError,
+    LLMError,
+    LLMProtocolError,
+    LLMRequestError,
+    LLMServerError,
+    LLMTimeout,
+    LLMUnavailable,
+    RepeatedLineLoop,
+)
+from ai_tools.interfaces import ILLMClient
+from ai_tools.llm.body import BodyReader, BytesProducer
+from ai_tools.llm.breaker import CircuitBreaker
+from ai_tools.llm.events import (
+    AssistantMessageFinal,
+    ChatResponse,
+    LLMEvent,
+    ServerError,
+    StreamDone,
+    TextDelta,
+    UsageUpdate,
+)
+from ai_tools.llm.http_errors import (
+    error_for_status,
+    header_value,
+    parse_retry_after,
+    redact_headers,
+    server_message,
+)
+from ai_tools.llm.profile import ModelProfile
+from ai_tools.llm.repetition import RepeatedLineDetector
+from ai_tools.llm.sse import SSEParser
+from ai_tools.llm.stream import ChatStreamAssembler, StreamProtocolError
+from ai_tools.llm.tokens import context_window_for
+from ai_tools.retry import DEFAULT_RETRY_POLICY, RetryPolicy, is_retryable_error
+
+EventCallback = Callable[[LLMEvent], object]
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+MAX_ERROR_BODY_BYTES = 64 * 1024
+USER_AGENT = b"ai_tools (twisted; +openai-compatible)"
+
+
+class _QuietClientFactory(_HTTP11ClientFactory):
+    """The pool's connection factory without a log line per connection."""
+
+    noisy = False
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class _StreamServerError(Exception):
+    """The stream carried an error object (ServerError event)."""
+
+    def __init__(self, error: Any) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+@attrs.define(eq=False)
+class _AttemptState:
+    """What one attempt produced so far (kept for the partial output)."""
+
+    assembler: ChatStreamAssembler = attrs.field(factory=ChatStreamAssembler)
+    produced: bool = False
+
+
+def _describe(failure: BaseException) -> str:
+    """Readable text for connection failures wrapped by twisted.web."""
+    reasons = getattr(failure, "reasons", None)
+    if reasons:
+        inner = "; ".join(
+            (r.getErrorMessage() if isinstance(r, Failure) else str(r)) for r in reasons
+        )
+        return f"{type(failure).__name__}: {inner}"
+    return f"{type(failure).__name__}: {failure}"
+
+
+@implementer(ILLMClient)
+@attrs.define(eq=False)
+class OpenAIChatClient:
+    """Chat completions against one OpenAI-compatible server.
+
+    Everything but ``profile`` is optional: ``reactor`` (the global one by
+    default), ``http_client`` (a treq ``HTTPClient`` or ``StubTreq``; by
+    default one over an ``Agent`` with the client's own pool),
+    ``retry_policy``, ``breaker``, ``environ`` (where the API key is read) and
+    ``rand`` (the jitter source).
+    """
+
+    profile: ModelProfile
+    reactor: Any = None
+    http_client: Any = None
+    retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY
+    breaker: CircuitBreaker | None = None
+    environ: Mapping[str, str] | None = None
+    rand: Callable[[], float] = random.random
+    wall_clock: Callable[[], float] = time.time
+    _pool: HTTPConnectionPool | None = attrs.field(default=None, init=False)
+    _semaphore: defer.DeferredSemaphore = attrs.field(init=False)
+    _inflight: set[defer.Deferred[ChatResponse]] = attrs.field(factory=set, init=False)
+    _closed: bool = attrs.field(default=False, init=False)
+    _log = Logger()
+
+    def __attrs_post_init__(self) -> None:
+        if self.reactor is None:
+            from twisted.internet import reactor
+
+            self.reactor = reactor
+        self._semaphore = defer.DeferredSemaphore(self.profile.max_concurrency)
+        if self.breaker is None:
+            self.breaker = CircuitBreaker(
+                self.reactor,
+                failure_threshold=self.profile.breaker_threshold,
+                cooldown=self.profile.breaker_cooldown,
+                name=self.profile.label,
+            )
+        if self.http_client is None:
+            import treq.client
+
+            self._pool = HTTPConnectionPool(self.reactor, persistent=True)
+            self._pool._factory = _QuietClientFactory
+            self._pool.maxPersistentPerHost = self.profile.max_concurrency
+            agent = Agent(
+                self.reactor, pool=self._pool, connectTimeout=self.profile.timeouts.connect
+            )
+            self.http_client = treq.client.HTTPClient(
+                cast(IAgent, agent), data_to_body_producer=cast(Any, BytesProducer)
+            )
+
+    # -- ILLMClient -----------------------------------------------------------------
+
+    @property
+    def model(self) -> str:
+        """Model name sent to the server."""
+        return self.profile.model
+
+    @property
+    def context_window(self) -> int:
+        """Context window in tokens (configured, else known for the model)."""
+        return context_window_for(self.profile.model, self.profile.context_window)
+
+    def complete(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Any] | None = None,
+        tool_choice: Any = None,
+        stream: bool | None = None,
+        on_event: EventCallback | None = None,
+        *,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> defer.Deferred[ChatResponse]:
+        """Ask the model; fires with a :class:`ChatResponse`.
+
+        ``tools`` are OpenAI tool dicts or objects with a ``schema()`` method;
+        ``tool_choice`` is ``"auto"``, ``"none"``, ``"required"``, a tool name
+        or a dict.  ``stream`` None follows the profile.  ``on_event`` gets each
+        semantic event as it arrives.  Fails with an
+        :class:`~ai_tools.errors.LLMError` subclass carrying ``partial_text``.
+        """
+        if self._closed:
+            return defer.fail(LLMError(f"model client for {self.profile.label} is closed"))
+        streaming = self.profile.stream if stream is None else bool(stream)
+        try:
+            body = self._request_body(messages, tools, tool_choice, streaming, extra_body)
+        except (TypeError, ValueError) as e:
+            return defer.fail(LLMRequestError(f"cannot encode the request: {e}"))
+        d = defer.Deferred.fromCoroutine(self._complete(body, streaming, on_event))
+        if not d.called:
+            self._inflight.add(d)
+
+            def forget(result: Any) -> Any:
+                self._inflight.discard(d)
+                return result
+
+            d.addBoth(forget)
+        return d
+
+    def close(self) -> defer.Deferred[None]:
+        """Cancel requests in flight and close the pool's connections."""
+        self._closed = True
+        for d in list(self._inflight):
+            d.cancel()
+        if self._pool is not None:
+            return self._pool.closeCachedConnections()
+        return defer.succeed(None)
+
+    # -- the request ----------------------------------------------------------------
+
+    def _request_body(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Any] | None,
+        tool_choice: Any,
+        streaming: bool,
+        extra_body: Mapping[str, Any] | None,
+    ) -> bytes:
+        body: dict[str, Any] = {"model": self.profile.model, "messages": list(messages)}
+        native = self.profile.tool_calling == "native"
+        if tools and native:
+            body["tools"] = [
+                t.schema() if callable(getattr(t, "schema", None)) else dict(t) for t in tools
+            ]
+            if tool_choice is not None:
+                if isinstance(tool_choice, str) and tool_choice not in (
+                    "auto",
+                    "none",
+                    "required",
+                ):
+                    tool_choice = {"type": "function", "function": {"name": tool_choice}}
+                body["tool_choice"] = tool_choice
+        body["stream"] = streaming
+        if streaming and self.profile.stream_usage:
+            body["stream_options"] = {"include_usage": True}
+        body.update(self.profile.extra_body)
+        if extra_body:
+            body.update(extra_body)
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+    def _api_key(self) -> str | None:
+        name = self.profile.api_key_env
+        if not name:
+            return None
+        env = os.environ if self.environ is None else self.environ
+        return env.get(name) or None
+
+    def _headers(self, streaming: bool) -> dict[bytes, list[bytes]]:
+        headers = {
+            b"Content-Type": [b"application/json"],
+            b"Accept": [b"text/event-stream" if streaming else b"application/json"],
+            b"User-Agent": [USER_AGENT],
+        }
+        key = self._api_key()
+        if key:
+            headers[b"Authorization"] = [b"Bearer " + key.encode("latin-1", "replace")]
+        for name, value in self.profile.headers.items():
+            headers[name.encode("latin-1")] = [str(value).encode("latin-1", "replace")]
+        return headers
+
+    async def _complete(
+        self, body: bytes, streaming: bool, on_event: EventCallback | None
+    ) -> ChatResponse:
+        breaker = self.breaker
+        assert breaker is not None
+        breaker.check()  # fail fast, without waiting for a slot
+        await self._semaphore.acquire()
+        try:
+            attempt = 0
+            while True:
+                attempt += 1
+                breaker.before_attempt()
+                state = _AttemptState()
+                try:
+                    response = await self._timed_attempt(body, streaming, on_event, state)
+                except defer.CancelledError:
+                    breaker.release_probe()
+                    raise
+                except LLMUnavailable:
+                    raise
+                except LLMError as error:
+                    verdict = self._judge(error)
+                    if verdict == "success":
+                        breaker.record_success()
+                        raise
+                    breaker.record_failure()
+                    if verdict != "retry" or state.produced:
+                        raise
+                    if attempt >= self.retry_policy.max_attempts:
+                        raise
+                    delay = self._retry_delay(error, attempt)
+                    self._log.warn(
+                        "Model {label} request failed ({error}); attempt {attempt}/{max} "
+                        "failed, retrying in {delay:.2f}s",
+                        label=self.profile.label,
+                        error=str(error),
+                        attempt=attempt,
+                        max=self.retry_policy.max_attempts,
+                        delay=delay,
+                    )
+                    await defer.Deferred.fromCoroutine(self._sleep(delay))
+                else:
+                    breaker.record_success()
+                    return response
+        finally:
+            self._semaphore.release()
+
+    async def _sleep(self, delay: float) -> None:
+        from twisted.internet import task
+
+        await task.deferLater(self.reactor, delay, lambda: None)
+
+    def _judge(self, error: LLMError) -> str:
+        """'retry', 'fail' (counts against the breaker) or 'success' (server is fine)."""
+        if isinstance(error, LLMRequestError | RepeatedLineLoop):
+            return "success"
+        if isinstance(error, LLMServerError | LLMConnectionError | LLMTimeout):
+            return "retry"
+        if isinstance(error, LLMProtocolError):
+            return "fail"
+        return "retry" if is_retryable_error(error) else "fail"
+
+    def _retry_delay(self, error: LLMError, attempt: int) -> float:
+        retry_after = getattr(error, "retry_after", None)
+        if retry_after is not None:
+            return float(min(retry_after, self.profile.retry_after_cap))
+        return self.retry_policy.delay(attempt, self.rand)
+
+    async def _timed_attempt(
+        self,
+        body: bytes,
+        streaming: bool,
+        on_event: EventCallback | None,
+        state: _AttemptState,
+    ) -> ChatResponse:
+        d = defer.Deferred.fromCoroutine(self._attempt(body, streaming, on_event, state))
+        total = self.profile.timeouts.total
+        if total is None:
+            return await d
+        d.addTimeout(total, self.reactor)
+        try:
+            return await d
+        except defer.TimeoutError:
+            raise LLMTimeout(
+                f"{self.profile.chat_url}: no complete answer within {total:g}s",
+                state.assembler.text,
+            ) from None
+
+    async def _attempt(
+        self,
+        body: bytes,
+        streaming: bool,
+        on_event: EventCallback | None,
+        state: _AttemptState,
+    ) -> ChatResponse:
+        url = self.profile.chat_url
+        headers = self._headers(streaming)
+        self._log.debug(
+            "Model request POST {url} headers={headers} ({size} bytes)",
+            url=url,
+            headers=redact_headers({k.decode(): v for k, v in headers.items()}),
+            size=len(body),
+        )
+        d = self.http_client.request(
+            "POST",
+            url,
+            data=body,
+            headers=headers,
+            unbuffered=True,
+            allow_redirects=False,
+            reactor=self.reactor,
+        )
+        header_timeout = self.profile.timeouts.headers
+        if header_timeout is not None:
+            d.addTimeout(header_timeout, self.reactor)
+        try:
+            response = await d
+        except defer.TimeoutError:
+            raise LLMTimeout(f"no response from {url} within {header_timeout:g}s") from None
+        except defer.CancelledError:
+            raise
+        except Exception as e:
+            raise LLMConnectionError(f"could not reach {url}: {_describe(e)}") from None
+
+        status = response.code
+        if not 200 <= status < 300:
+            raw = await self._read_all(response, MAX_ERROR_BODY_BYTES, truncate=True)
+            retry_after = parse_retry_after(
+                header_value(response.headers, "retry-after"), self.wall_clock()
+            )
+            raise error_for_status(
+                status,
+                url,
+                raw,
+                model=self.profile.model,
+                api_key_env=self.profile.api_key_env,
+                api_key_present=self._api_key() is not None,
+                retry_after=retry_after,
+            )
+        content_type = (header_value(response.headers, "content-type") or "").lower()
+        if streaming and "json" not in content_type:
+            return await self._read_stream(response, on_event, state)
+        raw = await self._read_all(response, MAX_BODY_BYTES)
+        return self._parse_completion(raw, on_event, state)
+
+    async def _read_all(self, response: Any, limit: int, truncate: bool = False) -> bytes:
+        """The whole body (idle timeout applies); over ``limit``: cut or fail."""
+        parts: list[bytes] = []
+        size = 0
+        reader: BodyReader
+
+        def sink(data: bytes) -> None:
+            nonlocal size
+            size += len(data)
+            parts.append(data)
+            if size > limit:
+                if truncate:
+                    reader.stop()
+                else:
+                    raise _BodyTooLarge()
+
+        reader = BodyReader(self.reactor, sink, self.profile.timeouts.idle, "response body")
+        response.deliverBody(reader)
+        try:
+            await reader.finished
+        except _BodyTooLarge:
+            raise LLMProtocolError(
+                f"response from {self.profile.chat_url} is larger than {limit} bytes"
+            ) from None
+        except (defer.CancelledError, LLMError):
+            raise
+        except Exception as e:
+            if truncate:
+                return b"".join(parts)
+            raise LLMConnectionError(
+                f"connection to {self.profile.chat_url} lost while reading the answer: "
+                f"{_describe(e)}"
+            ) from None
+        return b"".join(parts)[:limit] if truncate else b"".join(parts)
+
+    def _emit(self, on_event: EventCallback | None, event: LLMEvent) -> None:
+        if on_event is None:
+            return
+        try:
+            on_event(event)
+        except Exception:
+            self._log.failure("on_event callback failed on {event!r}", event=event)
+
+    def _parse_completion(
+        self, raw: bytes, on_event: EventCallback | None, state: _AttemptState
+    ) -> ChatResponse:
+        url = self.profile.chat_url
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise LLMProtocolError(
+                f"200 from {url} but the body is not JSON: {server_message(raw)}"
+            ) from None
+        if not isinstance(data, dict):
+            raise LLMProtocolError(f"200 from {url} but the body is not a JSON object")
+        if data.get("error"):
+            raise LLMServerError(
+                f"200 from {url} carrying an error: {server_message(raw)}", url=url
+            )
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise LLMProtocolError(f"200 from {url} but the answer has no choices: {raw[:200]!r}")
+        choice = choices[0]
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            raise LLMProtocolError(f"200 from {url} but choices[0] has no message")
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
+        response = ChatResponse.from_message(
+            message,
+            finish_reason=choice.get("finish_reason"),
+            usage=usage,
+            model=str(data.get("model") or self.profile.model),
+        )
+        state.produced = True
+        if response.content:
+            self._emit(on_event, TextDelta(response.content))
+        detector = RepeatedLineDetector(self.profile.repetition)
+        detector.feed(response.content)
+        if detector.finish():
+            raise RepeatedLineLoop(
+                f"the model repeated itself ({detector.repeated!r})", response.content
+            )
+        if usage:
+            self._emit(on_event, UsageUpdate(usage))
+        self._emit(on_event, AssistantMessageFinal(response.message))
+        self._emit(on_event, StreamDone())
+        return response
+
+    async def _read_stream(
+        self, response: Any, on_event: EventCallback | None, state: _AttemptState
+    ) -> ChatResponse:
+        url = self.profile.chat_url
+        parser = SSEParser()
+        assembler = state.assembler
+        detector = RepeatedLineDetector(self.profile.repetition)
+        detect = self.profile.repetition.enabled
+        reader: BodyReader
+        emit = self._emit
+
+        def dispatch(events: list[LLMEvent]) -> None:
+            for event in events:
+                if reader.done:
+                    return
+                if type(event) is TextDelta:
+                    state.produced = True
+                    emit(on_event, event)
+                    if detect and detector.feed(event.text):
+                        raise RepeatedLineLoop(
+                            f"the model repeated itself ({detector.repeated!r})",
+                            assembler.text,
+                        )
+                elif type(event) is ServerError:
+                    emit(on_event, event)
+                    raise _StreamServerError(event.error)
+                else:
+                    emit(on_event, event)
+
+        def sink(data: bytes) -> None:
+            for sse in parser.feed(data):
+                dispatch(assembler.feed(sse))
+                if reader.done:
+                    return
+
+        reader = BodyReader(self.reactor, sink, self.profile.timeouts.idle, "answer stream")
+        response.deliverBody(reader)
+        try:
+            await reader.finished
+            for sse in parser.close():
+                dispatch(assembler.feed(sse))
+        except defer.CancelledError:
+            raise
+        except RepeatedLineLoop:
+            raise
+        except LLMTimeout as e:
+            raise LLMTimeout(f"{url}: {e}", assembler.text) from None
+        except _StreamServerError as e:
+            detail = e.error.get("message", e.error) if isinstance(e.error, dict) else e.error
+            raise LLMServerError(
+                f"{url} reported an error mid-stream: {detail}", assembler.text, url=url
+            ) from None
+        except StreamProtocolError as e:
+            raise LLMProtocolError(f"{url}: {e}", assembler.text) from None
+        except Exception as e:
+            raise LLMConnectionError(
+                f"connection to {url} lost mid-stream: {_describe(e)}", assembler.text
+            ) from None
+        if not assembler.finished:
+            if assembler.finish_reason is None:
+                raise LLMConnectionError(
+                    f"the stream from {url} ended before [DONE] (truncated)", assembler.text
+                )
+            dispatch(assembler.finish())
+        state.produced = state.produced or bool(assembler.message().get("tool_calls"))
+        if detect and detector.finish():
+            raise RepeatedLineLoop(
+                f"the model repeated itself ({detector.repeated!r})", assembler.text
+            )
+        result = assembler.response()
+        if not result.model:
+            result = attrs.evolve(result, model=self.profile.model)
+        return result

@@ -1,0 +1,65 @@
+"""Chat-history messages for tool calls, in the two formats of spec 000 §7.
+
+Native format (models with tool calling): an assistant message carrying
+``tool_calls``, answered by one ``{"role": "tool", "tool_call_id": ...}`` message
+per call.  Fallback format (models without): the assistant message holds the
+call as JSON text, and the result comes back as a user message starting with
+``[TOOL RESULT: name]``.  Only normal calls go into history; exit calls are
+signals and never need an answer (spec 003).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ai_tools.llm.events import ToolCall
+
+FALLBACK_RESULT_PREFIX = "[TOOL RESULT: "
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def assistant_tool_calls_message(
+    calls: Iterable[ToolCall], content: str | None = None
+) -> dict[str, Any]:
+    """Native: the assistant message asking for ``calls`` (pass normal calls only)."""
+    return {
+        "role": "assistant",
+        "content": content or None,
+        "tool_calls": [call.to_openai() for call in calls],
+    }
+
+
+def tool_result_message(call: ToolCall | str, result: Mapping[str, Any] | str) -> dict[str, Any]:
+    """Native: the answer to one call (``call`` is the call or its id)."""
+    call_id = call.id if isinstance(call, ToolCall) else call
+    content = result if isinstance(result, str) else _json(dict(result))
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def fallback_call_message(call: ToolCall) -> dict[str, Any]:
+    """Fallback: the assistant message holding the call as JSON text."""
+    body: dict[str, Any] = {"tool": call.name, "parameters": dict(call.arguments)}
+    if call.reasoning:
+        body["reasoning"] = call.reasoning
+    return {"role": "assistant", "content": _json(body)}
+
+
+def fallback_result_message(name: str, result: Mapping[str, Any] | str) -> dict[str, Any]:
+    """Fallback: the result of tool ``name`` as a user message."""
+    content = result if isinstance(result, str) else _json(dict(result))
+    return {"role": "user", "content": f"{FALLBACK_RESULT_PREFIX}{name}]\n{content}"}
+
+
+def is_fallback_result(message: Mapping[str, Any]) -> bool:
+    """Whether ``message`` is a fallback-format tool result (not a real user line)."""
+    content = message.get("content")
+    return (
+        message.get("role") == "user"
+        and isinstance(content, str)
+        and content.startswith(FALLBACK_RESULT_PREFIX)
+    )

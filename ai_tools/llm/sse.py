@@ -1,0 +1,102 @@
+"""A byte-level parser for Server-Sent Events (the framing of streamed completions).
+
+Bytes arrive in arbitrary chunks: an event, a line, a ``\\r\\n`` pair or a
+multi-byte UTF-8 character may be split anywhere.  The parser buffers bytes,
+splits lines on ``\\n``, ``\\r\\n`` or ``\\r`` *before* decoding (line breaks are
+ASCII, so a character is never cut in two), skips ``:`` comments, joins
+multiple ``data:`` lines with ``\\n`` and dispatches an event on each blank line,
+as the WHATWG EventSource algorithm does.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.frozen
+class SSEEvent:
+    """One dispatched event: its type, its data (lines joined) and last id."""
+
+    data: str
+    event: str = "message"
+    id: str | None = None
+
+
+class SSEParser:
+    """Incremental SSE parser: ``feed(bytes) -> [SSEEvent]``, ``close() -> [SSEEvent]``."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._skip_lf = False
+        self._at_start = True
+        self._data: list[str] = []
+        self._event = ""
+        self._last_id: str | None = None
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Parse ``chunk``; return the events completed by it."""
+        if not chunk:
+            return []
+        if self._skip_lf:
+            self._skip_lf = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+        buffer = self._buffer + chunk if self._buffer else chunk
+        if self._at_start:
+            if len(buffer) < 3 and b"\xef\xbb\xbf".startswith(buffer):
+                self._buffer = buffer
+                return []
+            self._at_start = False
+            if buffer.startswith(b"\xef\xbb\xbf"):
+                buffer = buffer[3:]
+        lines = buffer.splitlines(keepends=True)
+        if lines and not lines[-1].endswith((b"\n", b"\r")):
+            self._buffer = lines.pop()
+        else:
+            self._buffer = b""
+        if lines and lines[-1].endswith(b"\r"):
+            # A lone CR ends a line; if the next chunk starts with LF, the pair
+            # was one CRLF and that LF must not count as a blank line.
+            self._skip_lf = True
+        events: list[SSEEvent] = []
+        for raw in lines:
+            self._line(raw.rstrip(b"\r\n"), events)
+        return events
+
+    def close(self) -> list[SSEEvent]:
+        """End of stream: an unterminated last line is processed, a half event dropped.
+
+        Per the EventSource algorithm an event is only dispatched by a blank
+        line, so data without one is incomplete and discarded.
+        """
+        events: list[SSEEvent] = []
+        if self._buffer:
+            self._line(self._buffer, events)
+            self._buffer = b""
+        self._data = []
+        self._event = ""
+        return events
+
+    def _line(self, raw: bytes, events: list[SSEEvent]) -> None:
+        if not raw:
+            if self._data:
+                events.append(
+                    SSEEvent("\n".join(self._data), self._event or "message", self._last_id)
+                )
+            self._data = []
+            self._event = ""
+            return
+        if raw[:1] == b":":
+            return
+        line = raw.decode("utf-8", "replace")
+        field, sep, value = line.partition(":")
+        if sep and value[:1] == " ":
+            value = value[1:]
+        if field == "data":
+            self._data.append(value)
+        elif field == "event":
+            self._event = value
+        elif field == "id":
+            if "\x00" not in value:
+                self._last_id = value
+        # "retry" and unknown fields are ignored: reconnection is ours to decide.

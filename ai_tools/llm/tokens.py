@@ -1,0 +1,214 @@
+"""Token counting for the token advisory and compaction.
+
+With the ``tokens`` extra installed, counts come from tiktoken.  tiktoken
+downloads its encoding files on first use, which fails on a machine without
+network (unless ``TIKTOKEN_CACHE_DIR`` holds them); then, and when tiktoken is
+not installed, counting falls back to about four characters per token.  The
+fallback is chosen once per counter and logged once.
+
+Message lists are counted the way OpenAI documents it: a few tokens of
+framing per message, plus the content, the name, and every tool call's name
+and arguments; tool schemas sent with ``tools=`` count as their JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from twisted.logger import Logger
+
+log = Logger()
+
+DEFAULT_ENCODING = "cl100k_base"
+CHARS_PER_TOKEN = 4.0
+TOKENS_PER_MESSAGE = 3
+TOKENS_PER_NAME = 1
+TOKENS_PER_TOOL_CALL = 3
+REPLY_PRIMING_TOKENS = 3
+DEFAULT_CONTEXT_WINDOW = 8192
+
+# Used only when a profile does not set context_window; prefixes, longest first wins.
+KNOWN_CONTEXT_WINDOWS: Mapping[str, int] = {
+    "gpt-4o": 128_000,
+    "gpt-4.1": 1_047_576,
+    "gpt-4-turbo": 128_000,
+    "gpt-4": 8_192,
+    "gpt-3.5-turbo": 16_385,
+    "o1": 200_000,
+    "o3": 200_000,
+    "o4-mini": 200_000,
+    "llama3.1": 131_072,
+    "llama3.2": 131_072,
+    "llama3": 8_192,
+    "qwen2.5": 32_768,
+    "mistral": 32_768,
+    "scripted": 32_768,
+}
+
+
+class Encoding(Protocol):
+    """What we need of a tiktoken encoding."""
+
+    def encode(self, text: str, *, disallowed_special: Any = ...) -> list[int]: ...
+
+
+def load_tiktoken_encoding(name: str = DEFAULT_ENCODING) -> Encoding:
+    """Load a tiktoken encoding; raises ImportError or any download error."""
+    import tiktoken
+
+    return tiktoken.get_encoding(name)
+
+
+def context_window_for(model: str, configured: int | None = None) -> int:
+    """The context window: the configured one, else a known model's, else 8192."""
+    if configured:
+        return configured
+    name = model.lower().rsplit("/", 1)[-1]
+    for prefix in sorted(KNOWN_CONTEXT_WINDOWS, key=len, reverse=True):
+        if name.startswith(prefix):
+            return KNOWN_CONTEXT_WINDOWS[prefix]
+    return DEFAULT_CONTEXT_WINDOW
+
+
+class TokenCounter:
+    """Counts tokens of text and of whole chat message lists.
+
+    ``loader`` returns an encoding or raises; it is called at most once, on
+    first use.  ``exact`` tells which path is in use (None before first use).
+    """
+
+    def __init__(
+        self,
+        encoding_name: str = DEFAULT_ENCODING,
+        loader: Callable[[str], Encoding] = load_tiktoken_encoding,
+    ) -> None:
+        self.encoding_name = encoding_name
+        self._loader = loader
+        self._encoding: Encoding | None = None
+        self._loaded = False
+        self._lock = threading.Lock()
+
+    @property
+    def exact(self) -> bool | None:
+        """True with tiktoken, False with the estimate, None before first use."""
+        if not self._loaded:
+            return None
+        return self._encoding is not None
+
+    def _get_encoding(self) -> Encoding | None:
+        if self._loaded:
+            return self._encoding
+        with self._lock:
+            if not self._loaded:
+                try:
+                    self._encoding = self._loader(self.encoding_name)
+                except ImportError:
+                    log.info(
+                        "tiktoken is not installed; counting about {cpt:.0f} characters "
+                        "per token (install the 'tokens' extra for exact counts)",
+                        cpt=CHARS_PER_TOKEN,
+                    )
+                except Exception as e:
+                    log.warn(
+                        "tiktoken could not load encoding {encoding} ({error}); counting "
+                        "about {cpt:.0f} characters per token. Set TIKTOKEN_CACHE_DIR to a "
+                        "directory holding the encoding files for exact counts offline.",
+                        encoding=self.encoding_name,
+                        error=f"{type(e).__name__}: {e}"[:300],
+                        cpt=CHARS_PER_TOKEN,
+                    )
+                self._loaded = True
+        return self._encoding
+
+    def count_text(self, text: str) -> int:
+        """Tokens in ``text``."""
+        if not text:
+            return 0
+        encoding = self._get_encoding()
+        if encoding is None:
+            return math.ceil(len(text) / CHARS_PER_TOKEN)
+        return len(encoding.encode(text, disallowed_special=()))
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        """Tokens of one chat message, framing included."""
+        total = TOKENS_PER_MESSAGE
+        total += self.count_text(str(message.get("role") or ""))
+        total += self.count_text(_content_text(message.get("content")))
+        if message.get("name"):
+            total += TOKENS_PER_NAME + self.count_text(str(message["name"]))
+        if message.get("tool_call_id"):
+            total += self.count_text(str(message["tool_call_id"]))
+        for call in message.get("tool_calls") or ():
+            total += self._count_call(call)
+        return total
+
+    def count_messages(
+        self,
+        messages: Iterable[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> int:
+        """Tokens of a whole request: every message, the tool schemas, reply priming."""
+        total = sum(self.count_message(m) for m in messages)
+        if tools:
+            total += self.count_text(json.dumps(list(tools), ensure_ascii=False, default=str))
+        return total + REPLY_PRIMING_TOKENS
+
+    def _count_call(self, call: Any) -> int:
+        if not isinstance(call, Mapping):
+            return self.count_text(str(call))
+        function = call.get("function")
+        if not isinstance(function, Mapping):
+            function = {}
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False, default=str)
+        return (
+            TOKENS_PER_TOOL_CALL
+            + self.count_text(str(call.get("id") or ""))
+            + self.count_text(str(function.get("name") or ""))
+            + self.count_text(arguments)
+        )
+
+
+def _content_text(content: Any) -> str:
+    """Text of a message content: a string, or a list of content parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, Mapping):
+                parts.append(str(part.get("text") or ""))
+            else:
+                parts.append(str(part))
+        return "\n".join(parts)
+    return json.dumps(content, ensure_ascii=False, default=str)
+
+
+_default_counter: TokenCounter | None = None
+
+
+def default_counter() -> TokenCounter:
+    """The process-wide counter (its encoding is loaded once, on first count)."""
+    global _default_counter
+    if _default_counter is None:
+        _default_counter = TokenCounter()
+    return _default_counter
+
+
+def count_messages(
+    messages: Iterable[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+) -> int:
+    """Tokens of a message list with the process-wide counter."""
+    return default_counter().count_messages(messages, tools)
+
+
+def count_text(text: str) -> int:
+    """Tokens of ``text`` with the process-wide counter."""
+    return default_counter().count_text(text)
