@@ -92,7 +92,10 @@ class SessionMemoryTool(LibraryTool):
         if action == "delete":
             if existing is None:
                 return outcomes.not_found(f"no note named {key!r}", keys=sorted(notes))
-            await call(store.delete_record, existing["id"])
+            if hasattr(store, "delete_record"):
+                await call(store.delete_record, existing["id"])
+            else:  # a store without deletion: the note loses its key and drops out
+                await call(store.update_record, existing["id"], None, {"deleted_key": key})
             return outcomes.succeed(action="delete", key=key)
         assert value is not None
         if existing is None:
