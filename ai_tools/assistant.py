@@ -1,0 +1,683 @@
+"""One assistant: its configuration, its state, and what tools may ask of it.
+
+:class:`AssistantConfig` is what a user writes (persona, model, tick rates,
+execution config...).  :class:`Assistant` is the live state the service keeps
+per assistant — mode, counters, history, pending events, the tick guard and
+tick bookkeeping — and implements :class:`~ai_tools.interfaces.IAssistantRuntime`
+so tools reach it as ``actor.assistant``.  :meth:`Assistant.to_state` and
+:meth:`Assistant.from_state` turn it into the JSON dict the store keeps.
+
+The tick itself (spec 004 §1) lives in :mod:`ai_tools.tick`; the assistant
+talks to the service that hosts it only through :class:`AssistantHost`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+from twisted.internet import defer
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from ai_tools.compaction import DEFAULT_COMPACTION, CompactionConfig
+from ai_tools.errors import AIToolsError, ConfigError
+from ai_tools.execution import ExecutionState
+from ai_tools.history import ConversationHistory
+from ai_tools.interfaces import IAssistantRuntime
+from ai_tools.patterns import validate_execution_config
+from ai_tools.react import ExitTool, LoopContext, LoopControl, LoopResult
+from ai_tools.scheduling import Clock
+from ai_tools.tools.base import ToolRegistry
+
+__all__ = [
+    "AWAKE",
+    "MODES",
+    "SLEEP",
+    "STATE_VERSION",
+    "Assistant",
+    "AssistantConfig",
+    "AssistantHost",
+    "SleepRefused",
+]
+
+log = Logger()
+
+AWAKE = "awake"
+SLEEP = "sleep"
+MODES = (AWAKE, SLEEP)
+STATE_VERSION = 1
+"""Version of the dict written by :meth:`Assistant.to_state`."""
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+_MAX_SUBAGENT_RECORDS = 20
+_DIRECT_KINDS = frozenset({"whisper", "page", "tell", "direct"})
+
+
+class SleepRefused(AIToolsError):
+    """Going to sleep was refused: the assistant has done nothing since it woke."""
+
+
+# -- configuration ------------------------------------------------------------
+
+
+def _positive_number(where: str) -> Callable[[Any, Any, Any], None]:
+    def check(instance: Any, attribute: Any, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ConfigError(f"{where}.{attribute.name} must be a positive number, "
+                              f"not {value!r}")
+    return check
+
+
+def _non_negative_int(instance: Any, attribute: Any, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"assistant.{attribute.name} must be a non-negative integer, "
+                          f"not {value!r}")
+
+
+def _positive_int(instance: Any, attribute: Any, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"assistant.{attribute.name} must be a positive integer, "
+                          f"not {value!r}")
+
+
+def _optional_positive_int(instance: Any, attribute: Any, value: Any) -> None:
+    if value is not None:
+        _positive_int(instance, attribute, value)
+
+
+def _optional_budget(instance: Any, attribute: Any, value: Any) -> None:
+    if value is not None:
+        _non_negative_int(instance, attribute, value)
+
+
+def _check_name(instance: Any, attribute: Any, value: Any) -> None:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise ConfigError(
+            f"assistant.name must be 1-64 letters, digits, '_', '.' or '-' (starting with a "
+            f"letter or digit), not {value!r}"
+        )
+
+
+def _optional_str(instance: Any, attribute: Any, value: Any) -> None:
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"assistant.{attribute.name} must be a string, not {value!r}")
+
+
+def _str(instance: Any, attribute: Any, value: Any) -> None:
+    if not isinstance(value, str):
+        raise ConfigError(f"assistant.{attribute.name} must be a string, not {value!r}")
+
+
+def _bool(instance: Any, attribute: Any, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"assistant.{attribute.name} must be true or false, not {value!r}")
+
+
+def _optional_bool(instance: Any, attribute: Any, value: Any) -> None:
+    if value is not None:
+        _bool(instance, attribute, value)
+
+
+def _check_execution_config(instance: Any, attribute: Any, value: Any) -> None:
+    validate_execution_config(value, "assistant.execution_config")
+
+
+def _to_exit_tools(value: Any) -> tuple[ExitTool, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence):
+        raise ConfigError(f"assistant.exit_tools must be a list, not {value!r}")
+    tools = []
+    for item in value:
+        if isinstance(item, ExitTool):
+            tools.append(item)
+        elif isinstance(item, Mapping):
+            unknown = sorted(set(item) - {"name", "description", "parameters"})
+            if unknown or not isinstance(item.get("name"), str) or not item["name"]:
+                raise ConfigError(
+                    "assistant.exit_tools entries need a 'name' and may have 'description' "
+                    f"and 'parameters', got {dict(item)!r}"
+                )
+            tools.append(ExitTool(**item))
+        else:
+            raise ConfigError(f"assistant.exit_tools entries must be tables, not {item!r}")
+    return tuple(tools)
+
+
+def _frozen_mapping(value: Any) -> Any:
+    return dict(value) if isinstance(value, Mapping) else value
+
+
+@attrs.frozen
+class AssistantConfig:
+    """How one assistant is set up.  Every field but ``name`` has a default.
+
+    Bad values raise :class:`~ai_tools.errors.ConfigError` naming the key.
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    character_id: str | None = attrs.field(default=None, validator=_optional_str)
+    """The character it acts as in the world (no character: its ticks exit early)."""
+    persona: str = attrs.field(default="", validator=_str)
+    """The persona / system prompt (a tool may replace it at run time)."""
+    model: str = attrs.field(default="default", validator=_str)
+    """Which of the service's model clients it uses."""
+    tick_rate: float = attrs.field(default=5.0, validator=_positive_number("assistant"))
+    """Seconds between ticks while awake."""
+    sleep_tick_rate: float = attrs.field(default=60.0, validator=_positive_number("assistant"))
+    """Seconds between ticks while asleep."""
+    sleep_duration: float = attrs.field(default=3600.0, validator=_positive_number("assistant"))
+    """How long a sleep lasts when no duration is given (the schedule end)."""
+    min_activity_before_sleep: int = attrs.field(default=1, validator=_non_negative_int)
+    """Successful tool calls needed after waking before it may sleep again."""
+    reflection_interval: int = attrs.field(default=0, validator=_non_negative_int)
+    """Reflect after this many ticks that ran a loop (0: never)."""
+    sleep_maintenance: bool = attrs.field(default=True, validator=_bool)
+    """Run one maintenance loop (memory consolidation, journal) per sleep."""
+    autonomous: bool = attrs.field(default=False, validator=_bool)
+    """Run the loop on ticks with nothing pending (otherwise those ticks are idle)."""
+    execution_config: Mapping[str, Any] = attrs.field(
+        factory=dict, converter=_frozen_mapping, validator=_check_execution_config
+    )
+    """Layers 1 and 2 of pattern selection and the gates (see :mod:`ai_tools.patterns`)."""
+    tool_budget: int | None = attrs.field(default=None, validator=_optional_budget)
+    """Tool calls allowed per tick (None: unlimited)."""
+    exit_tools: tuple[ExitTool, ...] = attrs.field(default=(), converter=_to_exit_tools)
+    native_tools: bool | None = attrs.field(default=None, validator=_optional_bool)
+    """Native tool calling; None: as the model profile says (native by default)."""
+    stream: bool | None = attrs.field(default=None, validator=_optional_bool)
+    consecutive_error_cap: int = attrs.field(default=5, validator=_positive_int)
+    max_history: int = attrs.field(default=200, validator=_positive_int)
+    """Messages kept; older ones are truncated after each tick."""
+    max_pending_events: int = attrs.field(default=100, validator=_positive_int)
+    """Events kept waiting; beyond it the oldest are dropped (and counted)."""
+    context_window: int | None = attrs.field(default=None, validator=_optional_positive_int)
+    """Override of the model's context window in tokens."""
+    compaction: CompactionConfig = DEFAULT_COMPACTION
+    hearing: bool = attrs.field(default=True, validator=_bool)
+    """Subscribe the character in the world: what it hears becomes pending events."""
+    enabled: bool = attrs.field(default=True, validator=_bool)
+    """Initial state for a new assistant (a saved state keeps its own)."""
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], where: str = "assistant") -> AssistantConfig:
+        """Build from a config table; unknown keys and bad values are ConfigErrors."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where} must be a table, not {type(data).__name__}")
+        known = {f.name for f in attrs.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
+        if "name" not in data:
+            raise ConfigError(f"{where}: 'name' is required")
+        values = dict(data)
+        if isinstance(values.get("compaction"), Mapping):
+            try:
+                values["compaction"] = CompactionConfig(**values["compaction"])
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"{where}.compaction: {exc}") from None
+        try:
+            return cls(**values)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace("assistant", where, 1)) from None
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (round-trips through :meth:`from_mapping`)."""
+        data = attrs.asdict(self, recurse=False)
+        data["execution_config"] = dict(self.execution_config)
+        data["exit_tools"] = [
+            {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
+            for t in self.exit_tools
+        ]
+        data["compaction"] = attrs.asdict(self.compaction)
+        return data
+
+
+# -- the host -----------------------------------------------------------------
+
+
+class AssistantHost(Protocol):
+    """What an assistant needs from the service hosting it."""
+
+    @property
+    def clock(self) -> Clock:
+        """The reactor or a ``task.Clock``."""
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """The tool registry."""
+
+    @property
+    def cache(self) -> Any:
+        """The shared ``ToolCache`` (or None)."""
+
+    @property
+    def world(self) -> Any:
+        """The ``IWorld`` the assistants act in (or None)."""
+
+    @property
+    def store(self) -> Any:
+        """The ``IStore`` (or None)."""
+
+    def llm_for(self, model: str) -> Any:
+        """The model client called ``model``."""
+
+    def save_state(self, name: str) -> defer.Deferred[None]:
+        """Persist assistant ``name``; fires once durable."""
+
+    def publish(self, name: str, event: dict[str, Any]) -> None:
+        """Hand a loop/tick event of assistant ``name`` to the observers."""
+
+    def mode_changed(self, assistant: Assistant) -> None:
+        """The assistant fell asleep or woke up (its tick rate changed)."""
+
+    def events_queued(self, assistant: Assistant, addressed: bool) -> None:
+        """Events were queued for the assistant (tick it soon)."""
+
+    def start_subagent(
+        self, assistant: Assistant, task: str, tool_names: Sequence[str], budget: int
+    ) -> str:
+        """Start a delegated sub-agent; returns its id."""
+
+    def run_loop(self, ctx: LoopContext, config: Any) -> defer.Deferred[LoopResult]:
+        """Run one ReAct loop (``execute_react_loop`` unless a test overrides it)."""
+
+
+# -- the assistant -------------------------------------------------------------
+
+
+def _addressed(event: Mapping[str, Any], config: AssistantConfig) -> bool:
+    """Whether an event is addressed to this assistant (it wakes a sleeper)."""
+    flag = event.get("addressed")
+    if isinstance(flag, bool):
+        return flag
+    kind = event.get("type", event.get("kind"))
+    if kind in _DIRECT_KINDS:
+        return True
+    targets = {config.name}
+    if config.character_id:
+        targets.add(config.character_id)
+    for key in ("to", "target", "receiver"):
+        if event.get(key) in targets:
+            return True
+    text = event.get("text", event.get("message"))
+    if isinstance(text, str):
+        return re.search(rf"\b{re.escape(config.name)}\b", text, re.IGNORECASE) is not None
+    return False
+
+
+def normalise_event(event: Any, now: float) -> dict[str, Any]:
+    """A pending-event dict from what a caller passed (a dict or a plain string).
+
+    Raises TypeError for anything else, or for a dict that is not JSON-like at
+    the top level (keys must be strings).
+    """
+    if isinstance(event, str):
+        data: dict[str, Any] = {"type": "message", "text": event}
+    elif isinstance(event, Mapping):
+        if not all(isinstance(k, str) for k in event):
+            raise TypeError("event keys must be strings")
+        data = dict(event)
+    else:
+        raise TypeError(f"an event must be a dict or a string, not {type(event).__name__}")
+    data.setdefault("received_at", now)
+    return data
+
+
+@implementer(IAssistantRuntime)
+@attrs.define(eq=False)
+class Assistant:
+    """The live state of one assistant (see the module docstring).
+
+    Created by the service; ``host`` is None only in tests that drive the
+    state alone.
+    """
+
+    config: AssistantConfig
+    host: AssistantHost | None = None
+    mode: str = AWAKE
+    mode_reason: str = ""
+    enabled: bool = True
+    emergency_stopped: bool = False
+    history: ConversationHistory = attrs.field(factory=ConversationHistory)
+    pending_events: list[dict[str, Any]] = attrs.field(factory=list)
+    persona_override: str | None = None
+    execution_state: ExecutionState = attrs.field(factory=ExecutionState)
+    counters: dict[str, int] = attrs.field(factory=dict)
+    tick_number: int = 0
+    ticks_since_reflection: int = 0
+    sleep_until: float | None = None
+    sleep_maintenance_done: bool = False
+    last_tick: dict[str, Any] | None = None
+    subagents: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    # Runtime only (never persisted):
+    ticking: bool = False
+    """The tick guard: True while a tick runs (released in ``finally``)."""
+    control: LoopControl | None = None
+    """Stop switch of the loop in flight."""
+    current_tick: defer.Deferred[Any] | None = None
+    """The tick in flight (cancelled by a kill when no loop is running)."""
+    tick_started_at: float | None = None
+    tick_errors: list[str] = attrs.field(factory=list)
+    """Errors met by the tick in flight (logged once when it ends)."""
+    _usage_key: tuple[int, int] | None = None
+    _usage_pct: float = 0.0
+
+    def __repr__(self) -> str:
+        return f"<Assistant {self.name} {self.mode}{' ticking' if self.ticking else ''}>"
+
+    # -- IAssistantRuntime attributes -------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The assistant's name (unique in its service)."""
+        return self.config.name
+
+    @property
+    def llm(self) -> Any:
+        """The assistant's model client (None without a host)."""
+        if self.host is None:
+            return None
+        return self.host.llm_for(self.config.model)
+
+    @property
+    def execution_config(self) -> Mapping[str, Any]:
+        """The execution config (pattern layers, gates, delegation settings)."""
+        return self.config.execution_config
+
+    @property
+    def persona(self) -> str:
+        """The current persona / system prompt."""
+        return self.persona_override if self.persona_override is not None else self.config.persona
+
+    @property
+    def activity_since_wake(self) -> int:
+        """Successful tool calls since the assistant last woke (the sleep safeguard)."""
+        return self.execution_state.activity_since_wake
+
+    @property
+    def tick_rate(self) -> float:
+        """Seconds until the next tick in the current mode."""
+        return self.config.sleep_tick_rate if self.mode == SLEEP else self.config.tick_rate
+
+    def count(self, counter: str, n: int = 1) -> None:
+        """Add ``n`` to a counter."""
+        self.counters[counter] = self.counters.get(counter, 0) + n
+
+    def _now(self) -> float:
+        return self.host.clock.seconds() if self.host is not None else 0.0
+
+    def _save(self) -> defer.Deferred[None]:
+        if self.host is None:
+            return defer.succeed(None)
+        d = self.host.save_state(self.name)
+        d.addErrback(self._save_failed)
+        return d
+
+    def _save_failed(self, failure: Any) -> None:
+        self.count("store_errors")
+        log.error("Could not save {assistant}: {error}", assistant=self.name,
+                  error=failure.getErrorMessage())
+
+    def _publish(self, event: dict[str, Any]) -> None:
+        if self.host is not None:
+            self.host.publish(self.name, event)
+
+    # -- IAssistantRuntime methods ---------------------------------------------
+
+    def set_mode(
+        self, mode: str, reason: str = "", duration: float | None = None, force: bool = False
+    ) -> bool:
+        """Fall asleep or wake up; returns whether the mode changed.
+
+        Falling asleep sets the schedule end (``duration`` seconds, default
+        ``sleep_duration``).  It is refused with :class:`SleepRefused` while the
+        assistant has done fewer than ``min_activity_before_sleep`` successful
+        tool calls since it woke (the ``activity_since_wake`` safeguard), unless
+        ``force``.  Waking resets that count.  Session cache entries are dropped
+        on every change.
+        """
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if mode == self.mode:
+            return False
+        now = self._now()
+        if mode == SLEEP:
+            needed = self.config.min_activity_before_sleep
+            if not force and self.activity_since_wake < needed:
+                raise SleepRefused(
+                    f"cannot sleep yet: {self.activity_since_wake} of {needed} required "
+                    "actions done since waking up; deal with what woke you first"
+                )
+            if duration is not None and (
+                isinstance(duration, bool) or not isinstance(duration, int | float)
+                or duration <= 0
+            ):
+                raise ValueError(f"sleep duration must be a positive number, not {duration!r}")
+            self.sleep_until = now + (duration if duration is not None
+                                      else self.config.sleep_duration)
+            self.sleep_maintenance_done = False
+            self.count("sleeps")
+        else:
+            self.sleep_until = None
+            self.execution_state.activity_since_wake = 0
+            self.count("wakes")
+        self.mode = mode
+        self.mode_reason = reason
+        if self.host is not None:
+            if self.host.cache is not None:
+                self.host.cache.clear_session(self.name)
+            self.host.mode_changed(self)
+        self._publish({"type": "mode", "mode": mode, "reason": reason,
+                       "sleep_until": self.sleep_until})
+        self._save()
+        return True
+
+    def queue_event(self, event: Any) -> defer.Deferred[None]:
+        """Queue a pending event for the next tick; fires once it is saved.
+
+        A string becomes ``{"type": "message", "text": ...}``.  Beyond
+        ``max_pending_events`` the oldest events are dropped (counted as
+        ``events_dropped``).  An event addressed to a sleeping assistant (a
+        whisper, its name mentioned, ``"addressed": true``) wakes it at its
+        next tick, which is brought forward.
+        """
+        data = normalise_event(event, self._now())
+        self.pending_events.append(data)
+        overflow = len(self.pending_events) - self.config.max_pending_events
+        if overflow > 0:
+            del self.pending_events[:overflow]
+            self.count("events_dropped", overflow)
+        self.count("events_received")
+        if self.host is not None:
+            self.host.events_queued(self, _addressed(data, self.config))
+        return self._save()
+
+    def has_addressed_event(self) -> bool:
+        """Whether a pending event is addressed to this assistant."""
+        return any(_addressed(e, self.config) for e in self.pending_events)
+
+    def set_system_prompt(self, text: str) -> defer.Deferred[None]:
+        """Replace the persona (kept in the saved state); fires once saved."""
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("the system prompt must be a non-empty string")
+        self.persona_override = text
+        self._publish({"type": "persona", "length": len(text)})
+        return self._save()
+
+    def start_subagent(self, task: str, tool_names: Sequence[str], budget: int) -> str:
+        """Start a delegated sub-agent in the background; returns its id at once."""
+        if self.host is None:
+            raise AIToolsError("this assistant has no service to run a sub-agent")
+        return self.host.start_subagent(self, task, tool_names, budget)
+
+    def subagent_status(self, task_id: str) -> dict[str, Any] | None:
+        """The status dict of a delegated task, or None."""
+        record = self.subagents.get(task_id)
+        return dict(record) if record is not None else None
+
+    def record_subagent(self, task_id: str, record: dict[str, Any]) -> None:
+        """Store a sub-agent's status (the newest few are kept)."""
+        self.subagents[task_id] = record
+        finished = [k for k, v in self.subagents.items() if v.get("status") != "running"]
+        for task_id in finished[: max(0, len(self.subagents) - _MAX_SUBAGENT_RECORDS)]:
+            del self.subagents[task_id]
+
+    def status(self) -> dict[str, Any]:
+        """A JSON-serialisable summary: mode, flags, counters, tick bookkeeping."""
+        counters = dict(self.counters)
+        counters.update(self.execution_state.counters())
+        return {
+            "name": self.name,
+            "character_id": self.config.character_id,
+            "model": self.config.model,
+            "mode": self.mode,
+            "mode_reason": self.mode_reason,
+            "enabled": self.enabled,
+            "emergency_stopped": self.emergency_stopped,
+            "ticking": self.ticking,
+            "tick_number": self.tick_number,
+            "tick_rate": self.tick_rate,
+            "ticks_since_reflection": self.ticks_since_reflection,
+            "reflection_interval": self.config.reflection_interval,
+            "activity_since_wake": self.activity_since_wake,
+            "sleep_until": self.sleep_until,
+            "pending_events": len(self.pending_events),
+            "history_length": len(self.history),
+            "tool_budget": self.config.tool_budget,
+            "counters": counters,
+            "last_tick": dict(self.last_tick) if self.last_tick else None,
+            "current_tool_call": self.execution_state.current_tool_call,
+            "subagents": {k: v.get("status") for k, v in self.subagents.items()},
+        }
+
+    # -- the tick ----------------------------------------------------------------
+
+    def at_tick(self) -> defer.Deferred[Any]:
+        """Run one tick (spec 004 §1); fires with a ``TickResult``, never fails."""
+        from ai_tools.tick import at_tick
+
+        if self.host is None:
+            raise AIToolsError(f"assistant {self.name!r} has no host to tick in")
+        return at_tick(self, self.host)
+
+    def usage_percent(self, counter: Callable[[Sequence[Mapping[str, Any]]], int],
+                      window: int) -> float:
+        """Context usage of persona + history in percent (cached while unchanged)."""
+        messages = self.history.messages
+        key = (len(messages), id(messages[-1]) if messages else 0)
+        if key != self._usage_key:
+            system = [{"role": "system", "content": self.persona}] if self.persona else []
+            tokens = counter(system + messages)
+            self._usage_pct = 100.0 * tokens / max(1, window)
+            self._usage_key = key
+        return self._usage_pct
+
+    # -- persistence -------------------------------------------------------------
+
+    def to_state(self) -> dict[str, Any]:
+        """The JSON dict the store keeps (config included, runtime fields left out)."""
+        return {
+            "version": STATE_VERSION,
+            "config": self.config.to_dict(),
+            "mode": self.mode,
+            "mode_reason": self.mode_reason,
+            "enabled": self.enabled,
+            "emergency_stopped": self.emergency_stopped,
+            "history": self.history.to_list(),
+            "pending_events": [dict(e) for e in self.pending_events],
+            "persona_override": self.persona_override,
+            "execution": {
+                **self.execution_state.counters(),
+                "current_tool_call": self.execution_state.current_tool_call,
+            },
+            "counters": dict(self.counters),
+            "tick_number": self.tick_number,
+            "ticks_since_reflection": self.ticks_since_reflection,
+            "sleep_until": self.sleep_until,
+            "sleep_maintenance_done": self.sleep_maintenance_done,
+            "last_tick": self.last_tick,
+            "subagents": {k: dict(v) for k, v in self.subagents.items()},
+        }
+
+    @classmethod
+    def from_state(
+        cls,
+        state: Mapping[str, Any] | None,
+        config: AssistantConfig | None = None,
+        host: AssistantHost | None = None,
+    ) -> Assistant:
+        """Rebuild an assistant from :meth:`to_state`'s dict.
+
+        ``config`` (the configuration as the user has it now) wins over the
+        saved one; without it the saved config is used.  A history whose last
+        tool call was cut off by a crash is repaired (the call gets an
+        "interrupted" answer), and sub-agents that were running are marked
+        interrupted.  Malformed fields fall back to defaults (logged).
+        """
+        state = dict(state or {})
+        if config is None:
+            saved = state.get("config")
+            if not isinstance(saved, Mapping):
+                raise ConfigError("saved assistant state has no config; pass one")
+            config = AssistantConfig.from_mapping(saved, "saved assistant config")
+        assistant = cls(config=config, host=host, enabled=config.enabled)
+        if not state:
+            return assistant
+
+        def field(key: str, kind: type | tuple[type, ...], default: Any) -> Any:
+            value = state.get(key, default)
+            if value is not None and not isinstance(value, kind):
+                log.warn("Saved state of {assistant}: bad {key!r}, using the default",
+                         assistant=config.name, key=key)
+                return default
+            return value
+
+        mode = state.get("mode", AWAKE)
+        assistant.mode = mode if mode in MODES else AWAKE
+        assistant.mode_reason = field("mode_reason", str, "") or ""
+        assistant.enabled = bool(field("enabled", bool, config.enabled))
+        assistant.emergency_stopped = bool(field("emergency_stopped", bool, False))
+        history = field("history", list, [])
+        assistant.history = ConversationHistory.from_list(
+            [m for m in history or () if isinstance(m, Mapping)]
+        )
+        events = field("pending_events", list, [])
+        assistant.pending_events = [dict(e) for e in events or () if isinstance(e, Mapping)]
+        assistant.persona_override = field("persona_override", str, None)
+        execution = field("execution", Mapping, {}) or {}
+        exec_state = assistant.execution_state
+        for key in ("activity_since_wake", "calls", "retries", "cache_hits", "timeouts",
+                    "errors"):
+            value = execution.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                setattr(exec_state, key, value)
+        current = execution.get("current_tool_call")
+        exec_state.current_tool_call = dict(current) if isinstance(current, Mapping) else None
+        counters = field("counters", Mapping, {}) or {}
+        assistant.counters = {
+            k: v for k, v in counters.items()
+            if isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+        }
+        assistant.tick_number = max(0, int(field("tick_number", int, 0) or 0))
+        assistant.ticks_since_reflection = max(0, int(field("ticks_since_reflection", int, 0)
+                                                      or 0))
+        sleep_until = field("sleep_until", (int, float), None)
+        assistant.sleep_until = float(sleep_until) if sleep_until is not None else None
+        assistant.sleep_maintenance_done = bool(field("sleep_maintenance_done", bool, False))
+        last_tick = field("last_tick", Mapping, None)
+        assistant.last_tick = dict(last_tick) if last_tick else None
+        subagents = field("subagents", Mapping, {}) or {}
+        for task_id, record in subagents.items():
+            if isinstance(task_id, str) and isinstance(record, Mapping):
+                record = dict(record)
+                if record.get("status") == "running":
+                    record["status"] = "interrupted"
+                    record["error"] = "the process stopped while the task ran"
+                assistant.subagents[task_id] = record
+        return assistant

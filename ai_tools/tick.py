@@ -1,0 +1,530 @@
+"""One tick of one assistant (spec 004 §1).
+
+:func:`at_tick` runs, in order:
+
+1. **early exits** — already ticking, disabled, emergency-stopped, no
+   character: the tick returns at once with status ``skipped``;
+2. **tick-cache reset** — the assistant's ``tick``-scope cache entries go;
+3. **emergency compaction** — awake and the context is ≥ 80% full: the history
+   is compacted before anything else;
+4. **sleep tick** — asleep: wake at once for an event addressed to it,
+   otherwise maintenance (compaction from 70%, one maintenance loop per sleep
+   for memory consolidation), then wake if the schedule has ended; the tick
+   ends there;
+5. **reflection** — every ``reflection_interval`` ticks that ran a loop, a
+   reflection loop on a copy of the history (nothing it says is kept);
+6. **idle exit** — nothing pending and not ``autonomous``: no model call;
+7. **execution-pattern selection** — context type from the pending events,
+   optional model assessment, the three layers of :mod:`ai_tools.patterns`;
+8. **the loop** — a ReAct loop or a single action, its state persisted after
+   every iteration (the loop waits for the write before its next model call).
+
+A tick never raises: whatever happens ends in a :class:`TickResult`, the
+errors met are logged once, at the end, with the assistant, tick number,
+mode and pattern, and the guard is released in every case.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from ai_tools.assistant import AWAKE, SLEEP
+from ai_tools.compaction import compact_history, needs_compaction
+from ai_tools.llm.tokens import DEFAULT_CONTEXT_WINDOW, count_messages
+from ai_tools.patterns import (
+    ExecutionPattern,
+    assess_task,
+    determine_context_type,
+    select_execution_pattern,
+    select_gate,
+    wants_assessment,
+)
+from ai_tools.prompts import format_events
+from ai_tools.react import GatePolicy, LoopConfig, LoopContext, LoopControl, LoopResult
+from ai_tools.tools.base import Actor, ToolCategory
+
+if TYPE_CHECKING:
+    from ai_tools.assistant import Assistant, AssistantHost
+
+__all__ = [
+    "CANCELLED",
+    "ERROR",
+    "IDLE",
+    "RAN",
+    "SKIPPED",
+    "SLEEPING",
+    "WOKE",
+    "TickResult",
+    "at_tick",
+]
+
+log = Logger()
+
+SKIPPED = "skipped"
+"""An early exit (``reason``: already_ticking, disabled, emergency_stopped, no_character)."""
+IDLE = "idle"
+"""Awake with nothing to do: no model call."""
+RAN = "ran"
+"""A loop ran (``reason``: its termination reason)."""
+SLEEPING = "sleeping"
+"""A sleep tick; the assistant stays asleep."""
+WOKE = "woke"
+"""A sleep tick that woke the assistant (``reason``: addressed or schedule)."""
+CANCELLED = "cancelled"
+"""The tick was cancelled (service stopping, or killed outside a loop)."""
+ERROR = "error"
+"""An unexpected error ended the tick (logged with its traceback)."""
+
+QUIET_CATEGORIES = frozenset({ToolCategory.SAFE_CHAIN, ToolCategory.ASYNC_REQUIRED})
+"""What sleep maintenance and reflection may use unless configured otherwise."""
+
+_MAX_TICK_ERRORS = 10
+_TOOL_FAILURES = frozenset({"tool_error", "timed_out"})
+
+SLEEP_CONTEXT = "sleep"
+REFLECTION_CONTEXT = "reflection"
+
+
+@attrs.frozen
+class TickResult:
+    """What one tick did."""
+
+    assistant: str
+    tick: int
+    status: str
+    reason: str = ""
+    mode: str = AWAKE
+    loop: LoopResult | None = None
+    pattern: ExecutionPattern | None = None
+    reflection: LoopResult | None = None
+    maintenance: LoopResult | None = None
+    compaction: str | None = None
+    """``summary`` / ``truncation`` when the history was compacted this tick."""
+    errors: tuple[str, ...] = ()
+    started_at: float = 0.0
+    duration_ms: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """No error met during the tick."""
+        return not self.errors and self.status != ERROR
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form (status pages, the HTTP API)."""
+        return {
+            "assistant": self.assistant,
+            "tick": self.tick,
+            "status": self.status,
+            "reason": self.reason,
+            "mode": self.mode,
+            "loop": None if self.loop is None else self.loop.as_dict(),
+            "pattern": None if self.pattern is None else self.pattern.as_dict(),
+            "reflection": None if self.reflection is None else self.reflection.as_dict(),
+            "maintenance": None if self.maintenance is None else self.maintenance.as_dict(),
+            "compaction": self.compaction,
+            "errors": list(self.errors),
+            "started_at": self.started_at,
+            "duration_ms": self.duration_ms,
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """The short form kept in the assistant's state as ``last_tick``."""
+        return {
+            "tick": self.tick,
+            "status": self.status,
+            "reason": self.reason,
+            "mode": self.mode,
+            "iterations": self.loop.iterations if self.loop is not None else 0,
+            "errors": list(self.errors),
+            "started_at": self.started_at,
+            "duration_ms": self.duration_ms,
+        }
+
+
+@attrs.define(eq=False)
+class _Tick:
+    """Bookkeeping of the tick in flight."""
+
+    assistant: Assistant
+    host: AssistantHost
+    number: int
+    started_at: float
+    pattern: ExecutionPattern | None = None
+    loop: LoopResult | None = None
+    reflection: LoopResult | None = None
+    maintenance: LoopResult | None = None
+    compaction: str | None = None
+    errors: list[str] = attrs.field(factory=list)
+    only_tool_errors: bool = True
+    """Whether every error so far is a tool failure the model was told about."""
+
+    def error(self, message: str, tool: bool = False) -> None:
+        """Record an error of this tick (logged once when the tick ends)."""
+        if not tool:
+            self.only_tool_errors = False
+        if message not in self.errors and len(self.errors) < _MAX_TICK_ERRORS:
+            self.errors.append(message)
+
+    def result(self, status: str, reason: str = "") -> TickResult:
+        now = self.host.clock.seconds()
+        return TickResult(
+            assistant=self.assistant.name, tick=self.number, status=status, reason=reason,
+            mode=self.assistant.mode, loop=self.loop, pattern=self.pattern,
+            reflection=self.reflection, maintenance=self.maintenance,
+            compaction=self.compaction, errors=tuple(self.errors),
+            started_at=self.started_at,
+            duration_ms=round((now - self.started_at) * 1000.0, 3),
+        )
+
+
+def _skipped(assistant: Assistant, host: AssistantHost, reason: str) -> TickResult:
+    now = host.clock.seconds()
+    return TickResult(assistant=assistant.name, tick=assistant.tick_number, status=SKIPPED,
+                      reason=reason, mode=assistant.mode, started_at=now)
+
+
+def _early_exit(assistant: Assistant) -> str | None:
+    if assistant.ticking:
+        return "already_ticking"
+    if not assistant.enabled:
+        return "disabled"
+    if assistant.emergency_stopped:
+        return "emergency_stopped"
+    if not assistant.config.character_id:
+        return "no_character"
+    return None
+
+
+def at_tick(assistant: Assistant, host: AssistantHost) -> defer.Deferred[TickResult]:
+    """Run one tick of ``assistant``; fires with a :class:`TickResult`, never fails.
+
+    Cancelling the Deferred stops the loop in flight (a kill) or the step
+    running outside a loop; the tick then ends with ``cancelled`` or with the
+    loop's ``stopped_by_user``.
+    """
+    reason = _early_exit(assistant)
+    if reason is not None:
+        return defer.succeed(_skipped(assistant, host, reason))
+    assistant.ticking = True  # the guard; released below in every case
+    try:
+        assistant.tick_number += 1
+        assistant.count("ticks")
+        tick = _Tick(assistant, host, assistant.tick_number, host.clock.seconds())
+        if host.cache is not None:
+            host.cache.clear_tick(assistant.name)
+        if _is_idle(assistant, host):
+            # The common case for a quiet assistant: no Deferred machinery at all.
+            assistant.count("idle_ticks")
+            _release(assistant)
+            return defer.succeed(tick.result(IDLE))
+        d = _run(tick)
+    except Exception:
+        _release(assistant)
+        failure = Failure()
+        log.failure("Tick of {assistant} failed before it started", failure,
+                    assistant=assistant.name)
+        return defer.succeed(_skipped(assistant, host, "error"))
+    assistant.current_tick = d
+
+    def finish(result: Any) -> Any:
+        _release(assistant)
+        if isinstance(result, Failure):  # _run catches everything; belt and braces
+            log.failure("Tick {tick} of {assistant} failed", result,
+                        assistant=assistant.name, tick=tick.number)
+            return tick.result(ERROR, result.getErrorMessage())
+        return result
+
+    d.addBoth(finish)
+    return d
+
+
+def _release(assistant: Assistant) -> None:
+    assistant.ticking = False
+    assistant.control = None
+    assistant.current_tick = None
+
+
+def _llm_window(assistant: Assistant, host: AssistantHost) -> tuple[Any, int]:
+    llm = host.llm_for(assistant.config.model)
+    window = assistant.config.context_window or getattr(llm, "context_window", None)
+    if not isinstance(window, int) or window < 1:
+        window = DEFAULT_CONTEXT_WINDOW
+    return llm, window
+
+
+def _usage(assistant: Assistant, host: AssistantHost) -> float:
+    _, window = _llm_window(assistant, host)
+    return assistant.usage_percent(count_messages, window)
+
+
+def _reflection_due(assistant: Assistant) -> bool:
+    interval = assistant.config.reflection_interval
+    return interval > 0 and assistant.ticks_since_reflection >= interval
+
+
+def _is_idle(assistant: Assistant, host: AssistantHost) -> bool:
+    """Awake, nothing pending, not autonomous, nothing to maintain."""
+    if assistant.mode != AWAKE or assistant.pending_events or assistant.config.autonomous:
+        return False
+    if _reflection_due(assistant):
+        return False
+    if not len(assistant.history):
+        return True
+    return not needs_compaction(_usage(assistant, host), AWAKE, assistant.config.compaction)
+
+
+@defer.inlineCallbacks
+def _run(tick: _Tick) -> Any:
+    """The tick after the early exits (steps 3-8); always returns a TickResult."""
+    assistant = tick.assistant
+    try:
+        # 3. emergency compaction
+        if assistant.mode == AWAKE:
+            yield _maybe_compact(tick, AWAKE)
+        # 4. sleep tick
+        if assistant.mode == SLEEP:
+            status, reason = yield _sleep_tick(tick)
+            return _finish(tick, status, reason)
+        # 5. reflection
+        if _reflection_due(assistant):
+            tick.reflection = yield _run_loop(tick, REFLECTION_CONTEXT, reflection=True)
+            assistant.ticks_since_reflection = 0
+            assistant.count("reflections")
+        # 6. nothing to do
+        if not assistant.pending_events and not assistant.config.autonomous:
+            assistant.count("idle_ticks")
+            return _finish(tick, IDLE, "reflected" if tick.reflection else "")
+        # 7. execution pattern
+        context_type = determine_context_type(assistant.pending_events)
+        tick.pattern = yield _select_pattern(tick, context_type)
+        # 8. the loop (or a single action)
+        tick.loop = yield _run_loop(tick, context_type, pattern=tick.pattern)
+        assistant.ticks_since_reflection += 1
+        _trim_history(assistant)
+        return _finish(tick, RAN, tick.loop.termination_reason)
+    except defer.CancelledError:
+        return _finish(tick, CANCELLED, "cancelled")
+    except Exception as exc:
+        assistant.count("tick_errors")
+        log.failure(
+            "Tick {tick} of {assistant} failed (mode {mode}, pattern {pattern})",
+            assistant=assistant.name, tick=tick.number, mode=assistant.mode,
+            pattern=tick.pattern.mode if tick.pattern else None,
+        )
+        tick.error(f"{type(exc).__name__}: {exc}")
+        return _finish(tick, ERROR, type(exc).__name__, logged=True)
+
+
+def _finish(tick: _Tick, status: str, reason: str, logged: bool = False) -> TickResult:
+    """Build the result, record it, log the tick's errors once, persist."""
+    assistant, host = tick.assistant, tick.host
+    result = tick.result(status, reason)
+    assistant.last_tick = result.summary()
+    if result.errors and not logged:
+        assistant.count("tick_errors")
+        emit = log.warn if tick.only_tool_errors else log.error
+        emit(
+            "Tick {tick} of {assistant} ({mode}, {pattern}) ended {status}/{reason} with "
+            "errors: {errors}",
+            assistant=assistant.name, tick=tick.number, mode=assistant.mode,
+            pattern=tick.pattern.mode if tick.pattern else None, status=status,
+            reason=reason, errors="; ".join(result.errors),
+        )
+    host.publish(assistant.name, {
+        "type": "tick", "tick": tick.number, "status": status, "reason": reason,
+        "mode": assistant.mode, "errors": list(result.errors),
+        "duration_ms": result.duration_ms,
+    })
+    # The final state (counters, mode, last_tick); the loop's own checkpoints
+    # already made each iteration durable.  A failure here is counted and
+    # logged by the assistant; the tick result is not held back by it.
+    assistant._save()
+    return result
+
+
+@defer.inlineCallbacks
+def _maybe_compact(tick: _Tick, mode: str) -> Any:
+    assistant, host = tick.assistant, tick.host
+    if not len(assistant.history):
+        return None
+    config = assistant.config.compaction
+    if not needs_compaction(_usage(assistant, host), mode, config):
+        return None
+    llm, _ = _llm_window(assistant, host)
+    try:
+        result = yield compact_history(assistant.history, llm, config)
+    except defer.CancelledError:
+        raise
+    except Exception as exc:
+        tick.error(f"compaction failed: {exc}")
+        return None
+    if result.method != "none":
+        tick.compaction = result.method
+        assistant.count("compactions")
+        if result.error:
+            tick.error(f"compaction fell back to truncation: {result.error}")
+        yield _checkpoint(tick, None)
+    return None
+
+
+@defer.inlineCallbacks
+def _sleep_tick(tick: _Tick) -> Any:
+    """Maintenance while asleep; returns (status, reason)."""
+    assistant, host = tick.assistant, tick.host
+    if assistant.has_addressed_event():
+        assistant.set_mode(AWAKE, "addressed")
+        return WOKE, "addressed"
+    yield _maybe_compact(tick, SLEEP)
+    if assistant.config.sleep_maintenance and not assistant.sleep_maintenance_done:
+        tick.maintenance = yield _run_loop(tick, SLEEP_CONTEXT, mode=SLEEP)
+        assistant.sleep_maintenance_done = True
+        assistant.count("maintenance_loops")
+    if assistant.has_addressed_event():  # arrived during maintenance
+        assistant.set_mode(AWAKE, "addressed")
+        return WOKE, "addressed"
+    until = assistant.sleep_until
+    if until is None or host.clock.seconds() >= until:
+        assistant.set_mode(AWAKE, "schedule")
+        return WOKE, "schedule"
+    return SLEEPING, ""
+
+
+@defer.inlineCallbacks
+def _select_pattern(tick: _Tick, context_type: str) -> Any:
+    assistant, host = tick.assistant, tick.host
+    config = assistant.execution_config
+    assessment = None
+    if wants_assessment(config, context_type):
+        llm, _ = _llm_window(assistant, host)
+        assessment = yield assess_task(llm, assistant.persona,
+                                       format_events(assistant.pending_events))
+        assistant.count("assessments")
+    return select_execution_pattern(config, context_type, assessment=assessment)
+
+
+def _gate(assistant: Assistant, context_type: str) -> GatePolicy:
+    gate = select_gate(assistant.execution_config, context_type)
+    if context_type in (SLEEP_CONTEXT, REFLECTION_CONTEXT) and gate.allowed_categories is None:
+        gate = GatePolicy(allowed_categories=QUIET_CATEGORIES, allowed_names=gate.allowed_names)
+    return gate
+
+
+def _native_tools(assistant: Assistant, llm: Any) -> bool:
+    if assistant.config.native_tools is not None:
+        return assistant.config.native_tools
+    profile = getattr(llm, "profile", None)
+    return getattr(profile, "tool_calling", "native") != "fallback"
+
+
+def _loop_config(assistant: Assistant, llm: Any, pattern: ExecutionPattern) -> LoopConfig:
+    config = assistant.config
+    return LoopConfig(
+        max_iterations=pattern.max_iterations,
+        pattern_mode=pattern.mode,
+        tool_budget=config.tool_budget,
+        exit_tools=config.exit_tools,  # type: ignore[arg-type]  # converter=tuple
+        consecutive_error_cap=config.consecutive_error_cap,
+        native_tools=_native_tools(assistant, llm),
+        stream=config.stream,
+        context_window=config.context_window,
+    )
+
+
+@defer.inlineCallbacks
+def _checkpoint(tick: _Tick, control: LoopControl | None) -> Any:
+    """Make the assistant's state durable; on failure, stop the loop.
+
+    An iteration's state must be on disk before the next model call; if it
+    cannot be written, the loop must not go on as if it were.
+    """
+    assistant, host = tick.assistant, tick.host
+    try:
+        yield host.save_state(assistant.name)
+    except Exception as exc:
+        assistant.count("store_errors")
+        message = f"state could not be saved: {exc}"
+        tick.error(message)
+        if control is not None:
+            control.stop(message)
+    return None
+
+
+@defer.inlineCallbacks
+def _run_loop(
+    tick: _Tick,
+    context_type: str,
+    *,
+    pattern: ExecutionPattern | None = None,
+    mode: str = AWAKE,
+    reflection: bool = False,
+) -> Any:
+    """Build the loop context for this tick and run the loop; returns its LoopResult."""
+    assistant, host = tick.assistant, tick.host
+    llm, _ = _llm_window(assistant, host)
+    if pattern is None:
+        pattern = select_execution_pattern(assistant.execution_config, context_type)
+    control = LoopControl()
+    assistant.control = control
+    quiet = reflection or mode == SLEEP
+    ctx = LoopContext(
+        assistant_name=assistant.name,
+        actor=Actor(assistant.config.character_id, world=host.world, store=host.store,
+                    assistant=assistant),  # type: ignore[arg-type]
+        registry=host.registry,
+        llm=llm,
+        history=assistant.history,
+        clock=host.clock,
+        cache=host.cache,
+        cache_namespace=assistant.name,
+        gate=_gate(assistant, context_type),
+        system_prompt=assistant.persona,
+        # Maintenance and reflection never consume the events waiting for the awake loop.
+        pending_events=[] if quiet else assistant.pending_events,
+        mode=mode,
+        reflection=reflection,
+        on_event=lambda event: _on_loop_event(assistant, host, event),
+        stop_check=lambda: assistant.emergency_stopped,
+        control=control,
+        checkpoint=None if reflection else (lambda progress: _checkpoint(tick, control)),
+        execution_state=assistant.execution_state,
+    )
+    try:
+        result = yield host.run_loop(ctx, _loop_config(assistant, llm, pattern))
+    finally:
+        assistant.control = None
+    assistant.count("loops")
+    assistant.count("iterations", result.iterations)
+    assistant.count("model_requests", int(result.usage.get("requests", result.iterations)))
+    if result.signals:
+        assistant.count("signals", len(result.signals))
+    for entry in result.results:
+        if entry.get("status") in _TOOL_FAILURES:
+            outcome = entry.get("result")
+            detail = outcome.get("error", "") if isinstance(outcome, dict) else ""
+            tick.error(f"tool {entry.get('tool')} {entry.get('status')}: {detail}", tool=True)
+    if result.failed:
+        tick.error(f"{result.termination_reason}: {result.error or ''}".rstrip(": "))
+    return result
+
+
+def _on_loop_event(assistant: Assistant, host: AssistantHost, event: dict[str, Any]) -> None:
+    host.publish(assistant.name, event)
+
+
+def _trim_history(assistant: Assistant) -> None:
+    """Keep at most ``max_history`` messages (truncation never splits a tool call)."""
+    from ai_tools.compaction import CompactionConfig, truncate_messages
+
+    limit = assistant.config.max_history
+    if len(assistant.history) <= limit:
+        return
+    result = truncate_messages(assistant.history.messages,
+                               CompactionConfig(preserve_window=max(1, limit - 1)))
+    if result.method != "none":
+        assistant.history.replace(result.messages)
+        assistant.count("history_truncations")
