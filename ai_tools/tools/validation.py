@@ -425,8 +425,8 @@ def validate_params_basic(params: Any, schema: Mapping[str, Any]) -> ValidationR
 def validate_tool_result(result: Any, tool_name: str | None = None) -> dict[str, Any]:
     """Turn whatever a tool returned into a standard result dict.
 
-    A dict with a boolean ``success`` (if any) and a string ``error`` (if any)
-    is returned as it is.  Anything else becomes
+    A dict with a boolean ``success`` (if any) and a string ``error`` (if any;
+    ``None`` counts as absent) is returned as it is.  Anything else becomes
     ``{"success": False, "error": "..."}`` saying what was wrong, so the model
     sees a failure instead of the engine crashing.
     """
@@ -442,7 +442,7 @@ def validate_tool_result(result: Any, tool_name: str | None = None) -> dict[str,
             f"{who} returned an invalid result: 'success' must be true or false, "
             f"got {preview(result['success'], 60)}"
         )
-    if "error" in result and not isinstance(result["error"], str):
+    if result.get("error") is not None and not isinstance(result["error"], str):
         return _failure(
             f"{who} returned an invalid result: 'error' must be a string, "
             f"got {preview(result['error'], 60)}"
