@@ -299,11 +299,12 @@ def _addressed(event: Mapping[str, Any], config: AssistantConfig) -> bool:
     kind = event.get("type", event.get("kind"))
     if kind in _DIRECT_KINDS:
         return True
-    targets = {config.name}
+    targets = {config.name.lower()}
     if config.character_id:
-        targets.add(config.character_id)
+        targets.add(config.character_id.lower())
     for key in ("to", "target", "receiver"):
-        if event.get(key) in targets:
+        value = event.get(key)
+        if isinstance(value, str) and value.lower() in targets:
             return True
     text = event.get("text", event.get("message"))
     if isinstance(text, str):

@@ -317,7 +317,7 @@ class TickScheduler:
             self._running[entry.name] = d
             result = defer.Deferred(lambda _: d.cancel())
 
-            def done(outcome: Any) -> None:
+            def done(outcome: Any) -> Any:
                 self._running.pop(entry.name, None)
                 entry.running = None
                 self._finished(entry, started_at)
@@ -327,8 +327,9 @@ class TickScheduler:
                         waiter.callback(None)
                 if isinstance(outcome, Failure):
                     result.errback(outcome)
-                else:
-                    result.callback(outcome)
+                    return None  # handed to ``result``; not left unhandled here
+                result.callback(outcome)
+                return outcome
 
             d.addBoth(done)
         if consume:

@@ -180,7 +180,6 @@ class AssistantService(MultiService):
         restore_saved: bool = False,
     ) -> None:
         super().__init__()
-        self.setName("ai-assistants")
         self._clock = clock
         self._llms: dict[str, Any] = dict(llms or {})
         if llm is not None:
@@ -518,13 +517,17 @@ class AssistantService(MultiService):
             restored.append(name)
         return restored
 
-    @defer.inlineCallbacks
-    def remove_assistant(self, name: str, *, forget: bool = False) -> Any:
+    def remove_assistant(self, name: str, *, forget: bool = False) -> defer.Deferred[None]:
         """Remove an assistant: stop it, save it (or, with ``forget``, delete its state).
 
         A tick in flight is killed and waited for (at most ``stop_grace`` s).
+        Raises NotFound for an unknown name.
         """
-        assistant = self.get(name)
+        return self._remove(self.get(name), forget)
+
+    @defer.inlineCallbacks
+    def _remove(self, assistant: Assistant, forget: bool) -> Any:
+        name = assistant.name
         self.scheduler.remove(name)
         self._unhear(name)
         self.stop_assistant(name, "assistant removed")
@@ -555,6 +558,8 @@ class AssistantService(MultiService):
         assistant = self.get(name)
         assistant.enabled = True
         self.scheduler.reschedule(name, due=self.clock.seconds())
+        if assistant.pending_events:
+            self.scheduler.notify(name)
         self.publish(name, {"type": "enabled"})
         return self.save_state(name)
 
@@ -583,12 +588,9 @@ class AssistantService(MultiService):
         """Run one tick of ``name`` now; fires with its :class:`~ai_tools.tick.TickResult`.
 
         Never overlaps a tick in flight: then the result is ``skipped`` /
-        ``already_ticking``.  Fails with NotFound for an unknown name.
+        ``already_ticking``.  Raises NotFound for an unknown name.
         """
-        try:
-            self.get(name)
-        except NotFound:
-            return defer.fail()
+        self.get(name)
         return self.scheduler.run_now(name)
 
     def _scheduled_tick(self, name: str) -> defer.Deferred[Any]:
