@@ -99,6 +99,52 @@ class _AttemptState:
     produced: bool = False
 
 
+def with_deadline(
+    d: defer.Deferred[Any], clock: Any, timeout: float | None
+) -> defer.Deferred[Any]:
+    """Wrap ``d`` so that cancellation and timeout are reported as such.
+
+    twisted.web reports a cancelled request as ``ResponseNeverReceived``;
+    through this wrapper, cancelling the result gives ``CancelledError`` and
+    running out of time gives ``defer.TimeoutError`` (``d`` is cancelled in
+    both cases, which aborts its connection).
+    """
+    cancelled = False
+    timed_out = False
+
+    def canceller(_: defer.Deferred[Any]) -> None:
+        nonlocal cancelled
+        cancelled = True
+        d.cancel()
+
+    result: defer.Deferred[Any] = defer.Deferred(canceller)
+
+    def expire() -> None:
+        nonlocal timed_out
+        timed_out = True
+        d.cancel()
+
+    call = clock.callLater(timeout, expire) if timeout is not None else None
+
+    def done(outcome: Any) -> None:
+        if call is not None and call.active():
+            call.cancel()
+        if result.called:
+            return None
+        if cancelled:
+            result.errback(defer.CancelledError())
+        elif timed_out:
+            result.errback(defer.TimeoutError())
+        elif isinstance(outcome, Failure):
+            result.errback(outcome)
+        else:
+            result.callback(outcome)
+        return None
+
+    d.addBoth(done)
+    return result
+
+
 def _describe(failure: BaseException) -> str:
     """Readable text for connection failures wrapped by twisted.web."""
     reasons = getattr(failure, "reasons", None)
@@ -111,7 +157,7 @@ def _describe(failure: BaseException) -> str:
 
 
 @implementer(ILLMClient)
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class OpenAIChatClient:
     """Chat completions against one OpenAI-compatible server.
 
@@ -161,6 +207,10 @@ class OpenAIChatClient:
             self.http_client = treq.client.HTTPClient(
                 cast(IAgent, agent), data_to_body_producer=cast(Any, BytesProducer)
             )
+
+    def __repr__(self) -> str:
+        # Never show environ: it may hold the API key.
+        return f"<OpenAIChatClient {self.profile.label}>"
 
     # -- ILLMClient -----------------------------------------------------------------
 
@@ -346,13 +396,12 @@ class OpenAIChatClient:
         on_event: EventCallback | None,
         state: _AttemptState,
     ) -> ChatResponse:
-        d = defer.Deferred.fromCoroutine(self._attempt(body, streaming, on_event, state))
+        attempt = defer.Deferred.fromCoroutine(self._attempt(body, streaming, on_event, state))
         total = self.profile.timeouts.total
         if total is None:
-            return await d
-        d.addTimeout(total, self.reactor)
+            return await attempt
         try:
-            return await d
+            return await with_deadline(attempt, self.reactor, total)
         except defer.TimeoutError:
             raise LLMTimeout(
                 f"{self.profile.chat_url}: no complete answer within {total:g}s",
@@ -384,10 +433,8 @@ class OpenAIChatClient:
             reactor=self.reactor,
         )
         header_timeout = self.profile.timeouts.headers
-        if header_timeout is not None:
-            d.addTimeout(header_timeout, self.reactor)
         try:
-            response = await d
+            response = await with_deadline(d, self.reactor, header_timeout)
         except defer.TimeoutError:
             raise LLMTimeout(f"no response from {url} within {header_timeout:g}s") from None
         except defer.CancelledError:
