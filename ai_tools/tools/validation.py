@@ -392,9 +392,13 @@ def schema_problems(schema: Any) -> list[str]:
     errors = sorted(checker.iter_errors(schema), key=lambda e: list(e.absolute_path))
     messages = []
     for error in errors[:5]:
-        best = _jsonschema.exceptions.best_match([error])
-        where = format_path(("parameters", *best.absolute_path))
-        messages.append(f"{where}: {_short(best.message)}")
+        path = tuple(error.absolute_path)
+        where = format_path(("parameters", *path))
+        if path and path[-1] == "type" and error.validator in {"anyOf", "enum"}:
+            messages.append(f"{where}: unknown type {preview(error.instance)} (use one of "
+                            "string, integer, number, boolean, array, object, null)")
+        else:
+            messages.append(f"{where}: {_short(error.message)}")
     return messages
 
 
