@@ -1,0 +1,1057 @@
+"""The sandbox world: a small persistent MUD-like world for the standalone service.
+
+The whole world lives in memory (like Evennia's object cache), so reads are
+plain synchronous calls; every change is written through to a store
+(``IWorldStore``: the memory or SQLite store) so it survives a restart.
+
+What returns what:
+
+* **reads** return plain values: :meth:`get_object`, :meth:`describe_location`,
+  :meth:`search`, :meth:`get_attributes`, :meth:`get_tags`,
+  :meth:`search_by_tag`, :meth:`has_permission`, :meth:`list_prototypes`,
+  :meth:`list_channels`, :meth:`help_search`, :meth:`heard`, :meth:`snapshot`;
+* **messages** (nothing to persist) return plain values at once and raise on
+  refusal: :meth:`message_location`, :meth:`message_character`,
+  :meth:`channel_send`, :meth:`subscribe`, :meth:`add_observer`;
+* **changes** return a Deferred that fires once the change is durable (and
+  fails with ``PermissionDenied``, ``NotFound``, ``ValueError``...):
+  :meth:`set_attribute`, :meth:`delete_attribute`, :meth:`add_tag`,
+  :meth:`remove_tag`, :meth:`spawn_prototype`, :meth:`create_object`,
+  :meth:`dig`, :meth:`set_description`, :meth:`move_character`,
+  :meth:`create_character`, :meth:`execute_command`.
+
+The change is applied in memory first, then written; if the write fails the
+Deferred fails (and the failure is logged) while memory keeps the change, which
+the next write of the same object persists.  With the memory store, or with no
+store, every Deferred has already fired when the method returns.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+import attrs
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from ai_tools.errors import NotFound, PermissionDenied
+from ai_tools.interfaces import IWorld
+from ai_tools.world.help_index import rank_help
+from ai_tools.world.messages import DIRECT_KINDS, ROOM_KINDS, WorldMessage
+from ai_tools.world.model import (
+    Channel,
+    HelpEntry,
+    Prototype,
+    WorldObject,
+    normalise_tag,
+)
+from ai_tools.world.permissions import (
+    BUILDER,
+    DEVELOPER,
+    SYSTEM_TAG_CATEGORY,
+    holds,
+    may_edit,
+)
+from ai_tools.world.worldfile import load_world_file, slug, unique_id
+
+MAX_VALUE_CHARS = 8192
+"""Largest JSON encoding of an attribute value :meth:`SandboxWorld.set_attribute` accepts."""
+
+FORBIDDEN_OVERRIDES = frozenset(
+    {"id", "kind", "location", "destination", "owner", "permissions", "created_at"}
+)
+"""Spawn overrides that would change identity or rights, refused."""
+
+Listener = Callable[[WorldMessage], Any]
+Observer = Callable[[WorldMessage, tuple[str, ...]], Any]
+
+
+class _Clock(Protocol):
+    def seconds(self) -> float: ...
+
+
+def _check_attribute_name(name: Any) -> str:
+    text = str(name or "").strip() if isinstance(name, str) else ""
+    if not text:
+        raise ValueError("attribute name is empty")
+    if text.startswith("_"):
+        raise PermissionDenied(f"attribute {text!r} is internal (names starting with '_')")
+    return text
+
+
+def _json_copy(value: Any, what: str) -> Any:
+    try:
+        encoded = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} is not JSON-serialisable: {exc}") from None
+    if len(encoded) > MAX_VALUE_CHARS:
+        raise ValueError(f"{what} too large ({len(encoded)} > {MAX_VALUE_CHARS} characters)")
+    return json.loads(encoded)
+
+
+@implementer(IWorld)
+@attrs.define(eq=False)
+class SandboxWorld:
+    """An in-memory world written through to ``store`` (an ``IWorldStore``, or None).
+
+    Build one with :meth:`load` (from a store, seeded from a world file the
+    first time) or :meth:`from_file` (no persistence, for tests and tools).
+    ``clock`` (a reactor or ``task.Clock``) stamps messages and new objects;
+    ``log_size`` bounds what each character's heard log keeps.
+    """
+
+    store: Any = None
+    clock: _Clock | None = None
+    log_size: int = 200
+    name: str = attrs.field(default="sandbox", init=False)
+    meta: dict[str, Any] = attrs.field(factory=dict, init=False)
+    _objects: dict[str, WorldObject] = attrs.field(factory=dict, init=False)
+    _contents: dict[str, list[str]] = attrs.field(factory=dict, init=False)
+    _channels: dict[str, Channel] = attrs.field(factory=dict, init=False)
+    _prototypes: dict[str, Prototype] = attrs.field(factory=dict, init=False)
+    _help: dict[str, HelpEntry] = attrs.field(factory=dict, init=False)
+    _listeners: dict[str, list[Listener]] = attrs.field(factory=dict, init=False)
+    _observers: list[Observer] = attrs.field(factory=list, init=False)
+    _logs: dict[str, deque[WorldMessage]] = attrs.field(factory=dict, init=False)
+    _seq: int = attrs.field(default=0, init=False)
+
+    _log = Logger()
+
+    # ------------------------------------------------------------------
+    # building the world
+    # ------------------------------------------------------------------
+
+    @classmethod
+    def load(
+        cls,
+        store: Any,
+        seed: str | Path | Mapping[str, Any] | None = None,
+        clock: _Clock | None = None,
+        log_size: int = 200,
+    ) -> defer.Deferred[SandboxWorld]:
+        """Load the world saved in ``store`` (already open).
+
+        When the store holds no world yet, the world comes from ``seed`` — a
+        world file path or world data (``parse_world``'s result) — and is
+        written to the store in one transaction before the Deferred fires.
+        Without a seed the world starts empty.  A bad world file fails the
+        Deferred with :class:`~ai_tools.errors.ConfigError`.
+        """
+        world = cls(store=store, clock=clock, log_size=log_size)
+
+        def loaded(data: Mapping[str, Any] | None) -> Any:
+            if data is not None:
+                world.populate(data)
+                world._log.info(
+                    "Sandbox world {name} loaded: {count} objects",
+                    name=world.meta.get("name"),
+                    count=len(world._objects),
+                )
+                return world
+            if seed is None:
+                seeded: Mapping[str, Any] = {"meta": {"name": "Sandbox"}}
+            elif isinstance(seed, str | Path):
+                seeded = load_world_file(seed)
+            else:
+                seeded = seed
+            world.populate(seeded)
+            world._log.info(
+                "Sandbox world {name} seeded: {count} objects",
+                name=world.meta.get("name"),
+                count=len(world._objects),
+            )
+            return world._persist_all().addCallback(lambda _: world)
+
+        return defer.maybeDeferred(store.load_world).addCallback(loaded)
+
+    @classmethod
+    def from_file(cls, path: str | Path, clock: _Clock | None = None) -> SandboxWorld:
+        """A world from a world file, kept in memory only (no store)."""
+        world = cls(clock=clock)
+        world.populate(load_world_file(path))
+        return world
+
+    def populate(self, data: Mapping[str, Any]) -> None:
+        """Replace the in-memory world with world data (rows), without writing anything."""
+        self._objects = {}
+        self._contents = {}
+        for row in data.get("objects") or ():
+            obj = WorldObject.from_row(row)
+            self._objects[obj.id] = obj
+        for obj in self._objects.values():
+            if obj.location is not None and obj.location not in self._objects:
+                self._log.warn(
+                    "Object {id} is in missing location {location}; it is now nowhere",
+                    id=obj.id,
+                    location=obj.location,
+                )
+                obj.location = None
+            if obj.location is not None:
+                self._contents.setdefault(obj.location, []).append(obj.id)
+        self._channels = {
+            c.key.casefold(): c for c in map(Channel.from_row, data.get("channels") or ())
+        }
+        self._prototypes = {
+            p.key.casefold(): p for p in map(Prototype.from_row, data.get("prototypes") or ())
+        }
+        self._help = {h.key.casefold(): h for h in map(HelpEntry.from_row, data.get("help") or ())}
+        self.meta = copy.deepcopy(dict(data.get("meta") or {}))
+
+    def snapshot(self) -> dict[str, Any]:
+        """The whole world as world data (rows), e.g. to export it."""
+        return {
+            "objects": [o.to_row() for o in self._objects.values()],
+            "channels": [c.to_row() for c in self._channels.values()],
+            "prototypes": [p.to_row() for p in self._prototypes.values()],
+            "help": [h.to_row() for h in self._help.values()],
+            "meta": copy.deepcopy(self.meta),
+        }
+
+    # ------------------------------------------------------------------
+    # persistence
+    # ------------------------------------------------------------------
+
+    def _now(self) -> float:
+        clock = self.clock
+        if clock is None:
+            from twisted.internet import reactor
+
+            clock = cast(_Clock, reactor)
+        return float(clock.seconds())
+
+    def _write(
+        self, put: Mapping[str, Any], delete: Mapping[str, list[str]] | None = None
+    ) -> defer.Deferred[None]:
+        if self.store is None:
+            return defer.succeed(None)
+
+        def failed(failure: Failure) -> Failure:
+            self._log.failure("Sandbox world: writing a change to the store failed", failure)
+            return failure
+
+        return defer.maybeDeferred(self.store.write_world, put, delete).addErrback(failed)
+
+    def _persist(self, *objects: WorldObject) -> defer.Deferred[None]:
+        return self._write({"objects": [o.to_row() for o in objects]})
+
+    def _persist_all(self) -> defer.Deferred[None]:
+        return self._write(self.snapshot())
+
+    # ------------------------------------------------------------------
+    # lookups
+    # ------------------------------------------------------------------
+
+    def _require(self, obj_id: Any, what: str = "object") -> WorldObject:
+        obj = self._objects.get(obj_id) if isinstance(obj_id, str) else None
+        if obj is None:
+            raise NotFound(f"no {what} with id {obj_id!r}")
+        return obj
+
+    def _character(self, char_id: Any) -> WorldObject:
+        char = self._require(char_id, "character")
+        if char.kind != "character":
+            raise NotFound(f"{char_id!r} is a {char.kind}, not a character")
+        return char
+
+    def _room_of(self, char: WorldObject) -> WorldObject:
+        if char.location is None:
+            raise NotFound(f"{char.key} ({char.id}) is not in any room")
+        return self._objects[char.location]
+
+    def contents(self, location_id: str) -> list[dict[str, Any]]:
+        """Object dicts of what is directly in ``location_id`` (NotFound if unknown)."""
+        self._require(location_id, "location")
+        return [self._objects[i].as_dict() for i in self._contents.get(location_id, ())]
+
+    def _inside(self, location_id: str | None) -> list[WorldObject]:
+        if location_id is None:
+            return []
+        return [self._objects[i] for i in self._contents.get(location_id, ())]
+
+    def get_object(self, obj_id: Any) -> dict[str, Any] | None:
+        """The object dict of ``obj_id``, or None."""
+        obj = self._objects.get(obj_id) if isinstance(obj_id, str) else None
+        return obj.as_dict() if obj is not None else None
+
+    def describe_location(self, char_id: str, detail: str = "normal") -> dict[str, Any]:
+        """The room ``char_id`` stands in, its exits, things and other characters."""
+        if detail not in ("brief", "normal", "detailed"):
+            raise ValueError(f"detail must be brief, normal or detailed, not {detail!r}")
+        char = self._character(char_id)
+        room = self._room_of(char)
+        exits, contents, characters = [], [], []
+        for obj in self._inside(room.id):
+            if obj.id == char.id:
+                continue
+            if obj.kind == "exit":
+                exits.append(
+                    {
+                        "id": obj.id,
+                        "key": obj.key,
+                        "aliases": list(obj.aliases),
+                        "destination": obj.destination,
+                    }
+                )
+            elif obj.kind == "character":
+                characters.append(obj.as_dict(detail))
+            else:
+                contents.append(obj.as_dict(detail))
+        return {
+            "room": room.as_dict(detail),
+            "exits": exits,
+            "contents": contents,
+            "characters": characters,
+        }
+
+    def search(
+        self,
+        query: str,
+        *,
+        char_id: str | None = None,
+        location: str | None = None,
+        kind: str | None = None,
+        limit: int = 10,
+    ) -> list[dict[str, Any]]:
+        """Objects whose key or aliases match ``query``: exact, then prefix, then substring.
+
+        An exact id finds that object.  Ties go to what is in ``char_id``'s
+        room (or carried), then to the oldest object.
+        """
+        return [o.as_dict() for o in self._search(query, char_id, location, kind, limit)]
+
+    def _search(
+        self,
+        query: Any,
+        char_id: str | None,
+        location: str | None,
+        kind: str | None,
+        limit: int,
+    ) -> list[WorldObject]:
+        text = str(query or "").strip()
+        if not text or limit <= 0:
+            return []
+        if location is not None:
+            self._require(location, "location")
+        direct = self._objects.get(text)
+        if direct is not None:
+            found = [direct] if location is None or direct.location == location else []
+            return [o for o in found if kind is None or o.kind == kind][:limit]
+        folded = text.casefold()
+        nearby: set[str] = set()
+        looker = self._objects.get(char_id) if isinstance(char_id, str) else None
+        if looker is not None:
+            nearby = {o.id for o in self._inside(looker.location)}
+            nearby.update(o.id for o in self._inside(looker.id))
+        candidates = self._inside(location) if location is not None else self._objects.values()
+        ranked: list[tuple[int, int, int, WorldObject]] = []
+        for order, obj in enumerate(candidates):
+            if kind is not None and obj.kind != kind:
+                continue
+            names = obj.names()
+            if folded in names:
+                rank = 0
+            elif any(n.startswith(folded) for n in names):
+                rank = 1
+            elif any(folded in n for n in names):
+                rank = 2
+            else:
+                continue
+            ranked.append((rank, 0 if obj.id in nearby else 1, order, obj))
+        ranked.sort(key=lambda item: item[:3])
+        return [item[3] for item in ranked[:limit]]
+
+    # ------------------------------------------------------------------
+    # attributes and tags
+    # ------------------------------------------------------------------
+
+    def get_attributes(self, obj_id: str, names: Iterable[str] | None = None) -> dict[str, Any]:
+        """``{name: value}`` of the object's attributes (all, or those in ``names``)."""
+        obj = self._require(obj_id)
+        wanted = set(names) if names is not None else None
+        return {
+            k: copy.deepcopy(v) for k, v in obj.attributes.items() if wanted is None or k in wanted
+        }
+
+    def can_edit(self, char_id: str, obj_id: str) -> bool:
+        """Whether ``char_id`` may change ``obj_id`` (see :mod:`ai_tools.world.permissions`)."""
+        return may_edit(self._character(char_id), self._require(obj_id))
+
+    def _check_edit(self, char: WorldObject, obj: WorldObject, action: str) -> None:
+        if not may_edit(char, obj):
+            needs = "Admin" if obj.kind == "character" else BUILDER
+            raise PermissionDenied(
+                f"{char.key} may not {action} on {obj.key} ({obj.id}): needs {needs} rights"
+                " or ownership"
+            )
+
+    def set_attribute(
+        self, char_id: str, obj_id: str, name: str, value: Any
+    ) -> defer.Deferred[dict[str, Any]]:
+        """Set attribute ``name`` of ``obj_id`` to a JSON value, as ``char_id``."""
+        return defer.maybeDeferred(self._set_attribute, char_id, obj_id, name, value)
+
+    def _set_attribute(
+        self, char_id: str, obj_id: str, name: str, value: Any
+    ) -> defer.Deferred[dict[str, Any]]:
+        char = self._character(char_id)
+        obj = self._require(obj_id)
+        name = _check_attribute_name(name)
+        self._check_edit(char, obj, f"set attribute {name!r}")
+        obj.attributes[name] = _json_copy(value, f"attribute {name!r}")
+        self._log.info("{char} set attribute {name} on {obj}", char=char.id, name=name, obj=obj.id)
+        return self._persist(obj).addCallback(lambda _: obj.as_dict())
+
+    def delete_attribute(self, char_id: str, obj_id: str, name: str) -> defer.Deferred[bool]:
+        """Remove attribute ``name`` of ``obj_id`` as ``char_id``; fires True if it existed."""
+        return defer.maybeDeferred(self._delete_attribute, char_id, obj_id, name)
+
+    def _delete_attribute(self, char_id: str, obj_id: str, name: str) -> defer.Deferred[bool]:
+        char = self._character(char_id)
+        obj = self._require(obj_id)
+        name = _check_attribute_name(name)
+        self._check_edit(char, obj, f"delete attribute {name!r}")
+        if name not in obj.attributes:
+            return defer.succeed(False)
+        del obj.attributes[name]
+        return self._persist(obj).addCallback(lambda _: True)
+
+    def get_tags(self, obj_id: str, category: str | None = None) -> list[dict[str, Any]]:
+        """``[{"tag", "category"}]`` on ``obj_id`` (only ``category``'s when given)."""
+        obj = self._require(obj_id)
+        cat = category.casefold() if category else None
+        return [{"tag": t, "category": c} for t, c in obj.tags if cat is None or c == cat]
+
+    def _check_tag(
+        self, char: WorldObject, obj: WorldObject, tag: Any, category: Any
+    ) -> tuple[str, str | None]:
+        pair = normalise_tag(tag, category)
+        self._check_edit(char, obj, f"change tag {pair[0]!r}")
+        if pair[1] == SYSTEM_TAG_CATEGORY and not holds(char.permissions, DEVELOPER):
+            raise PermissionDenied(
+                f"tags in category {SYSTEM_TAG_CATEGORY!r} need Developer rights"
+            )
+        return pair
+
+    def add_tag(
+        self, char_id: str, obj_id: str, tag: str, category: str | None = None
+    ) -> defer.Deferred[dict[str, Any]]:
+        """Add a tag as ``char_id``; fires with the object dict."""
+        return defer.maybeDeferred(self._add_tag, char_id, obj_id, tag, category)
+
+    def _add_tag(
+        self, char_id: str, obj_id: str, tag: str, category: str | None
+    ) -> defer.Deferred[dict[str, Any]]:
+        char = self._character(char_id)
+        obj = self._require(obj_id)
+        pair = self._check_tag(char, obj, tag, category)
+        if pair in obj.tags:
+            return defer.succeed(obj.as_dict())
+        obj.tags.append(pair)
+        return self._persist(obj).addCallback(lambda _: obj.as_dict())
+
+    def remove_tag(
+        self, char_id: str, obj_id: str, tag: str, category: str | None = None
+    ) -> defer.Deferred[bool]:
+        """Remove a tag as ``char_id``; fires True if it was there."""
+        return defer.maybeDeferred(self._remove_tag, char_id, obj_id, tag, category)
+
+    def _remove_tag(
+        self, char_id: str, obj_id: str, tag: str, category: str | None
+    ) -> defer.Deferred[bool]:
+        char = self._character(char_id)
+        obj = self._require(obj_id)
+        pair = self._check_tag(char, obj, tag, category)
+        if pair not in obj.tags:
+            return defer.succeed(False)
+        obj.tags.remove(pair)
+        return self._persist(obj).addCallback(lambda _: True)
+
+    def search_by_tag(
+        self, tag: str, category: str | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]:
+        """Objects carrying ``tag`` (in ``category`` if given), oldest first."""
+        name, cat = normalise_tag(tag, category)
+        found = [
+            o.as_dict()
+            for o in self._objects.values()
+            if any(t == name and (cat is None or c == cat) for t, c in o.tags)
+        ]
+        return found[: max(limit, 0)]
+
+    # ------------------------------------------------------------------
+    # permissions and prototypes
+    # ------------------------------------------------------------------
+
+    def has_permission(self, char_id: str, permission: str) -> bool:
+        """Whether ``char_id`` holds ``permission`` or one above it in the hierarchy."""
+        char = self._objects.get(char_id) if isinstance(char_id, str) else None
+        if char is None or char.kind != "character":
+            return False
+        return holds(char.permissions, str(permission))
+
+    def _check_builder(self, char: WorldObject, action: str, permission: str = BUILDER) -> None:
+        if not holds(char.permissions, permission):
+            raise PermissionDenied(f"{char.key} may not {action}: needs {permission} rights")
+
+    def list_prototypes(self) -> list[dict[str, Any]]:
+        """``[{"key", "description", "permission"}]`` sorted by key."""
+        return sorted(
+            (
+                {"key": p.key, "description": p.description, "permission": p.permission}
+                for p in self._prototypes.values()
+            ),
+            key=lambda p: p["key"].casefold(),
+        )
+
+    def spawn_prototype(
+        self,
+        char_id: str,
+        prototype_key: str,
+        location: str | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> defer.Deferred[dict[str, Any]]:
+        """Create an object from a prototype as ``char_id`` (Builder, or the prototype's
+        permission); it goes to ``location`` or the character's room and is owned by it.
+
+        ``overrides``: ``key``, ``aliases``, ``description`` (or ``desc``),
+        ``attributes`` (a mapping), ``tags``; any other key is an attribute.
+        Keys that would change identity or rights are refused.
+        """
+        return defer.maybeDeferred(
+            self._spawn_prototype, char_id, prototype_key, location, overrides
+        )
+
+    def _spawn_prototype(
+        self,
+        char_id: str,
+        prototype_key: str,
+        location: str | None,
+        overrides: Mapping[str, Any] | None,
+    ) -> defer.Deferred[dict[str, Any]]:
+        char = self._character(char_id)
+        self._check_builder(char, "spawn prototypes")
+        proto = self._prototypes.get(str(prototype_key or "").strip().casefold())
+        if proto is None:
+            raise NotFound(f"no prototype called {prototype_key!r}")
+        self._check_builder(char, f"spawn {proto.key!r}", proto.permission)
+        target = self._require(location, "location") if location else self._room_of(char)
+        if target.kind == "exit":
+            raise ValueError("an exit cannot hold objects")
+        key = proto.name or proto.key
+        description = proto.desc if proto.desc is not None else proto.description
+        aliases = list(proto.aliases)
+        attributes = copy.deepcopy(proto.attributes)
+        tags = list(proto.tags)
+        for name, value in (overrides or {}).items():
+            if name in FORBIDDEN_OVERRIDES:
+                raise PermissionDenied(f"a spawn may not override {name!r}")
+            if name == "key":
+                key = str(value).strip() or key
+            elif name == "aliases":
+                aliases = [str(a) for a in value]
+            elif name in ("description", "desc"):
+                description = str(value)
+            elif name == "tags":
+                for tag in value:
+                    pair = (
+                        normalise_tag(tag)
+                        if isinstance(tag, str)
+                        else normalise_tag(tag.get("tag"), tag.get("category"))
+                    )
+                    if pair[1] == SYSTEM_TAG_CATEGORY and not holds(char.permissions, DEVELOPER):
+                        raise PermissionDenied("tags in category 'system' need Developer rights")
+                    if pair not in tags:
+                        tags.append(pair)
+            elif name == "attributes":
+                if not isinstance(value, Mapping):
+                    raise ValueError("attributes must be a mapping of name to value")
+                for attr, attr_value in value.items():
+                    attributes[_check_attribute_name(attr)] = _json_copy(
+                        attr_value, f"attribute {attr!r}"
+                    )
+            else:
+                attributes[_check_attribute_name(name)] = _json_copy(value, f"attribute {name!r}")
+        prefix = "char" if proto.kind == "character" else "obj"
+        obj = WorldObject(
+            id=unique_id(f"{prefix}:{slug(key)}", self._objects),
+            key=key,
+            kind=proto.kind,
+            description=description,
+            aliases=aliases,
+            attributes=attributes,
+            tags=tags,
+            owner=char.id,
+            created_at=self._now(),
+        )
+        self._add(obj, target.id)
+        self._log.info(
+            "{char} spawned {proto} as {obj} in {location}",
+            char=char.id,
+            proto=proto.key,
+            obj=obj.id,
+            location=target.id,
+        )
+        return self._persist(obj).addCallback(lambda _: obj.as_dict())
+
+    def _add(self, obj: WorldObject, location: str | None) -> None:
+        self._objects[obj.id] = obj
+        obj.location = location
+        if location is not None:
+            self._contents.setdefault(location, []).append(obj.id)
+
+    def _place(self, obj: WorldObject, location: str | None) -> None:
+        if obj.location is not None:
+            siblings = self._contents.get(obj.location, [])
+            if obj.id in siblings:
+                siblings.remove(obj.id)
+        obj.location = location
+        if location is not None:
+            self._contents.setdefault(location, []).append(obj.id)
+
+    # ------------------------------------------------------------------
+    # building (used by the commands; also callable directly)
+    # ------------------------------------------------------------------
+
+    def create_object(
+        self,
+        char_id: str,
+        key: str,
+        description: str = "",
+        aliases: Iterable[str] = (),
+        location: str | None = None,
+    ) -> defer.Deferred[dict[str, Any]]:
+        """Create a plain object as ``char_id`` (Builder) in ``location`` or its room."""
+        return defer.maybeDeferred(
+            self._create_object, char_id, key, description, aliases, location
+        )
+
+    def _create_object(
+        self,
+        char_id: str,
+        key: str,
+        description: str,
+        aliases: Iterable[str],
+        location: str | None,
+    ) -> defer.Deferred[dict[str, Any]]:
+        char = self._character(char_id)
+        self._check_builder(char, "create objects")
+        name = str(key or "").strip()
+        if not name:
+            raise ValueError("an object needs a name")
+        target = self._require(location, "location") if location else self._room_of(char)
+        obj = WorldObject(
+            id=unique_id(f"obj:{slug(name)}", self._objects),
+            key=name,
+            kind="object",
+            description=str(description),
+            aliases=[a.strip() for a in aliases if a.strip()],
+            owner=char.id,
+            created_at=self._now(),
+        )
+        self._add(obj, target.id)
+        return self._persist(obj).addCallback(lambda _: obj.as_dict())
+
+    def dig(
+        self,
+        char_id: str,
+        room_key: str,
+        room_aliases: Iterable[str] = (),
+        exit_key: str | None = None,
+        exit_aliases: Iterable[str] = (),
+        back_key: str | None = None,
+        back_aliases: Iterable[str] = (),
+    ) -> defer.Deferred[dict[str, Any]]:
+        """Create a room as ``char_id`` (Builder), optionally with an exit to it from
+        the character's room and one back; all written in one transaction.
+
+        Fires with ``{"room": {...}, "exits": [{...}]}``.
+        """
+        return defer.maybeDeferred(
+            self._dig,
+            char_id,
+            room_key,
+            room_aliases,
+            exit_key,
+            exit_aliases,
+            back_key,
+            back_aliases,
+        )
+
+    def _dig(
+        self,
+        char_id: str,
+        room_key: str,
+        room_aliases: Iterable[str],
+        exit_key: str | None,
+        exit_aliases: Iterable[str],
+        back_key: str | None,
+        back_aliases: Iterable[str],
+    ) -> defer.Deferred[dict[str, Any]]:
+        char = self._character(char_id)
+        self._check_builder(char, "dig rooms")
+        name = str(room_key or "").strip()
+        if not name:
+            raise ValueError("a room needs a name")
+        here = self._room_of(char) if (exit_key or back_key) else None
+        now = self._now()
+        room = WorldObject(
+            id=unique_id(f"room:{slug(name)}", self._objects),
+            key=name,
+            kind="room",
+            aliases=[a.strip() for a in room_aliases if a.strip()],
+            owner=char.id,
+            created_at=now,
+        )
+        self._add(room, None)
+        created = [room]
+        if here is not None and exit_key:
+            created.append(self._new_exit(char, here, room, exit_key, exit_aliases, now))
+        if here is not None and back_key:
+            created.append(self._new_exit(char, room, here, back_key, back_aliases, now))
+        return self._persist(*created).addCallback(
+            lambda _: {"room": room.as_dict(), "exits": [e.as_dict() for e in created[1:]]}
+        )
+
+    def _new_exit(
+        self,
+        char: WorldObject,
+        source: WorldObject,
+        destination: WorldObject,
+        key: str,
+        aliases: Iterable[str],
+        now: float,
+    ) -> WorldObject:
+        exit_ = WorldObject(
+            id=unique_id(f"exit:{slug(source.id.split(':')[-1])}-{slug(key)}", self._objects),
+            key=key.strip(),
+            kind="exit",
+            destination=destination.id,
+            aliases=[a.strip() for a in aliases if a.strip()],
+            owner=char.id,
+            created_at=now,
+        )
+        self._add(exit_, source.id)
+        return exit_
+
+    def set_description(
+        self, char_id: str, obj_id: str, text: str
+    ) -> defer.Deferred[dict[str, Any]]:
+        """Change ``obj_id``'s description as ``char_id`` (edit rights)."""
+        return defer.maybeDeferred(self._set_description, char_id, obj_id, text)
+
+    def _set_description(
+        self, char_id: str, obj_id: str, text: str
+    ) -> defer.Deferred[dict[str, Any]]:
+        char = self._character(char_id)
+        obj = self._require(obj_id)
+        self._check_edit(char, obj, "describe")
+        obj.description = str(text)
+        return self._persist(obj).addCallback(lambda _: obj.as_dict())
+
+    def create_character(
+        self,
+        key: str,
+        location: str | None = None,
+        permissions: Iterable[str] = ("Player",),
+        char_id: str | None = None,
+        description: str = "",
+    ) -> defer.Deferred[dict[str, Any]]:
+        """Add a character (an operator action: no acting character, no permission check).
+
+        Goes to ``location`` or the world's start room and joins the channels
+        every character joins (``auto_join``).
+        """
+        return defer.maybeDeferred(
+            self._create_character, key, location, permissions, char_id, description
+        )
+
+    def _create_character(
+        self,
+        key: str,
+        location: str | None,
+        permissions: Iterable[str],
+        char_id: str | None,
+        description: str,
+    ) -> defer.Deferred[dict[str, Any]]:
+        name = str(key or "").strip()
+        if not name:
+            raise ValueError("a character needs a name")
+        if char_id is not None and char_id in self._objects:
+            raise ValueError(f"id {char_id!r} is taken")
+        place = location or self.meta.get("start_room")
+        if place is not None:
+            target = self._require(place, "location")
+            if target.kind != "room":
+                raise ValueError(f"{place!r} is not a room")
+        char = WorldObject(
+            id=char_id or unique_id(f"char:{slug(name)}", self._objects),
+            key=name,
+            kind="character",
+            description=str(description),
+            permissions=list(permissions),
+            created_at=self._now(),
+        )
+        self._add(char, place)
+        joined = [c for c in self._channels.values() if c.auto_join]
+        for channel in joined:
+            channel.subscribers.append(char.id)
+        put = {"objects": [char.to_row()], "channels": [c.to_row() for c in joined]}
+        return self._write(put).addCallback(lambda _: char.as_dict())
+
+    def move_character(self, char_id: str, destination: str) -> defer.Deferred[dict[str, Any]]:
+        """Move ``char_id`` through an exit of its room (``destination``: the exit's
+        id, key or alias).  The rooms hear it leave and arrive (``system``
+        messages).  Fires with the new room's dict."""
+        return defer.maybeDeferred(self._move_character, char_id, destination)
+
+    def find_exit(self, char_id: str, name: str) -> dict[str, Any] | None:
+        """The exit of ``char_id``'s room called ``name`` (id, key or alias), or None."""
+        exit_ = self._find_exit(self._character(char_id), name)
+        return exit_.as_dict() if exit_ is not None else None
+
+    def _find_exit(self, char: WorldObject, name: str) -> WorldObject | None:
+        folded = str(name or "").strip().casefold()
+        if not folded or char.location is None:
+            return None
+        for obj in self._inside(char.location):
+            if obj.kind == "exit" and (obj.id == name or folded in obj.names()):
+                return obj
+        return None
+
+    def _move_character(self, char_id: str, destination: str) -> defer.Deferred[dict[str, Any]]:
+        char = self._character(char_id)
+        self._room_of(char)
+        exit_ = self._find_exit(char, destination)
+        if exit_ is None:
+            raise NotFound(f"there is no exit {destination!r} here")
+        target = self._objects.get(exit_.destination or "")
+        if target is None:
+            raise NotFound(f"the exit {exit_.key!r} leads nowhere")
+        old_room = char.location
+        self._announce(char, old_room, f"{char.key} leaves {exit_.key}.")
+        self._place(char, target.id)
+        self._announce(char, target.id, f"{char.key} arrives.")
+        return self._persist(char).addCallback(lambda _: target.as_dict())
+
+    def _announce(self, char: WorldObject, room_id: str | None, text: str) -> None:
+        hearers = [o.id for o in self._inside(room_id) if o.kind == "character" and o.id != char.id]
+        message = self._message("system", text, char, location_id=room_id)
+        self._deliver(message, hearers)
+
+    # ------------------------------------------------------------------
+    # commands
+    # ------------------------------------------------------------------
+
+    def execute_command(self, char_id: str, command: str) -> defer.Deferred[dict[str, Any]]:
+        """Run one command line as ``char_id`` with its own rights.
+
+        Fires with ``{"command", "output": [lines], "success": bool}`` and, when
+        it did not succeed, ``"error"`` (``unknown_command``, ``usage``,
+        ``permission_denied``, ``not_found``, ``ambiguous``, ``invalid``).
+        Refusals are reported in the output like a game would; only an unknown
+        acting character fails the Deferred (``NotFound``).  See
+        :mod:`ai_tools.world.commands` for the commands.
+        """
+        from ai_tools.world.commands import run_command
+
+        return defer.maybeDeferred(run_command, self, char_id, command)
+
+    # ------------------------------------------------------------------
+    # messages and hearing
+    # ------------------------------------------------------------------
+
+    def _message(
+        self,
+        kind: str,
+        text: str,
+        sender: WorldObject,
+        location_id: str | None = None,
+        target_id: str | None = None,
+        channel: str | None = None,
+    ) -> WorldMessage:
+        self._seq += 1
+        return WorldMessage(
+            kind=kind,
+            text=text,
+            sender_id=sender.id,
+            sender_key=sender.key,
+            location_id=location_id,
+            target_id=target_id,
+            channel=channel,
+            timestamp=self._now(),
+            seq=self._seq,
+        )
+
+    def _deliver(self, message: WorldMessage, receivers: list[str]) -> None:
+        for receiver in receivers:
+            log = self._logs.get(receiver)
+            if log is None:
+                log = self._logs[receiver] = deque(maxlen=self.log_size)
+            log.append(message)
+            for listener in list(self._listeners.get(receiver, ())):
+                try:
+                    listener(message)
+                except Exception:
+                    self._log.failure(
+                        "Listener of {char} failed on a {kind} message",
+                        char=receiver,
+                        kind=message.kind,
+                    )
+        for observer in list(self._observers):
+            try:
+                observer(message, tuple(receivers))
+            except Exception:
+                self._log.failure("World observer failed on a {kind} message", kind=message.kind)
+
+    def message_location(
+        self, char_id: str, text: str, kind: str = "say", exclude: Iterable[str] = ()
+    ) -> list[str]:
+        """Say, pose or emit (Builder) ``text`` in the character's room; returns who heard it.
+
+        The speaker does not hear itself.
+        """
+        if kind not in ROOM_KINDS:
+            raise ValueError(f"unknown message kind {kind!r} (say, pose or emit)")
+        char = self._character(char_id)
+        room = self._room_of(char)
+        if kind == "emit":
+            self._check_builder(char, "emit")
+        skip = set(exclude)
+        hearers = [
+            o.id
+            for o in self._inside(room.id)
+            if o.kind == "character" and o.id != char.id and o.id not in skip
+        ]
+        self._deliver(self._message(kind, str(text), char, location_id=room.id), hearers)
+        return hearers
+
+    def message_character(
+        self, char_id: str, target_id: str, text: str, kind: str = "whisper"
+    ) -> list[str]:
+        """Whisper (same room) or page (anywhere) ``text`` to one character.
+
+        Returns ``[target_id]``.
+        """
+        if kind not in DIRECT_KINDS:
+            raise ValueError(f"unknown message kind {kind!r} (whisper or page)")
+        char = self._character(char_id)
+        target = self._character(target_id)
+        if target.id == char.id:
+            raise ValueError(f"{char.key} cannot {kind} to itself")
+        if kind == "whisper" and (target.location is None or target.location != char.location):
+            raise NotFound(f"{target.key} is not here to whisper to")
+        message = self._message(
+            kind, str(text), char, location_id=char.location, target_id=target.id
+        )
+        self._deliver(message, [target.id])
+        return [target.id]
+
+    def _channel(self, key: Any) -> Channel:
+        channel = self._channels.get(str(key or "").strip().casefold())
+        if channel is None:
+            raise NotFound(f"no channel called {key!r}")
+        return channel
+
+    def channel_send(self, char_id: str, channel: str, text: str) -> list[str]:
+        """Post ``text`` on a channel as ``char_id``; returns the subscribers who received it."""
+        char = self._character(char_id)
+        chan = self._channel(channel)
+        if chan.send_permission and not holds(char.permissions, chan.send_permission):
+            raise PermissionDenied(
+                f"{char.key} may not post on {chan.key}: needs {chan.send_permission} rights"
+            )
+        receivers = [s for s in chan.subscribers if s != char.id and s in self._objects]
+        message = self._message("channel", str(text), char, channel=chan.key)
+        self._deliver(message, receivers)
+        return receivers
+
+    def list_channels(self) -> list[dict[str, Any]]:
+        """``[{"key", "description", "subscribers"}]`` sorted by key."""
+        return sorted(
+            (
+                {"key": c.key, "description": c.description, "subscribers": len(c.subscribers)}
+                for c in self._channels.values()
+            ),
+            key=lambda c: str(c["key"]).casefold(),
+        )
+
+    def channel_subscribe(
+        self, char_id: str, channel: str, subscribe: bool = True
+    ) -> defer.Deferred[bool]:
+        """Join (or leave) a channel; fires True if that changed anything."""
+        return defer.maybeDeferred(self._channel_subscribe, char_id, channel, subscribe)
+
+    def _channel_subscribe(
+        self, char_id: str, channel: str, subscribe: bool
+    ) -> defer.Deferred[bool]:
+        char = self._character(char_id)
+        chan = self._channel(channel)
+        if (char.id in chan.subscribers) == subscribe:
+            return defer.succeed(False)
+        if subscribe:
+            chan.subscribers.append(char.id)
+        else:
+            chan.subscribers.remove(char.id)
+        return self._write({"channels": [chan.to_row()]}).addCallback(lambda _: True)
+
+    def subscribe(self, char_id: str, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(WorldMessage)`` for everything ``char_id`` hears.
+
+        Returns the function that unsubscribes (calling it twice is harmless).
+        A listener that raises is logged; delivery to the others goes on.
+        """
+        char = self._character(char_id)
+        self._listeners.setdefault(char.id, []).append(listener)
+
+        def unsubscribe() -> None:
+            listeners = self._listeners.get(char.id, [])
+            if listener in listeners:
+                listeners.remove(listener)
+            if not listeners:
+                self._listeners.pop(char.id, None)
+
+        return unsubscribe
+
+    def add_observer(self, observer: Observer) -> Callable[[], None]:
+        """Call ``observer(message, receivers)`` for every message in the world
+        (for the HTTP API's event stream).  Returns the function that removes it."""
+        self._observers.append(observer)
+
+        def remove() -> None:
+            if observer in self._observers:
+                self._observers.remove(observer)
+
+        return remove
+
+    def heard(
+        self, char_id: str, limit: int | None = None, after: int | None = None
+    ) -> list[dict[str, Any]]:
+        """What ``char_id`` heard, oldest first, as message dicts.
+
+        The log keeps the last ``log_size`` messages; ``after`` keeps only
+        messages with a larger ``seq``; ``limit`` keeps the newest ``limit``.
+        """
+        self._character(char_id)
+        messages = [m for m in self._logs.get(char_id, ()) if after is None or m.seq > after]
+        if limit is not None:
+            messages = messages[-limit:] if limit > 0 else []
+        return [m.to_dict() for m in messages]
+
+    # ------------------------------------------------------------------
+    # help
+    # ------------------------------------------------------------------
+
+    def help_search(self, query: str, limit: int = 5) -> list[dict[str, Any]]:
+        """Help entries for ``query``: ``[{"key", "text", "score", "category"}]`` best first."""
+        return rank_help(self._help.values(), str(query or ""), limit)
+
+    def help_topics(self) -> list[str]:
+        """Keys of every help entry, sorted."""
+        return sorted((h.key for h in self._help.values()), key=str.casefold)
