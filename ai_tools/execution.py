@@ -394,6 +394,8 @@ def parse_tool_call(tool_call: Any) -> ToolCall:
     if not isinstance(name, str) or not name.strip():
         raise ToolCallParseError("the tool call names no tool (a non-empty string is needed)")
     name = name.strip()
+    if not name.isprintable():
+        raise ToolCallParseError("the tool name contains control or unprintable characters")
     if len(name) > _MAX_NAME_LENGTH:
         raise ToolCallParseError(f"tool name is too long ({len(name)} characters)")
     if not all(isinstance(k, str) for k in arguments):

@@ -33,14 +33,23 @@ _RETRYABLE_EXCEPTIONS: tuple[type[BaseException], ...] = (
 )
 
 
+def _at_least(minimum: float) -> Callable[[Any, Any, Any], None]:
+    def check(instance: Any, attribute: Any, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
+            raise ValueError(f"RetryPolicy.{attribute.name} must be a number >= {minimum}, "
+                             f"got {value!r}")
+
+    return check
+
+
 @attrs.frozen
 class RetryPolicy:
     """How often and how long to wait between attempts."""
 
-    max_attempts: int = 4
-    base_delay: float = 1.0
-    multiplier: float = 2.0
-    max_delay: float = 10.0
+    max_attempts: int = attrs.field(default=4, validator=_at_least(1))
+    base_delay: float = attrs.field(default=1.0, validator=_at_least(0))
+    multiplier: float = attrs.field(default=2.0, validator=_at_least(1))
+    max_delay: float = attrs.field(default=10.0, validator=_at_least(0))
     jitter: bool = True
 
     def delay(self, attempt: int, rand: Callable[[], float] = random.random) -> float:

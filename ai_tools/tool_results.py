@@ -40,8 +40,8 @@ class ShapedResult:
     truncated: bool = False
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+def _dumps(value: Any, ascii_only: bool = False) -> str:
+    return json.dumps(value, ensure_ascii=ascii_only, allow_nan=False)
 
 
 def _size(text: str) -> int:
@@ -62,6 +62,11 @@ def shape_result(result: dict[str, Any], tool_name: str,
                       f"({type(e).__name__}: {detail})"),
         }
         return ShapedResult(error, _dumps(error), not_serialisable=True)
+    if not content.isascii():
+        try:
+            content.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates: keep them as \u escapes
+            content = _dumps(result, ascii_only=True)
     if len(content) <= max_bytes // 4 or _size(content) <= max_bytes:
         return ShapedResult(result, content)
     return _truncate(result, content, max_bytes)
@@ -72,7 +77,7 @@ def _truncate(result: dict[str, Any], content: str, max_bytes: int) -> ShapedRes
     shaped: dict[str, Any] = {"success": result.get("success") is not False, "truncated": True}
     error = result.get("error")
     if isinstance(error, str):
-        shaped["error"] = error[:_ERROR_TEXT_LIMIT]
+        shaped["error"] = error[:_ERROR_TEXT_LIMIT].encode("utf-8", "replace").decode("utf-8")
     encoded = content.encode("utf-8")
     budget = max_bytes
     while True:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from twisted.internet import defer, task
 
+from ai_tools.cache import ToolCache
 from ai_tools.errors import PermissionDenied
 from ai_tools.execution import (
     ABORT,
@@ -35,6 +36,7 @@ from ai_tools.retry import RetryPolicy
 from ai_tools.tools.base import Actor, ToolCategory, ToolRegistry
 from tests.unit.execution_fakes import (
     EchoTool,
+    FakeCacheStore,
     PendingTool,
     ScriptedTool,
     Switch,
@@ -108,7 +110,7 @@ def test_assistant_content_in_native_message() -> None:
 
 def test_deferred_tool() -> None:
     ctx = make_context()
-    d, results = start(ctx, call("pending"))
+    _d, results = start(ctx, call("pending"))
     assert results == []
     tool(ctx, "pending").deferreds[0].callback({"success": True, "n": 1})
     assert results[0].result == {"success": True, "n": 1}
@@ -117,7 +119,7 @@ def test_deferred_tool() -> None:
 
 def test_async_def_tool() -> None:
     ctx = make_context()
-    d, results = start(ctx, call("async_tool"))
+    _d, results = start(ctx, call("async_tool"))
     assert results == []
     tool(ctx, "async_tool").waiting.callback(7)
     assert results[0].result == {"success": True, "value": 7}
@@ -156,7 +158,7 @@ def test_decision_and_completion_logs() -> None:
     ctx = make_context()
     clock = ctx.clock
     with captured_events() as events:
-        d, results = start(ctx, {"id": "c9", "tool": "pending", "parameters": {},
+        _d, results = start(ctx, {"id": "c9", "tool": "pending", "parameters": {},
                                  "reasoning": "wait for it"})
         clock.advance(1.5)
         tool(ctx, "pending").deferreds[0].callback({"success": True})
@@ -336,7 +338,7 @@ def test_hanging_tool_times_out_at_exactly_its_timeout_and_is_cancelled() -> Non
     ctx = make_context(retry_policy=RetryPolicy(max_attempts=1))
     clock: task.Clock = ctx.clock
     pending: PendingTool = tool(ctx, "pending")
-    d, results = start(ctx, call("pending"))
+    _d, results = start(ctx, call("pending"))
     clock.advance(29.999)
     assert results == [] and pending.cancelled == 0
     clock.advance(0.001)
@@ -354,7 +356,7 @@ def test_retry_delays_follow_the_formula() -> None:
     clock: task.Clock = ctx.clock
     scripted: ScriptedTool = tool(ctx, "scripted")
     scripted.script = [ConnectionError("reset")] * 4
-    d, results = start(ctx, call("scripted"))
+    _d, results = start(ctx, call("scripted"))
     clock.pump([0.5] * 30)
     assert scripted.attempt_times == [0.0, 1.0, 3.0, 7.0]
     outcome = results[0]
@@ -369,7 +371,7 @@ def test_retry_delay_uses_injected_jitter() -> None:
     clock: task.Clock = ctx.clock
     scripted: ScriptedTool = tool(ctx, "scripted")
     scripted.script = [ConnectionError("reset")] * 3 + [{"success": True}]
-    d, results = start(ctx, call("scripted"))
+    _d, results = start(ctx, call("scripted"))
     clock.pump([0.25] * 20)
     assert scripted.attempt_times == [0.0, 0.5, 1.5, 3.5]
     assert results[0].status == SUCCESS and results[0].attempts == 4
@@ -392,7 +394,7 @@ def test_retryable_returned_failure_then_success() -> None:
     clock: task.Clock = ctx.clock
     tool(ctx, "scripted").script = [{"success": False, "error": "Temporary glitch"},
                                     {"success": True, "ok": 1}]
-    d, results = start(ctx, call("scripted"))
+    _d, results = start(ctx, call("scripted"))
     assert results == []
     clock.advance(1.0)
     outcome = results[0]
@@ -404,7 +406,7 @@ def test_timeouts_are_retried_then_reported_with_the_count() -> None:
     ctx = make_context()
     clock: task.Clock = ctx.clock
     pending: PendingTool = tool(ctx, "pending")
-    d, results = start(ctx, call("pending"))
+    _d, results = start(ctx, call("pending"))
     clock.pump([1.0] * 200)
     outcome = results[0]
     assert outcome.status == TIMED_OUT and outcome.attempts == 4
@@ -419,7 +421,7 @@ def test_every_attempt_gets_a_fresh_timeout() -> None:
     ctx = make_context()
     clock: task.Clock = ctx.clock
     pending: PendingTool = tool(ctx, "pending")
-    d, results = start(ctx, call("pending"))
+    _d, results = start(ctx, call("pending"))
     clock.advance(30)  # first attempt times out; backoff 1 s
     clock.advance(1)   # second attempt starts at t=31
     clock.advance(29.5)
@@ -499,7 +501,7 @@ def test_stop_requested_before_dispatch() -> None:
 def test_stop_requested_while_the_tool_runs() -> None:
     switch = Switch()
     ctx = make_context(stop_requested=switch)
-    d, results = start(ctx, call("pending"))
+    _d, results = start(ctx, call("pending"))
     switch.on = True
     tool(ctx, "pending").deferreds[0].callback({"success": True})
     assert results[0].status == STOPPED_BY_USER and len(ctx.history) == 0
@@ -510,16 +512,13 @@ def test_stop_requested_during_backoff_stops_before_the_next_attempt() -> None:
     ctx = make_context(stop_requested=switch)
     scripted: ScriptedTool = tool(ctx, "scripted")
     scripted.script = [ConnectionError("reset")] * 4
-    d, results = start(ctx, call("scripted"))
+    _d, results = start(ctx, call("scripted"))
     switch.on = True
     ctx.clock.advance(1)
     assert results[0].status == STOPPED_BY_USER and len(scripted.attempt_times) == 1
 
 
 def test_kill_while_a_persistent_cache_read_is_pending() -> None:
-    from tests.unit.execution_fakes import FakeCacheStore
-    from ai_tools.cache import ToolCache
-
     store = FakeCacheStore()
     store.hold = True
     clock = task.Clock()

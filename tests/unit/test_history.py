@@ -1,0 +1,148 @@
+"""ConversationHistory: both formats, the one-answer-per-call rule, persistence and repair."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ai_tools.history import ConversationHistory, ToolCall, build_tool_exchange
+
+
+def a_call(call_id: str = "call_1", name: str = "look", **arguments: object) -> ToolCall:
+    return ToolCall(id=call_id, name=name, arguments=arguments, reasoning="because")
+
+
+def test_tool_call_serialises_its_arguments_once() -> None:
+    call = a_call(text="hi")
+    assert call.arguments_json == '{"text": "hi"}'
+    assert call.native() == {"id": "call_1", "type": "function",
+                             "function": {"name": "look", "arguments": '{"text": "hi"}'}}
+
+
+def test_fallback_text_is_the_json_call() -> None:
+    assert json.loads(a_call(text="hi").fallback_text()) == {
+        "tool": "look", "parameters": {"text": "hi"}, "reasoning": "because"}
+    bare = ToolCall(id="x", name="look", arguments={})
+    assert json.loads(bare.fallback_text()) == {"tool": "look", "parameters": {}}
+
+
+def test_native_exchange() -> None:
+    assistant, answer = build_tool_exchange(a_call(), '{"success": true}', native=True,
+                                            assistant_content="hm")
+    assert assistant == {"role": "assistant", "content": "hm",
+                         "tool_calls": [a_call().native()]}
+    assert answer == {"role": "tool", "tool_call_id": "call_1", "content": '{"success": true}'}
+
+
+def test_fallback_exchange() -> None:
+    assistant, answer = build_tool_exchange(a_call(), '{"success": true}', native=False)
+    assert assistant == {"role": "assistant", "content": a_call().fallback_text()}
+    assert answer == {"role": "user", "content": '[TOOL RESULT: look]\n{"success": true}'}
+
+
+def test_add_tool_exchange_appends_both_and_indexes_the_id() -> None:
+    history = ConversationHistory()
+    history.add_user("hello")
+    entries = history.add_tool_exchange(a_call(), "{}", native=True)
+    assert history.messages[1:] == list(entries)
+    assert history.has_tool_call_id("call_1") and not history.has_tool_call_id("call_2")
+    assert history.unanswered_tool_calls() == []
+
+
+def test_duplicate_native_id_is_refused() -> None:
+    history = ConversationHistory()
+    history.add_tool_exchange(a_call(), "{}", native=True)
+    with pytest.raises(ValueError, match="already in the history"):
+        history.add_tool_exchange(a_call(), "{}", native=True)
+    assert len(history) == 2
+
+
+def test_fallback_ids_are_not_indexed() -> None:
+    history = ConversationHistory()
+    history.add_tool_exchange(a_call(), "{}", native=False)
+    history.add_tool_exchange(a_call(), "{}", native=False)
+    assert not history.has_tool_call_id("call_1")
+    assert history.unanswered_tool_calls() == []
+
+
+@pytest.mark.parametrize("message", [
+    {"role": "tool", "tool_call_id": "x", "content": "{}"},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "x"}]},
+    {"role": "robot", "content": "beep"},
+    {"content": "no role"},
+])
+def test_append_refuses_tool_traffic_and_bad_roles(message: dict[str, object]) -> None:
+    history = ConversationHistory()
+    with pytest.raises(ValueError):
+        history.append(message)
+    assert len(history) == 0
+
+
+def test_append_plain_messages() -> None:
+    history = ConversationHistory()
+    history.append({"role": "system", "content": "be nice"})
+    history.add_user("hi")
+    history.add_assistant("hello")
+    assert [m["role"] for m in history] == ["system", "user", "assistant"]
+
+
+def test_messages_is_a_copy() -> None:
+    history = ConversationHistory()
+    history.add_user("hi")
+    history.messages.append({"role": "user", "content": "sneaky"})
+    assert len(history) == 1
+
+
+def test_to_list_is_deep_and_round_trips() -> None:
+    history = ConversationHistory()
+    history.add_tool_exchange(a_call(), "{}", native=True)
+    saved = history.to_list()
+    saved[0]["tool_calls"][0]["id"] = "changed"
+    assert history.messages[0]["tool_calls"][0]["id"] == "call_1"
+    loaded = ConversationHistory.from_list(json.loads(json.dumps(history.to_list())))
+    assert loaded.messages == history.messages
+    assert loaded.has_tool_call_id("call_1")
+
+
+def test_copy_is_independent() -> None:
+    history = ConversationHistory()
+    history.add_user("hi")
+    other = history.copy()
+    other.add_user("only in the copy")
+    assert len(history) == 1 and len(other) == 2
+
+
+def test_from_list_repairs_an_interrupted_call() -> None:
+    saved = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [a_call().native()]},
+    ]
+    history = ConversationHistory.from_list(saved)
+    assert history.unanswered_tool_calls() == []
+    answer = history.messages[2]
+    assert answer["role"] == "tool" and answer["tool_call_id"] == "call_1"
+    assert json.loads(answer["content"])["success"] is False
+
+
+def test_from_list_of_nothing() -> None:
+    assert len(ConversationHistory.from_list(None)) == 0
+
+
+def test_replace_reindexes_and_repair_reports() -> None:
+    history = ConversationHistory()
+    history.replace([{"role": "assistant", "content": None,
+                      "tool_calls": [a_call("a").native(), a_call("b").native()]},
+                     {"role": "tool", "tool_call_id": "a", "content": "{}"}])
+    assert history.has_tool_call_id("b")
+    assert history.unanswered_tool_calls() == ["b"]
+    report = history.repair()
+    assert report.added == 1 and history.unanswered_tool_calls() == []
+    assert not history.repair().changed
+
+
+def test_clear() -> None:
+    history = ConversationHistory()
+    history.add_tool_exchange(a_call(), "{}", native=True)
+    history.clear()
+    assert len(history) == 0 and not history.has_tool_call_id("call_1")
