@@ -31,6 +31,7 @@ __all__ = [
     "PromptInputs",
     "build_system_prompt",
     "format_events",
+    "render_tools_section",
     "tick_message",
 ]
 
@@ -90,6 +91,9 @@ class PromptInputs:
     max_iterations: int = 5
     advisory: TokenAdvisory | None = None
     noop_tool: str = "noop"
+    tools_text: str | None = None
+    """The tools section rendered once by :func:`render_tools_section` (None: render it);
+    a loop passes it so the tool list is not rebuilt on every iteration."""
 
 
 def _function(schema: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -121,13 +125,9 @@ def _tool_lines(inputs: PromptInputs) -> list[str]:
     return lines
 
 
-def build_system_prompt(inputs: PromptInputs) -> str:
-    """The system message text for one model call."""
-    variant = "reflection" if inputs.reflection else (
-        "sleep" if inputs.mode == "sleep" else "awake")
-    persona = inputs.persona.strip() or _DEFAULT_PERSONA.format(name=inputs.assistant_name)
-    sections = [persona, _MODE_TEXT[variant].format(noop=inputs.noop_tool)]
-
+def render_tools_section(inputs: PromptInputs) -> str:
+    """The part of the system prompt that lists the tools (and the fallback convention)."""
+    sections = []
     tool_lines = _tool_lines(inputs)
     if tool_lines:
         header = "Tools:" if inputs.native_tools else "Tools (call them as described below):"
@@ -139,6 +139,20 @@ def build_system_prompt(inputs: PromptInputs) -> str:
             )
     if not inputs.native_tools:
         sections.append(_FALLBACK_CONVENTION.format(noop=inputs.noop_tool))
+    return "\n\n".join(sections)
+
+
+def build_system_prompt(inputs: PromptInputs) -> str:
+    """The system message text for one model call."""
+    variant = "reflection" if inputs.reflection else (
+        "sleep" if inputs.mode == "sleep" else "awake")
+    persona = inputs.persona.strip() or _DEFAULT_PERSONA.format(name=inputs.assistant_name)
+    sections = [persona, _MODE_TEXT[variant].format(noop=inputs.noop_tool)]
+
+    tools_text = (inputs.tools_text if inputs.tools_text is not None
+                  else render_tools_section(inputs))
+    if tools_text:
+        sections.append(tools_text)
 
     status = [f"Step {inputs.iteration + 1} of at most {inputs.max_iterations} this turn."]
     if inputs.tool_budget_remaining is not None:

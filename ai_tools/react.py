@@ -20,7 +20,8 @@ failure), token usage and duration.  See ``docs/react-loop.md``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -41,8 +42,14 @@ from ai_tools.errors import LLMError
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.events import ChatResponse, TextDelta, ToolCall
 from ai_tools.llm.parsing import ParsedCalls, parse_tool_calls
-from ai_tools.llm.tokens import default_counter
-from ai_tools.prompts import PromptInputs, build_system_prompt, format_events, tick_message
+from ai_tools.llm.tokens import CHARS_PER_TOKEN, default_counter
+from ai_tools.prompts import (
+    PromptInputs,
+    build_system_prompt,
+    format_events,
+    render_tools_section,
+    tick_message,
+)
 from ai_tools.tools.base import Actor, ToolCategory, ToolRegistry
 
 __all__ = [
@@ -357,6 +364,9 @@ class LoopResult:
 
 # -- the loop -------------------------------------------------------------------
 
+_SYSTEM_DELTA_CHARS = 400
+"""System prompt changes up to this size are estimated, not counted again."""
+
 _NOOP_DESCRIPTION = "Signal that you are done and there is nothing (more) to do right now."
 
 _ABORT_REASONS = {
@@ -409,11 +419,23 @@ def _ask_model(llm: Any, messages: list[dict[str, Any]],
 
 
 def _raw_call(call: ToolCall) -> dict[str, Any]:
-    """The call in the native shape the execution engine parses."""
-    raw = call.to_openai()
+    """The call in the native shape the execution engine parses (arguments decoded)."""
+    raw: dict[str, Any] = {"id": call.id, "type": "function",
+                           "function": {"name": call.name, "arguments": dict(call.arguments)}}
     if call.reasoning:
         raw["reasoning"] = call.reasoning
     return raw
+
+
+_SCHEMAS: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def _tool_schema(tool: Any) -> dict[str, Any]:
+    """A tool's function schema, built once per tool instance (tools are immutable)."""
+    schema = _SCHEMAS.get(tool)
+    if schema is None:
+        schema = _SCHEMAS[tool] = tool.schema()
+    return schema
 
 
 @attrs.define(eq=False)
@@ -443,9 +465,15 @@ class _LoopRun:
     categories: dict[str, str] = attrs.field(factory=dict)
     fresh_results: list[Mapping[str, Any]] = attrs.field(factory=list)
     """Tool-result messages of the last iteration (they get the advisory)."""
-    _schema_tokens: int = 0
-    _token_memo: dict[int, tuple[Mapping[str, Any], int]] = attrs.field(factory=dict)
     _counter: Any = None
+    _fixed_tokens: int = 0
+    _system_tokens: int = 0
+    _system_counted: str | None = None
+    _system_base: tuple[str, int] = ("", 0)
+    _history_total: int = 0
+    _counted: tuple[int, Any] = (0, None)
+    _request_tools: list[dict[str, Any]] | None = None
+    _tools_text: str | None = None
 
     # -- setup -----------------------------------------------------------------
 
@@ -468,7 +496,7 @@ class _LoopRun:
         offered = [t for t in ctx.registry.get_all_tools()
                    if t.name not in exit_names and ctx.gate.allows(t.name, t.category)]
         self.categories = {t.name: t.category.value for t in offered}
-        self.tool_schemas = [t.schema() for t in offered]
+        self.tool_schemas = [_tool_schema(t) for t in offered]
         if config.noop_tool not in self.categories:
             self.tool_schemas.append(ExitTool(config.noop_tool, _NOOP_DESCRIPTION).schema())
         self.normal_names = [n for n in ctx.registry.list_tools() if n not in exit_names]
@@ -531,42 +559,74 @@ class _LoopRun:
         window = getattr(self.ctx.llm, "context_window", None)
         return window if isinstance(window, int) and window > 0 else 0
 
-    def count(self, messages: Sequence[Mapping[str, Any]]) -> int:
-        """Tokens of ``messages`` (per-message counts memoised: messages never change)."""
-        if self.ctx.token_counter is not None:
-            return int(self.ctx.token_counter(messages))
-        if self._counter is None:
-            self._counter = default_counter()
-            if self.config.native_tools:
-                self._schema_tokens = self._counter.count_text(json.dumps(
-                    self.request_tools(), ensure_ascii=False, default=str))
-        memo = self._token_memo
-        total = self._schema_tokens
-        for message in messages:
-            hit = memo.get(id(message))
-            if hit is None or hit[0] is not message:
-                hit = (message, self._counter.count_message(message))
-                memo[id(message)] = hit
-            total += hit[1]
-        return total
+    def _history_tokens(self, messages: list[dict[str, Any]]) -> int:
+        """Tokens of the history, counted incrementally.
+
+        During a loop the history only grows, so only the messages added since
+        the last count are counted; anything else (a replaced history) is
+        counted again in full.
+        """
+        counter = self._counter
+        n, last = self._counted
+        if n > len(messages) or (n and messages[n - 1] is not last):
+            n, self._history_total = 0, 0
+        for message in messages[n:]:
+            self._history_total += counter.count_message(message)
+        self._counted = (len(messages), messages[-1] if messages else None)
+        return self._history_total
+
+    def _system_prompt_tokens(self, text: str) -> int:
+        """Tokens of the system message.
+
+        The prompt changes every iteration only by a few characters (step,
+        budget, advisory): after a full count, small changes are estimated
+        from their length instead of counted again.
+        """
+        base_text, base_tokens = self._system_base
+        delta = len(text) - len(base_text)
+        if base_text and abs(delta) <= _SYSTEM_DELTA_CHARS:
+            return base_tokens + int(delta / CHARS_PER_TOKEN)
+        tokens = int(self._counter.count_message({"role": "system", "content": text}))
+        self._system_base = (text, tokens)
+        return tokens
 
     def usage_pct(self) -> float:
         """Context usage now: the last system prompt plus the history, in percent."""
-        tokens = self.count([{"role": "system", "content": self.system_text},
-                             *self.history.messages])
+        messages = self.history.messages
+        if self.ctx.token_counter is not None:
+            tokens = int(self.ctx.token_counter(
+                [{"role": "system", "content": self.system_text}, *messages]))
+        else:
+            if self._counter is None:
+                self._counter = default_counter()
+                tools = self.request_tools()
+                self._fixed_tokens = self._counter.count_text(json.dumps(
+                    tools, ensure_ascii=False, default=str)) if tools else 0
+            if self._system_counted is not self.system_text:
+                self._system_tokens = self._system_prompt_tokens(self.system_text)
+                self._system_counted = self.system_text
+            tokens = (self._fixed_tokens + self._system_tokens
+                      + self._history_tokens(messages))
         pct = usage_percentage(tokens, self.context_window())
         self.usage["context_tokens"] = tokens
-        self.usage["context_percent"] = round(pct, 1)
+        self.usage["context_percent"] = pct
         return pct
 
     # -- building the request --------------------------------------------------
 
-    @defer.inlineCallbacks
-    def build_messages(self, advisory: TokenAdvisory) -> Any:
-        """The regenerated system prompt, then the history (fresh results advised)."""
+    def persona(self) -> Any:
+        """The persona text, or a Deferred of it when the provider answers later."""
         provider = self.ctx.system_prompt
-        persona = (yield defer.maybeDeferred(provider)) if callable(provider) else provider
-        self.system_text = build_system_prompt(PromptInputs(
+        if not callable(provider):
+            return provider
+        try:
+            return provider()
+        except Exception:
+            return defer.fail()
+
+    def build_messages(self, persona: Any, advisory: TokenAdvisory) -> list[dict[str, Any]]:
+        """The regenerated system prompt, then the history (fresh results advised)."""
+        inputs = PromptInputs(
             assistant_name=self.ctx.assistant_name,
             persona=str(persona or ""),
             mode=self.ctx.mode,
@@ -580,7 +640,12 @@ class _LoopRun:
             max_iterations=self.config.effective_max_iterations,
             advisory=advisory,
             noop_tool=self.config.noop_tool,
-        ))
+            tools_text=self._tools_text,
+        )
+        if self._tools_text is None:
+            self._tools_text = render_tools_section(inputs)
+            inputs = attrs.evolve(inputs, tools_text=self._tools_text)
+        self.system_text = build_system_prompt(inputs)
         history = self.history.messages
         if self.fresh_results and advisory.level is not AdvisoryLevel.NORMAL:
             fresh = {id(m) for m in self.fresh_results}
@@ -594,7 +659,10 @@ class _LoopRun:
         """The ``tools=`` field: normal tools, noop and exit tools (native mode only)."""
         if not self.config.native_tools:
             return None
-        return [*self.tool_schemas, *(t.schema() for t in self.config.exit_tools)]
+        if self._request_tools is None:
+            self._request_tools = [*self.tool_schemas,
+                                   *(t.schema() for t in self.config.exit_tools)]
+        return self._request_tools
 
     # -- the model's answer ----------------------------------------------------
 
@@ -674,16 +742,20 @@ class _LoopRun:
             max_allowed_iterations=self.config.effective_max_iterations,
             signals=tuple(self.signals),
             text="\n".join(self.texts),
-            usage=dict(self.usage),
+            usage={**self.usage,
+                   "context_percent": round(self.usage["context_percent"], 1)},
             duration_ms=round((self.ctx.clock.seconds() - self.started) * 1000.0, 3),
             error=self.error,
             tool_budget_remaining=self.budget,
         )
 
 
-@defer.inlineCallbacks
-def _run_calls(run: _LoopRun, calls: list[ToolCall], content: str | None) -> Any:
-    """Steps 5 to 8 for the calls of one answer, in order; sets ``run.reason`` to end."""
+def _run_calls(run: _LoopRun, calls: list[ToolCall], content: str | None
+               ) -> Generator[defer.Deferred[Any], Any, None]:
+    """Steps 5 to 8 for the calls of one answer, in order; sets ``run.reason`` to end.
+
+    A plain generator run by the loop's ``yield from`` (one inlineCallbacks frame).
+    """
     config, control = run.config, run.ctx.control
     for index, call in enumerate(calls):
         rest = calls[index + 1:]
@@ -763,7 +835,10 @@ def _run_loop(run: _LoopRun) -> Any:
                     run.end(CRITICAL_TOKENS, continuation.message)
                 break
             # 2. build the messages (system prompt regenerated every iteration)
-            messages = yield run.build_messages(continuation.advisory)
+            persona = run.persona()
+            if isinstance(persona, defer.Deferred):
+                persona = yield persona
+            messages = run.build_messages(persona, continuation.advisory)
             run.fresh_results = []
             run.iteration += 1
             run.emit("iteration", max_iterations=max_iterations,
@@ -822,15 +897,17 @@ def _run_loop(run: _LoopRun) -> Any:
                 run.end(COMPLETED)
             else:
                 # 5-8. gate, execute, advisory (next request), termination checks
-                yield _run_calls(run, calls, content)
+                yield from _run_calls(run, calls, content)
             if run.reason == STOPPED_BY_USER:
                 break
             # the service persists the iteration before the next model call
             if ctx.checkpoint is not None:
                 try:
-                    yield defer.maybeDeferred(ctx.checkpoint, LoopProgress(
+                    saved = ctx.checkpoint(LoopProgress(
                         run.iteration, tuple(run.results), tuple(run.signals),
                         "\n".join(run.texts), run.budget))
+                    if isinstance(saved, defer.Deferred):
+                        yield saved
                 except Exception:
                     log.failure("Checkpoint of {assistant} failed after iteration "
                                 "{iteration}; the loop goes on",

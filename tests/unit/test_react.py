@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from twisted.internet import defer, task
 
 from ai_tools import react
@@ -28,6 +30,7 @@ from tests.unit.react_fakes import (
     call,
     check_history_valid,
     make_ctx,
+    make_registry,
     text,
 )
 
@@ -737,3 +740,79 @@ def test_internal_error_in_history_is_contained() -> None:
     result = d.result
     assert result.termination_reason == react.INTERNAL_ERROR
     assert result.text == "hello"
+
+
+def test_context_restart_goes_to_the_next_iteration() -> None:
+    """A tool asking for a context restart is charged, not recorded, and the loop goes on."""
+    from ai_tools.tools.base import Tool
+
+    class Refresh(Tool):
+        name = "refresh"
+        description = "Reload the context."
+
+        def execute(self, actor: Any, **params: Any) -> dict[str, Any]:
+            return {"success": True, "_restart_context": True}
+
+    registry = make_registry()
+    registry.register(Refresh)
+    llm = ScriptedLLM([answer(call("refresh", {}, "r1"), call("look", {}, "c2")),
+                       text("fresh")])
+    ctx = make_ctx(llm, registry=registry)
+    result = run(ctx, LoopConfig(tool_budget=5))
+    assert result.termination_reason == react.COMPLETED
+    assert result.results[0]["kind"] == "restart"
+    assert result.results[1]["skipped"]
+    assert result.tool_budget_remaining == 4
+    assert '"r1"' not in json.dumps(ctx.history.messages)
+
+
+# -- property: whatever the model does, the loop ends cleanly -------------------------
+
+_CALL_NAMES = ["look", "say", "dig", "broken", "fly", "noop", "alert"]
+
+
+@st.composite
+def model_answers(draw: st.DrawFn) -> list[Any]:
+    """A script of answers: calls (valid, unknown, bad args), text, errors."""
+    script: list[Any] = []
+    for i in range(draw(st.integers(1, 8))):
+        kind = draw(st.sampled_from(["calls", "calls", "calls", "text", "error", "bad"]))
+        if kind == "text":
+            script.append(text(draw(st.text(max_size=20))))
+        elif kind == "error":
+            script.append(draw(st.sampled_from(
+                [LLMError("x", "part"), LLMUnavailable("open"), RepeatedLineLoop("r")])))
+        elif kind == "bad":
+            script.append(answer(call("look", "{bad", f"b{i}")))
+        else:
+            names = draw(st.lists(st.sampled_from(_CALL_NAMES), min_size=1, max_size=4))
+            ids = draw(st.sampled_from(["unique", "reused"]))
+            script.append(answer(*(
+                call(n, {"text": "t"} if n == "say" else {},
+                     f"c{i}_{k}" if ids == "unique" else f"call_{k}")
+                for k, n in enumerate(names)), content=draw(st.sampled_from([None, "hm"]))))
+    return script
+
+
+@given(model_answers(), st.integers(1, 10), st.none() | st.integers(0, 6),
+       st.integers(1, 5), st.booleans())
+def test_any_script_ends_with_a_valid_history(
+    script: list[Any], max_iterations: int, budget: int | None, cap: int, native: bool
+) -> None:
+    """The loop always returns a result with a known reason and a valid history."""
+    llm = ScriptedLLM(script + [text("end")] * 12)
+    ctx = make_ctx(llm)
+    config = LoopConfig(max_iterations=max_iterations, tool_budget=budget,
+                        consecutive_error_cap=cap, native_tools=native,
+                        exit_tools=[ExitTool("alert")])
+    result = run(ctx, config)
+    assert result.termination_reason in react.TERMINATION_REASONS
+    assert result.iterations <= max_iterations
+    assert ctx.history.unanswered_tool_calls() == []
+    if budget is not None:
+        assert 0 <= (result.tool_budget_remaining or 0) <= budget
+        dispatched = sum(1 for r in result.results
+                         if r["attempts"] or r["from_cache"])
+        assert dispatched <= budget
+    assert all(s["tool_name"] == "alert" for s in result.signals)
+    assert "alert" not in json.dumps(ctx.history.messages)
