@@ -160,14 +160,13 @@ class ExecuteBatchcodeTool(LibraryTool):
                     if isinstance(exc, PermissionDenied)
                     else outcomes.NOT_FOUND
                 )
-                failure = {"index": index, "command": command, "status": status,
-                           "error": str(exc)}
-                results.append({**failure, "success": False})
-                failures.append(failure)
+                ran = {"command": command, "output": [str(exc)], "success": False,
+                       "error": status}
+            results.append({"index": index, **ran})
+            if not ran["success"]:
+                failures.append(results[-1])
                 if stop_on_error:
                     break
-                continue
-            results.append({"index": index, "success": True, **ran})
         summary = {
             "executed": sum(1 for r in results if r["success"]),
             "total": len(commands),
@@ -176,9 +175,11 @@ class ExecuteBatchcodeTool(LibraryTool):
         if not failures:
             return outcomes.succeed(**summary)
         first = failures[0]
+        reason = first["output"][0] if first["output"] else first["error"]
+        prefix = "permission denied: " if first["error"] == outcomes.PERMISSION_DENIED else ""
         return outcomes.refuse(
-            f"command {first['index'] + 1} ({first['command']!r}) failed: {first['error']}",
-            first["status"],
+            f"{prefix}command {first['index'] + 1} ({first['command']!r}) failed: {reason}",
+            first["error"],
             **summary,
         )
 

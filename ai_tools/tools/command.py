@@ -18,13 +18,38 @@ COMMAND_TEXT: dict[str, Any] = {
 
 
 async def run_world_command(world: Any, char_id: str, command: str) -> dict[str, Any]:
-    """Run one command and normalise the world's answer to {command, output: [lines]}."""
-    answer = await call(world.execute_command, char_id, command)
-    answer = dict(answer or {})
+    """Run one command; the world's answer as ``{command, output: [lines], success[, error]}``.
+
+    A world reports a refused or failed command in its answer (``success``
+    false and an ``error`` code such as ``permission_denied``), like a game
+    shows the player; an answer without ``success`` counts as a success.
+    """
+    answer = dict(await call(world.execute_command, char_id, command) or {})
     output = answer.get("output", [])
     if isinstance(output, str):
         output = output.splitlines()
-    return {"command": answer.get("command", command), "output": [str(x) for x in output]}
+    ran: dict[str, Any] = {
+        "command": answer.get("command", command),
+        "output": [str(x) for x in output],
+        "success": answer.get("success", True) is not False,
+    }
+    if not ran["success"]:
+        ran["error"] = str(answer.get("error") or "failed")
+    return ran
+
+
+def command_refusal(ran: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """The model-visible refusal of a failed command (its status is the world's code)."""
+    first = ran["output"][0] if ran["output"] else ran["error"]
+    status = ran["error"]
+    prefix = "permission denied: " if status == outcomes.PERMISSION_DENIED else ""
+    return outcomes.refuse(
+        f"{prefix}{ran['command']!r} failed: {first}",
+        status,
+        command=ran["command"],
+        output=ran["output"],
+        **fields,
+    )
 
 
 class ExecuteCommandTool(LibraryTool):
@@ -47,7 +72,9 @@ class ExecuteCommandTool(LibraryTool):
 
     async def run(self, actor: Actor, command: str, **_: Any) -> dict[str, Any]:
         ran = await run_world_command(self.world(actor), self.character(actor), command.strip())
-        return outcomes.succeed(**ran)
+        if not ran["success"]:
+            return command_refusal(ran)
+        return outcomes.succeed(command=ran["command"], output=ran["output"])
 
 
 TOOLS = (ExecuteCommandTool,)

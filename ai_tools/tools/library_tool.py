@@ -7,6 +7,7 @@ refusals into results the model reads instead of tracebacks:
 
 * :class:`~ai_tools.errors.PermissionDenied` → ``status: permission_denied``
 * :class:`~ai_tools.errors.NotFound` → ``status: not_found``
+* ``ValueError`` (a request the world cannot carry out as given) → ``status: invalid``
 * an ambiguous object name → ``status: ambiguous`` with the candidates.
 
 Anything else propagates, so the execution engine can classify and retry
@@ -168,6 +169,10 @@ class LibraryTool(Tool):
             return outcomes.permission_denied(exc)
         except NotFound as exc:
             return outcomes.not_found(exc)
+        except ValueError as exc:
+            # The world's word for a request that cannot work as given
+            # (a bad value, an exit asked to hold things...): the model can fix it.
+            return outcomes.invalid(str(exc))
         except AmbiguousReference as exc:
             return outcomes.refuse(
                 f"{exc.reference!r} matches several objects; call again with one of their ids",

@@ -6,15 +6,18 @@ the assistant runtime — owned by the service — and the model are doubled her
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import attrs
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ai_tools.interfaces import IAssistantRuntime
+from ai_tools.store.memory import MemoryStore
 from ai_tools.tools.base import Actor, Tool
+from ai_tools.world.sandbox import SandboxWorld
 
 
 @attrs.frozen
@@ -105,3 +108,22 @@ def refusals(tool: Tool, **params: Any) -> list[str]:
     """The parameter names validation complains about (empty when valid)."""
     checked = tool.validate_parameters(params)
     return [str(e["param"]) for e in checked.errors]
+
+
+EXAMPLE_WORLD = Path(__file__).resolve().parents[2] / "examples" / "world.toml"
+
+
+def sandbox(clock: Any = None) -> SandboxWorld:
+    """The example world (examples/world.toml), in memory: every call answers at once.
+
+    Mason (``char:mason``, Builder) is in the workshop; Pip (``char:pip``,
+    Player, owner of the soup slate) and Bob are in the inn; Alice is in the plaza.
+    """
+    return SandboxWorld.from_file(EXAMPLE_WORLD, clock=clock or task.Clock())
+
+
+def world_actor(world: SandboxWorld, character_id: str = "char:mason", **kwargs: Any) -> Actor:
+    """An actor for ``character_id`` in ``world`` with a memory store and a fake assistant."""
+    kwargs.setdefault("store", MemoryStore(clock=task.Clock()))
+    kwargs.setdefault("assistant", FakeAssistant(name=character_id.split(":")[-1]))
+    return Actor(character_id=character_id, world=world, **kwargs)
