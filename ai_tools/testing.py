@@ -532,6 +532,8 @@ class ScriptedModelResource(Resource):
         self._pending: set[Any] = set()
         self._waiters: list[tuple[int, defer.Deferred[RecordedRequest]]] = []
         self._counter = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
 
     # -- bookkeeping
 
@@ -594,6 +596,8 @@ class ScriptedModelResource(Resource):
             body = None
         record = RecordedRequest("POST", path, headers, body)
         self.requests.append(record)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
         request.notifyFinish().addCallbacks(
             lambda _: self._finished(record, True), lambda _: self._lost(record, request)
         )
@@ -625,6 +629,7 @@ class ScriptedModelResource(Resource):
         return web_server.NOT_DONE_YET
 
     def _finished(self, record: RecordedRequest, delivered: bool) -> None:
+        self.in_flight -= 1
         if not record.finished.called:
             record.finished.callback(delivered)
 
