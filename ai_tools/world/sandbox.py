@@ -856,7 +856,7 @@ class SandboxWorld:
         it did not succeed, ``"error"`` (``unknown_command``, ``usage``,
         ``permission_denied``, ``not_found``, ``ambiguous``, ``invalid``).
         Refusals are reported in the output like a game would; only an unknown
-        acting character fails the Deferred (``NotFound``).  See
+        acting character (``NotFound``) or a failed store write fails the Deferred.  See
         :mod:`ai_tools.world.commands` for the commands.
         """
         from ai_tools.world.commands import run_command

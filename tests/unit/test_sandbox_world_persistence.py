@@ -1,0 +1,141 @@
+"""SandboxWorld write-through: changes survive a reload from the same store; failures surface.
+
+(The same on a real SQLite file: tests/integration/test_sqlite_store_world.py.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+from twisted.internet import defer, task
+
+from ai_tools.errors import ConfigError
+from ai_tools.store.memory import MemoryStore
+from ai_tools.world.sandbox import SandboxWorld
+from tests.unit.sandbox_world_fixtures import (  # noqa: F401 (fixtures)
+    ALICE,
+    BOB,
+    EXAMPLE,
+    MASON,
+    PIP,
+    clock_fixture,
+    fired,
+    logged_failures_fixture,
+    store_fixture,
+    world_fixture,
+)
+
+
+def reload(store: MemoryStore, clock: task.Clock) -> SandboxWorld:
+    """A fresh world object from what the store holds (no seed)."""
+    return fired(SandboxWorld.load(store, clock=clock))
+
+
+def test_seeding_writes_the_whole_world(store: MemoryStore, world: SandboxWorld) -> None:
+    """The first load copies the world file into the store."""
+    saved = fired(store.load_world())
+    assert saved is not None
+    assert len(saved["objects"]) == len(world.snapshot()["objects"])
+    assert saved["meta"]["name"] == "Saltmarsh"
+    assert [c["key"] for c in saved["channels"]] == ["public", "builders"]
+
+
+def test_changes_survive_reload(store: MemoryStore, world: SandboxWorld, clock: task.Clock) -> None:
+    """Attributes, tags, spawns, digs, moves, descriptions, channel joins, new characters."""
+    fired(world.set_attribute(MASON, "obj:fountain", "wishes", 3))
+    fired(world.delete_attribute(MASON, "obj:fountain", "coins_in_basin"))
+    fired(world.add_tag(MASON, "obj:workbench", "sturdy"))
+    fired(world.remove_tag(MASON, "obj:fountain", "landmark"))
+    lamp = fired(world.spawn_prototype(MASON, "lantern"))
+    fired(world.dig(MASON, "Cellar", (), "down", (), "up", ()))
+    fired(world.move_character(BOB, "east"))
+    fired(world.set_description(PIP, "obj:slate", "Leek soup."))
+    fired(world.channel_subscribe(BOB, "builders"))
+    fired(world.create_character("Carol"))
+    fired(world.execute_command(MASON, "create rope"))
+
+    again = reload(store, clock)
+    assert again.get_attributes("obj:fountain") == {"wishes": 3}
+    assert again.get_tags("obj:workbench") == [{"tag": "sturdy", "category": None}]
+    assert again.get_tags("obj:fountain") == []
+    assert again.get_object(lamp["id"])["owner"] == MASON
+    assert again.get_attributes(lamp["id"])["fuel"] == 10
+    assert again.find_exit(MASON, "down")["destination"] == "room:cellar"
+    assert again.get_object(BOB)["location"] == "room:plaza"
+    assert BOB in [c["id"] for c in again.describe_location(ALICE)["characters"]]
+    assert again.get_object("obj:slate")["description"] == "Leek soup."
+    assert BOB in again.channel_send(ALICE, "builders", "hi")
+    assert again.get_object("char:carol")["location"] == "room:plaza"
+    assert again.search("rope")[0]["location"] == "room:workshop"
+    assert again.snapshot() == world.snapshot()
+
+
+def test_seed_is_ignored_once_a_world_is_saved(
+    store: MemoryStore, world: SandboxWorld, clock: task.Clock
+) -> None:
+    """A store that holds a world is the truth; the seed is not read again."""
+    fired(world.set_attribute(MASON, "obj:fountain", "wishes", 1))
+    again = fired(SandboxWorld.load(store, seed={"objects": []}, clock=clock))
+    assert again.get_attributes("obj:fountain")["wishes"] == 1
+
+
+def test_no_seed_gives_an_empty_world(clock: task.Clock) -> None:
+    """Without a saved world or a seed the world is empty (and saved as such)."""
+    store = MemoryStore(clock=clock)
+    world = fired(SandboxWorld.load(store, clock=clock))
+    assert world.snapshot()["objects"] == []
+    assert fired(store.load_world())["meta"] == {"name": "Sandbox"}
+
+
+def test_bad_world_file_fails_load(clock: task.Clock, tmp_path: Any) -> None:
+    """A broken seed file fails the Deferred with ConfigError; nothing is written."""
+    path = tmp_path / "w.toml"
+    path.write_text("[[rooms]]\nkey = 1\n")
+    store = MemoryStore(clock=clock)
+    with pytest.raises(ConfigError, match="rooms"):
+        fired(SandboxWorld.load(store, seed=path, clock=clock))
+    assert fired(store.load_world()) is None
+
+
+def test_from_file_has_no_store() -> None:
+    """from_file builds an in-memory world whose writes fire at once."""
+    world = SandboxWorld.from_file(EXAMPLE, clock=task.Clock())
+    assert world.store is None
+    assert fired(world.set_attribute(MASON, "obj:fountain", "x", 1))["id"] == "obj:fountain"
+
+
+@attrs.define(eq=False)
+class BrokenStore:
+    """A world store whose writes fail (after seeding)."""
+
+    inner: MemoryStore
+    broken: bool = False
+
+    def load_world(self) -> defer.Deferred[Any]:
+        return self.inner.load_world()
+
+    def write_world(self, put: Any = None, delete: Any = None) -> defer.Deferred[None]:
+        if self.broken:
+            return defer.fail(OSError("disk full"))
+        return self.inner.write_world(put, delete)
+
+
+def test_failed_write_fails_the_change_and_is_logged(
+    clock: task.Clock, logged_failures: Any
+) -> None:
+    """The Deferred of a change fails when the store cannot write; it is logged once."""
+    store = BrokenStore(MemoryStore(clock=clock))
+    world = fired(SandboxWorld.load(store, seed=EXAMPLE, clock=clock))
+    store.broken = True
+    with pytest.raises(OSError, match="disk full"):
+        fired(world.set_attribute(MASON, "obj:fountain", "wishes", 2))
+    assert len(logged_failures) == 1
+    with pytest.raises(OSError):  # a store failure is not a refusal: it fails the command
+        fired(world.execute_command(MASON, "create rope"))
+    assert len(logged_failures) == 2
+    store.broken = False
+    fired(world.set_attribute(MASON, "obj:fountain", "wishes", 3))
+    again = fired(SandboxWorld.load(store.inner, clock=clock))
+    assert again.get_attributes("obj:fountain")["wishes"] == 3
