@@ -38,6 +38,7 @@ from ai_tools.tools.coercion import TypeMismatch, coerce_value
 from ai_tools.tools.validation_messages import (
     NOT_GIVEN,
     STAGE_CUSTOM,
+    STAGE_DEPENDENCY,
     STAGE_INTERNAL,
     STAGE_ORDER,
     STAGE_REQUIRED,
@@ -309,17 +310,21 @@ class ParameterValidator:
 
 def _merge(entries: Iterable[ErrorEntry], mismatch_paths: list[tuple[Any, ...]]
            ) -> list[ErrorEntry]:
-    """Drop repeats and constraint errors on values that already have a type error.
+    """Drop repeats, constraint errors on values that already have a type error,
+    and dependency errors on parameters already reported missing.
 
     Then order by stage and parameter so both checkers report alike.
     """
     failed = {format_path(p) for p in mismatch_paths}
+    missing = {e.param for e in entries if e.stage == STAGE_REQUIRED}
     seen: set[tuple[str, str]] = set()
     kept = []
     for entry in entries:
         key = (entry.param, entry.message)
         if key in seen:
             continue
+        if entry.stage == STAGE_DEPENDENCY and entry.param in missing:
+            continue  # "missing" already says it; "required when X is given" adds nothing
         if entry.stage != STAGE_REQUIRED and entry.stage != STAGE_TYPE and any(
             entry.param == f or entry.param.startswith((f"{f}.", f"{f}[")) for f in failed
         ):

@@ -361,6 +361,13 @@ def test_dependent_required(check: Any) -> None:
     assert error["message"] == "Required when 'unit' is given"
 
 
+def test_a_missing_dependency_that_is_also_required_is_reported_once(check: Any) -> None:
+    """When Y is required anyway, "required when X is given" adds nothing."""
+    schema = obj({"x": {}, "y": {}}, required=["y"], dependentRequired={"x": ["y"]})
+    assert errors_of(check({"x": 1}, schema)) == [
+        ("y", "required", "Missing required parameter")]
+
+
 @pytest.mark.parametrize("draft", [None, "http://json-schema.org/draft-07/schema#"])
 def test_legacy_dependencies_keyword(check: Any, draft: str | None) -> None:
     """``dependencies`` works in draft 7 and is still honoured under the 2020-12 default."""
