@@ -193,8 +193,9 @@ class LoopConfig:
     exit_tools: tuple[ExitTool, ...] = attrs.field(default=(), converter=tuple)
     consecutive_error_cap: int = attrs.field(default=5, validator=_check_positive)
     """Failed tool calls in a row that end the loop with ``consecutive_errors``."""
-    native_tools: bool = True
-    """Native tool calling (``tools=`` field); False: fallback JSON-in-text mode."""
+    native_tools: bool | None = None
+    """Native tool calling (``tools=`` field) or False: fallback JSON-in-text mode.
+    None follows the model client's profile (``tool_calling``), native if it has none."""
     stream: bool | None = None
     """Stream the model's answer; None: the client's own default."""
     thresholds: AdvisoryThresholds = DEFAULT_THRESHOLDS
@@ -410,6 +411,14 @@ def _validate_calls(parsed: ParsedCalls) -> str | None:
     return parsed.error.detail if malformed else None
 
 
+def _native_tools(config: LoopConfig, llm: Any) -> bool:
+    """Native tool calling unless the config or the client's profile says fallback."""
+    if config.native_tools is not None:
+        return config.native_tools
+    profile = getattr(llm, "profile", None)
+    return getattr(profile, "tool_calling", "native") != "fallback"
+
+
 def _ask_model(llm: Any, messages: list[dict[str, Any]],
                tools: list[dict[str, Any]] | None, stream: bool | None,
                on_event: Callable[[Any], None]) -> defer.Deferred[Any]:
@@ -454,6 +463,7 @@ class _LoopRun:
     deltas: list[str] = attrs.field(factory=list)
     usage: dict[str, Any] = attrs.field(factory=dict)
     budget: int | None = None
+    native: bool = True
     consecutive_errors: int = 0
     reason: str | None = None
     error: str | None = None
@@ -482,6 +492,7 @@ class _LoopRun:
         ctx, config = self.ctx, self.config
         self.started = ctx.clock.seconds()
         self.budget = config.tool_budget
+        self.native = _native_tools(config, ctx.llm)
         # Reflection works on a copy: the model sees its own calls, the history stays clean.
         self.history = ctx.history.copy() if ctx.reflection else ctx.history
         if ctx.pending_events and not ctx.reflection:
@@ -513,7 +524,7 @@ class _LoopRun:
             cache_namespace=ctx.cache_namespace or ctx.actor.owner,
             state=ctx.execution_state or execution.ExecutionState(),
             gate=ctx.gate,
-            native_tools=config.native_tools,
+            native_tools=self.native,
             stop_requested=self.stop_requested,
             **dict(ctx.execution_options),
         )
@@ -634,7 +645,7 @@ class _LoopRun:
             tool_schemas=self.tool_schemas,
             tool_categories=self.categories,
             exit_tool_schemas=[t.schema() for t in self.config.exit_tools],
-            native_tools=self.config.native_tools,
+            native_tools=self.native,
             tool_budget_remaining=self.budget,
             iteration=self.iteration,
             max_iterations=self.config.effective_max_iterations,
@@ -657,7 +668,7 @@ class _LoopRun:
 
     def request_tools(self) -> list[dict[str, Any]] | None:
         """The ``tools=`` field: normal tools, noop and exit tools (native mode only)."""
-        if not self.config.native_tools:
+        if not self.native:
             return None
         if self._request_tools is None:
             self._request_tools = [*self.tool_schemas,
@@ -872,7 +883,7 @@ def _run_loop(run: _LoopRun) -> Any:
                 break
             # 4. parse the tool calls (noop ends the loop)
             parsed = parse_tool_calls(response, run.normal_names, config.exit_tool_names,
-                                      fallback=not config.native_tools)
+                                      fallback=not run.native)
             problem = _validate_calls(parsed)
             if problem is not None:
                 run.add_text(parsed.visible_text)
@@ -882,7 +893,7 @@ def _run_loop(run: _LoopRun) -> Any:
                 # answered by the engine; re-parse so their directives leave the text
                 parsed = parse_tool_calls(
                     response, [*run.normal_names, *(c.name for c in parsed.unknown)],
-                    config.exit_tool_names, fallback=not config.native_tools)
+                    config.exit_tool_names, fallback=not run.native)
             for warning in parsed.warnings:
                 log.warn("Tool call of {assistant}: {warning}",
                          assistant=ctx.assistant_name, warning=warning)
