@@ -1,6 +1,568 @@
+"""Tests of the Evennia contrib, run by Evennia's own test runner.
+
+    evennia test --settings settings.py ai_tools.contrib.evennia
+
+(``make test-evennia`` sets up the virtualenv and game directory first.)  They
+use Evennia's test base classes, which create two accounts, two rooms joined by
+an exit, two objects and two characters: ``char1`` (Developer) and ``char2``
+(no permissions).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from unittest import mock
+
+from evennia.prototypes import prototypes as protlib
+from evennia.utils import create
 from evennia.utils.test_resources import BaseEvenniaTest
+from twisted.internet import defer
+from zope.interface.verify import verifyObject
+
+from ai_tools.contrib.evennia.hearing import LISTENERS, AssistantCharacter, heard_event
+from ai_tools.contrib.evennia.lookup import (
+    all_assistant_scripts,
+    get_assistant_script,
+    get_assistant_script_for_character,
+)
+from ai_tools.contrib.evennia.scripts import AssistantScript, assistant_tag
+from ai_tools.contrib.evennia.world import EvenniaWorld, jsonable
+from ai_tools.errors import NotFound, PermissionDenied
+from ai_tools.interfaces import IWorld
 
 
-class TestSmoke(BaseEvenniaTest):
-    def test_room(self):
-        self.assertEqual(self.char1.location, self.room1)
+def result_of(d: defer.Deferred) -> Any:
+    """The result of an already-fired Deferred (fails the test if it has not fired)."""
+    results: list[Any] = []
+    d.addBoth(results.append)
+    assert results, "the Deferred has not fired"
+    if isinstance(results[0], Exception) or hasattr(results[0], "raiseException"):
+        results[0].raiseException()
+    return results[0]
+
+
+class ContribTestBase(BaseEvenniaTest):
+    """Evennia's default test objects plus an assistant NPC in the first room."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.world = EvenniaWorld()
+        self.npc = create.create_object(
+            AssistantCharacter, key="Ada", location=self.room1, home=self.room1
+        )
+        self.id1 = self.char1.dbref
+        self.id2 = self.char2.dbref
+        self.npc_id = self.npc.dbref
+
+    def tearDown(self) -> None:
+        LISTENERS.clear()
+        super().tearDown()
+
+    def attach_script(self, key: str = "ada") -> AssistantScript:
+        script = create.create_script(AssistantScript, obj=self.npc, autostart=False)
+        script.bind(key)
+        return script
+
+
+class TestWorldObjects(ContribTestBase):
+    """Object dicts, locations and search."""
+
+    def test_provides_iworld(self) -> None:
+        """EvenniaWorld implements every method of IWorld."""
+        self.assertTrue(verifyObject(IWorld, self.world))
+        self.assertEqual(self.world.name, "evennia")
+
+    def test_get_object_kinds(self) -> None:
+        """Rooms, exits, characters and things get the right kind and location."""
+        room = self.world.get_object(self.room1.dbref)
+        self.assertEqual(room["kind"], "room")
+        self.assertEqual(room["description"], "room_desc")
+        self.assertIsNone(room["location"])
+        exit_ = self.world.get_object(self.exit.dbref)
+        self.assertEqual(exit_["kind"], "exit")
+        self.assertEqual(exit_["destination"], self.room2.dbref)
+        self.assertEqual(self.world.get_object(self.id1)["kind"], "character")
+        thing = self.world.get_object(self.obj1.dbref)
+        self.assertEqual((thing["kind"], thing["location"]), ("object", self.room1.dbref))
+        self.assertEqual(thing["id"], self.obj1.dbref)
+
+    def test_get_object_missing(self) -> None:
+        """Unknown ids and names give None, never an error."""
+        self.assertIsNone(self.world.get_object("#999999"))
+        self.assertIsNone(self.world.get_object("Obj"))
+        self.assertIsNone(self.world.get_object(""))
+        self.assertIsNone(self.world.get_object(None))
+
+    def test_describe_location(self) -> None:
+        """The room, its exits, things and other characters (not the looker)."""
+        seen = self.world.describe_location(self.id1)
+        self.assertEqual(seen["room"]["id"], self.room1.dbref)
+        self.assertEqual([e["key"] for e in seen["exits"]], ["out"])
+        self.assertEqual(seen["exits"][0]["destination"], self.room2.dbref)
+        self.assertEqual({o["key"] for o in seen["contents"]}, {"Obj", "Obj2"})
+        self.assertEqual({c["key"] for c in seen["characters"]}, {"Char2", "Ada"})
+
+    def test_describe_location_detail(self) -> None:
+        """brief drops descriptions; detailed adds attributes and tags."""
+        self.obj1.db.colour = "red"
+        self.obj1.tags.add("shiny")
+        brief = self.world.describe_location(self.id1, "brief")
+        self.assertEqual(brief["room"]["description"], "")
+        detailed = self.world.describe_location(self.id1, "detailed")
+        obj = next(o for o in detailed["contents"] if o["key"] == "Obj")
+        self.assertEqual(obj["attributes"], {"colour": "red"})
+        self.assertEqual(obj["tags"], [{"tag": "shiny", "category": None}])
+
+    def test_describe_location_hidden_and_nowhere(self) -> None:
+        """Objects the looker may not view are left out; a character nowhere is refused."""
+        self.obj2.locks.add("view:false()")
+        seen = self.world.describe_location(self.id2)
+        self.assertNotIn("Obj2", {o["key"] for o in seen["contents"]})
+        self.char2.location = None
+        with self.assertRaises(NotFound):
+            self.world.describe_location(self.id2)
+        with self.assertRaises(NotFound):
+            self.world.describe_location("#999999")
+
+    def test_search(self) -> None:
+        """Exact key first, then partial matches; kind and location filters."""
+        found = self.world.search("Obj")
+        self.assertEqual(found[0]["key"], "Obj")
+        self.assertIn("Obj2", [o["key"] for o in found])
+        self.assertEqual(self.world.search("Obj", kind="character"), [])
+        self.assertEqual(self.world.search("Obj", location=self.room2.dbref), [])
+        self.assertEqual(self.world.search(self.obj2.dbref)[0]["key"], "Obj2")
+        self.assertEqual(self.world.search("nothing-like-this"), [])
+        self.assertEqual(self.world.search(""), [])
+        self.assertEqual(len(self.world.search("Obj", limit=1)), 1)
+        with self.assertRaises(NotFound):
+            self.world.search("Obj", location="#999999")
+
+    def test_search_alias_and_visibility(self) -> None:
+        """Aliases match; what the searcher may not view is left out."""
+        self.obj2.aliases.add("lamp")
+        self.assertEqual(self.world.search("lamp")[0]["id"], self.obj2.dbref)
+        self.obj2.locks.add("view:false()")
+        self.assertEqual(self.world.search("lamp", char_id=self.id2), [])
+
+    def test_jsonable(self) -> None:
+        """Attribute values become JSON: objects as dbrefs, unknown types as repr."""
+        self.assertEqual(
+            jsonable({"a": (1, 2), "o": self.obj1, "n": None}),
+            {"a": [1, 2], "o": self.obj1.dbref, "n": None},
+        )
+        self.assertTrue(jsonable(object()).startswith("<object"))
+
+
+class TestWorldAttributesAndTags(ContribTestBase):
+    """Attributes and tags, with Evennia's control/edit locks deciding."""
+
+    def test_set_get_delete_attribute(self) -> None:
+        """A Developer sets, reads and deletes an attribute."""
+        result = self.world.set_attribute(self.id1, self.obj1.dbref, "fuel", {"level": 3})
+        self.assertEqual(result["id"], self.obj1.dbref)
+        self.assertEqual(self.obj1.db.fuel, {"level": 3})
+        self.assertEqual(self.world.get_attributes(self.obj1.dbref), {"fuel": {"level": 3}})
+        self.assertEqual(self.world.get_attributes(self.obj1.dbref, ["nope"]), {})
+        self.assertTrue(self.world.delete_attribute(self.id1, self.obj1.dbref, "fuel"))
+        self.assertFalse(self.world.delete_attribute(self.id1, self.obj1.dbref, "fuel"))
+
+    def test_attribute_permission_refused(self) -> None:
+        """A character without rights on the object is refused by Evennia's locks."""
+        with self.assertRaises(PermissionDenied):
+            self.world.set_attribute(self.id2, self.obj1.dbref, "fuel", 1)
+        self.assertIsNone(self.obj1.db.fuel)
+        self.obj1.db.fuel = 5
+        with self.assertRaises(PermissionDenied):
+            self.world.delete_attribute(self.id2, self.obj1.dbref, "fuel")
+        self.assertEqual(self.obj1.db.fuel, 5)
+
+    def test_attribute_lock_grants(self) -> None:
+        """An object's own edit lock can grant the right."""
+        self.obj1.locks.add(f"edit:id({self.char2.id})")
+        self.world.set_attribute(self.id2, self.obj1.dbref, "fuel", 2)
+        self.assertEqual(self.obj1.db.fuel, 2)
+
+    def test_attribute_bad_input(self) -> None:
+        """Internal names, huge values, missing objects are refused."""
+        with self.assertRaises(PermissionDenied):
+            self.world.set_attribute(self.id1, self.obj1.dbref, "_secret", 1)
+        with self.assertRaises(ValueError):
+            self.world.set_attribute(self.id1, self.obj1.dbref, "big", "x" * 5000)
+        with self.assertRaises(ValueError):
+            self.world.set_attribute(self.id1, self.obj1.dbref, " ", 1)
+        with self.assertRaises(NotFound):
+            self.world.set_attribute(self.id1, "#999999", "a", 1)
+        with self.assertRaises(NotFound):
+            self.world.get_attributes("#999999")
+        with self.assertRaises(TypeError):
+            self.world.set_attribute(self.id1, self.obj1.dbref, "f", object())
+
+    def test_tags(self) -> None:
+        """Add, list, search and remove tags."""
+        self.world.add_tag(self.id1, self.obj1.dbref, "glowing", "light")
+        self.assertEqual(
+            self.world.get_tags(self.obj1.dbref), [{"tag": "glowing", "category": "light"}]
+        )
+        self.assertEqual(self.world.get_tags(self.obj1.dbref, "other"), [])
+        found = self.world.search_by_tag("glowing", "light")
+        self.assertEqual([o["id"] for o in found], [self.obj1.dbref])
+        self.assertEqual(self.world.search_by_tag("glowing", "other"), [])
+        self.assertTrue(self.world.remove_tag(self.id1, self.obj1.dbref, "glowing", "light"))
+        self.assertFalse(self.world.remove_tag(self.id1, self.obj1.dbref, "glowing", "light"))
+
+    def test_tag_permissions(self) -> None:
+        """No rights, no tag; the system category needs Developer."""
+        with self.assertRaises(PermissionDenied):
+            self.world.add_tag(self.id2, self.obj1.dbref, "mine")
+        self.obj1.locks.add(f"edit:id({self.char2.id})")
+        self.world.add_tag(self.id2, self.obj1.dbref, "mine")
+        with self.assertRaises(PermissionDenied):
+            self.world.add_tag(self.id2, self.obj1.dbref, "ai_assistant:x", "system")
+        self.world.add_tag(self.id1, self.obj1.dbref, "ai_assistant:x", "system")
+        with self.assertRaises(ValueError):
+            self.world.add_tag(self.id1, self.obj1.dbref, "  ")
+
+    def test_has_permission(self) -> None:
+        """Evennia's hierarchy: a Developer is also a Builder; others are not."""
+        self.assertTrue(self.world.has_permission(self.id1, "Builder"))
+        self.assertTrue(self.world.has_permission(self.id1, "Developer"))
+        self.assertFalse(self.world.has_permission(self.id2, "Builder"))
+        self.assertFalse(self.world.has_permission("#999999", "Builder"))
+        self.account2.permissions.add("Builder")  # a puppeted character has its account's
+        self.assertTrue(self.world.has_permission(self.id2, "Builder"))
+        self.assertFalse(self.world.has_permission(self.id2, "Admin"))
+
+
+class TestWorldPrototypes(ContribTestBase):
+    """Prototypes: listing and spawning with Builder rights and prototype locks."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        protlib.save_prototype(
+            {
+                "prototype_key": "ai_lantern",
+                "prototype_desc": "a brass lantern",
+                "prototype_locks": "spawn:all();edit:all()",
+                "typeclass": "evennia.objects.objects.DefaultObject",
+                "key": "lantern",
+                "desc": "A brass lantern.",
+            }
+        )
+        protlib.save_prototype(
+            {
+                "prototype_key": "ai_relic",
+                "typeclass": "evennia.objects.objects.DefaultObject",
+                "key": "relic",
+            }
+        )
+        # Evennia 5.0's save_prototype drops prototype_locks (homogenize_prototype reads
+        # "prototype_lock"); store the lock the way a module prototype carries it.
+        stored = protlib.DbPrototype.objects.get(db_key="ai_relic")
+        locked = dict(stored.prototype)
+        locked["prototype_locks"] = "spawn:perm(Admin);edit:perm(Admin)"
+        stored.prototype = locked
+        protlib.DB_PROTOTYPE_CACHE.clear()
+
+    def test_list_prototypes(self) -> None:
+        """Database prototypes are listed with their descriptions."""
+        listed = {p["key"]: p["description"] for p in self.world.list_prototypes()}
+        self.assertEqual(listed["ai_lantern"], "a brass lantern")
+        self.assertIn("ai_relic", listed)
+
+    def test_spawn(self) -> None:
+        """A Builder spawns into its room, with overrides as attributes."""
+        self.account2.permissions.add("Builder")
+        made = self.world.spawn_prototype(
+            self.id2,
+            "ai_lantern",
+            overrides={"key": "old lantern", "description": "Dented.", "attributes": {"fuel": 3}},
+        )
+        self.assertEqual(made["key"], "old lantern")
+        self.assertEqual(made["location"], self.room1.dbref)
+        self.assertEqual(made["description"], "Dented.")
+        self.assertEqual(self.world.get_attributes(made["id"], ["fuel"]), {"fuel": 3})
+
+    def test_spawn_elsewhere(self) -> None:
+        """A location id puts the new object there."""
+        made = self.world.spawn_prototype(self.id1, "ai_lantern", location=self.room2.dbref)
+        self.assertEqual(made["location"], self.room2.dbref)
+
+    def test_spawn_refusals(self) -> None:
+        """No Builder, a locked prototype, rights-bearing overrides, unknown keys."""
+        with self.assertRaises(PermissionDenied):
+            self.world.spawn_prototype(self.id2, "ai_lantern")
+        self.account2.permissions.add("Builder")
+        with self.assertRaises(PermissionDenied):
+            self.world.spawn_prototype(self.id2, "ai_relic")
+        for forbidden in ("typeclass", "locks", "permissions", "exec"):
+            with self.assertRaises(PermissionDenied):
+                self.world.spawn_prototype(self.id2, "ai_lantern", overrides={forbidden: "x"})
+        with self.assertRaises(PermissionDenied):
+            self.world.spawn_prototype(self.id2, "ai_lantern", overrides={"_x": 1})
+        with self.assertRaises(NotFound):
+            self.world.spawn_prototype(self.id2, "ai_lant")
+        with self.assertRaises(NotFound):
+            self.world.spawn_prototype(self.id2, "ai_lantern", location="#999999")
+        self.assertFalse(self.world.search("relic"))
+
+
+class TestWorldCommands(ContribTestBase):
+    """execute_command runs through the character's own cmdsets and locks."""
+
+    def test_look(self) -> None:
+        """The command's output comes back as lines; msg is restored afterwards."""
+        answer = result_of(self.world.execute_command(self.id1, "look"))
+        self.assertEqual(answer["command"], "look")
+        self.assertTrue(any("Room" in line for line in answer["output"]))
+        self.assertNotIn("msg", vars(self.char1))
+
+    def test_unknown_command(self) -> None:
+        """An unknown command is reported in the output, not raised."""
+        answer = result_of(self.world.execute_command(self.id1, "xyzzyplugh"))
+        self.assertTrue(any("not available" in line for line in answer["output"]))
+
+    def test_command_rights_are_the_characters(self) -> None:
+        """A builder command typed by a character without rights does nothing."""
+        answer = result_of(self.world.execute_command(self.id2, "@create/drop forbidden"))
+        self.assertFalse(self.world.search("forbidden"))
+        self.assertTrue(answer["output"])
+        result_of(self.world.execute_command(self.id1, "@create/drop allowed"))
+        self.assertTrue(self.world.search("allowed"))
+
+    def test_missing_character(self) -> None:
+        """A missing character is refused at once."""
+        with self.assertRaises(NotFound):
+            self.world.execute_command("#999999", "look")
+
+
+class TestWorldMessages(ContribTestBase):
+    """say/pose/emit/whisper/page and channels."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.heard: list[dict[str, Any]] = []
+        self.world.subscribe(self.npc_id, self.heard.append)
+
+    def test_say_reaches_the_room(self) -> None:
+        """A say is heard (as an event) by the NPC; the hearers are returned."""
+        hearers = self.world.message_location(self.id2, "hello there")
+        self.assertEqual(set(hearers), {self.id1, self.npc_id})
+        self.assertEqual(len(self.heard), 1)
+        event = self.heard[0]
+        self.assertEqual(event["type"], "say")
+        self.assertEqual(event["text"], "hello there")
+        self.assertEqual(event["from"], "Char2")
+        self.assertEqual(event["from_id"], self.id2)
+        self.assertFalse(event["from_is_builder"])
+        self.assertEqual(event["location"], self.room1.dbref)
+
+    def test_say_with_exclude(self) -> None:
+        """Excluded characters do not hear it."""
+        hearers = self.world.message_location(self.id2, "psst", exclude=[self.npc_id])
+        self.assertEqual(hearers, [self.id1])
+        self.assertEqual(self.heard, [])
+
+    def test_own_speech_is_not_an_event(self) -> None:
+        """The NPC does not hear itself."""
+        self.world.message_location(self.npc_id, "I talk to myself")
+        self.world.message_location(self.npc_id, "waves.", "pose")
+        self.assertEqual(self.heard, [])
+
+    def test_pose_and_emit(self) -> None:
+        """Poses are not speech; emit needs Builder."""
+        self.world.message_location(self.id2, "waves.", "pose")
+        self.assertEqual(self.heard, [])
+        with self.assertRaises(PermissionDenied):
+            self.world.message_location(self.id2, "The sky darkens.", "emit")
+        hearers = self.world.message_location(self.id1, "Thunder.", "emit")
+        self.assertEqual(set(hearers), {self.id2, self.npc_id})
+        self.assertEqual(self.heard, [])
+        with self.assertRaises(ValueError):
+            self.world.message_location(self.id1, "x", "shout")
+
+    def test_whisper_and_page(self) -> None:
+        """Whispers need the same room; pages reach anywhere."""
+        self.world.message_character(self.id2, self.npc_id, "a secret", "whisper")
+        self.assertEqual((self.heard[-1]["type"], self.heard[-1]["text"]), ("whisper", "a secret"))
+        self.char2.location = self.room2
+        with self.assertRaises(NotFound):
+            self.world.message_character(self.id2, self.npc_id, "far", "whisper")
+        self.world.message_character(self.id2, self.npc_id, "from afar", "page")
+        self.assertEqual((self.heard[-1]["type"], self.heard[-1]["text"]), ("page", "from afar"))
+        with self.assertRaises(NotFound):
+            self.world.message_character(self.id2, self.obj1.dbref, "hi", "page")
+        with self.assertRaises(ValueError):
+            self.world.message_character(self.id2, self.npc_id, "hi", "telepathy")
+
+    def test_page_refused_by_lock(self) -> None:
+        """A target's msg lock refuses pages."""
+        self.npc.locks.add("msg:false()")
+        with self.assertRaises(PermissionDenied):
+            self.world.message_character(self.id2, self.npc_id, "hi", "page")
+
+    def test_unsubscribe(self) -> None:
+        """After unsubscribing, nothing more is delivered; unheard events wait on the script."""
+        LISTENERS.clear()
+        script = self.attach_script()
+        self.world.message_location(self.id2, "anyone?")
+        self.assertEqual(self.heard, [])
+        self.assertEqual([e["text"] for e in script.db.inbox], ["anyone?"])
+        self.assertEqual([e["text"] for e in script.drain_inbox()], ["anyone?"])
+        self.assertEqual(script.db.inbox, [])
+        unsubscribe = self.world.subscribe(self.npc_id, self.heard.append)
+        unsubscribe()
+        unsubscribe()
+        self.world.message_location(self.id2, "still?")
+        self.assertEqual(self.heard, [])
+
+    def test_failing_listener_does_not_break_speech(self) -> None:
+        """A listener that raises is logged; the others still get the event."""
+
+        def broken(_: Any) -> None:
+            raise RuntimeError("listener bug")
+
+        LISTENERS.clear()
+        self.world.subscribe(self.npc_id, broken)
+        self.world.subscribe(self.npc_id, self.heard.append)
+        self.world.message_location(self.id2, "still works")
+        self.assertEqual([e["text"] for e in self.heard], ["still works"])
+
+    def test_channels(self) -> None:
+        """Channel send lock decides; subscribers are returned."""
+        chan = create.create_channel(
+            "aitest", desc="testing channel", locks="send:all();listen:all()"
+        )
+        chan.connect(self.char2)
+        receivers = self.world.channel_send(self.id1, "aitest", "hello channel")
+        self.assertEqual(receivers, [self.id2])
+        listed = {c["key"]: c["description"] for c in self.world.list_channels()}
+        self.assertEqual(listed["aitest"], "testing channel")
+        chan.locks.add("send:perm(Admin)")
+        with self.assertRaises(PermissionDenied):
+            self.world.channel_send(self.id2, "aitest", "me too")
+        with self.assertRaises(NotFound):
+            self.world.channel_send(self.id1, "no-such-channel", "x")
+
+
+class TestWorldHelp(ContribTestBase):
+    """help_search over database entries, file entries and command help."""
+
+    def test_database_entry(self) -> None:
+        """A database help entry is found by words in its text."""
+        create.create_help_entry("lantern lore", "How to trim the wick of a brass lantern.")
+        found = self.world.help_search("wick")
+        self.assertEqual(found[0]["key"], "lantern lore")
+        self.assertIn("wick", found[0]["text"])
+        self.assertGreater(found[0]["score"], 0)
+
+    def test_command_help(self) -> None:
+        """Command help is searchable by the command's name."""
+        found = self.world.help_search("say", limit=3)
+        self.assertIn("say", [h["key"] for h in found])
+        self.assertLessEqual(len(found), 3)
+
+    def test_empty_and_odd_queries(self) -> None:
+        """Empty queries give nothing; Lunr syntax errors do not escape."""
+        self.assertEqual(self.world.help_search(""), [])
+        self.assertEqual(self.world.help_search("say", limit=0), [])
+        self.assertIsInstance(self.world.help_search("say:~^*"), list)
+        self.assertEqual(self.world.help_search("qqqzzzyyy"), [])
+
+
+class TestHeardEvent(ContribTestBase):
+    """Which messages count as speech."""
+
+    def test_kinds(self) -> None:
+        """Says, whispers and pages count; looks, poses and plain text do not."""
+        say = heard_event(self.npc, ('Char2 says, "|nhi|n"', {"type": "say"}), self.char2)
+        self.assertEqual((say["type"], say["text"]), ("say", "hi"))
+        self.assertIsNone(heard_event(self.npc, ("Room", {"type": "look"}), None))
+        self.assertIsNone(heard_event(self.npc, "You feel cold.", None))
+        self.assertIsNone(heard_event(self.npc, None, self.char2))
+        self.assertIsNone(heard_event(self.npc, ("", {"type": "say"}), self.char2))
+        page = heard_event(self.npc, "Account TestAccount pages: are you there?", self.account)
+        self.assertEqual((page["type"], page["text"]), ("page", "are you there?"))
+        self.assertEqual(page["from_kind"], "account")
+        self.assertIsNone(
+            heard_event(self.npc, ('Char2 says, "hi"', {"type": "say"}), self.char2, ("page",))
+        )
+
+    def test_hook_failure_keeps_message(self) -> None:
+        """A failing hearing hook is logged and the message still reaches sessions."""
+        with mock.patch.object(AssistantCharacter, "ai_hear", side_effect=RuntimeError("bug")):
+            self.assertTrue(self.npc.at_msg_receive(text="hello", from_obj=self.char2) is not False)
+
+
+class TestScriptsAndLookup(ContribTestBase):
+    """AssistantScript state and the spec 002 §8 lookup."""
+
+    def test_bind_and_lookup_by_tag(self) -> None:
+        """The tag names the assistant; the character finds its script."""
+        script = self.attach_script("ada")
+        self.assertTrue(script.tags.has(assistant_tag("ada"), category="system"))
+        self.assertEqual(self.npc.db.assistant_key, "ada")
+        self.assertEqual(get_assistant_script_for_character(self.npc), script)
+        self.assertEqual(get_assistant_script("ada"), script)
+        self.assertIsNone(get_assistant_script("bob"))
+        self.assertIsNone(get_assistant_script(""))
+        self.assertEqual(all_assistant_scripts(), [script])
+
+    def test_rebind_moves_the_tag(self) -> None:
+        """Renaming the assistant removes the old tag."""
+        script = self.attach_script("ada")
+        script.bind("ada2")
+        self.assertIsNone(get_assistant_script("ada"))
+        self.assertEqual(get_assistant_script("ada2"), script)
+
+    def test_fallback_without_tag(self) -> None:
+        """Without the tag, the script attached to the character is found."""
+        script = self.attach_script("ada")
+        script.tags.clear()
+        self.assertEqual(get_assistant_script_for_character(self.npc), script)
+        self.npc.attributes.remove("assistant_key")
+        self.assertEqual(get_assistant_script_for_character(self.npc), script)
+
+    def test_fallback_global_script_by_dbref(self) -> None:
+        """A global script recording the character's dbref is found."""
+        script = create.create_script(AssistantScript, key="ai_assistant", autostart=False)
+        script.db.character_dbref = self.char2.dbref
+        self.assertEqual(get_assistant_script_for_character(self.char2), script)
+
+    def test_no_script(self) -> None:
+        """Characters without an assistant, and None, give None."""
+        self.assertIsNone(get_assistant_script_for_character(self.char1))
+        self.assertIsNone(get_assistant_script_for_character(None))
+        self.char1.db.assistant_key = "ghost"
+        self.assertIsNone(get_assistant_script_for_character(self.char1))
+
+    def test_tag_of_other_character_is_not_taken(self) -> None:
+        """A character claiming another's assistant key does not get its script."""
+        self.attach_script("ada")
+        self.char1.db.assistant_key = "ada"
+        self.assertIsNone(get_assistant_script_for_character(self.char1))
+
+    def test_state_and_inbox(self) -> None:
+        """State round-trips; the inbox keeps the newest events up to the cap."""
+        script = self.attach_script("ada")
+        self.assertIsNone(script.load_state())
+        script.save_state({"history": [{"role": "user", "content": "hi"}], "mode": "sleep"})
+        self.assertEqual(script.history(), [{"role": "user", "content": "hi"}])
+        self.assertEqual(script.summary()["mode"], "sleep")
+        with self.settings(AI_TOOLS_MAX_PENDING_EVENTS=3):
+            for n in range(5):
+                script.queue_event({"type": "say", "text": str(n)})
+        self.assertEqual([e["text"] for e in script.pending_events()], ["2", "3", "4"])
+        summary = script.summary()
+        self.assertEqual((summary["key"], summary["pending_events"]), ("ada", 3))
+        self.assertEqual(summary["character_id"], self.npc_id)
+
+    def test_config_defaults_and_overrides(self) -> None:
+        """Own config overrides the defaults setting, one key at a time."""
+        script = self.attach_script("ada")
+        with self.settings(AI_TOOLS_ASSISTANT_DEFAULTS={"max_iterations": 3}):
+            script.set_config("persona", "A lamplighter.")
+            config = script.assistant_config()
+        self.assertEqual(config["max_iterations"], 3)
+        self.assertEqual(config["persona"], "A lamplighter.")
+        self.assertIn("tick_interval", config)
