@@ -31,6 +31,7 @@ __all__ = [
     "CompactionResult",
     "compact_history",
     "compact_messages",
+    "context_usage",
     "needs_compaction",
     "split_point",
     "truncate_messages",
@@ -98,6 +99,30 @@ def needs_compaction(
     """Whether a history at ``usage_pct`` percent should be compacted in ``mode``."""
     threshold = config.sleep_threshold if mode == "sleep" else config.awake_threshold
     return usage_pct >= threshold
+
+
+def context_usage(
+    messages: Sequence[Mapping[str, Any]],
+    llm: Any = None,
+    context_window: int | None = None,
+    counter: Callable[[Sequence[Mapping[str, Any]]], int] | None = None,
+) -> float:
+    """Percent of the model's context window that ``messages`` fill.
+
+    The window is ``context_window``, else ``llm.context_window``; tokens are
+    counted by ``counter``, else by the model layer's counter (tiktoken or
+    about four characters per token).
+    """
+    window = context_window or getattr(llm, "context_window", None) or 0
+    if not isinstance(window, int) or window <= 0:
+        return 0.0
+    if counter is None:
+        from ai_tools.llm.tokens import count_messages
+
+        tokens = count_messages(list(messages))
+    else:
+        tokens = counter(messages)
+    return 100.0 * tokens / window
 
 
 def _is_tool_result(message: Mapping[str, Any]) -> bool:

@@ -16,6 +16,7 @@ from ai_tools.compaction import (
     CompactionConfig,
     compact_history,
     compact_messages,
+    context_usage,
     needs_compaction,
     split_point,
     transcript,
@@ -236,3 +237,30 @@ def test_compaction_keeps_history_valid(
         assert out[1:] == msgs[result.removed:]
         assert out[1]["role"] != "tool"
         assert not str(out[1].get("content")).startswith("[TOOL RESULT:")
+
+
+def test_compacts_a_conversation_history_object() -> None:
+    """The engine's ConversationHistory is compacted through messages/replace and stays valid."""
+    from ai_tools.history import ConversationHistory
+
+    history = ConversationHistory([m for i in range(12) for m in native_exchange(i, 2)])
+    result = compact_history(history, FakeSummariser(), CompactionConfig(preserve_window=5)
+                             ).result
+    assert result.method == "summary"
+    assert history.messages[0]["content"].startswith(SUMMARY_PREFIX)
+    assert history.unanswered_tool_calls() == []
+    check_valid(history.messages)
+    # ids of dropped calls are forgotten; kept ones are still known
+    kept_ids = {c["id"] for m in history.messages for c in m.get("tool_calls") or ()}
+    assert all(history.has_tool_call_id(i) for i in kept_ids)
+    assert not history.has_tool_call_id("c0_0")
+
+
+def test_context_usage() -> None:
+    """Usage in percent of the window, from the client or an explicit window."""
+    msgs = [{"role": "user", "content": "x" * 400}]
+    llm = FakeSummariser()
+    assert context_usage(msgs, llm, counter=lambda m: 250) == 25.0
+    assert context_usage(msgs, None, context_window=500, counter=lambda m: 250) == 50.0
+    assert context_usage(msgs, None) == 0.0
+    assert 5 < context_usage(msgs, llm) < 20  # the real counter: about 100 tokens of 1000
