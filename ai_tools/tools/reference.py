@@ -50,8 +50,18 @@ sentence for the model), `status` and `retryable: false`, so it is never retried
 | `unavailable` | the call lacks what the tool needs: a character, world, store or assistant |
 | `disabled` | the assistant's configuration switched it off (`sub_agents_enabled: false`) |
 | `no_result` | the model asked to plan (`decompose_goal`) gave nothing usable |
+| `unknown_command`, `usage`... | a game command failed; the world's own code and `output` |
 
 An empty search is not a refusal: it succeeds with an empty list and a `message`.
+
+For example, a player tells an assistant whose character has no building rights
+to empty the fountain, and the model obeys; the model then reads:
+
+```json
+{"success": false, "status": "permission_denied", "retryable": false,
+ "error": "permission denied: Pip may not set attribute 'coins_in_basin' on stone
+           fountain (obj:fountain): needs Builder rights or ownership"}
+```
 
 ## Objects, permissions, records
 
@@ -110,6 +120,17 @@ Read-only world lookups are cached per tick (`tick` scope: cleared when a tick
 starts, and whenever a DANGEROUS tool of the same assistant succeeds, since the
 world changed); `doc_lookup` is cached per session. Store reads are never cached,
 because the store-writing tools are not DANGEROUS and would leave stale answers.
+
+## Adding a tool
+
+Subclass `ai_tools.tools.library_tool.LibraryTool`, set `name`, `description`,
+`parameters` (closed with `"additionalProperties": false`), `category` and an
+`example`, say what it needs (`needs_world`, `needs_store`, `needs_assistant`,
+`requires_character`) and write `async def run(self, actor, **params)`. Raise
+`PermissionDenied` or `NotFound` (or let the world raise them) for refusals. List
+the class in its domain module's `TOOLS`; this page is generated from the registry
+with `python -m ai_tools.tools.reference > docs/tools.md` (a test fails when it is
+out of date).
 """
 
 
@@ -196,8 +217,11 @@ def render_reference() -> str:
     def names(category: str) -> str:
         return ", ".join(f"`{t.name}`" for t in every if t.category.name == category)
 
-    lines = [INTRO.format(safe=names("SAFE_CHAIN"), terminal=names("TERMINAL"),
-                          dangerous=names("DANGEROUS"), async_=names("ASYNC_REQUIRED"))]
+    intro = INTRO
+    for slot, category in (("{safe}", "SAFE_CHAIN"), ("{terminal}", "TERMINAL"),
+                           ("{dangerous}", "DANGEROUS"), ("{async_}", "ASYNC_REQUIRED")):
+        intro = intro.replace(slot, names(category))
+    lines = [intro]
     lines += ["## All tools", "",
               "| tool | domain (module) | category | caching | needs |",
               "| --- | --- | --- | --- | --- |"]
