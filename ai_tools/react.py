@@ -472,6 +472,7 @@ class _LoopRun:
     system_text: str = ""
     tool_schemas: list[dict[str, Any]] = attrs.field(factory=list)
     normal_names: list[str] = attrs.field(factory=list)
+    exit_names: frozenset[str] = frozenset()
     categories: dict[str, str] = attrs.field(factory=dict)
     fresh_results: list[Mapping[str, Any]] = attrs.field(factory=list)
     """Tool-result messages of the last iteration (they get the advisory)."""
@@ -503,7 +504,7 @@ class _LoopRun:
             if not last or last[0].get("role") != "user":
                 self.nudge_at = len(self.history)
                 self.nudge = tick_message(ctx.reflection)
-        exit_names = config.exit_tool_names
+        exit_names = self.exit_names = config.exit_tool_names
         offered = [t for t in ctx.registry.get_all_tools()
                    if t.name not in exit_names and ctx.gate.allows(t.name, t.category)]
         self.categories = {t.name: t.category.value for t in offered}
@@ -882,7 +883,7 @@ def _run_loop(run: _LoopRun) -> Any:
                 run.end(STOPPED_BY_USER, control.reason)
                 break
             # 4. parse the tool calls (noop ends the loop)
-            parsed = parse_tool_calls(response, run.normal_names, config.exit_tool_names,
+            parsed = parse_tool_calls(response, run.normal_names, run.exit_names,
                                       fallback=not run.native)
             problem = _validate_calls(parsed)
             if problem is not None:
@@ -893,14 +894,14 @@ def _run_loop(run: _LoopRun) -> Any:
                 # answered by the engine; re-parse so their directives leave the text
                 parsed = parse_tool_calls(
                     response, [*run.normal_names, *(c.name for c in parsed.unknown)],
-                    config.exit_tool_names, fallback=not run.native)
+                    run.exit_names, fallback=not run.native)
             for warning in parsed.warnings:
                 log.warn("Tool call of {assistant}: {warning}",
                          assistant=ctx.assistant_name, warning=warning)
             run.add_text(parsed.visible_text)
             for call in parsed.exit:
                 run.record_signal(call)
-            calls = [c for c in parsed.calls if c.name not in config.exit_tool_names]
+            calls = [c for c in parsed.calls if c.name not in run.exit_names]
             content = parsed.visible_text or None
             if not calls:
                 if content:
