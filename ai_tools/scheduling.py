@@ -219,9 +219,17 @@ class TickScheduler:
         """Start the due assistants now, within the cap; returns how many started."""
         self._filling = True
         try:
-            return self._start_due()
+            started = self._start_due()
         finally:
             self._filling = False
+        if self._urgent and any(
+            (entry := self._entries.get(name)) is not None and entry.running is None
+            for name in self._urgent
+        ):
+            # Notified while we were starting others (e.g. a tick that finished at
+            # once and queued more work): pick them up at the next reactor turn.
+            self._schedule_fill()
+        return started
 
     def _start_due(self) -> int:
         budget = self.max_concurrent - len(self._running)
