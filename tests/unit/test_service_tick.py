@@ -152,7 +152,7 @@ def test_sleep_tick_runs_maintenance_once_and_keeps_events() -> None:
 
 
 def test_sleeping_assistant_ticks_at_the_sleep_rate_and_ignores_chatter() -> None:
-    clock, service, loop = make_service()
+    clock, service, _loop = make_service()
     ada = add(service, clock, name="ada", sleep_tick_rate=60, sleep_maintenance=False)
     ada.set_mode(SLEEP, force=True, duration=10_000)
     start = ada.tick_number
