@@ -84,6 +84,7 @@ QUIET_CATEGORIES = frozenset({ToolCategory.SAFE_CHAIN, ToolCategory.ASYNC_REQUIR
 """What sleep maintenance and reflection may use unless configured otherwise."""
 
 _MAX_TICK_ERRORS = 10
+_STORE_ERROR = "state could not be saved"
 _TOOL_FAILURES = frozenset({"tool_error", "timed_out"})
 
 SLEEP_CONTEXT = "sleep"
@@ -341,10 +342,21 @@ def _finish(tick: _Tick, status: str, reason: str, logged: bool = False) -> Tick
         "duration_ms": result.duration_ms,
     })
     # The final state (counters, mode, last_tick); the loop's own checkpoints
-    # already made each iteration durable.  A failure here is counted and
-    # logged by the assistant; the tick result is not held back by it.
-    assistant._save()
+    # already made each iteration durable.  The tick result is not held back
+    # by this write; its failure is counted, and logged unless this tick has
+    # already reported that the store fails (errors are logged once per tick).
+    store_failed = any(e.startswith(_STORE_ERROR) for e in result.errors)
+    d = host.save_state(assistant.name)
+    d.addErrback(_final_save_failed, assistant, tick.number, store_failed)
     return result
+
+
+def _final_save_failed(failure: Failure, assistant: Assistant, number: int,
+                       reported: bool) -> None:
+    assistant.count("store_errors")
+    if not reported:
+        log.error("Tick {tick} of {assistant}: state could not be saved: {error}",
+                  assistant=assistant.name, tick=number, error=failure.getErrorMessage())
 
 
 @defer.inlineCallbacks
@@ -447,7 +459,7 @@ def _checkpoint(tick: _Tick, control: LoopControl | None) -> Any:
         yield host.save_state(assistant.name)
     except Exception as exc:
         assistant.count("store_errors")
-        message = f"state could not be saved: {exc}"
+        message = f"{_STORE_ERROR}: {exc}"
         tick.error(message)
         if control is not None:
             control.stop(message)
