@@ -121,7 +121,10 @@ class SQLiteStore:
             return defer.succeed(None)
         if self.path != ":memory:":
             directory = os.path.dirname(os.path.abspath(self.path))
-            os.makedirs(directory, exist_ok=True)
+            try:
+                os.makedirs(directory, exist_ok=True)
+            except OSError as exc:
+                return defer.fail(exc)
         kwargs: dict[str, Any] = {
             "cp_min": 1,
             "cp_max": 1,

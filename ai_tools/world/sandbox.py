@@ -136,7 +136,7 @@ class SandboxWorld:
         clock: _Clock | None = None,
         log_size: int = 200,
     ) -> defer.Deferred[SandboxWorld]:
-        """Load the world saved in ``store`` (already open).
+        """Load the world saved in ``store`` (already open; None: keep it in memory only).
 
         When the store holds no world yet, the world comes from ``seed`` — a
         world file path or world data (``parse_world``'s result) — and is
@@ -169,6 +169,8 @@ class SandboxWorld:
             )
             return world._persist_all().addCallback(lambda _: world)
 
+        if store is None:
+            return defer.maybeDeferred(loaded, None)
         return defer.maybeDeferred(store.load_world).addCallback(loaded)
 
     @classmethod

@@ -124,6 +124,18 @@ async def test_not_a_database_fails_open(tmp_path: Path) -> None:
     assert not store.is_open
 
 
+@pytest_twisted.ensureDeferred
+async def test_unwritable_directory_fails_open(tmp_path: Path) -> None:
+    """A path whose directory cannot be created fails the Deferred (no exception at the call)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    store = SQLiteStore(str(blocker / "sub" / "state.sqlite"))
+    d = store.open()
+    with pytest.raises(OSError):
+        await d
+    assert not store.is_open
+
+
 def test_bad_synchronous_mode_refused() -> None:
     """Only SQLite's synchronous modes are accepted."""
     with pytest.raises(ValueError, match="synchronous"):

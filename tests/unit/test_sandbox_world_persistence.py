@@ -99,6 +99,13 @@ def test_bad_world_file_fails_load(clock: task.Clock, tmp_path: Any) -> None:
     assert fired(store.load_world()) is None
 
 
+def test_load_without_store_keeps_the_world_in_memory() -> None:
+    """load(None, seed) works like from_file."""
+    world = fired(SandboxWorld.load(None, seed=EXAMPLE, clock=task.Clock()))
+    assert world.store is None
+    assert world.get_object(MASON) is not None
+
+
 def test_from_file_has_no_store() -> None:
     """from_file builds an in-memory world whose writes fire at once."""
     world = SandboxWorld.from_file(EXAMPLE, clock=task.Clock())
