@@ -13,6 +13,7 @@ talks to the service that hosts it only through :class:`AssistantHost`.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -315,8 +316,8 @@ def _addressed(event: Mapping[str, Any], config: AssistantConfig) -> bool:
 def normalise_event(event: Any, now: float) -> dict[str, Any]:
     """A pending-event dict from what a caller passed (a dict or a plain string).
 
-    Raises TypeError for anything else, or for a dict that is not JSON-like at
-    the top level (keys must be strings).
+    Raises TypeError for anything else, or for a dict that cannot be stored
+    (keys must be strings, values JSON-serialisable).
     """
     if isinstance(event, str):
         data: dict[str, Any] = {"type": "message", "text": event}
@@ -327,6 +328,10 @@ def normalise_event(event: Any, now: float) -> dict[str, Any]:
     else:
         raise TypeError(f"an event must be a dict or a string, not {type(event).__name__}")
     data.setdefault("received_at", now)
+    try:
+        json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"an event must be JSON-serialisable: {exc}") from None
     return data
 
 

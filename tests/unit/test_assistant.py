@@ -142,6 +142,11 @@ def test_queue_event_normalises_and_caps() -> None:
         assistant.queue_event(42)
     with pytest.raises(TypeError, match="keys must be strings"):
         assistant.queue_event({1: "x"})
+    with pytest.raises(TypeError, match="JSON-serialisable"):
+        assistant.queue_event({"data": {1, 2}})
+    with pytest.raises(TypeError, match="JSON-serialisable"):
+        assistant.queue_event({"x": float("nan")})
+    assert len(assistant.pending_events) == 3
 
 
 @pytest.mark.parametrize(
