@@ -32,7 +32,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-__all__ = ["SCOPES", "CacheStats", "ToolCache", "cache_key"]
+__all__ = ["SCOPES", "CacheStats", "ToolCache", "cache_key", "canonical_json"]
 
 log = Logger()
 
@@ -42,10 +42,17 @@ SCOPES = ("tick", "session", "persistent")
 _LOCAL_SCOPES = ("tick", "session")
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def canonical_json(value: Any) -> str:
+    """Compact JSON with sorted keys (one text per value); TypeError/ValueError if not JSON."""
+    return _CANONICAL.encode(value)
+
+
 def cache_key(tool_name: str, params: Mapping[str, Any]) -> str:
     """``name`` + canonical JSON of ``params``; TypeError/ValueError if not JSON."""
-    canonical = json.dumps(params, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return f"{tool_name}:{canonical}"
+    return f"{tool_name}:{_CANONICAL.encode(params)}"
 
 
 @attrs.frozen
@@ -106,24 +113,36 @@ class ToolCache:
 
     # -- lookups -----------------------------------------------------------------
 
-    def get(self, namespace: str, scope: str, key: str) -> defer.Deferred[dict[str, Any] | None]:
-        """The cached value (a copy) or None; a Deferred, fired at once for memory scopes."""
+    def is_local(self, scope: str) -> bool:
+        """Whether ``scope`` lives in memory (answered by :meth:`get_now`), not in the store."""
         _check_scope(scope)
+        return scope != "persistent" or self.store is None
+
+    def get_now(self, namespace: str, scope: str, key: str) -> dict[str, Any] | None:
+        """The cached value (a copy) or None, for a memory scope (see :meth:`is_local`)."""
+        if not self.is_local(scope):
+            raise ValueError(f"the {scope} scope lives in the store: use get()")
         space = self._space(namespace)
-        if scope == "persistent" and self.store is not None:
-            d = defer.maybeDeferred(self.store.cache_get, namespace, key, self.clock.seconds())
-            d.addCallbacks(self._count_persistent, self._read_failed,
-                           callbackArgs=(space,), errbackArgs=(space, namespace))
-            return d
-        found = space.entries[scope].get(key)
+        entries = space.entries[scope]
+        found = entries.get(key)
         if found is not None:
             value, expires_at = found
             if expires_at is None or expires_at > self.clock.seconds():
                 space.hits += 1
-                return defer.succeed(dict(value))
-            del space.entries[scope][key]
+                return dict(value)
+            del entries[key]
         space.misses += 1
-        return defer.succeed(None)
+        return None
+
+    def get(self, namespace: str, scope: str, key: str) -> defer.Deferred[dict[str, Any] | None]:
+        """The cached value (a copy) or None, in any scope; fired at once for memory scopes."""
+        if self.is_local(scope):
+            return defer.succeed(self.get_now(namespace, scope, key))
+        space = self._space(namespace)
+        d = defer.maybeDeferred(self.store.cache_get, namespace, key, self.clock.seconds())
+        d.addCallbacks(self._count_persistent, self._read_failed,
+                       callbackArgs=(space,), errbackArgs=(space, namespace))
+        return d
 
     @staticmethod
     def _count_persistent(value: Any, space: _Namespace) -> dict[str, Any] | None:
@@ -141,6 +160,23 @@ class ToolCache:
         space.misses += 1
         return None
 
+    def put_now(self, namespace: str, scope: str, key: str, value: Mapping[str, Any],
+                ttl: float | None = None) -> None:
+        """Store ``value`` (a copy) in a memory scope for ``ttl`` seconds (None: until cleared).
+
+        A ``ttl`` of zero or less stores nothing.
+        """
+        if not self.is_local(scope):
+            raise ValueError(f"the {scope} scope lives in the store: use put()")
+        if ttl is not None and ttl <= 0:
+            return
+        expires_at = None if ttl is None else self.clock.seconds() + ttl
+        entries = self._space(namespace).entries[scope]
+        entries.pop(key, None)
+        entries[key] = (dict(value), expires_at)
+        if len(entries) > self.max_entries:
+            del entries[next(iter(entries))]
+
     def put(
         self,
         namespace: str,
@@ -149,26 +185,20 @@ class ToolCache:
         value: Mapping[str, Any],
         ttl: float | None = None,
     ) -> defer.Deferred[None]:
-        """Store ``value`` (a copy) for ``ttl`` seconds (None: until cleared).
+        """Store ``value`` in any scope; see :meth:`put_now`.
 
-        A ``ttl`` of zero or less stores nothing.  Persistent writes that fail
-        are logged, never raised: a cache is an optimisation.
+        Persistent writes that fail are logged, never raised: a cache is an
+        optimisation.
         """
-        _check_scope(scope)
+        if self.is_local(scope):
+            self.put_now(namespace, scope, key, value, ttl)
+            return defer.succeed(None)
         if ttl is not None and ttl <= 0:
             return defer.succeed(None)
         expires_at = None if ttl is None else self.clock.seconds() + ttl
-        space = self._space(namespace)
-        if scope == "persistent" and self.store is not None:
-            d = defer.maybeDeferred(self.store.cache_put, namespace, key, dict(value), expires_at)
-            d.addCallbacks(lambda _: None, self._log_store_failure, errbackArgs=(namespace,))
-            return d
-        entries = space.entries[scope]
-        entries.pop(key, None)
-        entries[key] = (dict(value), expires_at)
-        if len(entries) > self.max_entries:
-            del entries[next(iter(entries))]
-        return defer.succeed(None)
+        d = defer.maybeDeferred(self.store.cache_put, namespace, key, dict(value), expires_at)
+        d.addCallbacks(lambda _: None, self._log_store_failure, errbackArgs=(namespace,))
+        return d
 
     @staticmethod
     def _log_store_failure(failure: Failure, namespace: str) -> None:

@@ -46,7 +46,7 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ai_tools.cache import ToolCache, cache_key
+from ai_tools.cache import ToolCache, cache_key, canonical_json
 from ai_tools.errors import AIToolsError
 from ai_tools.history import ConversationHistory, ToolCall, build_tool_exchange
 from ai_tools.retry import DEFAULT_RETRY_POLICY, RetryPolicy, is_retryable_error
@@ -122,6 +122,7 @@ CONTEXT_RESTART = "context_restart"
 RESTART_KEY = "_restart_context"
 """A successful result with this key set true asks for a :data:`RESTART` outcome."""
 
+_DANGEROUS = ToolCategory.DANGEROUS
 _MAX_NAME_LENGTH = 200
 _MAX_ID_LENGTH = 256
 
@@ -321,6 +322,8 @@ _FALLBACK_KEYS = frozenset({"tool", "parameters", "arguments", "reasoning", "id"
 
 def _decode_arguments(value: Any, where: str) -> dict[str, Any]:
     """Arguments as a dict: None/"" → {}, JSON text decoded (twice if double-encoded)."""
+    if type(value) is dict:
+        return value
     if value is None:
         return {}
     for _ in range(2):
@@ -333,17 +336,20 @@ def _decode_arguments(value: Any, where: str) -> dict[str, Any]:
             value = json.loads(text)
         except ValueError as e:
             raise ToolCallParseError(f"{where} is not valid JSON ({e})") from None
-    if not isinstance(value, dict):
-        raise ToolCallParseError(
-            f"{where} must be a JSON object of parameters, got {type(value).__name__}"
-        )
-    return value
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise ToolCallParseError(
+        f"{where} must be a JSON object of parameters, got {type(value).__name__}"
+    )
 
 
 def _call_id(raw: Any) -> str:
-    if isinstance(raw, bool) or not isinstance(raw, str | int):
+    if type(raw) is str:
+        text = raw.strip()
+    elif type(raw) is int:
+        text = str(raw)
+    else:
         return new_tool_call_id()
-    text = str(raw).strip()
     if not text or len(text) > _MAX_ID_LENGTH:
         return new_tool_call_id()
     return text
@@ -359,18 +365,19 @@ def parse_tool_call(tool_call: Any) -> ToolCall:
     the JSON text of any of these.  A missing id is generated.  Raises
     :class:`ToolCallParseError` with a message saying what is wrong.
     """
-    if isinstance(tool_call, str | bytes):
-        try:
-            tool_call = json.loads(tool_call)
-        except ValueError:
-            raise ToolCallParseError("the tool call is text that is not JSON") from None
-    if not isinstance(tool_call, Mapping):
-        raise ToolCallParseError(
-            f"a tool call must be an object, got {type(tool_call).__name__}"
-        )
+    if type(tool_call) is not dict:
+        if isinstance(tool_call, str | bytes):
+            try:
+                tool_call = json.loads(tool_call)
+            except ValueError:
+                raise ToolCallParseError("the tool call is text that is not JSON") from None
+        if not isinstance(tool_call, Mapping):
+            raise ToolCallParseError(
+                f"a tool call must be an object, got {type(tool_call).__name__}"
+            )
     function = tool_call.get("function")
     if function is not None:
-        if not isinstance(function, Mapping):
+        if type(function) is not dict and not isinstance(function, Mapping):
             raise ToolCallParseError("'function' must be an object with 'name' and 'arguments'")
         name = function.get("name")
         raw_args = function.get("arguments", function.get("parameters"))
@@ -391,17 +398,17 @@ def parse_tool_call(tool_call: Any) -> ToolCall:
                     "'parameters': {keys}", tool=name, keys=sorted(map(str, extra)),
                 )
                 arguments = extra
-    if not isinstance(name, str) or not name.strip():
+    if not isinstance(name, str) or not (name := name.strip()):
         raise ToolCallParseError("the tool call names no tool (a non-empty string is needed)")
-    name = name.strip()
     if not name.isprintable():
         raise ToolCallParseError("the tool name contains control or unprintable characters")
     if len(name) > _MAX_NAME_LENGTH:
         raise ToolCallParseError(f"tool name is too long ({len(name)} characters)")
-    if not all(isinstance(k, str) for k in arguments):
-        raise ToolCallParseError("parameter names must be strings")
+    for key in arguments:
+        if type(key) is not str:
+            raise ToolCallParseError("parameter names must be strings")
     try:
-        arguments_json = json.dumps(arguments, allow_nan=False)
+        arguments_json = canonical_json(arguments)
     except (TypeError, ValueError, RecursionError) as e:
         raise ToolCallParseError(
             f"the parameters are not plain JSON ({type(e).__name__})"
@@ -420,19 +427,6 @@ def parse_tool_call(tool_call: Any) -> ToolCall:
 # -- dispatch helpers ----------------------------------------------------------
 
 
-def _call_tool(tool: Tool, actor: Actor, params: dict[str, Any]) -> defer.Deferred[Any]:
-    """``maybeDeferred`` for a tool: a value, a Deferred or a coroutine become a Deferred."""
-    try:
-        result = tool.execute(actor, **params)
-    except Exception:
-        return defer.fail()
-    if isinstance(result, defer.Deferred):
-        return result
-    if type(result) is CoroutineType:
-        return defer.Deferred.fromCoroutine(result)
-    return defer.succeed(result)
-
-
 def _describe_failure(failure: Failure) -> str:
     value = failure.value
     message = str(value)
@@ -448,6 +442,9 @@ def _describe_failure(failure: Failure) -> str:
 class _ToolCallRun:
     """The state of one :func:`execute_tool_call` while it is in flight."""
 
+    __slots__ = ("assistant_content", "attempts", "call", "ctx", "finished", "key", "killed",
+                 "outcome_d", "params", "raw", "raw_key", "started", "tool", "waiting")
+
     def __init__(self, context: ExecutionContext, tool_call: Any,
                  assistant_content: str | None) -> None:
         self.ctx = context
@@ -461,6 +458,7 @@ class _ToolCallRun:
         self.call: ToolCall | None = None
         self.tool: Tool | None = None
         self.params: dict[str, Any] = {}
+        self.raw_key: str | None = None
         self.key: str | None = None
         self.attempts = 0
 
@@ -584,6 +582,20 @@ class _ToolCallRun:
                 "allowed_tools": ctx.allowed_tool_names(),
             })
             return
+        if tool.cacheable and ctx.cache is not None:
+            # The model's own arguments are a key too: a repeated call is answered
+            # without validating again (validation is a pure function of them).
+            self.raw_key = f"{tool.name}:{call.arguments_json}"
+            self._lookup(self.raw_key, self._on_raw_lookup)
+            return
+        if self._validate():
+            self._dispatch()
+
+    def _validate(self) -> bool:
+        """Validate the arguments into ``self.params``; answer the model and say False if bad."""
+        tool = self.tool
+        call = self.call
+        assert tool is not None and call is not None
         try:
             validation = tool.validate_parameters(dict(call.arguments))
         except Exception:
@@ -592,38 +604,62 @@ class _ToolCallRun:
                 "success": False,
                 "error": f"Parameter validation failed for '{tool.name}' (internal error).",
             })
-            return
+            return False
         if not validation.valid:
             self._answer(INVALID_PARAMETERS, {
                 "success": False, "error": validation.format_for_llm(tool.name),
             })
-            return
+            return False
         self.params = validation.cleaned_params
-        if tool.cacheable and ctx.cache is not None:
-            try:
-                self.key = cache_key(tool.name, self.params)
-            except (TypeError, ValueError):
-                self.key = None
-            if self.key is not None:
-                lookup = ctx.cache.get(ctx.cache_namespace, tool.cache_scope, self.key)
-                self._wait(lookup, self._on_cache_lookup, self._on_cache_failure)
-                return
-        self._dispatch()
+        return True
 
-    def _on_cache_lookup(self, cached: dict[str, Any] | None) -> None:
-        if cached is None:
+    # ---- step 7: the cache
+
+    def _lookup(self, key: str, then: Callable[[dict[str, Any] | None], None]) -> None:
+        ctx = self.ctx
+        cache = ctx.cache
+        scope = self.tool.cache_scope  # type: ignore[union-attr]
+        assert cache is not None
+        if cache.is_local(scope):
+            then(cache.get_now(ctx.cache_namespace, scope, key))
+            return
+        self._wait(cache.get(ctx.cache_namespace, scope, key), then, self._on_cache_failure)
+
+    def _on_raw_lookup(self, cached: dict[str, Any] | None) -> None:
+        if cached is not None:
+            self.params = dict(self.call.arguments)  # type: ignore[union-attr]
+            self._answer_from_cache(cached)
+            return
+        if not self._validate():
+            return
+        try:
+            self.key = cache_key(self.tool.name, self.params)  # type: ignore[union-attr]
+        except (TypeError, ValueError):  # coercion made something that is not JSON
+            self.key = self.raw_key = None
+        if self.key is None or self.key == self.raw_key:
             self._dispatch()
             return
+        self._lookup(self.key, self._on_lookup)
+
+    def _on_lookup(self, cached: dict[str, Any] | None) -> None:
+        if cached is None:
+            self._dispatch()
+        else:
+            self._answer_from_cache(cached)
+
+    def _on_cache_failure(self, failure: Failure) -> None:
+        log.failure("Cache lookup for {tool} failed; running the tool", failure,
+                    tool=self._name())
+        if self.key is None and not self._validate():  # the lookup by raw arguments failed
+            return
+        self._dispatch()
+
+    def _answer_from_cache(self, cached: dict[str, Any]) -> None:
         state = self.ctx.state
         state.calls += 1
         state.cache_hits += 1
         self._record_current("running")
         self._complete(cached, from_cache=True)
-
-    def _on_cache_failure(self, failure: Failure) -> None:
-        log.failure("Cache lookup for {tool} failed; running the tool", failure,
-                    tool=self._name())
-        self._dispatch()
 
     # ---- step 8
 
@@ -640,7 +676,19 @@ class _ToolCallRun:
             self._record_current("running")
         else:
             ctx.state.retries += 1
-        d = _call_tool(tool, ctx.actor, self.params)
+        # maybeDeferred, without a Deferred for the common synchronous tool.
+        try:
+            result = tool.execute(ctx.actor, **self.params)
+        except Exception:
+            self._on_failure(Failure())
+            return
+        if isinstance(result, defer.Deferred):
+            d: defer.Deferred[Any] = result
+        elif type(result) is CoroutineType:
+            d = defer.Deferred.fromCoroutine(result)
+        else:
+            self._on_result(result)
+            return
         timeout = tool.timeout
         if timeout and timeout > 0 and not d.called:
             d.addTimeout(timeout, ctx.clock)
@@ -716,11 +764,10 @@ class _ToolCallRun:
         if success:
             ctx.state.activity_since_wake += 1
             if ctx.cache is not None:
-                if tool.category is ToolCategory.DANGEROUS:
+                if tool.category is _DANGEROUS:
                     ctx.cache.invalidate(ctx.cache_namespace)
                 if tool.cacheable and not from_cache and self.key is not None:
-                    ctx.cache.put(ctx.cache_namespace, tool.cache_scope, self.key,
-                                  shaped.result, tool.cache_ttl)
+                    self._store(shaped.result)
         duration_ms = self._elapsed_ms()
         log.info("Function call completed: {name} ({ms}ms)", name=tool.name,
                  ms=round(duration_ms), success=success, status=status,
@@ -731,6 +778,19 @@ class _ToolCallRun:
             current.update(status=status, success=success, duration_ms=duration_ms)
         self._record(status, shaped.result, shaped.content, from_cache=from_cache,
                      duration_ms=duration_ms)
+
+    def _store(self, result: dict[str, Any]) -> None:
+        """Cache a success under the validated key and the model's own arguments."""
+        ctx = self.ctx
+        cache = ctx.cache
+        tool = self.tool
+        assert cache is not None and tool is not None and self.key is not None
+        keys = [self.key] if self.raw_key in (None, self.key) else [self.key, self.raw_key]
+        for key in keys:
+            if cache.is_local(tool.cache_scope):
+                cache.put_now(ctx.cache_namespace, tool.cache_scope, key, result, tool.cache_ttl)
+            else:
+                cache.put(ctx.cache_namespace, tool.cache_scope, key, result, tool.cache_ttl)
 
     def _finish_restart(self, result: dict[str, Any]) -> None:
         ctx = self.ctx

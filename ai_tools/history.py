@@ -26,6 +26,7 @@ from typing import Any
 
 import attrs
 
+from ai_tools.cache import canonical_json
 from ai_tools.store.history_repair import (
     FALLBACK_RESULT_PREFIX,
     RepairReport,
@@ -51,7 +52,8 @@ class ToolCall:
 
     ``arguments`` is the JSON object of parameters the model sent (before
     validation); ``arguments_json`` its compact serialisation, kept because
-    the native history format needs the string form.
+    the native history format needs the string form (compact, sorted keys: the
+    same arguments always give the same text).
     """
 
     id: str
@@ -59,7 +61,7 @@ class ToolCall:
     arguments: Mapping[str, Any]
     reasoning: str = ""
     arguments_json: str = attrs.field(
-        default=attrs.Factory(lambda self: json.dumps(self.arguments), takes_self=True)
+        default=attrs.Factory(lambda self: canonical_json(self.arguments), takes_self=True)
     )
 
     def native(self) -> dict[str, Any]:

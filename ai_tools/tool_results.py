@@ -40,8 +40,13 @@ class ShapedResult:
     truncated: bool = False
 
 
+# Built once: json.dumps() with non-default options builds a new encoder per call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+_ASCII_ENCODER = json.JSONEncoder(allow_nan=False)
+
+
 def _dumps(value: Any, ascii_only: bool = False) -> str:
-    return json.dumps(value, ensure_ascii=ascii_only, allow_nan=False)
+    return (_ASCII_ENCODER if ascii_only else _ENCODER).encode(value)
 
 
 def _size(text: str) -> int:

@@ -201,3 +201,24 @@ def test_memory_store_works_as_the_persistent_backend() -> None:
     value_of(cache.put("ns", "persistent", "k", {"v": 1}))
     assert value_of(cache.clear_persistent("ns")) is None
     assert value_of(cache.get("ns", "persistent", "k")) is None
+
+
+def test_memory_scopes_answer_synchronously() -> None:
+    clock = task.Clock()
+    cache = ToolCache(clock)
+    assert all(cache.is_local(scope) for scope in SCOPES)
+    cache.put_now("ns", "session", "k", {"v": 1}, ttl=3)
+    assert cache.get_now("ns", "session", "k") == {"v": 1}
+    clock.advance(3)
+    assert cache.get_now("ns", "session", "k") is None
+
+
+def test_store_scope_refuses_the_synchronous_calls() -> None:
+    cache = ToolCache(task.Clock(), store=FakeCacheStore())
+    assert not cache.is_local("persistent") and cache.is_local("tick")
+    with pytest.raises(ValueError, match="use get"):
+        cache.get_now("ns", "persistent", "k")
+    with pytest.raises(ValueError, match="use put"):
+        cache.put_now("ns", "persistent", "k", {})
+    with pytest.raises(ValueError, match="unknown cache scope"):
+        cache.is_local("forever")

@@ -76,7 +76,7 @@ def test_sync_tool_native_history() -> None:
     assert ctx.history.messages == [
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_a", "type": "function",
-             "function": {"name": "echo", "arguments": '{"text": "hi"}'}}]},
+             "function": {"name": "echo", "arguments": '{"text":"hi"}'}}]},
         {"role": "tool", "tool_call_id": "call_a",
          "content": json.dumps(outcome.result, ensure_ascii=False)},
     ]

@@ -200,3 +200,62 @@ def test_engine_key_matches_cache_key() -> None:
     found: list[Any] = []
     d.addCallback(found.append)
     assert found[0]["success"] is True
+
+
+def test_repeated_call_is_answered_without_validating_again() -> None:
+    ctx = make_context()
+    look = ctx.registry.get_tool("look")
+    seen: list[Any] = []
+    validate = look.validate_parameters  # type: ignore[union-attr]
+
+    def counting(params: Any) -> Any:
+        seen.append(params)
+        return validate(params)
+
+    look.validate_parameters = counting  # type: ignore[union-attr, method-assign]
+    run(ctx, call("look", "c1", text="a", count="3"))
+    assert run(ctx, call("look", "c2", text="a", count="3")).from_cache
+    assert len(seen) == 1
+    # the validated form is a key too: the clean spelling hits without running the tool
+    assert run(ctx, call("look", "c3", text="a", count=3)).from_cache
+    assert len(calls_of(ctx, "look")) == 1
+
+
+def test_invalid_arguments_never_hit_the_cache() -> None:
+    ctx = make_context()
+    run(ctx, call("look", "c1", text="a"))
+    outcome = run(ctx, call("look", "c2", text=["not", "text"]))
+    assert outcome.status == "invalid_parameters" and not outcome.from_cache
+
+
+def test_cached_answer_respects_the_gate() -> None:
+    class NoSafe:
+        def allows(self, name: str, category: Any) -> bool:
+            return False
+
+    clock = task.Clock()
+    cache = ToolCache(clock)
+    run(make_context(clock=clock, cache=cache), call("look", "c1", text="a"))
+    blocked = run(make_context(clock=clock, cache=cache, gate=NoSafe()),
+                  call("look", "c2", text="a"))
+    assert blocked.status == "blocked_by_tool_mode" and not blocked.from_cache
+
+
+def test_persistent_scope_with_coerced_arguments_uses_both_keys() -> None:
+    store = FakeCacheStore()
+    clock = task.Clock()
+    ctx = make_context(clock=clock, cache=ToolCache(clock, store=store))
+    run(ctx, call("archive", "c1", text="a", count="3"))
+    assert sorted(k for _, k in store.entries) == [
+        'archive:{"count":"3","text":"a"}', 'archive:{"count":3,"text":"a"}']
+    assert run(ctx, call("archive", "c2", text="a", count=3)).from_cache
+
+
+def test_persistent_read_failure_with_bad_arguments_answers_the_validation_error() -> None:
+    store = FakeCacheStore()
+    store.fail_reads = True
+    clock = task.Clock()
+    ctx = make_context(clock=clock, cache=ToolCache(clock, store=store))
+    outcome = run(ctx, call("archive", text=5))
+    assert outcome.status == "invalid_parameters"
+    assert calls_of(ctx, "archive") == []

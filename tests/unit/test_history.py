@@ -15,9 +15,9 @@ def a_call(call_id: str = "call_1", name: str = "look", **arguments: object) -> 
 
 def test_tool_call_serialises_its_arguments_once() -> None:
     call = a_call(text="hi")
-    assert call.arguments_json == '{"text": "hi"}'
+    assert call.arguments_json == '{"text":"hi"}'
     assert call.native() == {"id": "call_1", "type": "function",
-                             "function": {"name": "look", "arguments": '{"text": "hi"}'}}
+                             "function": {"name": "look", "arguments": '{"text":"hi"}'}}
 
 
 def test_fallback_text_is_the_json_call() -> None:

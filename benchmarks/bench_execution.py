@@ -1,0 +1,232 @@
+"""Engine overhead of one tool call: ``execute_tool_call`` next to the bare minimum.
+
+Two paths of a trivial SAFE tool, each measured side by side with its baseline in
+the same run (rounds interleaved, so machine noise hits both alike):
+
+* **uncached** — the engine (parse, decision log, lookup, gate, validation,
+  dispatch through a Deferred, result check and size limit, counters, completion
+  log, history entry, outcome) against a bare loop of ``maybeDeferred(fn, **params)``
+  after a precompiled jsonschema validator.  Target: <= 3x.
+* **cache hit** — the engine answering from the tick cache against validation
+  plus a bare dict lookup.  Target: <= 1.5x.
+
+A third line, for information, runs the steps the engine cannot skip (parse,
+decision log, validation, the tool, result shaping, completion log, history
+entry, outcome) inline with no control flow around them: the distance between
+it and the engine is what the engine's own machinery (gate, cache, counters,
+retries, kill, stop checks) costs.
+
+Sync tools complete inside ``execute_tool_call``: the Deferred path is real,
+but no reactor needs to spin.  Log events go to the global log publisher with
+no observer attached (what a service pays before its own observers).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jsonschema
+from twisted.internet import defer, task
+from twisted.logger import Logger
+
+from ai_tools.cache import ToolCache, cache_key
+from ai_tools.execution import (
+    ExecutionContext,
+    ToolCallOutcome,
+    execute_tool_call,
+    parse_tool_call,
+)
+from ai_tools.history import ConversationHistory
+from ai_tools.tool_results import shape_result
+from ai_tools.tools.base import Actor, Tool, ToolRegistry
+from ai_tools.tools.validation import validate_tool_result
+
+CALLS = 2000
+ROUNDS = 15
+UNCACHED_TARGET = 3.0
+CACHED_TARGET = 1.5
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 50},
+    },
+    "required": ["query"],
+}
+PARAMS = {"query": "brass lamp", "limit": 5}
+
+
+def search(**params: Any) -> dict[str, Any]:
+    """The work of the trivial tool: nothing."""
+    return {"success": True, "count": 0, "query": params["query"]}
+
+
+class SearchTool(Tool):
+    name = "search"
+    description = "Find objects."
+    parameters = SCHEMA
+
+    def execute(self, actor: Actor, **params: Any) -> dict[str, Any]:
+        return search(**params)
+
+
+class CachedSearchTool(SearchTool):
+    name = "cached_search"
+    cacheable = True
+    cache_scope = "tick"
+
+
+def _context() -> ExecutionContext:
+    clock = task.Clock()
+    return ExecutionContext(
+        registry=ToolRegistry([SearchTool, CachedSearchTool]),
+        actor=Actor("bench"),
+        history=ConversationHistory(),
+        clock=clock,
+        cache=ToolCache(clock),
+        cache_namespace="bench",
+    )
+
+
+def _calls(name: str) -> list[dict[str, Any]]:
+    """Native calls as the loop hands them over (arguments decoded)."""
+    return [{"id": f"call_{i}", "type": "function",
+             "function": {"name": name, "arguments": dict(PARAMS)}} for i in range(CALLS)]
+
+
+def _time_round(run: Callable[[], None]) -> float:
+    """CPU microseconds per call for one round of CALLS calls.
+
+    Process CPU time rather than wall time: other processes on a shared machine
+    then slow both sides alike instead of adding their own run time.
+    """
+    gc.collect()
+    started = time.process_time()
+    run()
+    return (time.process_time() - started) * 1e6 / CALLS
+
+
+def bare_uncached_round() -> float:
+    validator = jsonschema.validators.validator_for(SCHEMA)(SCHEMA)
+    sink: list[Any] = []
+    params_list = [dict(PARAMS) for _ in range(CALLS)]
+
+    def run() -> None:
+        for params in params_list:
+            if any(True for _ in validator.iter_errors(params)):
+                raise AssertionError("invalid")
+            d = defer.maybeDeferred(search, **params)
+            d.addCallback(sink.append)
+
+    return _time_round(run)
+
+
+def engine_uncached_round() -> float:
+    ctx = _context()
+    calls = _calls("search")
+    sink: list[Any] = []
+
+    def run() -> None:
+        for tool_call in calls:
+            execute_tool_call(ctx, tool_call).addCallback(sink.append)
+
+    elapsed = _time_round(run)
+    assert len(sink) == CALLS and all(o.status == "success" for o in sink)
+    return elapsed
+
+
+def inline_steps_round() -> float:
+    ctx = _context()
+    tool = ctx.registry.get_tool("search")
+    assert tool is not None
+    calls = _calls("search")
+    sink: list[Any] = []
+    log = Logger()
+
+    def run() -> None:
+        for tool_call in calls:
+            call = parse_tool_call(tool_call)
+            log.info("Assistant decision: {tool} - {reasoning}", tool=call.name,
+                     reasoning=call.reasoning)
+            validation = tool.validate_parameters(dict(call.arguments))
+            result = validate_tool_result(tool.execute(ctx.actor, **validation.cleaned_params))
+            shaped = shape_result(result, tool.name)
+            log.info("Function call completed: {name} ({ms}ms)", name=tool.name, ms=0)
+            entries = ctx.history.add_tool_exchange(call, shaped.content, native=True)
+            d: defer.Deferred[ToolCallOutcome] = defer.Deferred()
+            d.addCallback(sink.append)
+            d.callback(ToolCallOutcome(kind="history", status="success", result=shaped.result,
+                                       call=call, history_entries=entries))
+
+    return _time_round(run)
+
+
+def bare_cached_round() -> float:
+    validator = jsonschema.validators.validator_for(SCHEMA)(SCHEMA)
+    cache = {cache_key("cached_search", PARAMS): search(**PARAMS)}
+    sink: list[Any] = []
+    params_list = [dict(PARAMS) for _ in range(CALLS)]
+
+    def run() -> None:
+        for params in params_list:
+            if any(True for _ in validator.iter_errors(params)):
+                raise AssertionError("invalid")
+            key = "cached_search:" + json.dumps(params, sort_keys=True, separators=(",", ":"))
+            sink.append(cache[key])
+
+    return _time_round(run)
+
+
+def engine_cached_round() -> float:
+    ctx = _context()
+    first: list[Any] = []
+    execute_tool_call(ctx, {"tool": "cached_search", "parameters": dict(PARAMS)}) \
+        .addCallback(first.append)
+    calls = _calls("cached_search")
+    sink: list[Any] = []
+
+    def run() -> None:
+        for tool_call in calls:
+            execute_tool_call(ctx, tool_call).addCallback(sink.append)
+
+    elapsed = _time_round(run)
+    assert len(sink) == CALLS and all(o.from_cache for o in sink)
+    return elapsed
+
+
+def _medians(*rounds: Callable[[], float]) -> list[float]:
+    """Median of ROUNDS runs of each round function, the functions interleaved."""
+    times: list[list[float]] = [[] for _ in rounds]
+    for _ in range(ROUNDS):
+        for i, one_round in enumerate(rounds):
+            times[i].append(one_round())
+    return [statistics.median(t) for t in times]
+
+
+def _report(label: str, ours: float, bare: float, target: float) -> None:
+    ratio = ours / bare
+    verdict = "meets" if ratio <= target else "MISSES"
+    print(f"{label:10s} engine {ours:7.1f} us/call   baseline {bare:7.1f} us/call   "
+          f"ratio {ratio:4.2f}x (target <= {target}x: {verdict})", flush=True)
+
+
+def main() -> None:
+    print(f"{CALLS} calls x {ROUNDS} rounds, medians of per-round means (CPU time)",
+          flush=True)
+    bare, ours, inline = _medians(bare_uncached_round, engine_uncached_round,
+                                  inline_steps_round)
+    _report("uncached", ours, bare, UNCACHED_TARGET)
+    print(f"{'':10s} (the mandatory steps inline, no engine: {inline:.1f} us/call = "
+          f"{inline / bare:.2f}x the baseline)", flush=True)
+    bare, ours = _medians(bare_cached_round, engine_cached_round)
+    _report("cache hit", ours, bare, CACHED_TARGET)
+
+
+if __name__ == "__main__":
+    main()
