@@ -94,8 +94,8 @@ class Harness:
             conn.close()
 
 
-async def tick_until(service: AssistantService, name: str, done: Any, limit: int = 200) -> None:
-    """Let the reactor run until ``done()`` (at most ``limit`` × 20 ms)."""
+async def tick_until(service: AssistantService, name: str, done: Any, limit: int = 1500) -> None:
+    """Let the reactor run until ``done()`` (a bound of ``limit`` x 20 ms, not a timing)."""
     for _ in range(limit):
         if done():
             return
