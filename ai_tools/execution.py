@@ -525,7 +525,8 @@ class _ToolCallRun:
 
     def _abort(self, status: str, error: str) -> None:
         current = self.ctx.state.current_tool_call
-        if self.attempts and current is not None and current.get("id") == self.call_id():
+        if (current is not None and current.get("status") == "running"
+                and current.get("id") == self.call_id()):
             current["status"] = status
         self._finish(ToolCallOutcome(
             kind=ABORT, status=status, result={"success": False, "error": error},
@@ -680,7 +681,10 @@ class _ToolCallRun:
         try:
             result = tool.execute(ctx.actor, **self.params)
         except Exception:
-            self._on_failure(Failure())
+            if not self.killed:  # a tool may stop its own assistant while it runs
+                self._on_failure(Failure())
+            return
+        if self.killed:
             return
         if isinstance(result, defer.Deferred):
             d: defer.Deferred[Any] = result
@@ -815,6 +819,8 @@ class _ToolCallRun:
         ctx = self.ctx
         call = self.call
         assert call is not None
+        if self.finished:  # killed meanwhile: a killed call writes nothing
+            return
         if result.get("success") is False:
             ctx.state.errors += 1
         if ctx.reflection_mode:

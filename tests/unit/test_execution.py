@@ -651,3 +651,27 @@ def test_outcome_is_frozen() -> None:
     outcome = ToolCallOutcome(kind=ABORT, status=PARSE_ERROR, result={})
     with pytest.raises(AttributeError):
         outcome.status = "x"  # type: ignore[misc]
+
+
+def test_a_tool_that_kills_its_own_call_writes_nothing() -> None:
+    """On a retry, a tool stops its own assistant (which cancels the call) while it runs."""
+    ctx = make_context()
+    outer: list[defer.Deferred[Any]] = []
+    attempts: list[int] = []
+
+    def stop_myself(actor: Actor, **params: Any) -> dict[str, Any]:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ConnectionError("reset")
+        outer[0].cancel()
+        return {"success": True}
+
+    tool(ctx, "scripted").execute = stop_myself
+    d, results = start(ctx, call("scripted"))
+    outer.append(d)
+    ctx.clock.advance(1)
+    assert len(attempts) == 2
+    assert len(results) == 1 and results[0].status == STOPPED_BY_USER
+    assert len(ctx.history) == 0
+    assert ctx.state.current_tool_call is not None
+    assert ctx.state.current_tool_call["status"] == STOPPED_BY_USER
