@@ -816,3 +816,23 @@ def test_any_script_ends_with_a_valid_history(
         assert dispatched <= budget
     assert all(s["tool_name"] == "alert" for s in result.signals)
     assert "alert" not in json.dumps(ctx.history.messages)
+
+
+def test_tool_timeout_on_the_clock_is_told_to_the_model() -> None:
+    """A tool that never answers times out on the injected clock; the loop goes on."""
+    from ai_tools.retry import RetryPolicy
+
+    clock = task.Clock()
+    llm = ScriptedLLM([answer(call("slow", {}, "s1")), text("gave up waiting")])
+    ctx = make_ctx(llm, clock=clock,
+                   execution_options={"retry_policy": RetryPolicy(max_attempts=1)})
+    d = execute_react_loop(ctx)
+    assert not d.called
+    clock.advance(3600)  # SlowTool.timeout
+    result = d.result
+    assert result.termination_reason == react.COMPLETED
+    assert result.results[0]["status"] == "timed_out"
+    assert "timed out" in result.results[0]["result"]["error"]
+    assert result.duration_ms == 3_600_000.0
+    assert result.results[0]["duration_ms"] == 3_600_000.0
+    check_history_valid(ctx.history.messages)
