@@ -64,6 +64,9 @@ WEBSERVER_INTERFACES = ["127.0.0.1"]
 WEBSOCKET_CLIENT_INTERFACE = "127.0.0.1"
 SSL_INTERFACES = ["127.0.0.1"]
 SSH_INTERFACES = ["127.0.0.1"]
+# The test database is a file kept between runs (``evennia test --keepdb``), so a
+# rerun does not apply Evennia's hundred migrations again.
+DATABASES["default"]["TEST"] = {{"NAME": GAME_DIR + "/server/test-evennia.db3"}}  # noqa: F405
 IDLE_TIMEOUT = -1
 GUEST_ENABLED = False
 # Test accounts use short throw-away passwords, hashed fast (this game is never public).
@@ -196,7 +199,15 @@ def ensure_game() -> None:
 
 def run_contrib_tests(labels: list[str]) -> tuple[int, int, int]:
     """Run the contrib's tests with ``evennia test``; returns (ran, failed, skipped)."""
-    cmd = [venv_bin("evennia"), "test", "--settings", "settings.py", "--noinput", *labels]
+    cmd = [
+        venv_bin("evennia"),
+        "test",
+        "--settings",
+        "settings.py",
+        "--noinput",
+        "--keepdb",
+        *labels,
+    ]
     log("running: " + " ".join(["evennia", *cmd[1:]]))
     proc = subprocess.Popen(
         cmd, cwd=GAME, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

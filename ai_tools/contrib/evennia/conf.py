@@ -14,40 +14,56 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+PLAYER_GATE = {"allowed_categories": ["safe_chain", "terminal", "async_required"]}
+"""Tool gate of ticks prompted by players without builder rights: no DANGEROUS tools."""
+
 DEFAULTS: dict[str, Any] = {
-    # The OpenAI-compatible model endpoint every assistant uses unless its own
-    # config names another.  The API key is read from the environment variable
-    # named by ``api_key_env`` and never stored in the database.
+    # The OpenAI-compatible model every assistant uses (an ai_tools ModelProfile
+    # table).  The API key is read from the environment variable named by
+    # ``api_key_env`` and never stored in the database.
     "AI_TOOLS_LLM": {
         "base_url": "http://127.0.0.1:11434/v1",
         "model": "llama3.1",
         "api_key_env": "AI_TOOLS_API_KEY",
-        "context_window": 8192,
-        "timeout": 60.0,
     },
-    # Defaults merged under each assistant's own config (``aiassistant/config``).
+    # More model profiles by name; an assistant picks one with config ``model``.
+    "AI_TOOLS_LLMS": {},
+    # AssistantConfig fields every assistant starts from; ``aiassistant/config``
+    # overrides them per assistant.  ``name`` and ``character_id`` are set by
+    # the contrib.
     "AI_TOOLS_ASSISTANT_DEFAULTS": {
-        "persona": "You are a helpful character in this game world.",
-        "tick_interval": 5.0,
-        "sleep_tick_interval": 60.0,
-        "max_iterations": 5,
-        "tools": None,  # None: every registered tool
-        "exit_tools": [],
-        "hear": ["say", "whisper", "page"],
+        "persona": (
+            "You are a character in a text game world. Answer the people who talk "
+            "to you briefly and in character, using your tools."
+        ),
+        "tick_rate": 5.0,
+        "sleep_tick_rate": 60.0,
+        "execution_config": {"max_iterations": 5, "contexts": {"player": PLAYER_GATE}},
     },
     # Whether the server-services plugin starts the AssistantService.
     "AI_TOOLS_ENABLED": True,
     # How often the service looks for due assistants (seconds).
     "AI_TOOLS_SERVICE_TICK": 1.0,
     # How many assistants may run a loop at the same time.
-    "AI_TOOLS_MAX_CONCURRENT": 4,
+    "AI_TOOLS_MAX_CONCURRENT": 10,
+    # Seconds a stopping server waits for loops in flight before cancelling them.
+    "AI_TOOLS_STOP_GRACE": 5.0,
+    # SQLite file for memories, journal, goals and the persistent tool cache
+    # (relative paths are relative to the game directory); None keeps them in memory.
+    "AI_TOOLS_RECORDS_DB": "server/ai_tools.db3",
+    # Extra tool classes to register, as python paths.
+    "AI_TOOLS_EXTRA_TOOLS": [],
+    # Message types an assistant's character hears as events.
+    "AI_TOOLS_HEARD_KINDS": ["say", "whisper", "page"],
+    # Tick context named by events from speakers without Builder rights (None: none).
+    "AI_TOOLS_PLAYER_CONTEXT": "player",
     # Typeclass ``aiassistant/create`` gives new assistant characters.
     "AI_TOOLS_CHARACTER_TYPECLASS": "ai_tools.contrib.evennia.hearing.AssistantCharacter",
     # Typeclass of the per-assistant state script.
     "AI_TOOLS_SCRIPT_TYPECLASS": "ai_tools.contrib.evennia.scripts.AssistantScript",
-    # Most pending events kept per assistant (oldest dropped first).
+    # Most events kept on a script while no service listens (oldest dropped first).
     "AI_TOOLS_MAX_PENDING_EVENTS": 50,
-    # Most history messages ``aiassistant/history`` shows by default.
+    # How many history messages ``aiassistant/history`` shows by default.
     "AI_TOOLS_HISTORY_LINES": 10,
 }
 """Every setting the contrib reads, with its default value."""

@@ -3,17 +3,18 @@
 Evennia delivers everything a character perceives through ``msg()``, which
 calls the ``at_msg_receive`` hook first.  :class:`AssistantCharacterMixin`
 overrides that hook: a say in the character's room, a whisper or a page
-addressed to it is turned into a *heard* event::
+addressed to it becomes a :class:`HeardMessage` (a ``WorldMessage``) handed to
+the listeners registered for the character — the AssistantService registers
+one per assistant through ``EvenniaWorld.subscribe`` and queues the message as
+a pending event.  When no listener is registered (the service is not running
+yet, or is reloading) the event is queued on the character's
+``AssistantScript`` instead, so nothing said to an assistant is lost.
 
-    {"type": "say", "from": "Bob", "from_id": "#7", "text": "hello",
-     "line": 'Bob says, "hello"', "location": "#2"}
-
-and handed to the listeners registered for the character (the service
-registers one per assistant through ``EvenniaWorld.subscribe``).  When no
-listener is registered — the service is not running yet, or is reloading —
-the event is queued on the character's ``AssistantScript`` instead, so nothing
-said to an assistant is lost.  Players talk to an assistant the normal way:
-``say``, ``whisper``, and (for an assistant another assistant pages) ``page``.
+Players talk to an assistant the normal way: ``say``, ``whisper``, and (for an
+assistant another assistant pages) ``page``.  A message from a speaker without
+Builder rights (Evennia's own ``perm(Builder)`` check) names the tick context
+``AI_TOOLS_PLAYER_CONTEXT``, whose tool gate by default leaves out DANGEROUS
+tools: a player cannot talk an assistant into changing the world.
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 from evennia.objects.objects import DefaultCharacter
 from twisted.logger import Logger
+
+from ai_tools.contrib.evennia.conf import ai_setting
+from ai_tools.world.messages import WorldMessage
 
 log = Logger()
 
@@ -88,8 +93,43 @@ def _plain(text: Any) -> str:
     return strip_ansi(str(text)).strip()
 
 
-def heard_event(receiver: Any, text: Any, from_obj: Any, kinds: Any = HEARD_KINDS) -> dict | None:
-    """The event ``receiver`` hears in a ``msg()`` call, or None if it is not speech.
+@attrs.frozen
+class HeardMessage(WorldMessage):
+    """A :class:`~ai_tools.world.messages.WorldMessage` heard in Evennia, with more to say.
+
+    ``sender`` repeats the speaker's name (the key prompts read), ``line`` is
+    what a player's client showed, ``sender_is_builder`` is Evennia's own
+    ``perm(Builder)`` verdict on the speaker, and ``context`` names the tick
+    context of an event from a speaker without builder rights (see
+    ``AI_TOOLS_PLAYER_CONTEXT``), so the assistant's tool gate for that context
+    applies to the whole tick.
+    """
+
+    sender: str = ""
+    line: str = ""
+    sender_is_builder: bool = False
+    sender_kind: str = "object"
+    context: str | None = None
+
+    def to_event(self) -> dict[str, Any]:
+        """The pending-event dict (WorldMessage's, plus this class's extra fields)."""
+        event = super().to_event()
+        event["line"] = self.line or event["line"]
+        event["from_is_builder"] = self.sender_is_builder
+        event["from_kind"] = self.sender_kind
+        if self.context:
+            event["context"] = self.context
+        return event
+
+
+def heard_message(
+    receiver: Any,
+    text: Any,
+    from_obj: Any,
+    kinds: Any = HEARD_KINDS,
+    player_context: str | None = "player",
+) -> HeardMessage | None:
+    """What ``receiver`` hears in a ``msg()`` call, or None if it is not speech.
 
     Only speech of another object counts: a say, a whisper or a page (the type
     Evennia puts in the text tuple, or an account page's ``Account X pages:``
@@ -121,30 +161,40 @@ def heard_event(receiver: Any, text: Any, from_obj: Any, kinds: Any = HEARD_KIND
         match = _SPEECH.match(line) or (_PAGE.match(line) if kind == "page" else None)
     speech = match.group("speech").strip() if match else line
     who = match.group("who").strip() if match else ""
-    event: dict[str, Any] = {
-        "type": kind,
-        "from": getattr(speaker, "key", None) or who or "someone",
-        "text": speech,
-        "line": line,
-        "heard_at": time.time(),
-    }
+    sender_id = None
+    is_builder = False
+    sender_kind = "object"
     if speaker is not None and getattr(speaker, "id", None) is not None:
-        event["from_id"] = f"#{speaker.id}"
         from evennia.utils.utils import inherits_from
 
         from ai_tools.contrib.evennia.world import EvenniaWorld
 
+        sender_id = f"#{speaker.id}"
         # Evennia's perm() lock function: the puppeting account's rights, unless quelled.
-        event["from_is_builder"] = bool(
+        is_builder = bool(
             hasattr(speaker, "locks")
             and speaker.locks.check_lockstring(speaker, "dummy:perm(Builder)")
         )
         is_object = inherits_from(speaker, "evennia.objects.objects.DefaultObject")
-        event["from_kind"] = EvenniaWorld.kind_of(speaker) if is_object else "account"
+        sender_kind = EvenniaWorld.kind_of(speaker) if is_object else "account"
+        if not is_object:
+            sender_id = None  # account ids are not object ids
+    name = getattr(speaker, "key", None) or who or "someone"
     location = getattr(receiver, "location", None)
-    if location is not None:
-        event["location"] = f"#{location.id}"
-    return event
+    return HeardMessage(
+        kind=kind,
+        text=speech,
+        sender_id=sender_id,
+        sender_key=name,
+        location_id=f"#{location.id}" if location is not None else None,
+        target_id=f"#{receiver.id}" if kind in ("whisper", "page") else None,
+        timestamp=time.time(),
+        sender=name,
+        line=line,
+        sender_is_builder=is_builder,
+        sender_kind=sender_kind,
+        context=None if is_builder else player_context,
+    )
 
 
 class AssistantCharacterMixin:
@@ -164,23 +214,27 @@ class AssistantCharacterMixin:
             log.failure("hearing hook failed on #{id}", id=getattr(self, "id", "?"))
         return super().at_msg_receive(text=text, from_obj=from_obj, **kwargs)  # type: ignore[misc]
 
-    def ai_hear(self, text: Any, from_obj: Any) -> dict | None:
-        """Turn one message into an event and deliver it; returns the event or None."""
+    def ai_hear(self, text: Any, from_obj: Any) -> HeardMessage | None:
+        """Turn one message into a :class:`HeardMessage` and deliver it (or queue it)."""
         from ai_tools.contrib.evennia.lookup import get_assistant_script_for_character
 
-        script = get_assistant_script_for_character(self)
-        kinds = HEARD_KINDS
-        if script is not None:
-            kinds = tuple(script.assistant_config().get("hear") or HEARD_KINDS)
-        event = heard_event(self, text, from_obj, kinds)
-        if event is None:
+        message = heard_message(
+            self,
+            text,
+            from_obj,
+            tuple(ai_setting("AI_TOOLS_HEARD_KINDS")),
+            ai_setting("AI_TOOLS_PLAYER_CONTEXT"),
+        )
+        if message is None:
             return None
         char_id = f"#{self.id}"  # type: ignore[attr-defined]
         if LISTENERS.has_listeners(char_id):
-            LISTENERS.deliver(char_id, event)
-        elif script is not None:
-            script.queue_event(event)
-        return event
+            LISTENERS.deliver(char_id, message)
+        else:
+            script = get_assistant_script_for_character(self)
+            if script is not None:
+                script.queue_event(message.to_event())
+        return message
 
 
 class AssistantCharacter(AssistantCharacterMixin, DefaultCharacter):

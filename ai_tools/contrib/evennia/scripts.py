@@ -7,9 +7,9 @@ persistent attributes (``db``) survive ``evennia reload`` and restarts:
 * ``db.enabled`` — whether the service ticks it;
 * ``db.config`` — its own settings, merged over ``AI_TOOLS_ASSISTANT_DEFAULTS``;
 * ``db.state`` — the engine's state dict (history, pending events, mode,
-  counters), written after every loop iteration by the service's store;
-* ``db.inbox`` — events heard while no service was listening;
-* ``db.last_result`` — a summary of the last loop (termination reason, tools).
+  counters) as JSON text, written after every loop iteration by the service's
+  store (:mod:`.store`);
+* ``db.inbox`` — events heard while no service was listening.
 
 In-memory attributes (``ndb``) hold what must not be saved (the live runtime).
 The script is tagged ``ai_assistant:<key>`` in category ``system`` so tools
@@ -21,11 +21,13 @@ the AssistantService's job.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from evennia.scripts.scripts import DefaultScript
 
 from ai_tools.contrib.evennia.conf import ai_setting
+from ai_tools.store.serialization import encode_json
 
 TAG_CATEGORY = "system"
 """Category of the lookup tag."""
@@ -53,7 +55,6 @@ class AssistantScript(DefaultScript):
         self.db.config = {}
         self.db.state = None
         self.db.inbox = []
-        self.db.last_result = None
 
     # -- identity ------------------------------------------------------
 
@@ -82,16 +83,25 @@ class AssistantScript(DefaultScript):
     # -- config --------------------------------------------------------
 
     def assistant_config(self) -> dict[str, Any]:
-        """The effective config: ``AI_TOOLS_ASSISTANT_DEFAULTS`` updated by ``db.config``."""
+        """The assistant's ``AssistantConfig`` as a mapping.
+
+        ``AI_TOOLS_ASSISTANT_DEFAULTS`` updated by ``db.config``, with the name,
+        the character and the enabled flag this script holds.
+        """
         config = ai_setting("AI_TOOLS_ASSISTANT_DEFAULTS")
-        own = self.db.config or {}
-        config.update(copy.deepcopy(dict(own)))
+        config.update(copy.deepcopy(dict(self.db.config or {})))
+        config["name"] = self.assistant_key
+        config["character_id"] = self.obj.dbref if self.obj is not None else None
+        config["enabled"] = bool(self.db.enabled)
         return config
 
     def set_config(self, name: str, value: Any) -> None:
-        """Set one key of the assistant's own config."""
+        """Set one key of the assistant's own config (None removes it)."""
         config = dict(self.db.config or {})
-        config[name] = value
+        if value is None:
+            config.pop(name, None)
+        else:
+            config[name] = value
         self.db.config = config
 
     # -- events --------------------------------------------------------
@@ -112,17 +122,21 @@ class AssistantScript(DefaultScript):
     # -- state ---------------------------------------------------------
 
     def load_state(self) -> dict[str, Any] | None:
-        """The engine's saved state dict (a plain copy), or None."""
-        state = self.db.state
-        if state is None:
+        """The engine's saved state dict (a fresh copy), or None."""
+        encoded = self.db.state
+        if not encoded:
             return None
-        from evennia.utils.dbserialize import deserialize
-
-        return dict(deserialize(state))
+        return dict(json.loads(encoded))
 
     def save_state(self, state: dict[str, Any]) -> None:
-        """Replace the engine's saved state dict."""
-        self.db.state = copy.deepcopy(dict(state))
+        """Replace the engine's saved state dict (kept as JSON text: one cheap write)."""
+        self.db.state = encode_json(dict(state), "assistant state")
+
+    def clear_state(self) -> bool:
+        """Forget the saved state; True if there was one."""
+        had = bool(self.db.state)
+        self.db.state = None
+        return had
 
     def history(self) -> list[dict[str, Any]]:
         """The conversation history saved in the state (chat-completion messages)."""
@@ -135,10 +149,6 @@ class AssistantScript(DefaultScript):
         saved = [dict(e) for e in state.get("pending_events") or ()]
         return saved + [dict(e) for e in (self.db.inbox or [])]
 
-    def record_result(self, summary: dict[str, Any]) -> None:
-        """Keep a summary of the last loop for ``aiassistant/status``."""
-        self.db.last_result = copy.deepcopy(dict(summary))
-
     def summary(self) -> dict[str, Any]:
         """What ``aiassistant/status`` shows when the service is not running."""
         state = self.load_state() or {}
@@ -150,5 +160,6 @@ class AssistantScript(DefaultScript):
             "mode": state.get("mode", "awake"),
             "history_length": len(state.get("history") or ()),
             "pending_events": len(self.pending_events()),
-            "last_result": self.db.last_result,
+            "last_tick": state.get("last_tick"),
+            "counters": dict(state.get("counters") or {}),
         }

@@ -1,0 +1,236 @@
+"""The AssistantService inside the Evennia Server process.
+
+Add this module to the game's server-services plugins::
+
+    SERVER_SERVICES_PLUGIN_MODULES += ["ai_tools.contrib.evennia.service"]
+
+Evennia then calls :func:`start_plugin_services` while the Server starts, and
+an :class:`EvenniaAssistantHost` joins the Server's services.  When the
+reactor runs, the host adds every assistant found on an ``AssistantScript`` to
+one :class:`~ai_tools.service.AssistantService` (one timer for all of them),
+hands it the events heard while it was down, and keeps the scripts and the
+service in step as builders use the ``aiassistant`` command.  On ``evennia
+reload`` or ``stop`` the Server stops its services: ticks in flight get
+``AI_TOOLS_STOP_GRACE`` seconds, then every assistant's state is written to
+its script.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from django.conf import settings
+from twisted.application.service import MultiService
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from ai_tools.contrib.evennia.conf import ai_setting
+from ai_tools.contrib.evennia.lookup import all_assistant_scripts, get_assistant_script
+from ai_tools.contrib.evennia.store import ScriptStore
+from ai_tools.contrib.evennia.world import EvenniaWorld
+from ai_tools.service import AssistantService
+
+log = Logger()
+
+_HOST: EvenniaAssistantHost | None = None
+
+
+def get_host() -> EvenniaAssistantHost | None:
+    """The running host (None when the service is not running in this process)."""
+    return _HOST
+
+
+def build_llms(reactor: Any = None) -> dict[str, Any]:
+    """Model clients from ``AI_TOOLS_LLM`` (called ``default``) and ``AI_TOOLS_LLMS``."""
+    from ai_tools.llm.client import OpenAIChatClient
+    from ai_tools.llm.profile import ModelProfile
+
+    tables = {"default": ai_setting("AI_TOOLS_LLM")}
+    tables.update(ai_setting("AI_TOOLS_LLMS") or {})
+    clients = {}
+    for name, table in tables.items():
+        profile = ModelProfile.from_mapping({"name": name, **dict(table)}, f"AI_TOOLS_LLMS[{name}]")
+        clients[name] = OpenAIChatClient(profile, reactor=reactor)
+    return clients
+
+
+def build_records_store(reactor: Any = None) -> Any:
+    """The store of records and cache entries (``AI_TOOLS_RECORDS_DB``)."""
+    path = ai_setting("AI_TOOLS_RECORDS_DB")
+    if not path:
+        from ai_tools.store.memory import MemoryStore
+
+        return MemoryStore(clock=reactor)
+    from ai_tools.store.sqlite import SQLiteStore
+
+    if not os.path.isabs(path):
+        path = os.path.join(settings.GAME_DIR, path)
+    return SQLiteStore(path=path, clock=reactor, reactor=reactor, synchronous="NORMAL")
+
+
+def build_registry() -> Any:
+    """The default tool library plus ``AI_TOOLS_EXTRA_TOOLS``."""
+    from evennia.utils.utils import class_from_module
+
+    from ai_tools.tools import register_default_tools
+    from ai_tools.tools.base import ToolRegistry
+
+    registry = register_default_tools(ToolRegistry())
+    for path in ai_setting("AI_TOOLS_EXTRA_TOOLS") or ():
+        registry.register(class_from_module(path))
+    return registry
+
+
+def build_service(reactor: Any = None, **overrides: Any) -> AssistantService:
+    """An AssistantService configured from the game's settings.
+
+    ``overrides`` replace constructor arguments (tests give a fake ``llm``, a
+    ``task.Clock`` or a memory store).
+    """
+    arguments: dict[str, Any] = {
+        "store": None,
+        "registry": None,
+        "world": EvenniaWorld(),
+        "clock": reactor,
+        "tick_interval": float(ai_setting("AI_TOOLS_SERVICE_TICK")),
+        "max_concurrent": int(ai_setting("AI_TOOLS_MAX_CONCURRENT")),
+        "stop_grace": float(ai_setting("AI_TOOLS_STOP_GRACE")),
+    }
+    arguments.update(overrides)
+    if arguments["store"] is None:
+        arguments["store"] = ScriptStore(build_records_store(reactor))
+    if arguments["registry"] is None:
+        arguments["registry"] = build_registry()
+    if "llm" not in arguments and "llms" not in arguments:
+        arguments["llms"] = build_llms(reactor)
+    return AssistantService(**arguments)
+
+
+class EvenniaAssistantHost(MultiService):
+    """Keeps an AssistantService in step with the game's AssistantScripts.
+
+    The scripts are the truth (they persist); the service is the engine that
+    runs them.  Every method that changes an assistant returns a Deferred that
+    fires once the service has applied it.
+    """
+
+    name = "ai_tools"
+
+    def __init__(self, service: AssistantService | None = None, clock: Any = None) -> None:
+        super().__init__()
+        self._clock = clock
+        self.service = service if service is not None else build_service(clock)
+        self.service.setServiceParent(self)
+        self._synced: defer.Deferred[Any] | None = None
+        self._sync_call: Any = None
+
+    @property
+    def clock(self) -> Any:
+        """The reactor (or the clock given to the constructor)."""
+        if self._clock is None:
+            from twisted.internet import reactor
+
+            self._clock = reactor
+        return self._clock
+
+    def startService(self) -> None:
+        """Start the engine; load the assistants once the reactor runs."""
+        global _HOST
+        super().startService()
+        _HOST = self
+        self._sync_call = self.clock.callLater(0, self._start_sync)
+
+    def _start_sync(self) -> None:
+        self._sync_call = None
+        self._synced = self.sync()
+
+    def when_synced(self) -> defer.Deferred[Any]:
+        """Fires once the first sync has run (at once if it has)."""
+        if self._synced is None:
+            return defer.succeed(None)
+        d: defer.Deferred[Any] = defer.Deferred()
+        self._synced.addBoth(lambda r: (d.callback(None), r)[1])
+        return d
+
+    def stopService(self) -> defer.Deferred[None]:
+        """Stop the engine (it saves every assistant onto its script)."""
+        global _HOST
+        if _HOST is self:
+            _HOST = None
+        if self._sync_call is not None and self._sync_call.active():
+            self._sync_call.cancel()
+        return defer.maybeDeferred(super().stopService)
+
+    # -- keeping the service in step -------------------------------------------------
+
+    @defer.inlineCallbacks
+    def sync(self) -> Any:
+        """Add every assistant script the service does not run yet; returns their names."""
+        added = []
+        for script in all_assistant_scripts():
+            name = script.assistant_key
+            if not name or name in self.service:
+                continue
+            try:
+                yield self.attach(script)
+            except Exception:
+                log.failure("Assistant {assistant} could not be started", assistant=name)
+                continue
+            added.append(name)
+        log.info("ai_tools: {count} assistant(s) running", count=len(self.service.names()))
+        return added
+
+    @defer.inlineCallbacks
+    def attach(self, script: Any) -> Any:
+        """Run ``script``'s assistant in the service (restoring its saved state)."""
+        name = script.assistant_key
+        if name in self.service:
+            return self.service.get(name)
+        config = script.assistant_config()
+        assistant = yield self.service.add_assistant(config)
+        if assistant.enabled != config["enabled"]:
+            if config["enabled"]:
+                yield self.service.enable(name)
+            else:
+                yield self.service.disable(name)
+        for event in script.drain_inbox():
+            yield self.service.send(name, event)
+        return assistant
+
+    @defer.inlineCallbacks
+    def reload_assistant(self, name: str) -> Any:
+        """Apply a changed config: remove the assistant and add it again (state kept)."""
+        if name in self.service:
+            yield self.service.remove_assistant(name)
+        script = get_assistant_script(name)
+        if script is None:
+            return None
+        assistant = yield self.attach(script)
+        return assistant
+
+    def detach(self, name: str) -> defer.Deferred[None]:
+        """Stop running ``name`` (its state stays on its script)."""
+        if name not in self.service:
+            return defer.succeed(None)
+        return self.service.remove_assistant(name)
+
+    def set_enabled(self, name: str, enabled: bool) -> defer.Deferred[Any]:
+        """Enable or disable ``name`` in the service (adding it first if needed)."""
+        if name not in self.service:
+            script = get_assistant_script(name)
+            if script is None:
+                return defer.succeed(None)
+            return self.attach(script)
+        if enabled:
+            return self.service.enable(name)
+        return self.service.disable(name)
+
+
+def start_plugin_services(server: Any) -> None:
+    """Evennia hook (``SERVER_SERVICES_PLUGIN_MODULES``): add the host to the Server."""
+    if not ai_setting("AI_TOOLS_ENABLED"):
+        log.info("ai_tools: AI_TOOLS_ENABLED is off; no assistants will run")
+        return
+    host = EvenniaAssistantHost()
+    host.setServiceParent(server)
