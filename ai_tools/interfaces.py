@@ -81,13 +81,22 @@ class IWorld(Interface):
         """Return ``[{"key", "description"}]`` of the prototypes that can be spawned."""
 
     def spawn_prototype(char_id, prototype_key, location=None, overrides=None):
-        """Create an object from a prototype as ``char_id``. Returns the new object dict."""
+        """Create an object from a prototype as ``char_id``. Returns the new object dict.
+
+        ``overrides`` may hold ``key``, ``aliases``, ``description``,
+        ``attributes`` (a mapping of attribute name to value) and ``tags``;
+        each host translates them to its own prototype keys (Evennia: ``desc``,
+        ``attrs``).  Keys that would change identity or rights are refused.
+        """
 
     def execute_command(char_id, command):
         """Run one world command as ``char_id`` with its own rights.
 
-        Returns ``{"command": ..., "output": [lines]}``; an unknown command is
-        reported in the output, not raised.
+        Returns ``{"command": ..., "output": [lines], "success": bool}`` and,
+        when it did not succeed, ``"error"`` (a short code such as
+        ``unknown_command``, ``usage``, ``permission_denied``, ``not_found``);
+        refusals are reported like a game would, not raised.  An answer
+        without ``success`` counts as a success.
         """
 
     def message_location(char_id, text, kind="say", exclude=()):
@@ -167,6 +176,9 @@ class IStore(Interface):
 
     def update_record(record_id, content=None, metadata=None):
         """Change a record; returns the updated dict or None if unknown."""
+
+    def delete_record(record_id):
+        """Remove a record (its children lose their parent). True if it existed."""
 
     def get_record(record_id):
         """Return one record dict or None."""
