@@ -176,18 +176,25 @@ class CmdAIAssistant(MuxCommand):
         script = self._new_script(character, name)
         self.msg(f"Created assistant |w{name}|n ({character.dbref}) with script {script.dbref}.")
         location.msg_contents(f"{name} appears.", exclude=[self.caller])
+        self._start(script)
 
-    def _new_script(self, character: Any, name: str) -> Any:
+    @staticmethod
+    def _new_script(character: Any, name: str) -> Any:
+        """Create, tag and enable the assistant script of ``character``."""
         typeclass = ai_setting("AI_TOOLS_SCRIPT_TYPECLASS")
         script = create.create_script(typeclass, obj=character, autostart=True)
         script.bind(name)
         script.db.enabled = True
+        return script
+
+    def _start(self, script: Any) -> None:
+        """Run the new assistant now if the service runs here."""
         host = _host()
+        name = script.assistant_key
         if host is not None:
             self._report(host.attach(script), f"Assistant |w{name}|n is running.")
         else:
             self.msg("The assistant service is not running here; it will start with it.")
-        return script
 
     def do_attach(self) -> None:
         """Make an existing character an assistant."""
@@ -215,8 +222,9 @@ class CmdAIAssistant(MuxCommand):
         if get_assistant_script_for_character(character) is not None:
             self.msg(f"{character.key} already has an assistant.")
             return
-        self._new_script(character, name)
+        script = self._new_script(character, name)
         self.msg(f"{character.key} ({character.dbref}) is now assistant |w{name}|n.")
+        self._start(script)
         if not inherits_from(character, MIXIN):
             self.msg(
                 "|yIts typeclass does not include AssistantCharacterMixin, so it will not "
