@@ -1,0 +1,772 @@
+"""The manhole: a Python console inside the running service, over SSH only.
+
+Whoever logs in runs arbitrary Python as the service's user — treat access as
+root on the service.  So: SSH only (no telnet), bound to 127.0.0.1 by default,
+logins by public key (an ``authorized_keys`` file) and/or by password (a file
+of salted scrypt or PBKDF2 hashes, never plain text), and a host key we create
+ourselves with mode 0600.
+
+Two ways in::
+
+    ssh -p 2222 admin@127.0.0.1            # an interactive Python prompt
+    ssh -p 2222 admin@127.0.0.1 'status()' # run one statement, print, exit
+
+The namespace (:func:`console_namespace`) holds ``service``, ``world``,
+``registry`` and helpers that print readable tables: ``status()``,
+``history(name, n=20)``, ``say(name, text)``, ``tick(name)``, ``stop(name)``,
+``tools()``, ``cache_stats()``, ``heard(character_id, n=20)``.  Helpers that
+wait (``say``, ``tick``) return a Deferred; the console prints its result
+when it fires.
+
+Password file lines are ``user:$scrypt$n=16384,r=8,p=1$<salt>$<hash>`` or
+``user:$pbkdf2-sha256$i=600000$<salt>$<hash>`` (base64 salt and hash); make
+one with ``python -m ai_tools.console hash-password --user admin``.  See
+``docs/console.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import getpass
+import hashlib
+import hmac
+import os
+import secrets
+import stat
+import sys
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from twisted.application.service import IService, MultiService
+from twisted.conch import manhole, manhole_ssh
+from twisted.conch.checkers import (
+    IAuthorizedKeysDB,
+    SSHPublicKeyChecker,
+    readAuthorizedKeyFile,
+)
+from twisted.conch.insults import insults
+from twisted.conch.ssh import keys
+from twisted.cred import credentials, portal
+from twisted.cred import error as cred_error
+from twisted.cred.checkers import ICredentialsChecker
+from twisted.internet import defer, threads
+from twisted.internet import error as internet_error
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from ai_tools.errors import ConfigError, NotFound
+from ai_tools.web.listen import ListeningService, binds_locally
+
+__all__ = [
+    "AuthorizedKeysFile",
+    "ConsoleService",
+    "PasswordFileChecker",
+    "Table",
+    "console_namespace",
+    "hash_password",
+    "load_or_create_host_key",
+    "make_manhole_service",
+    "read_password_file",
+    "verify_password",
+]
+
+log = Logger()
+
+# -- tables -----------------------------------------------------------------------
+
+
+class Table(str):
+    """Text that the console shows as is (its repr is the text, not a quoted string)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    @classmethod
+    def build(
+        cls,
+        headers: Sequence[str],
+        rows: Iterable[Sequence[Any]],
+        *,
+        title: str = "",
+        footer: str = "",
+        empty: str = "(none)",
+        width: int = 60,
+    ) -> Table:
+        """Columns padded to their widest cell (cells cut at ``width`` characters)."""
+        cells = [[_cell(value, width) for value in row] for row in rows]
+        lines = [title] if title else []
+        if not cells:
+            lines.append(empty)
+        else:
+            widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+            lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+                         .rstrip())
+            lines.append("  ".join("-" * w for w in widths))
+            lines.extend("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
+                         .rstrip() for row in cells)
+        if footer:
+            lines.append(footer)
+        return cls("\n".join(lines))
+
+    def later(self) -> Table:
+        """This text starting on its own line (for results printed after ``Deferred #n``)."""
+        return Table("\n" + self)
+
+
+def _cell(value: Any, width: int) -> str:
+    if value is None:
+        text = "-"
+    elif isinstance(value, float):
+        text = f"{value:.1f}"
+    elif isinstance(value, bool):
+        text = "yes" if value else "no"
+    else:
+        text = str(value)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# -- the namespace ------------------------------------------------------------------
+
+
+def console_namespace(service: Any, world: Any, registry: Any) -> dict[str, Any]:
+    """The console's globals: ``service``, ``world``, ``registry`` and the helpers."""
+    helpers = ConsoleHelpers(service, world, registry)
+    return {
+        "service": service,
+        "world": world,
+        "registry": registry,
+        "status": helpers.status,
+        "history": helpers.history,
+        "say": helpers.say,
+        "tick": helpers.tick,
+        "stop": helpers.stop,
+        "tools": helpers.tools,
+        "cache_stats": helpers.cache_stats,
+        "heard": helpers.heard,
+        "helpers": helpers.helpers,
+    }
+
+
+class ConsoleHelpers:
+    """The helper functions of the console namespace (each returns a Table or a Deferred)."""
+
+    def __init__(self, service: Any, world: Any, registry: Any) -> None:
+        self.service = service
+        self.world = world
+        self.registry = registry
+
+    def _unknown(self, name: str) -> Table | None:
+        if name in self.service:
+            return None
+        known = ", ".join(self.service.names()) or "none"
+        return Table(f"no assistant named {name!r} (assistants: {known})")
+
+    def helpers(self) -> Table:
+        """What the helpers do."""
+        rows = [
+            ("status()", "every assistant: mode, state, pending events, last tick"),
+            ("history(name, n=20)", "the last n messages of an assistant's history"),
+            ("say(name, text)", "queue a message for an assistant (it wakes up)"),
+            ("tick(name)", "run a tick now; prints what the loop did"),
+            ("stop(name)", "kill the model call or tool in flight"),
+            ("tools()", "the registered tools"),
+            ("cache_stats()", "tool cache hits, misses and entries per assistant"),
+            ("heard(character_id, n=20)", "what a character heard in the world"),
+        ]
+        return Table.build(("helper", "what it does"), rows, width=70)
+
+    def status(self) -> Table:
+        """Every assistant: mode, enabled, ticking, pending events, history, last tick."""
+        now = self.service.clock.seconds()
+        rows = []
+        for name in self.service.names():
+            st = self.service.status(name)
+            last = st.get("last_tick") or {}
+            last_text = (f"#{last.get('tick')} {last.get('status')}"
+                         f"{'/' + last['reason'] if last.get('reason') else ''}"
+                         if last else "-")
+            due = st.get("next_tick_at")
+            state = ("EMERGENCY STOP" if st["emergency_stopped"]
+                     else "ticking" if st["ticking"] else "idle")
+            rows.append((
+                name, st.get("character_id"), st["mode"], st["enabled"], state,
+                st["pending_events"], st["history_length"], st["tick_number"], last_text,
+                f"{max(0.0, due - now):.0f}s" if isinstance(due, int | float) else "-",
+            ))
+        stats = self.service.stats()
+        footer = (f"{stats['assistants']} assistant(s), {stats['ticks_in_flight']} tick(s) "
+                  f"running, {stats['states_written']} state write(s), "
+                  f"{stats['state_write_failures']} failed")
+        return Table.build(
+            ("name", "character", "mode", "enabled", "state", "pending", "history", "ticks",
+             "last tick", "next in"),
+            rows, footer=footer, empty="(no assistants)")
+
+    def history(self, name: str, n: int = 20) -> Table:
+        """The last ``n`` messages of ``name``'s history, oldest first."""
+        unknown = self._unknown(name)
+        if unknown is not None:
+            return unknown
+        messages = self.service.history(name)
+        start = max(0, len(messages) - max(0, n))
+        rows = [(i, m.get("role"), _message_text(m))
+                for i, m in enumerate(messages[start:], start=start)]
+        return Table.build(("#", "role", "content"), rows, width=100,
+                           title=f"{name}: {len(messages)} message(s), last {len(rows)}",
+                           empty="(empty history)")
+
+    def say(self, name: str, text: str) -> Table | defer.Deferred[Table]:
+        """Queue ``text`` for ``name`` as if someone spoke to it; fires once saved."""
+        unknown = self._unknown(name)
+        if unknown is not None:
+            return unknown
+        d: defer.Deferred[Any] = self.service.send(
+            name, {"type": "say", "from": "console", "text": str(text)})
+        d.addCallback(lambda _: Table(f"queued for {name}: {text!r}").later())
+        return d
+
+    def tick(self, name: str) -> Table | defer.Deferred[Table]:
+        """Run one tick of ``name`` now; fires with what it did."""
+        unknown = self._unknown(name)
+        if unknown is not None:
+            return unknown
+        d: defer.Deferred[Any] = self.service.run_tick(name)
+        d.addCallback(lambda result: _tick_table(result).later())
+        return d
+
+    def stop(self, name: str) -> Table:
+        """Kill what ``name`` is doing (its model call or tool in flight)."""
+        unknown = self._unknown(name)
+        if unknown is not None:
+            return unknown
+        if self.service.stop_assistant(name, "stopped from the console"):
+            return Table(f"{name}: stopped what was running")
+        return Table(f"{name}: nothing was running")
+
+    def tools(self) -> Table:
+        """The registered tools: name, category, cacheable, description."""
+        rows = []
+        for tool in sorted(self.registry.get_all_tools(), key=lambda t: t.name):
+            category = getattr(tool.category, "value", tool.category)
+            description = (tool.description or "").strip().splitlines()
+            rows.append((tool.name, category, bool(getattr(tool, "cacheable", False)),
+                         description[0] if description else ""))
+        return Table.build(("tool", "category", "cacheable", "description"), rows,
+                           width=70, footer=f"{len(rows)} tool(s)")
+
+    def cache_stats(self) -> Table:
+        """Tool cache hits, misses, hit rate and entries, per assistant and in total."""
+        cache = self.service.cache
+        names = sorted(set(cache.namespaces()) | set(self.service.names()))
+        rows = []
+        for name in names:
+            st = cache.stats(name)
+            rows.append((name, st.hits, st.misses, f"{100 * st.hit_rate:.0f}%", st.size))
+        total = cache.stats()
+        rows.append(("(total)", total.hits, total.misses, f"{100 * total.hit_rate:.0f}%",
+                     total.size))
+        return Table.build(("assistant", "hits", "misses", "hit rate", "entries"), rows)
+
+    def heard(self, character_id: str, n: int = 20) -> Table:
+        """The last ``n`` lines ``character_id`` heard in the world."""
+        reader = getattr(self.world, "heard", None)
+        if reader is None:
+            return Table("this world keeps no hearing log")
+        try:
+            messages = reader(character_id, limit=max(0, n))
+        except NotFound as exc:
+            return Table(str(exc))
+        rows = [(m.get("seq"), m.get("kind"), m.get("line") or m.get("text")) for m in messages]
+        return Table.build(("seq", "kind", "line"), rows, width=100,
+                           title=f"{character_id} heard:", empty="(nothing)")
+
+
+def _message_text(message: Mapping[str, Any]) -> str:
+    parts = []
+    content = message.get("content")
+    if content:
+        parts.append(str(content))
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        parts.append(f"→ {function.get('name')}({function.get('arguments', '')})")
+    if message.get("role") == "tool":
+        parts.insert(0, f"[{message.get('tool_call_id')}]")
+    return " ".join(parts)
+
+
+def _tick_table(result: Any) -> Table:
+    data = result.as_dict() if hasattr(result, "as_dict") else dict(result)
+    loop = data.get("loop") or {}
+    lines = [f"{data.get('assistant')} tick #{data.get('tick')}: {data.get('status')}"
+             f"{' (' + data['reason'] + ')' if data.get('reason') else ''}, "
+             f"{data.get('duration_ms', 0):.0f} ms"]
+    if loop:
+        lines.append(f"loop: {loop.get('iterations')} iteration(s), ended "
+                     f"{loop.get('termination_reason')}")
+        rows = [(r.get("iteration"), r.get("tool"), r.get("status"),
+                 f"{r.get('duration_ms') or 0:.0f} ms", bool(r.get("from_cache")))
+                for r in loop.get("results") or ()]
+        if rows:
+            lines.append(Table.build(("iter", "tool", "status", "took", "cached"), rows))
+        for signal in loop.get("signals") or ():
+            lines.append(f"signal: {signal.get('tool_name')} {signal.get('arguments')}")
+        if loop.get("text"):
+            lines.append(f"said: {_cell(loop['text'], 300)}")
+    for err in data.get("errors") or ():
+        lines.append(f"error: {err}")
+    return Table("\n".join(lines))
+
+
+# -- passwords ------------------------------------------------------------------------
+
+SCRYPT_PARAMS = {"n": 2**14, "r": 8, "p": 1}
+"""scrypt cost (16 MiB of memory, tens of milliseconds per check)."""
+
+PBKDF2_ITERATIONS = 600_000
+"""PBKDF2-HMAC-SHA256 iterations (OWASP's 2023 figure)."""
+
+_SCHEMES = ("scrypt", "pbkdf2-sha256")
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii").rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+
+
+def hash_password(password: str, scheme: str = "scrypt", *, salt: bytes | None = None) -> str:
+    """A salted hash of ``password`` for the password file (``$scheme$params$salt$hash``)."""
+    if not isinstance(password, str) or not password:
+        raise ValueError("the password must be a non-empty string")
+    salt = salt if salt is not None else secrets.token_bytes(16)
+    secret = password.encode("utf-8")
+    if scheme == "scrypt":
+        p = SCRYPT_PARAMS
+        digest = hashlib.scrypt(secret, salt=salt, n=p["n"], r=p["r"], p=p["p"], dklen=32)
+        return f"$scrypt$n={p['n']},r={p['r']},p={p['p']}${_b64(salt)}${_b64(digest)}"
+    if scheme in ("pbkdf2", "pbkdf2-sha256"):
+        digest = hashlib.pbkdf2_hmac("sha256", secret, salt, PBKDF2_ITERATIONS)
+        return f"$pbkdf2-sha256$i={PBKDF2_ITERATIONS}${_b64(salt)}${_b64(digest)}"
+    raise ValueError(f"unknown password scheme {scheme!r}; use scrypt or pbkdf2")
+
+
+def _parse_hash(encoded: str) -> tuple[str, dict[str, int], bytes, bytes]:
+    """``(scheme, params, salt, digest)``; ValueError for anything malformed."""
+    parts = encoded.split("$")
+    if len(parts) != 5 or parts[0] != "" or parts[1] not in _SCHEMES:
+        raise ValueError("not a '$scrypt$...' or '$pbkdf2-sha256$...' hash")
+    params: dict[str, int] = {}
+    for item in parts[2].split(","):
+        key, sep, value = item.partition("=")
+        if not sep or not value.isdigit():
+            raise ValueError(f"bad hash parameter {item!r}")
+        params[key] = int(value)
+    wanted = {"n", "r", "p"} if parts[1] == "scrypt" else {"i"}
+    if set(params) != wanted:
+        raise ValueError(f"{parts[1]} hashes need parameters {', '.join(sorted(wanted))}")
+    if parts[1] == "scrypt" and (params["n"] < 2 or params["n"] & (params["n"] - 1)):
+        raise ValueError("scrypt n must be a power of two")
+    if any(v < 1 for v in params.values()):
+        raise ValueError("hash parameters must be positive")
+    try:
+        salt, digest = _unb64(parts[3]), _unb64(parts[4])
+    except ValueError:
+        raise ValueError("salt and hash must be base64") from None
+    if not salt or len(digest) < 16:
+        raise ValueError("salt or hash too short")
+    return parts[1], params, salt, digest
+
+
+def verify_password(password: str | bytes, encoded: str) -> bool:
+    """Whether ``password`` matches ``encoded`` (compared in constant time)."""
+    scheme, params, salt, digest = _parse_hash(encoded)
+    secret = password if isinstance(password, bytes) else password.encode("utf-8")
+    if scheme == "scrypt":
+        maxmem = 256 * params["n"] * params["r"] + (1 << 20)
+        got = hashlib.scrypt(secret, salt=salt, n=params["n"], r=params["r"], p=params["p"],
+                             dklen=len(digest), maxmem=maxmem)
+    else:
+        got = hashlib.pbkdf2_hmac("sha256", secret, salt, params["i"], dklen=len(digest))
+    return hmac.compare_digest(got, digest)
+
+
+_dummy_hashes: dict[str, str] = {}
+
+
+def _dummy_hash(like: Iterable[str]) -> str:
+    """A hash as costly as the file's first one, checked for unknown users (same timing)."""
+    scheme = next((h.split("$")[1] for h in like), "scrypt")
+    scheme = "pbkdf2" if scheme.startswith("pbkdf2") else "scrypt"
+    if scheme not in _dummy_hashes:
+        _dummy_hashes[scheme] = hash_password(secrets.token_hex(8), scheme)
+    return _dummy_hashes[scheme]
+
+
+def read_password_file(path: str | os.PathLike[str]) -> dict[str, str]:
+    """``{user: hash}`` from a password file; ConfigError naming the line for a bad one.
+
+    Blank lines and ``#`` comments are skipped.  A line holding a plain-text
+    password (anything that is not a recognised hash) is refused.
+    """
+    where = Path(path)
+    try:
+        text = where.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"manhole password file {str(where)!r}: {exc.strerror}") from None
+    users: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        user, sep, encoded = line.partition(":")
+        if not sep or not user:
+            raise ConfigError(f"{where}:{number}: expected 'user:$scheme$...'")
+        try:
+            _parse_hash(encoded)
+        except ValueError as exc:
+            raise ConfigError(
+                f"{where}:{number}: the password of {user!r} is not a hash ({exc}); make one "
+                "with 'python -m ai_tools.console hash-password'") from None
+        users[user] = encoded
+    return users
+
+
+@implementer(ICredentialsChecker)
+class PasswordFileChecker:
+    """Checks SSH passwords against a file of hashes (re-read at each attempt).
+
+    ``run(f, *args)`` runs the hash check; by default in a thread (scrypt and
+    PBKDF2 take tens of milliseconds), tests pass ``defer.maybeDeferred``.
+    """
+
+    credentialInterfaces = (credentials.IUsernamePassword,)
+
+    def __init__(self, path: str | os.PathLike[str],
+                 run: Callable[..., defer.Deferred[Any]] | None = None) -> None:
+        self.path = Path(path)
+        read_password_file(self.path)  # refuse a bad file at start-up
+        self._run = run or threads.deferToThread
+
+    def requestAvatarId(self, creds: Any) -> defer.Deferred[bytes]:
+        """Fires with the user name, or fails with UnauthorizedLogin."""
+        try:
+            users = read_password_file(self.path)
+        except ConfigError as exc:
+            log.error("Manhole password file unusable: {error}", error=str(exc))
+            return defer.fail(cred_error.UnauthorizedLogin("password logins unavailable"))
+        username = creds.username.decode("utf-8", "replace")
+        encoded = users.get(username)
+        # An unknown user costs a hash check too, so timing does not tell names apart.
+        d: defer.Deferred[Any] = self._run(verify_password, creds.password,
+                      encoded or _dummy_hash(users.values()))
+
+        def checked(ok: bool) -> bytes:
+            if ok and encoded is not None:
+                return cast(bytes, creds.username)
+            log.info("Manhole: refused a password login as {user}", user=username)
+            raise cred_error.UnauthorizedLogin("wrong user name or password")
+
+        d.addCallback(checked)
+        return d
+
+
+@implementer(IAuthorizedKeysDB)
+class AuthorizedKeysFile:
+    """The public keys of one ``authorized_keys`` file, for any user name (re-read each login).
+
+    Lines with options (``from="..." ssh-ed25519 ...``) are not understood and
+    are skipped (logged), so no option is silently ignored.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        if not self._keys():
+            raise ConfigError(f"manhole authorized keys file {str(self.path)!r} holds no "
+                              "usable public key")
+
+    def _keys(self) -> list[keys.Key]:
+        try:
+            with self.path.open("rb") as handle:
+                return list(readAuthorizedKeyFile(handle))
+        except OSError as exc:
+            raise ConfigError(f"manhole authorized keys file {str(self.path)!r}: "
+                              f"{exc.strerror}") from None
+
+    def getAuthorizedKeys(self, avatarId: bytes) -> list[keys.Key]:
+        """The keys allowed to log in (the same for every user name)."""
+        try:
+            return self._keys()
+        except ConfigError as exc:
+            log.error("Manhole key logins unavailable: {error}", error=str(exc))
+            return []
+
+
+# -- the host key -------------------------------------------------------------------
+
+
+def load_or_create_host_key(path: str | os.PathLike[str] | None) -> keys.Key:
+    """The server's host key: read from ``path``, or created there with mode 0600.
+
+    A key file readable by group or others is refused (ConfigError), like
+    OpenSSH does.  With no path, a key is made in memory for this run only
+    (clients then see a new host key at every start).
+    """
+    if path is None:
+        log.warn("Manhole host key kept in memory only: clients will see a new key each start")
+        return _new_host_key()
+    where = Path(path)
+    if where.exists():
+        mode = stat.S_IMODE(where.stat().st_mode)
+        if mode & 0o077:
+            raise ConfigError(f"manhole host key {str(where)!r} is readable by others "
+                              f"(mode {mode:04o}); run: chmod 600 {where}")
+        try:
+            return keys.Key.fromFile(str(where))
+        except (keys.BadKeyError, ValueError, OSError) as exc:
+            raise ConfigError(f"manhole host key {str(where)!r} is not a private key: "
+                              f"{exc}") from None
+    key = _new_host_key()
+    data = key.toString("openssh")
+    try:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the manhole host key {str(where)!r}: "
+                          f"{exc.strerror}") from None
+    try:
+        os.fchmod(fd, 0o600)  # whatever the umask
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    log.info("Manhole host key created: {path} ({fingerprint})", path=str(where),
+             fingerprint=key.fingerprint())
+    return key
+
+
+def _new_host_key() -> keys.Key:
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    return keys.Key(ed25519.Ed25519PrivateKey.generate())
+
+
+# -- SSH plumbing ----------------------------------------------------------------------
+
+
+BANNER = (
+    "ai_tools console: Python with service, world, registry. Helpers: status(), "
+    "history(name, n=20), say(name, text), tick(name), stop(name), tools(), "
+    "cache_stats(), heard(character_id); helpers() explains them. Ctrl-D leaves."
+)
+
+
+class ConsoleManhole(manhole.ColoredManhole):
+    """The colored manhole, with a banner naming the helpers."""
+
+    _greeted = False
+
+    def terminalSize(self, width: int, height: int) -> None:
+        """Clear the screen and show the banner above the prompt (first call only)."""
+        if self._greeted:
+            super().terminalSize(width, height)
+            return
+        self._greeted = True
+        self.width, self.height = width, height
+        self.terminal.eraseDisplay()
+        self.terminal.cursorHome()
+        self.terminal.write(BANNER.encode("utf-8") + b"\n")
+        self.drawInputLine()
+
+
+class ConsoleSession(manhole_ssh.TerminalSession):
+    """A manhole session: the interactive console, or one statement run by ``ssh host CMD``."""
+
+    namespace: dict[str, Any] = {}
+
+    def windowChanged(self, newWindowSize: Any) -> None:
+        """The client's terminal was resized: nothing to redraw, ignore it."""
+
+    def eofReceived(self) -> None:
+        """The client sent EOF: the console ends on ^D or when the channel closes."""
+
+    def execCommand(self, proto: Any, cmd: bytes) -> None:
+        """Run one statement (``ssh host 'status()'``), print its value, exit."""
+        run_statement(dict(self.namespace), cmd.decode("utf-8", "replace"), proto)
+
+
+class ConsoleRealm(manhole_ssh.TerminalRealm):
+    """Avatars get a colored manhole over ``namespace`` (each session its own copy)."""
+
+    sessionFactory = ConsoleSession
+
+    def __init__(self, namespace: dict[str, Any]) -> None:
+        super().__init__()
+        self.namespace = namespace
+
+        def terminal() -> insults.ServerProtocol:
+            return insults.ServerProtocol(ConsoleManhole, self.namespace)
+
+        self.chainedProtocolFactory = terminal  # type: ignore[assignment]
+
+    def _getAvatar(self, avatarId: bytes) -> Any:
+        user = super()._getAvatar(avatarId)
+        from twisted.conch import interfaces as conch_interfaces
+
+        session = conch_interfaces.ISession(user.original)
+        session.namespace = self.namespace
+        log.info("Manhole login: {user}", user=avatarId.decode("utf-8", "replace"))
+        return user
+
+
+def run_statement(namespace: dict[str, Any], source: str, proto: Any) -> None:
+    """Run ``source`` in ``namespace``, write its output (and value) to ``proto``, end it.
+
+    A Deferred value is waited for.  Exit status 0, or 1 after an exception.
+    """
+
+    def write(text: str) -> None:
+        if text:
+            proto.write(text.encode("utf-8"))
+
+    def finish(code: int) -> None:
+        reason = (internet_error.ProcessDone(0) if code == 0
+                  else internet_error.ProcessTerminated(exitCode=code))
+        proto.processEnded(Failure(reason))
+
+    class Output:
+        def write(self, text: str) -> int:
+            write(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    stdout = sys.stdout
+    sys.stdout = Output()
+    try:
+        try:
+            code = compile(source, "<ssh command>", "eval")
+        except SyntaxError:
+            exec(compile(source, "<ssh command>", "exec"), namespace)
+            value = None
+        else:
+            value = eval(code, namespace)
+    except BaseException:
+        sys.stdout = stdout
+        write(traceback.format_exc())
+        finish(1)
+        return
+    finally:
+        sys.stdout = stdout
+
+    def show(result: Any) -> None:
+        if result is not None:
+            write(repr(result).lstrip("\n") + "\n")
+        finish(0)
+
+    def failed(failure: Failure) -> None:
+        write("".join(failure.getTraceback()))
+        finish(1)
+
+    if isinstance(value, defer.Deferred):
+        value.addCallbacks(show, failed)
+    else:
+        show(value)
+
+
+class ConsoleFactory(manhole_ssh.ConchFactory):
+    """An SSH server factory with its own host key (never the class-wide dicts)."""
+
+    def __init__(self, portal: portal.Portal, host_key: keys.Key) -> None:
+        super().__init__(portal)
+        name = host_key.sshType()
+        # Instance dicts: ConchFactory's class-level ones are shared by every factory.
+        self.publicKeys = cast(Any, {name: host_key.public()})
+        self.privateKeys = cast(Any, {name: host_key})
+
+
+class ConsoleService(MultiService):
+    """The manhole: one SSH listener (and nothing else)."""
+
+    def __init__(self, factory: ConsoleFactory, endpoint: str, reactor: Any = None) -> None:
+        super().__init__()
+        self.factory = factory
+        self.endpoint = endpoint
+        self.listener = ListeningService(endpoint, factory, reactor=reactor)
+        self.listener.setServiceParent(self)
+
+    def when_listening(self) -> defer.Deferred[Any]:
+        """Fires with the ``IListeningPort`` once listening."""
+        return self.listener.when_listening()
+
+
+def make_manhole_service(
+    namespace: dict[str, Any],
+    *,
+    endpoint: str = "tcp:2222:interface=127.0.0.1",
+    authorized_keys: str | os.PathLike[str] | None = None,
+    password_file: str | os.PathLike[str] | None = None,
+    host_key: str | os.PathLike[str] | None = None,
+    reactor: Any = None,
+) -> IService:
+    """The manhole over SSH on ``endpoint`` (strports), with ``namespace`` as its globals.
+
+    Logins: public keys listed in ``authorized_keys`` and/or passwords hashed
+    in ``password_file`` (at least one is required).  ``host_key`` is the
+    server key file, created with mode 0600 when missing.  Raises ConfigError
+    for a missing or bad file.
+    """
+    if authorized_keys is None and password_file is None:
+        raise ConfigError("the manhole needs authorized_keys or password_file: "
+                          "it runs arbitrary code and is never open without a login")
+    checkers: list[Any] = []
+    if authorized_keys is not None:
+        checkers.append(SSHPublicKeyChecker(cast(Any, AuthorizedKeysFile(authorized_keys))))
+    if password_file is not None:
+        checkers.append(PasswordFileChecker(password_file))
+    key = load_or_create_host_key(host_key)
+    if not binds_locally(endpoint):
+        log.warn("The manhole listens on {endpoint}, reachable from other machines: "
+                 "it runs arbitrary code as this process", endpoint=endpoint)
+    factory = ConsoleFactory(portal.Portal(cast(Any, ConsoleRealm(namespace)), checkers), key)
+    return cast(IService, ConsoleService(factory, endpoint, reactor=reactor))
+
+
+# -- python -m ai_tools.console hash-password --------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m ai_tools.console hash-password [--user NAME] [--scheme scrypt|pbkdf2]``.
+
+    Reads the password twice from the terminal (or once from standard input
+    when it is not a terminal) and prints the password-file line.
+    """
+    parser = argparse.ArgumentParser(prog="python -m ai_tools.console")
+    commands = parser.add_subparsers(dest="command", required=True)
+    hashing = commands.add_parser("hash-password", help="print a password-file line")
+    hashing.add_argument("--user", help="prefix the hash with 'USER:'")
+    hashing.add_argument("--scheme", choices=("scrypt", "pbkdf2"), default="scrypt")
+    args = parser.parse_args(argv)
+    if sys.stdin.isatty():
+        password = getpass.getpass("Password: ")
+        if getpass.getpass("Again: ") != password:
+            print("The passwords differ.", file=sys.stderr)
+            return 1
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        print("The password is empty.", file=sys.stderr)
+        return 1
+    encoded = hash_password(password, args.scheme)
+    print(f"{args.user}:{encoded}" if args.user else encoded)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

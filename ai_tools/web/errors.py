@@ -1,0 +1,53 @@
+"""The HTTP API's errors: one exception carrying the status, and the JSON body it becomes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["ApiError", "error_body", "json_type"]
+
+
+class ApiError(Exception):
+    """A request the API refuses: ``status``, a message, and the offending ``field`` if any.
+
+    Answered as ``{"error": message, "status": status, "field": field}``.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        field: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+        self.headers = dict(headers or {})
+
+
+def error_body(status: int, message: str, field: str | None = None) -> dict[str, Any]:
+    """The JSON object of an error answer."""
+    body: dict[str, Any] = {"error": message, "status": status}
+    if field is not None:
+        body["field"] = field
+    return body
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type (for messages: 'a string', not 'str')."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
