@@ -1,19 +1,168 @@
-"""Options and service factory behind ``twistd ai-assistant`` (provisional)."""
+"""Options and service factory behind ``twistd ai-assistant``.
+
+``twistd -n ai-assistant --config assistant.toml [--db PATH] [--http LISTEN]
+[--manhole LISTEN] [--llm-url URL] [--model NAME] [--api-key-env VAR]
+[--log-level LEVEL]``: the options override the file (see
+:mod:`ai_tools.config`).  The configuration is read and checked while the
+command line is parsed, so a mistake stops twistd before anything starts:
+one line on standard error (``twistd ai-assistant: error: assistant.toml:
+assistants.pip.model: unknown model profile 'gpt' (declared: local)``), no
+traceback, exit status 1.  (twistd answers a ``UsageError`` with its whole
+usage text on standard output, which buries the one line that matters.)
+
+If start-up fails later (the store cannot be opened, a port is taken), the
+service logs one line, stops the reactor, and the process exits with status 1.
+"""
 
 from __future__ import annotations
 
-from twisted.application.service import MultiService
+import atexit
+import os
+import sys
+from typing import Any, cast
+
+from twisted.application.service import IService, MultiService
+from twisted.logger import (
+    FilteringLogObserver,
+    ILogObserver,
+    LogLevel,
+    LogLevelFilterPredicate,
+)
 from twisted.python import usage
+
+from ai_tools.config import LOG_LEVELS, Config, Overrides, load_config
+from ai_tools.errors import ConfigError
+
+__all__ = ["Options", "makeService"]
+
+EXIT_STARTUP_FAILED = 1
+PROGRAM = "twistd ai-assistant"
 
 
 class Options(usage.Options):
-    """Command-line options of ``twistd ai-assistant``."""
+    """Command-line options of ``twistd ai-assistant``; the config is loaded in postOptions."""
 
+    synopsis = "[options] --config assistant.toml"
+    longdesc = (
+        "Host LLM-driven assistants in a sandbox world, with an HTTP API and an SSH "
+        "console on 127.0.0.1.  The TOML config file declares model profiles, "
+        "assistants, the store, the world and the listeners; the options below "
+        "override it.  See docs/standalone.md."
+    )
     optParameters = [
-        ["config", "c", None, "Path of the assistant.toml configuration file."],
+        ["config", "c", None, "Path of the assistant.toml configuration file (required)."],
+        ["db", None, None, "SQLite file holding the state (or 'memory'); overrides [store]."],
+        ["http", None, None,
+         "Where the HTTP API listens: a port, host:port, a strports string, or 'off'."],
+        ["manhole", None, None,
+         "Where the SSH manhole listens (a port, host:port, strports, or 'off')."],
+        ["llm-url", None, None,
+         "Base URL of an OpenAI-compatible model server, for every model profile."],
+        ["model", None, None, "Model name to ask the server for, for every model profile."],
+        ["api-key-env", None, None,
+         "Name of the environment variable holding the model server's API key."],
+        ["log-level", None, None, f"Lowest level logged: {', '.join(LOG_LEVELS)}."],
     ]
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaded: Config | None = None
 
-def makeService(options: Options) -> MultiService:
-    """Build the service tree from the options."""
-    return MultiService()
+    def overrides(self) -> Overrides:
+        """The command-line overrides."""
+        return Overrides(
+            db=self["db"], http=self["http"], manhole=self["manhole"],
+            llm_url=self["llm-url"], model=self["model"], api_key_env=self["api-key-env"],
+            log_level=self["log-level"],
+        )
+
+    def postOptions(self) -> None:
+        """Load and check the config: a mistake exits with one line on stderr."""
+        if not self["config"]:
+            fail("--config is required (e.g. --config examples/assistant.toml)")
+        try:
+            self.loaded = load_config(self["config"], self.overrides())
+        except ConfigError as exc:
+            fail(str(exc))
+
+
+def fail(message: str) -> None:
+    """Stop twistd now: ``twistd ai-assistant: error: <message>`` on stderr, status 1."""
+    raise SystemExit(f"{PROGRAM}: error: {message}")
+
+
+class _Root(MultiService):
+    """The root handed to twistd: installs the log-level filter on the application."""
+
+    def __init__(self, level: str, server_options: Any) -> None:
+        super().__init__()
+        self.level = level
+        self.server_options = server_options
+
+    def setServiceParent(self, parent: Any) -> None:
+        """Give the twistd application our filtered log observer, then join it."""
+        observer = _filtered_observer(self.level, self.server_options)
+        if observer is not None and hasattr(parent, "setComponent"):
+            parent.setComponent(ILogObserver, observer)
+        super().setServiceParent(parent)
+
+
+def _filtered_observer(level: str, server_options: Any) -> Any:
+    """twistd's own log observer (stdout, --logfile, --syslog) behind a level filter.
+
+    None when twistd's ``--logger`` was given (that observer is the user's) or
+    when we cannot build twistd's observer here.
+    """
+    if server_options is None or server_options.get("logger"):
+        return None
+    try:
+        if sys.platform == "win32":  # pragma: no cover
+            from twisted.scripts._twistw import WindowsAppLogger as AppLogger
+        else:
+            from twisted.scripts._twistd_unix import UnixAppLogger as AppLogger
+        base = AppLogger(server_options)._getLogObserver()
+    except Exception:
+        return None
+    if not ILogObserver.providedBy(base):  # pragma: no cover - legacy observers
+        from twisted.logger import LegacyLogObserverWrapper
+
+        base = LegacyLogObserverWrapper(base)
+    predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.levelWithName(level))
+    return FilteringLogObserver(base, [cast(Any, predicate)])
+
+
+def _exit_on_fatal(message: str) -> None:
+    """Start-up failed under twistd: stop the reactor; the process exits with status 1."""
+    from twisted.internet import reactor as global_reactor
+
+    reactor: Any = global_reactor
+
+    def exit_with_status() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_STARTUP_FAILED)
+
+    sys.stderr.write(f"{PROGRAM}: error: {message}\n")
+    # twistd's run() returns normally once the reactor stops (status 0); the exit
+    # hook runs after it has removed its pid file and flushed its log.
+    atexit.register(exit_with_status)
+    if reactor.running:
+        reactor.stop()
+    else:
+        reactor.callWhenRunning(reactor.stop)
+
+
+def makeService(options: Options) -> IService:
+    """Build the service tree from the checked options (see :mod:`ai_tools.app`)."""
+    from ai_tools.app import build_service
+
+    config = options.loaded
+    if config is None:  # postOptions was not run (a programmatic caller)
+        try:
+            config = load_config(options["config"], options.overrides())
+        except ConfigError as exc:
+            fail(str(exc))
+        assert config is not None
+    root = _Root(config.service.log_level, getattr(options, "parent", None))
+    build_service(config, on_fatal=_exit_on_fatal).setServiceParent(root)
+    return cast(IService, root)

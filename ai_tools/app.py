@@ -1,0 +1,376 @@
+"""Build and run the standalone service from a checked :class:`~ai_tools.config.Config`.
+
+:class:`StandaloneService` is the root of the tree ``twistd ai-assistant``
+runs (and ``python -m ai_tools.demo`` too).  Starting it, in order:
+
+1. the model clients: one :class:`~ai_tools.llm.client.OpenAIChatClient` per
+   model profile; a scripted profile first starts the scripted model server of
+   :mod:`ai_tools.testing` on 127.0.0.1 and points its client there;
+2. the store (SQLite file or memory), opened and migrated;
+3. the sandbox world, loaded from the store (seeded from the world file the
+   first time);
+4. the :class:`~ai_tools.service.AssistantService` with the configured
+   assistants (each restored from its saved state when it has one);
+5. the listeners: the HTTP API and, when enabled, the SSH manhole.
+
+So nothing listens before the world and the assistants are there.  A failure
+on the way is logged as one line and handed to ``on_fatal`` (twistd stops
+with a non-zero exit status); :meth:`StandaloneService.when_ready` fails
+with it too.  Stopping closes the listeners first, then the assistants (their
+state saved), the model clients, the store and the scripted model servers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+from twisted.application.service import IService, MultiService
+from twisted.internet import defer, error
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from ai_tools.config import Config, ModelSpec
+from ai_tools.errors import AIToolsError
+
+__all__ = ["StandaloneService", "build_service", "describe_failure"]
+
+log = Logger()
+
+WebFactory = Callable[..., IService]
+FatalHandler = Callable[[str], None]
+
+
+def describe_failure(failure: Failure | BaseException) -> str:
+    """One line saying what went wrong, for a person (no traceback)."""
+    exc = failure.value if isinstance(failure, Failure) else failure
+    if isinstance(exc, error.CannotListenError):
+        why = exc.socketError
+        reason = getattr(why, "strerror", None) or str(why)
+        interface = exc.interface or "every interface"
+        return f"cannot listen on port {exc.port} of {interface}: {reason}"
+    if isinstance(exc, AIToolsError):
+        return str(exc) or type(exc).__name__
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _optional_factory(module: str, name: str) -> WebFactory | None:
+    """A listener factory, or None when its module is not part of this build."""
+    import importlib
+
+    try:
+        loaded = importlib.import_module(module)
+    except ImportError as exc:
+        if exc.name is not None and module.startswith(exc.name):
+            return None
+        raise
+    factory = getattr(loaded, name, None)
+    return factory if callable(factory) else None
+
+
+class StandaloneService(MultiService):
+    """The whole standalone service, built on start from ``config`` (see the module).
+
+    ``reactor`` defaults to the global one (looked up on start);
+    ``on_fatal(message)`` is called when start-up fails; ``web_factory`` and
+    ``manhole_factory`` replace ``ai_tools.web.api.make_web_service`` and
+    ``ai_tools.console.make_manhole_service`` (tests).  After
+    :meth:`when_ready` fires, ``assistants`` (the ``AssistantService``),
+    ``world``, ``store``, ``registry``, ``scripted`` (the scripted model
+    servers by profile name) and ``listeners`` (by name) are set.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        reactor: Any = None,
+        on_fatal: FatalHandler | None = None,
+        web_factory: WebFactory | None = None,
+        manhole_factory: WebFactory | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self._reactor = reactor
+        self.on_fatal = on_fatal
+        self._web_factory = web_factory
+        self._manhole_factory = manhole_factory
+        self.assistants: Any = None
+        self.world: Any = None
+        self.store: Any = None
+        self.registry: Any = None
+        self.clients: dict[str, Any] = {}
+        self.scripted: dict[str, Any] = {}
+        self.listeners: dict[str, IService] = {}
+        self.addresses: dict[str, str] = {}
+        self.failure: str | None = None
+        self._startup: defer.Deferred[None] | None = None
+        self._ready_waiters: list[defer.Deferred[StandaloneService]] = []
+        self._ready = False
+        self._store_opened = False
+
+    @property
+    def reactor(self) -> Any:
+        """The reactor everything runs on."""
+        if self._reactor is None:
+            from twisted.internet import reactor
+
+            self._reactor = reactor
+        return self._reactor
+
+    # -- start -------------------------------------------------------------------------
+
+    def startService(self) -> None:
+        """Start the children (none yet), then build and start everything in order."""
+        super().startService()
+        self._startup = self._start()
+        self._startup.addErrback(self._start_failed)
+
+    @defer.inlineCallbacks
+    def _start(self) -> Any:
+        config = self.config
+        yield self._start_models()
+        self.store = self._make_store()
+        yield self.store.open()
+        self._store_opened = True
+        from ai_tools.world.sandbox import SandboxWorld
+
+        self.world = yield SandboxWorld.load(self.store, seed=config.world.file,
+                                             clock=self.reactor, log_size=config.world.log_size)
+        yield self._start_assistants()
+        if self.running:
+            self._start_listeners()
+        yield self._log_addresses()
+        self._ready = True
+        log.info(
+            "ai_tools service ready: {count} assistant(s) ({names}); store {store}; "
+            "world {world}; HTTP API {http}; manhole {manhole}",
+            count=len(config.assistants),
+            names=", ".join(a.name for a in config.assistants) or "none",
+            store=self._store_label(), world=self.world.meta.get("name", "sandbox"),
+            http=self.addresses.get("http", "off"), manhole=self.addresses.get("manhole", "off"),
+        )
+        waiters, self._ready_waiters = self._ready_waiters, []
+        for waiter in waiters:
+            waiter.callback(self)
+
+    def _start_failed(self, failure: Failure) -> None:
+        self.failure = describe_failure(failure)
+        log.critical("ai_tools service could not start: {error}", error=self.failure,
+                     log_failure=failure if not failure.check(AIToolsError, OSError,
+                                                               error.CannotListenError)
+                     else None)
+        waiters, self._ready_waiters = self._ready_waiters, []
+        for waiter in waiters:
+            waiter.errback(failure)
+        if self.on_fatal is not None:
+            self.on_fatal(self.failure)
+
+    def when_ready(self) -> defer.Deferred[StandaloneService]:
+        """Fires with this service once everything listens; fails if start-up failed."""
+        if self._ready:
+            return defer.succeed(self)
+        if self.failure is not None:
+            return defer.fail(AIToolsError(self.failure))
+        waiter: defer.Deferred[StandaloneService] = defer.Deferred()
+        self._ready_waiters.append(waiter)
+        return waiter
+
+    @defer.inlineCallbacks
+    def _start_models(self) -> Any:
+        from ai_tools.llm.client import OpenAIChatClient
+        from ai_tools.llm.profile import ModelProfile
+
+        for name, spec in self.config.models.items():
+            if spec.scripted:
+                server = yield self._start_scripted(spec)
+                self.scripted[name] = server
+                profile = ModelProfile.from_mapping(
+                    {"base_url": server.url, "model": server.model_name, "name": name,
+                     **dict(spec.options)},
+                    where=f"models.{name}",
+                )
+                log.info("Model profile {name}: the scripted stand-in model playing {scenario} "
+                         "(no model server; answers come from a script)",
+                         name=name, scenario=str(spec.scenario))
+            else:
+                assert spec.profile is not None
+                profile = spec.profile
+                log.info("Model profile {name}: {model} at {url}", name=name,
+                         model=profile.model, url=profile.base_url)
+            self.clients[name] = OpenAIChatClient(profile, reactor=self.reactor)
+
+    def _start_scripted(self, spec: ModelSpec) -> defer.Deferred[Any]:
+        from ai_tools.testing import Script, start_test_server
+
+        assert spec.scenario is not None
+        try:
+            script = Script.from_file(spec.scenario)
+        except (OSError, ValueError, TypeError) as exc:
+            return defer.fail(AIToolsError(f"models.{spec.name}.scenario: {exc}"))
+        return start_test_server(script, self.reactor, interface="127.0.0.1", port=spec.port,
+                                 model_name=spec.model_name)
+
+    def _make_store(self) -> Any:
+        store = self.config.store
+        if store.backend == "memory":
+            from ai_tools.store.memory import MemoryStore
+
+            return MemoryStore(clock=self.reactor)
+        from ai_tools.store.sqlite import SQLiteStore
+
+        assert store.path is not None
+        return SQLiteStore(os.fspath(store.path), clock=self.reactor, reactor=self.reactor,
+                           synchronous=store.synchronous)
+
+    def _store_label(self) -> str:
+        store = self.config.store
+        return "in memory" if store.backend == "memory" else f"SQLite {store.path}"
+
+    @defer.inlineCallbacks
+    def _start_assistants(self) -> Any:
+        from ai_tools.service import AssistantService
+        from ai_tools.tools import register_default_tools
+
+        settings = self.config.service
+        self.registry = register_default_tools()
+        service = AssistantService(
+            llms=self.clients, store=self.store, registry=self.registry, world=self.world,
+            clock=self.reactor, tick_interval=settings.tick_interval,
+            max_concurrent=settings.max_concurrent, stop_grace=settings.stop_grace,
+        )
+        self.assistants = service
+        service.setServiceParent(self)
+        yield service.when_ready()
+        for assistant in self.config.assistants:
+            char = assistant.character_id
+            if char and self.world.get_object(char) is None:
+                log.warn("Assistant {assistant}: character {char} is not in the world; its "
+                         "ticks do nothing until it exists", assistant=assistant.name, char=char)
+            yield service.add_assistant(assistant)
+        saved = yield self.store.list_assistants()
+        extra = sorted(set(saved) - {a.name for a in self.config.assistants})
+        if extra:
+            log.info("The store also holds assistant(s) not in the config, left asleep on "
+                     "disk: {names}", names=", ".join(extra))
+
+    def _start_listeners(self) -> None:
+        config = self.config
+        if config.http.enabled:
+            factory = self._web_factory or _optional_factory("ai_tools.web.api",
+                                                             "make_web_service")
+            if factory is None:
+                log.warn("The HTTP API is not part of this build; not listening on {endpoint}",
+                         endpoint=config.http.endpoint)
+            else:
+                web = factory(self.assistants, self.world, endpoint=config.http.endpoint,
+                              token=config.http.token, max_body=config.http.max_body)
+                self._add_listener("http", web)
+        manhole = config.manhole
+        if manhole.enabled:
+            factory = self._manhole_factory or _optional_factory("ai_tools.console",
+                                                                 "make_manhole_service")
+            if factory is None:
+                log.warn("The manhole is not part of this build; not listening on {endpoint}",
+                         endpoint=manhole.endpoint)
+            else:
+                console = factory(
+                    self.namespace(), endpoint=manhole.endpoint,
+                    authorized_keys=_path_or_none(manhole.authorized_keys),
+                    password_file=_path_or_none(manhole.password_file),
+                    host_key=_path_or_none(manhole.host_key),
+                )
+                self._add_listener("manhole", console)
+
+    def _add_listener(self, name: str, listener: IService) -> None:
+        self.listeners[name] = listener
+        cast(Any, listener).setServiceParent(self)  # listens now; raises if it cannot
+
+    def namespace(self) -> dict[str, Any]:
+        """The manhole's globals: the service, the world, the registry, the store, the config."""
+        return {"service": self.assistants, "world": self.world, "registry": self.registry,
+                "store": self.store, "config": self.config, "app": self}
+
+    @defer.inlineCallbacks
+    def _log_addresses(self) -> Any:
+        for name, listener in self.listeners.items():
+            when = getattr(listener, "when_listening", None)
+            if when is None:
+                continue
+            port = yield when()
+            host = port.getHost()
+            address = getattr(host, "host", None)
+            number = getattr(host, "port", None)
+            if address is None or number is None:
+                label = str(getattr(host, "name", host))
+            else:
+                label = f"[{address}]:{number}" if ":" in address else f"{address}:{number}"
+            self.addresses[name] = label
+            if name == "http":
+                log.info("HTTP API listening on http://{address}/", address=label)
+            else:
+                log.info("{name} listening on {address}", name=name, address=label)
+
+    # -- stop --------------------------------------------------------------------------
+
+    def stopService(self) -> defer.Deferred[None]:
+        """Wait for start-up to settle, stop listeners then assistants, close everything."""
+        startup = self._startup
+        if startup is not None and not startup.called:
+            waiting: defer.Deferred[Any] = defer.Deferred()
+
+            def settled(result: Any) -> Any:
+                waiting.callback(None)
+                return result
+
+            startup.addBoth(settled)
+        else:
+            waiting = defer.succeed(None)
+        waiting.addCallback(lambda _: self._stop())
+        return waiting
+
+    @defer.inlineCallbacks
+    def _stop(self) -> Any:
+        try:
+            yield defer.maybeDeferred(super().stopService)
+        except Exception:
+            log.failure("Stopping the services failed")
+        if self.assistants is None:
+            for name, client in self.clients.items():
+                yield self._quietly(client.close, f"closing model client {name}")
+            if self._store_opened and self.store is not None:
+                yield self._quietly(self.store.close, "closing the store")
+        for name, server in self.scripted.items():
+            yield self._quietly(server.stop, f"stopping the scripted model {name}")
+        log.info("ai_tools service stopped")
+
+    @staticmethod
+    @defer.inlineCallbacks
+    def _quietly(fn: Callable[[], Any], what: str) -> Any:
+        try:
+            yield defer.maybeDeferred(fn)
+        except Exception as exc:
+            log.error("Shutdown: {what} failed: {error}", what=what, error=describe_failure(exc))
+
+
+def _path_or_none(path: os.PathLike[str] | None) -> str | None:
+    return None if path is None else os.fspath(path)
+
+
+def build_service(
+    config: Config,
+    *,
+    reactor: Any = None,
+    on_fatal: FatalHandler | None = None,
+    factories: Mapping[str, WebFactory] | None = None,
+) -> StandaloneService:
+    """The root service for ``config`` (nothing happens until it is started)."""
+    factories = factories or {}
+    return StandaloneService(config, reactor=reactor, on_fatal=on_fatal,
+                             web_factory=factories.get("http"),
+                             manhole_factory=factories.get("manhole"))

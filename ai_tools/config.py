@@ -1,0 +1,748 @@
+"""The standalone service's configuration file (TOML), checked up front.
+
+``twistd -n ai-assistant --config assistant.toml`` reads one file with these
+tables (every one optional; ``examples/assistant.toml`` shows them all)::
+
+    [service]      tick_interval, stop_grace, max_concurrent, log_level
+    [store]        backend ("sqlite" or "memory"), path, synchronous
+    [world]        file (the seed world file), log_size
+    [models.NAME]  a model profile (ModelProfile fields), or scenario = "file"
+                   for the scripted stand-in model of ai_tools.testing
+    [[assistants]] AssistantConfig fields: name, character_id, persona, model,
+                   tick_rate, sleep_*, reflection_interval, execution_config
+                   (with allowed_tools per context), exit_tools, ...
+    [http]         enabled, listen, token / token_env / token_file, max_body
+    [manhole]      enabled, listen, authorized_keys, password_file, host_key
+
+Relative paths in the file are relative to the file's directory; paths given
+on the command line are relative to the working directory.  Every mistake —
+unknown key, wrong type, missing file, an assistant naming an unknown tool or
+model profile, a listener off localhost without a token — raises
+:class:`~ai_tools.errors.ConfigError` with one line naming the file and the
+key, e.g. ``assistant.toml: assistants.pip.tick_rate must be a positive
+number, not 'fast'``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import os
+import re
+import tomllib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ai_tools.assistant import AssistantConfig
+from ai_tools.errors import ConfigError
+from ai_tools.llm.profile import ModelProfile
+from ai_tools.tools.base import ToolRegistry
+
+__all__ = [
+    "DEFAULT_HTTP_PORT",
+    "DEFAULT_MANHOLE_PORT",
+    "LOG_LEVELS",
+    "Config",
+    "HttpConfig",
+    "ManholeConfig",
+    "ModelSpec",
+    "Overrides",
+    "ServiceSettings",
+    "StoreConfig",
+    "WorldConfig",
+    "endpoint_is_local",
+    "listen_endpoint",
+    "load_config",
+    "parse_config",
+]
+
+DEFAULT_HTTP_PORT = 8080
+DEFAULT_MANHOLE_PORT = 2222
+LOG_LEVELS = ("debug", "info", "warn", "error", "critical")
+DEFAULT_DB = "var/assistants.sqlite"
+_OFF = frozenset({"off", "none", "no", "false", "disabled"})
+_SERVER_ENDPOINTS = frozenset({"tcp", "tcp6", "ssl", "unix"})
+_SCRIPTED_ONLY = frozenset({"scenario", "port"})
+_PROFILE_TYPES: dict[str, type | tuple[type, ...]] = {
+    "base_url": str, "model": str, "api_key_env": str, "context_window": int,
+    "extra_body": dict, "stream": bool, "timeouts": dict, "max_concurrency": int,
+    "tool_calling": str, "headers": dict, "stream_usage": bool,
+    "retry_after_cap": (int, float), "breaker_threshold": int,
+    "breaker_cooldown": (int, float), "repetition": dict, "log_requests": bool,
+}
+_TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", dict: "a table",
+               float: "a number", list: "a list"}
+
+
+# -- values -------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ServiceSettings:
+    """``[service]``: the scheduler and shutdown."""
+
+    tick_interval: float = 1.0
+    """Seconds between the scheduler's wake-ups (each assistant has its own tick rate)."""
+    stop_grace: float = 10.0
+    """Seconds a shutdown waits for ticks in flight before cancelling them."""
+    max_concurrent: int = 100
+    """Ticks allowed to run at the same time."""
+    log_level: str = "info"
+    """Lowest level written to the log: debug, info, warn, error or critical."""
+
+
+@attrs.frozen
+class StoreConfig:
+    """``[store]``: where assistant state and the sandbox world live."""
+
+    backend: str = "sqlite"
+    """``sqlite`` (one file, survives restarts) or ``memory`` (gone at exit)."""
+    path: Path | None = None
+    synchronous: str = "FULL"
+
+
+@attrs.frozen
+class WorldConfig:
+    """``[world]``: the sandbox world's seed file (read only while the store has no world)."""
+
+    file: Path | None = None
+    log_size: int = 200
+
+
+@attrs.frozen
+class ModelSpec:
+    """``[models.NAME]``: a real model server, or the scripted stand-in model.
+
+    For a real server ``profile`` is set.  For the scripted model
+    (``scenario = "file"``) ``scenario`` is the scenario file, ``port`` the
+    port of its 127.0.0.1 server (0: any free one) and ``options`` the
+    profile fields to use with it (stream, tool_calling...).
+    """
+
+    name: str
+    profile: ModelProfile | None = None
+    scenario: Path | None = None
+    port: int = 0
+    model_name: str | None = None
+    """The model name the scripted server reports (it always says "scripted")."""
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def scripted(self) -> bool:
+        """Whether this is the scripted model (no model server needed)."""
+        return self.profile is None
+
+
+@attrs.frozen
+class HttpConfig:
+    """``[http]``: the HTTP API listener."""
+
+    enabled: bool = True
+    endpoint: str = f"tcp:{DEFAULT_HTTP_PORT}:interface=127.0.0.1"
+    """A Twisted server endpoint string (``tcp:8080:interface=127.0.0.1``)."""
+    token: str | None = attrs.field(default=None, repr=False)
+    """The bearer token clients must send (required off localhost); never logged."""
+    max_body: int = 64 * 1024
+    """Largest request body accepted, in bytes."""
+
+
+@attrs.frozen
+class ManholeConfig:
+    """``[manhole]``: the SSH Python console (code execution: keep it local)."""
+
+    enabled: bool = False
+    endpoint: str = f"tcp:{DEFAULT_MANHOLE_PORT}:interface=127.0.0.1"
+    authorized_keys: Path | None = None
+    password_file: Path | None = None
+    host_key: Path | None = None
+    """Created (mode 0600) on first start when missing."""
+
+
+@attrs.frozen
+class Config:
+    """The whole checked configuration (build the service with :mod:`ai_tools.app`)."""
+
+    source: str = "<config>"
+    """Where it came from (the file path), for messages."""
+    service: ServiceSettings = ServiceSettings()
+    store: StoreConfig = StoreConfig()
+    world: WorldConfig = WorldConfig()
+    models: Mapping[str, ModelSpec] = attrs.field(factory=dict)
+    assistants: tuple[AssistantConfig, ...] = ()
+    http: HttpConfig = HttpConfig()
+    manhole: ManholeConfig = ManholeConfig()
+
+
+@attrs.frozen
+class Overrides:
+    """Command-line values that win over the file (None: keep the file's).
+
+    ``db`` is a SQLite path or ``memory``; ``http``/``manhole`` a port, a
+    ``host:port``, an endpoint string or ``off``; ``llm_url``/``model``/
+    ``api_key_env`` apply to every model profile (``llm_url`` turns the
+    scripted model into a real one, so it needs ``model`` then).
+    """
+
+    db: str | None = None
+    http: str | None = None
+    manhole: str | None = None
+    llm_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    log_level: str | None = None
+
+
+# -- endpoints ----------------------------------------------------------------------
+
+
+def _split_endpoint(description: str) -> list[str]:
+    """Split an endpoint string on unescaped colons (``\\:`` stays in a field)."""
+    return re.split(r"(?<!\\):", description)
+
+
+def listen_endpoint(value: Any, key: str) -> str | None:
+    """A server endpoint string from a config value; None means the listener is off.
+
+    Accepts a port number (``8080``), ``host:port`` (``0.0.0.0:8080``), an
+    endpoint string (``tcp:8080:interface=127.0.0.1``) or ``off``.  A TCP
+    endpoint without ``interface=`` gets the loopback interface: nothing
+    listens beyond this machine unless the config says so.  Raises
+    ConfigError (message without the file) for anything else.
+    """
+    if isinstance(value, bool):
+        raise ConfigError(f"{key} must be a port, host:port or an endpoint string, not {value!r}")
+    if isinstance(value, int):
+        return f"tcp:{_port(value, key)}:interface=127.0.0.1"
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{key} must be a port, host:port or an endpoint string, not {value!r}")
+    text = value.strip()
+    if text.lower() in _OFF:
+        return None
+    if text.isdigit():
+        return f"tcp:{_port(int(text), key)}:interface=127.0.0.1"
+    host_port = re.fullmatch(r"\[?([0-9A-Za-z.\-:]+?)\]?:(\d+)", text)
+    if host_port and host_port.group(1).split(":")[0].lower() not in _SERVER_ENDPOINTS:
+        host, port = host_port.group(1), _port(int(host_port.group(2)), key)
+        kind = "tcp6" if ":" in host else "tcp"
+        return f"{kind}:{port}:interface={host.replace(':', chr(92) + ':')}"
+    parts = _split_endpoint(text)
+    kind = parts[0].lower()
+    if kind not in _SERVER_ENDPOINTS:
+        raise ConfigError(
+            f"{key}: unknown endpoint type {parts[0]!r} in {text!r} "
+            f"(use a port, host:port, or tcp:PORT:interface=HOST)"
+        )
+    if kind in ("tcp", "tcp6", "ssl"):
+        if len(parts) < 2 or not parts[1].split("=")[-1].isdigit():
+            raise ConfigError(f"{key}: {text!r} names no port (e.g. tcp:8080:interface=127.0.0.1)")
+        if not any(p.startswith("interface=") for p in parts[1:]):
+            text += ":interface=" + ("\\:\\:1" if kind == "tcp6" else "127.0.0.1")
+    _check_endpoint_syntax(text, key)
+    return text
+
+
+def _check_endpoint_syntax(description: str, key: str) -> None:
+    from twisted.internet import endpoints
+    from twisted.internet.testing import MemoryReactor
+
+    try:
+        endpoints.serverFromString(MemoryReactor(), description)
+    except Exception as exc:
+        raise ConfigError(f"{key}: bad endpoint {description!r}: {exc}") from None
+
+
+def _port(value: int, key: str) -> int:
+    if not 0 <= value <= 65535:
+        raise ConfigError(f"{key}: port {value} is out of range 0-65535")
+    return value
+
+
+def endpoint_is_local(description: str) -> bool:
+    """Whether a server endpoint string only accepts connections from this machine."""
+    parts = _split_endpoint(description)
+    if parts[0].lower() == "unix":
+        return True
+    for part in parts[1:]:
+        if part.startswith("interface="):
+            host = part[len("interface="):].replace("\\:", ":").strip("[]")
+            if host.lower() == "localhost":
+                return True
+            try:
+                return ipaddress.ip_address(host).is_loopback
+            except ValueError:
+                return False
+    return False
+
+
+# -- reading tables -----------------------------------------------------------------
+
+
+class _Table:
+    """One TOML table being read: typed getters, and unknown keys reported at the end."""
+
+    def __init__(self, data: Any, where: str, base: Path, *, required: bool = False) -> None:
+        if data is None and not required:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where} must be a table, not {_type_name(data)}")
+        self.data = data
+        self.where = where
+        self.base = base
+        self._seen: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.where}.{name}" if self.where else name
+
+    def get(self, name: str, default: Any = None) -> Any:
+        self._seen.add(name)
+        return self.data.get(name, default)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.data
+
+    def typed(self, name: str, kinds: type | tuple[type, ...], default: Any) -> Any:
+        value = self.get(name, default)
+        if value is default:
+            return value
+        allowed = kinds if isinstance(kinds, tuple) else (kinds,)
+        if isinstance(value, bool) and bool not in allowed:
+            ok = False
+        else:
+            ok = isinstance(value, allowed)
+        if not ok:
+            wanted = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in allowed)
+            raise ConfigError(f"{self.key(name)} must be {wanted}, not {value!r}")
+        return value
+
+    def positive(self, name: str, default: float) -> float:
+        value = self.typed(name, (int, float), default)
+        if value <= 0:
+            raise ConfigError(f"{self.key(name)} must be a positive number, not {value!r}")
+        return float(value)
+
+    def positive_int(self, name: str, default: int) -> int:
+        value = self.typed(name, int, default)
+        if value < 1:
+            raise ConfigError(f"{self.key(name)} must be a positive integer, not {value!r}")
+        return int(value)
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
+        value = self.typed(name, str, default)
+        if value.lower() not in choices:
+            raise ConfigError(
+                f"{self.key(name)} must be one of {', '.join(choices)}, not {value!r}"
+            )
+        return str(value.lower())
+
+    def path(self, name: str, *, must_exist: bool = False) -> Path | None:
+        value = self.typed(name, str, None)
+        if value is None:
+            return None
+        if not value.strip():
+            raise ConfigError(f"{self.key(name)} must not be empty")
+        path = resolve_path(value, self.base)
+        if must_exist:
+            if not path.exists():
+                raise ConfigError(f"{self.key(name)}: file not found: {path}")
+            if path.is_dir():
+                raise ConfigError(f"{self.key(name)}: {path} is a directory, not a file")
+        return path
+
+    def finish(self, known: Any = None) -> None:
+        unknown = sorted(set(self.data) - self._seen)
+        if unknown:
+            names = sorted(known) if known is not None else sorted(self._seen)
+            raise ConfigError(_unknown(self.where, unknown, names))
+
+
+def _unknown(where: str, unknown: list[str], known: list[str]) -> str:
+    label = f"{where}: unknown key" if where else "unknown key"
+    if len(unknown) > 1:
+        label += "s"
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1)
+        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return f"{label} {', '.join(hints)}; known: {', '.join(known)}"
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return f"a string ({value!r})"
+    return type(value).__name__
+
+
+def resolve_path(value: str | os.PathLike[str], base: Path) -> Path:
+    """``value`` with ``~`` expanded, relative to ``base`` unless absolute."""
+    path = Path(os.path.expanduser(os.fspath(value)))
+    return Path(os.path.normpath(path if path.is_absolute() else base / path))
+
+
+# -- sections -----------------------------------------------------------------------
+
+
+def _service(table: _Table, overrides: Overrides) -> ServiceSettings:
+    settings = ServiceSettings(
+        tick_interval=table.positive("tick_interval", 1.0),
+        stop_grace=table.positive("stop_grace", 10.0),
+        max_concurrent=table.positive_int("max_concurrent", 100),
+        log_level=table.choice("log_level", LOG_LEVELS, "info"),
+    )
+    table.finish()
+    if overrides.log_level is not None:
+        level = overrides.log_level.strip().lower()
+        if level == "warning":
+            level = "warn"
+        if level not in LOG_LEVELS:
+            raise ConfigError(
+                f"--log-level must be one of {', '.join(LOG_LEVELS)}, not {overrides.log_level!r}"
+            )
+        settings = attrs.evolve(settings, log_level=level)
+    return settings
+
+
+def _store(table: _Table, overrides: Overrides) -> StoreConfig:
+    backend = table.choice("backend", ("sqlite", "memory"), "sqlite")
+    path = table.path("path")
+    synchronous = table.choice("synchronous", ("off", "normal", "full", "extra"), "full").upper()
+    table.finish()
+    if overrides.db is not None:
+        db = overrides.db.strip()
+        if not db:
+            raise ConfigError("--db must be a file path or 'memory'")
+        if db.lower() in ("memory", ":memory:"):
+            backend, path = "memory", None
+        else:
+            backend, path = "sqlite", resolve_path(db, Path.cwd())
+    if backend == "sqlite":
+        if path is None:
+            path = table.base / DEFAULT_DB
+        if path.is_dir():
+            raise ConfigError(f"{table.key('path')}: {path} is a directory, not a database file")
+    elif path is not None:
+        raise ConfigError(f"{table.key('path')} is only for backend = \"sqlite\"")
+    return StoreConfig(backend=backend, path=path, synchronous=synchronous)
+
+
+def _world(table: _Table) -> WorldConfig:
+    path = table.path("file", must_exist=True)
+    log_size = table.positive_int("log_size", 200)
+    table.finish()
+    if path is not None:
+        from ai_tools.world.worldfile import load_world_file
+
+        try:
+            load_world_file(path)
+        except ConfigError as exc:
+            raise ConfigError(f"{table.key('file')}: {exc}") from None
+    return WorldConfig(file=path, log_size=log_size)
+
+
+def _check_profile_types(table: Mapping[str, Any], where: str) -> None:
+    for key, kinds in _PROFILE_TYPES.items():
+        if key not in table:
+            continue
+        value = table[key]
+        allowed = kinds if isinstance(kinds, tuple) else (kinds,)
+        if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
+            wanted = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in allowed)
+            raise ConfigError(f"{where}.{key} must be {wanted}, not {value!r}")
+
+
+def _profile(values: Mapping[str, Any], where: str) -> ModelProfile:
+    _check_profile_types(values, where)
+    try:
+        return ModelProfile.from_mapping(values, where=where)
+    except ConfigError as exc:
+        message = str(exc)
+        known = sorted(f.name for f in attrs.fields(ModelProfile))
+        match = re.match(rf"{re.escape(where)}: unknown key\(s\) (.+)$", message)
+        if match:
+            unknown = [k.strip() for k in match.group(1).split(",")]
+            message = _unknown(where, unknown, sorted({*known, *_SCRIPTED_ONLY}))
+        raise ConfigError(message) from None
+
+
+def _model(name: str, data: Any, base: Path, overrides: Overrides) -> ModelSpec:
+    where = f"models.{name}"
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where} must be a table, not {_type_name(data)}")
+    values = dict(data)
+    values.setdefault("name", name)
+    scenario_value = values.pop("scenario", None)
+    port_value = values.pop("port", None)
+    if scenario_value is not None and overrides.llm_url is None:
+        if "base_url" in values:
+            raise ConfigError(f"{where}: give either 'scenario' (scripted model) or 'base_url'")
+        raw = {"scenario": scenario_value}
+        if port_value is not None:
+            raw["port"] = port_value
+        table = _Table(raw, where, base)
+        scenario = table.path("scenario", must_exist=True)
+        port = table.typed("port", int, 0)
+        _port(port, f"{where}.port")
+        assert scenario is not None
+        from ai_tools.testing import Script
+
+        try:
+            Script.from_file(scenario)
+        except (OSError, ValueError, TypeError) as exc:
+            raise ConfigError(f"{where}.scenario: cannot load {scenario}: {exc}") from None
+        options = {k: v for k, v in values.items() if k != "model"}
+        _profile({"base_url": "http://127.0.0.1:1/v1", "model": "scripted", **options}, where)
+        model_name = values.get("model")
+        if model_name is not None and not isinstance(model_name, str):
+            raise ConfigError(f"{where}.model must be a string, not {model_name!r}")
+        return ModelSpec(name=name, scenario=scenario, port=port, model_name=model_name,
+                         options=options)
+    if port_value is not None:
+        raise ConfigError(f"{where}.port is only for the scripted model (with 'scenario')")
+    if overrides.llm_url is not None:
+        values["base_url"] = overrides.llm_url
+        if scenario_value is not None and overrides.model is None:
+            values.pop("model", None)
+    if overrides.model is not None:
+        values["model"] = overrides.model
+    if overrides.api_key_env is not None:
+        values["api_key_env"] = overrides.api_key_env
+    if "base_url" not in values:
+        raise ConfigError(f"{where}: 'base_url' is required (or 'scenario' for the scripted "
+                          f"model)")
+    if not values.get("model"):
+        hint = " (pass --model with --llm-url)" if overrides.llm_url is not None else ""
+        raise ConfigError(f"{where}: 'model' is required{hint}")
+    return ModelSpec(name=name, profile=_profile(values, where))
+
+
+def _models(data: Any, base: Path, overrides: Overrides) -> dict[str, ModelSpec]:
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"models must be a table of model profiles, not {_type_name(data)}")
+    models = {str(name): _model(str(name), table, base, overrides)
+              for name, table in data.items()}
+    if not models and overrides.llm_url is not None:
+        models["default"] = _model("default", {}, base, overrides)
+    return models
+
+
+def _tool_lists(config: Mapping[str, Any], where: str) -> Iterator[tuple[str, Any]]:
+    """Every ``allowed_tools`` list of an execution config, with its key."""
+    if "allowed_tools" in config:
+        yield f"{where}.allowed_tools", config["allowed_tools"]
+    contexts = config.get("contexts")
+    if isinstance(contexts, Mapping):
+        for context, sub in contexts.items():
+            if isinstance(sub, Mapping) and "allowed_tools" in sub:
+                yield f"{where}.contexts.{context}.allowed_tools", sub["allowed_tools"]
+
+
+def _unknown_tool(key: str, name: Any, registry: ToolRegistry) -> ConfigError:
+    names = [t.name for t in registry.get_all_tools()]
+    close = difflib.get_close_matches(str(name), names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else " (see docs/tools.md for the names)"
+    return ConfigError(f"{key}: unknown tool {name!r}{hint}")
+
+
+def _assistant(index: int, data: Any, models: Mapping[str, ModelSpec],
+               registry: ToolRegistry) -> AssistantConfig:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"assistants[{index}] must be a table, not {_type_name(data)}")
+    name = data.get("name")
+    where = f"assistants.{name}" if isinstance(name, str) and name else f"assistants[{index}]"
+    values = dict(data)
+    model = values.get("model")
+    if model is None:
+        if len(models) == 1:
+            values["model"] = next(iter(models))
+        elif "default" in models:
+            values["model"] = "default"
+        elif not models:
+            raise ConfigError(f"{where}: no model profile is declared (add a [models.NAME] "
+                              f"table, or pass --llm-url and --model)")
+        else:
+            raise ConfigError(f"{where}.model is required: several model profiles are "
+                              f"declared ({', '.join(sorted(models))})")
+    elif not isinstance(model, str):
+        raise ConfigError(f"{where}.model must be a string, not {model!r}")
+    elif model not in models:
+        declared = ", ".join(sorted(models)) or "none"
+        raise ConfigError(f"{where}.model: unknown model profile {model!r} "
+                          f"(declared: {declared})")
+    known = sorted(f.name for f in attrs.fields(AssistantConfig))
+    unknown = sorted(str(k) for k in set(values) - set(known))
+    if unknown:
+        raise ConfigError(_unknown(where, unknown, known))
+    config = AssistantConfig.from_mapping(values, where)
+    for key, tools in _tool_lists(config.execution_config, f"{where}.execution_config"):
+        for tool in tools:
+            if tool not in registry:
+                raise _unknown_tool(key, tool, registry)
+    for exit_tool in config.exit_tools:
+        if exit_tool.name in registry:
+            raise ConfigError(f"{where}.exit_tools: {exit_tool.name!r} is already a tool "
+                              f"name; an exit tool needs a name of its own")
+    return config
+
+
+def _listener_token(table: _Table) -> str | None:
+    given = [k for k in ("token", "token_env", "token_file") if k in table]
+    if len(given) > 1:
+        raise ConfigError(f"{table.where}: give only one of {', '.join(given)}")
+    token = table.typed("token", str, None)
+    env = table.typed("token_env", str, None)
+    path = table.path("token_file", must_exist=True)
+    if env is not None:
+        token = os.environ.get(env, "")
+        if not token.strip():
+            raise ConfigError(f"{table.key('token_env')}: the environment variable {env} "
+                              f"is not set")
+    elif path is not None:
+        try:
+            token = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{table.key('token_file')}: cannot read {path}: {exc}") from None
+    if token is not None:
+        token = token.strip()
+        if len(token) < 16:
+            raise ConfigError(f"{table.where}: the API token must be at least 16 characters")
+    return token
+
+
+def _http(table: _Table, overrides: Overrides) -> HttpConfig:
+    enabled = table.typed("enabled", bool, True)
+    endpoint = listen_endpoint(table.get("listen", DEFAULT_HTTP_PORT), table.key("listen"))
+    token = _listener_token(table)
+    max_body = table.positive_int("max_body", 64 * 1024)
+    table.finish()
+    key = table.key("listen")
+    if overrides.http is not None:
+        endpoint = listen_endpoint(overrides.http, "--http")
+        enabled = endpoint is not None
+        key = "--http"
+    if endpoint is None:
+        enabled = False
+        endpoint = HttpConfig().endpoint
+    if enabled and token is None and not endpoint_is_local(endpoint):
+        raise ConfigError(f"{key}: the HTTP API listens beyond this machine ({endpoint}); "
+                          f"set http.token_env or http.token_file so clients need a token")
+    return HttpConfig(enabled=enabled, endpoint=endpoint, token=token, max_body=max_body)
+
+
+def _manhole(table: _Table, overrides: Overrides, store: StoreConfig) -> ManholeConfig:
+    enabled = table.typed("enabled", bool, False)
+    endpoint = listen_endpoint(table.get("listen", DEFAULT_MANHOLE_PORT), table.key("listen"))
+    authorized_keys = table.path("authorized_keys")
+    password_file = table.path("password_file")
+    host_key = table.path("host_key")
+    table.finish()
+    why = table.where
+    if overrides.manhole is not None:
+        endpoint = listen_endpoint(overrides.manhole, "--manhole")
+        enabled = endpoint is not None
+        why = "--manhole"
+    if endpoint is None:
+        enabled, endpoint = False, ManholeConfig().endpoint
+    if not enabled:
+        return ManholeConfig(enabled=False, endpoint=endpoint, authorized_keys=authorized_keys,
+                             password_file=password_file, host_key=host_key)
+    if authorized_keys is None and password_file is None:
+        raise ConfigError(f"{why}: the manhole needs manhole.authorized_keys or "
+                          f"manhole.password_file (it runs Python code: no anonymous access)")
+    for key, path in (("authorized_keys", authorized_keys), ("password_file", password_file)):
+        if path is not None and not path.is_file():
+            raise ConfigError(f"{table.key(key)}: file not found: {path}")
+    if host_key is None:
+        if store.path is None:
+            raise ConfigError(f"{table.key('host_key')} is required with the memory store")
+        host_key = store.path.parent / "manhole_host_key"
+    if host_key.is_dir():
+        raise ConfigError(f"{table.key('host_key')}: {host_key} is a directory")
+    return ManholeConfig(enabled=True, endpoint=endpoint, authorized_keys=authorized_keys,
+                         password_file=password_file, host_key=host_key)
+
+
+# -- the file -------------------------------------------------------------------------
+
+_SECTIONS = ("service", "store", "world", "models", "assistants", "http", "manhole")
+
+
+def parse_config(
+    data: Mapping[str, Any],
+    *,
+    source: str = "<config>",
+    base: Path | None = None,
+    overrides: Overrides | None = None,
+    registry: ToolRegistry | None = None,
+) -> Config:
+    """Check a parsed TOML document; ConfigError (``source: key: problem``) on a mistake.
+
+    ``base`` is the directory relative paths start from (the file's);
+    ``registry`` the tools assistants may name (default: the default library).
+    """
+    try:
+        return _parse(data, source, base or Path.cwd(), overrides or Overrides(), registry)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def _parse(data: Mapping[str, Any], source: str, base: Path, overrides: Overrides,
+           registry: ToolRegistry | None) -> Config:
+    root = _Table(data, "", base)
+    if registry is None:
+        from ai_tools.tools import register_default_tools
+
+        registry = register_default_tools()
+    service = _service(_Table(root.get("service"), "service", base), overrides)
+    store = _store(_Table(root.get("store"), "store", base), overrides)
+    world = _world(_Table(root.get("world"), "world", base))
+    models = _models(root.get("models"), base, overrides)
+    raw_assistants = root.get("assistants", [])
+    if not isinstance(raw_assistants, list):
+        raise ConfigError("assistants must be an array of tables ([[assistants]]), not "
+                          f"{_type_name(raw_assistants)}")
+    assistants: list[AssistantConfig] = []
+    for index, entry in enumerate(raw_assistants):
+        config = _assistant(index, entry, models, registry)
+        if any(a.name == config.name for a in assistants):
+            raise ConfigError(f"assistants[{index}]: a second assistant named {config.name!r}")
+        assistants.append(config)
+    http = _http(_Table(root.get("http"), "http", base), overrides)
+    manhole = _manhole(_Table(root.get("manhole"), "manhole", base), overrides, store)
+    root.finish(_SECTIONS)
+    if http.enabled and manhole.enabled and http.endpoint == manhole.endpoint:
+        raise ConfigError("http.listen and manhole.listen name the same endpoint")
+    return Config(source=source, service=service, store=store, world=world, models=models,
+                  assistants=tuple(assistants), http=http, manhole=manhole)
+
+
+def load_config(
+    path: str | os.PathLike[str],
+    overrides: Overrides | None = None,
+    *,
+    registry: ToolRegistry | None = None,
+) -> Config:
+    """Read and check a TOML config file (see the module docstring)."""
+    source = os.fspath(path)
+    file = Path(os.path.expanduser(source))
+    try:
+        raw = file.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: config file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{source}: is a directory, not a config file") from None
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read the config file: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{source}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    return parse_config(data, source=source, base=file.resolve().parent, overrides=overrides,
+                        registry=registry)
