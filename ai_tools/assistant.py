@@ -271,6 +271,9 @@ class AssistantHost(Protocol):
     def save_state(self, name: str) -> defer.Deferred[None]:
         """Persist assistant ``name``; fires once durable."""
 
+    def save_state_soon(self, name: str) -> None:
+        """Persist assistant ``name`` within a short delay (bookkeeping that may lag)."""
+
     def publish(self, name: str, event: dict[str, Any]) -> None:
         """Hand a loop/tick event of assistant ``name`` to the observers."""
 
@@ -372,6 +375,7 @@ class Assistant:
     tick_errors: list[str] = attrs.field(factory=list)
     """Errors met by the tick in flight (logged once when it ends)."""
     _usage_key: tuple[int, int] | None = None
+    _config_dict: tuple[AssistantConfig, dict[str, Any]] | None = None
     _usage_pct: float = 0.0
 
     def __repr__(self) -> str:
@@ -587,28 +591,38 @@ class Assistant:
     # -- persistence -------------------------------------------------------------
 
     def to_state(self) -> dict[str, Any]:
-        """The JSON dict the store keeps (config included, runtime fields left out)."""
+        """The JSON dict the store keeps (config included, runtime fields left out).
+
+        It shares lists and dicts with the live assistant (a checkpoint after
+        every iteration must be cheap): encode or copy it at once, as the
+        stores do, and do not modify it.
+        """
+        cached = self._config_dict
+        if cached is None or cached[0] is not self.config:
+            cached = self._config_dict = (self.config, self.config.to_dict())
         return {
             "version": STATE_VERSION,
-            "config": self.config.to_dict(),
+            "config": cached[1],
             "mode": self.mode,
             "mode_reason": self.mode_reason,
             "enabled": self.enabled,
             "emergency_stopped": self.emergency_stopped,
-            "history": self.history.to_list(),
-            "pending_events": [dict(e) for e in self.pending_events],
+            # Messages are never modified in place (ConversationHistory's rule) and
+            # the store encodes the state when it is handed over: no deep copy needed.
+            "history": self.history.messages,
+            "pending_events": list(self.pending_events),
             "persona_override": self.persona_override,
             "execution": {
                 **self.execution_state.counters(),
                 "current_tool_call": self.execution_state.current_tool_call,
             },
-            "counters": dict(self.counters),
+            "counters": self.counters,
             "tick_number": self.tick_number,
             "ticks_since_reflection": self.ticks_since_reflection,
             "sleep_until": self.sleep_until,
             "sleep_maintenance_done": self.sleep_maintenance_done,
             "last_tick": self.last_tick,
-            "subagents": {k: dict(v) for k, v in self.subagents.items()},
+            "subagents": self.subagents,
         }
 
     @classmethod

@@ -264,6 +264,10 @@ class AssistantService(MultiService):
         """Persist assistant ``name`` (grouped with others); fires once durable."""
         return self.writer.save(name)
 
+    def save_state_soon(self, name: str) -> None:
+        """Persist assistant ``name`` within a second, grouped with other saves."""
+        self.writer.save_soon(name)
+
     def _state_of(self, name: str) -> dict[str, Any] | None:
         assistant = self._assistants.get(name)
         return None if assistant is None else assistant.to_state()

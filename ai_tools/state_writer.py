@@ -17,6 +17,11 @@ the bottleneck.  :class:`StateWriter` batches them:
 
 A store write that fails never leaves a half-written state: ``save_many``
 is one transaction (all or none).
+
+:meth:`StateWriter.save_soon` is for bookkeeping that may lag (counters, the
+last tick's summary): it asks for a write within ``lazy_delay`` seconds and is
+satisfied by any save of the same assistant in between, so it usually costs
+nothing extra.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ class StateWriter:
     """Returns the current state dict of an assistant (None: it is gone, skip it)."""
     clock: Clock
     max_batch: int = 1000
+    lazy_delay: float = 1.0
+    """Longest wait of a :meth:`save_soon` request."""
 
     _log = Logger()
 
@@ -51,6 +58,8 @@ class StateWriter:
     _in_flight: bool = attrs.field(init=False, default=False)
     _call: DelayedCall | None = attrs.field(init=False, default=None)
     _idle_waiters: list[defer.Deferred[None]] = attrs.field(init=False, factory=list)
+    _lazy: dict[str, None] = attrs.field(init=False, factory=dict)
+    _lazy_call: DelayedCall | None = attrs.field(init=False, default=None)
     transactions: int = attrs.field(init=False, default=0)
     """Transactions written (for status and benchmarks)."""
     states_written: int = attrs.field(init=False, default=0)
@@ -60,16 +69,41 @@ class StateWriter:
         """Queue ``name``'s state; fires once it is durable (fails if it could not be)."""
         d: defer.Deferred[None] = defer.Deferred()
         self._queued.setdefault(name, []).append(d)
+        self._lazy.pop(name, None)  # this write covers a lazy request
         self._kick()
         return d
 
+    def save_soon(self, name: str) -> None:
+        """Write ``name``'s state within ``lazy_delay`` s, unless a save does it first.
+
+        Failures are counted and logged here (nobody waits for this write).
+        """
+        if name in self._queued:
+            return
+        self._lazy[name] = None
+        if self._lazy_call is None:
+            self._lazy_call = self.clock.callLater(self.lazy_delay, self._save_lazy)
+
+    def _save_lazy(self) -> None:
+        self._lazy_call = None
+        names, self._lazy = list(self._lazy), {}
+        for name in names:
+            self.save(name).addErrback(self._lazy_failed, name)
+
+    def _lazy_failed(self, failure: Failure, name: str) -> None:
+        self._log.error("Could not save the state of {assistant}: {error}", assistant=name,
+                        error=failure.getErrorMessage())
+
     @property
     def pending(self) -> int:
-        """Assistants waiting to be written."""
-        return len(self._queued)
+        """Assistants waiting to be written (lazy requests included)."""
+        return len(self._queued) + len(self._lazy)
 
     def flush(self) -> defer.Deferred[None]:
         """Fires once everything queued so far (and in flight) is written or failed."""
+        if self._lazy_call is not None:
+            self._lazy_call.cancel()
+            self._save_lazy()
         if not self._queued and not self._in_flight:
             return defer.succeed(None)
         d: defer.Deferred[None] = defer.Deferred()

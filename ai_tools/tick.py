@@ -341,22 +341,11 @@ def _finish(tick: _Tick, status: str, reason: str, logged: bool = False) -> Tick
         "mode": assistant.mode, "errors": list(result.errors),
         "duration_ms": result.duration_ms,
     })
-    # The final state (counters, mode, last_tick); the loop's own checkpoints
-    # already made each iteration durable.  The tick result is not held back
-    # by this write; its failure is counted, and logged unless this tick has
-    # already reported that the store fails (errors are logged once per tick).
-    store_failed = any(e.startswith(_STORE_ERROR) for e in result.errors)
-    d = host.save_state(assistant.name)
-    d.addErrback(_final_save_failed, assistant, tick.number, store_failed)
+    # What changed since the loop's last checkpoint is bookkeeping (counters,
+    # last_tick): written lazily, usually together with the next save.  Mode
+    # changes, flags and events are saved at once where they happen.
+    host.save_state_soon(assistant.name)
     return result
-
-
-def _final_save_failed(failure: Failure, assistant: Assistant, number: int,
-                       reported: bool) -> None:
-    assistant.count("store_errors")
-    if not reported:
-        log.error("Tick {tick} of {assistant}: state could not be saved: {error}",
-                  assistant=assistant.name, tick=number, error=failure.getErrorMessage())
 
 
 @defer.inlineCallbacks

@@ -191,3 +191,45 @@ def test_max_batch_splits_large_rounds() -> None:
         clock.advance(0)
     assert [len(c) for c in store.calls] == [10, 10, 5]
     assert all(d.called for d in ds)
+
+
+def test_save_soon_waits_and_is_covered_by_any_save() -> None:
+    store = SlowStore()
+    store.sync = True
+    clock, writer = make(store, {"a": {"v": 1}, "b": {"v": 1}})
+    writer.save_soon("a")
+    writer.save_soon("a")
+    writer.save_soon("b")
+    assert writer.pending == 2
+    clock.advance(0)
+    assert store.calls == []  # not yet
+    writer.save("b")  # covers b's lazy request
+    clock.advance(0)
+    assert [set(c) for c in store.calls] == [{"b"}]
+    clock.advance(1.0)
+    clock.advance(0)
+    assert [set(c) for c in store.calls] == [{"b"}, {"a"}]
+    assert clock.getDelayedCalls() == []
+
+
+def test_save_soon_failure_is_logged_not_raised() -> None:
+    from tests.unit.service_fakes import LogCapture
+
+    store = SlowStore(refuse={"a"})
+    clock, writer = make(store, {"a": {}})
+    with LogCapture() as logs:
+        writer.save_soon("a")
+        clock.advance(1.0)
+        clock.advance(0)
+    assert any("Could not save" in e.get("log_format", "") for e in logs.events)
+
+
+def test_flush_writes_lazy_requests_at_once() -> None:
+    store = SlowStore()
+    store.sync = True
+    clock, writer = make(store, {"a": {}})
+    writer.save_soon("a")
+    flushed = writer.flush()
+    clock.advance(0)
+    assert flushed.called and [set(c) for c in store.calls] == [{"a"}]
+    assert clock.getDelayedCalls() == []

@@ -1,0 +1,373 @@
+"""AssistantService at scale: many assistants on one reactor (issue 5, benchmarks b, c, d).
+
+(b) 1,000 assistants each run a 5-iteration ReAct loop against the scripted
+    server (a subprocess, so only the client side's CPU is measured here) at
+    50 ms latency per answer: every iteration is a model request over HTTP, a
+    tool call and a checkpoint of the assistant's state.  Measured once with
+    the MemoryStore and once with the SQLiteStore (the state is durable before
+    each next model call; writes are grouped into shared transactions).  Next
+    to it, in the same run, a bare loop: 1,000 coroutines each doing 5
+    sequential POSTs through a plain ``Agent``.  Targets: wall time at most
+    2.5x the ideal (5 x 50 ms) and client CPU at most 1 ms per model request.
+(c) 10,000 idle assistants (nothing pending) ticking every 5 s on the real
+    reactor: CPU per second of ticking, next to 10,000 bare ``LoopingCall``\\s
+    calling a no-op at the same rate.
+(d) Memory per idle assistant (tracemalloc), service side and store side,
+    next to a bare dict of the same data.
+
+Run: ``make bench BENCH=service`` (or ``python -m benchmarks service``).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+from twisted.internet import defer, protocol, task
+from twisted.web.client import Agent, HTTPConnectionPool, readBody
+from twisted.web.http_headers import Headers
+
+ASSISTANTS = 1000
+ITERATIONS = 5
+LATENCY = 0.05
+ROUNDS = 3
+IDLE_ASSISTANTS = 10_000
+IDLE_SECONDS = 10.0
+TARGET_WALL = 2.5
+TARGET_CPU_MS = 1.0
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+class _FirstLine(protocol.ProcessProtocol):
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.line: defer.Deferred[str] = defer.Deferred()
+        self.ended: defer.Deferred[None] = defer.Deferred()
+
+    def outReceived(self, data: bytes) -> None:
+        self.buffer += data
+        if b"\n" in self.buffer and not self.line.called:
+            self.line.callback(self.buffer.split(b"\n", 1)[0].decode())
+
+    def processEnded(self, reason: Any) -> None:
+        if not self.line.called:
+            self.line.errback(RuntimeError(f"server did not start: {self.buffer!r}"))
+        self.ended.callback(None)
+
+
+def _registry() -> Any:
+    from ai_tools.tools.base import Actor, Tool, ToolRegistry
+
+    class Look(Tool):
+        name = "look"
+        description = "Look around."
+        parameters = {"type": "object", "properties": {}}
+
+        def execute(self, actor: Actor, **params: Any) -> dict[str, Any]:
+            return {"success": True, "seen": "a quiet plaza"}
+
+    return ToolRegistry([Look])
+
+
+def _config(i: int) -> dict[str, Any]:
+    return {
+        "name": f"a{i}",
+        "character_id": f"char:a{i}",
+        "persona": "You are a benchmark assistant.",
+        "tick_rate": 3600.0,
+        "hearing": False,
+        "execution_config": {"max_iterations": ITERATIONS},
+    }
+
+
+# -- (b) many loops over HTTP ------------------------------------------------------------------
+
+
+async def _service_round(service: Any, names: list[str], reactor: Any) -> tuple[float, float]:
+    """Send every assistant an event; (wall s, CPU s) until every loop has ended."""
+    remaining = set(names)
+    done: defer.Deferred[None] = defer.Deferred()
+    bad: list[Any] = []
+
+    def observe(event: dict[str, Any]) -> None:
+        if event["type"] == "tick" and event["status"] == "ran":
+            name = event["assistant"]
+            if event["reason"] != "max_iterations" or event["errors"]:
+                bad.append(event)
+            remaining.discard(name)
+            if not remaining and not done.called:
+                done.callback(None)
+
+    remove = service.add_observer(observe)
+    gc.collect()
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    for name in names:
+        service.send(name, {"type": "say", "from": "bench", "text": "go"})
+    await done
+    cpu1, wall1 = time.process_time(), time.perf_counter()
+    remove()
+    if bad:
+        raise AssertionError(f"{len(bad)} loops did not run {ITERATIONS} iterations: {bad[0]}")
+    return wall1 - wall0, cpu1 - cpu0
+
+
+async def _bare_round(agent: Agent, url: bytes, reactor: Any) -> tuple[float, float]:
+    """1,000 coroutines x 5 sequential POSTs with a bare Agent: (wall s, CPU s)."""
+    from ai_tools.llm.body import BytesProducer
+
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a benchmark assistant."},
+        {"role": "user", "content": "go"},
+    ]
+
+    async def one() -> None:
+        history = list(messages)
+        for _ in range(ITERATIONS):
+            body = json.dumps({"model": "bench", "messages": history}).encode()
+            response = await agent.request(
+                b"POST", url, Headers({b"Content-Type": [b"application/json"]}),
+                BytesProducer(body))
+            answer = json.loads(await readBody(response))
+            history.append(answer["choices"][0]["message"])
+            history.append({"role": "tool", "tool_call_id": "x", "content": "{}"})
+
+    gc.collect()
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    await defer.gatherResults([defer.Deferred.fromCoroutine(one()) for _ in range(ASSISTANTS)],
+                              consumeErrors=True)
+    return time.perf_counter() - wall0, time.process_time() - cpu0
+
+
+async def _bench_loops(reactor: Any, url: str, store_kind: str, tmp: str) -> dict[str, Any]:
+    from ai_tools.llm.client import OpenAIChatClient
+    from ai_tools.llm.profile import ModelProfile
+    from ai_tools.retry import RetryPolicy
+    from ai_tools.service import AssistantService
+    from ai_tools.store.memory import MemoryStore
+    from ai_tools.store.sqlite import SQLiteStore
+
+    profile = ModelProfile(base_url=url, model="bench", max_concurrency=ASSISTANTS,
+                           stream=False, context_window=128_000)
+    client = OpenAIChatClient(profile, reactor=reactor, retry_policy=RetryPolicy(max_attempts=1))
+    if store_kind == "sqlite":
+        store: Any = SQLiteStore(str(Path(tmp) / "bench.sqlite"), reactor=reactor, clock=reactor)
+    else:
+        store = MemoryStore(clock=reactor)
+    service = AssistantService(llm=client, store=store, registry=_registry(), clock=reactor,
+                               max_concurrent=ASSISTANTS)
+    service.startService()
+    await service.when_ready()
+    await defer.gatherResults([service.add_assistant(_config(i)) for i in range(ASSISTANTS)])
+    names = service.names()
+
+    pool = HTTPConnectionPool(reactor, persistent=True)
+    pool.maxPersistentPerHost = ASSISTANTS
+    agent = Agent(reactor, pool=pool)
+    chat_url = (url + "/chat/completions").encode()
+
+    figures: dict[str, list[float]] = {"wall": [], "cpu": [], "bare_wall": [], "bare_cpu": []}
+    try:
+        await _service_round(service, names, reactor)  # warm-up: connections, imports
+        await _bare_round(agent, chat_url, reactor)
+        for n in range(ROUNDS):
+            order = ["ours", "bare"] if n % 2 == 0 else ["bare", "ours"]
+            for kind in order:
+                if kind == "ours":
+                    wall, cpu = await _service_round(service, names, reactor)
+                    figures["wall"].append(wall)
+                    figures["cpu"].append(cpu)
+                else:
+                    wall, cpu = await _bare_round(agent, chat_url, reactor)
+                    figures["bare_wall"].append(wall)
+                    figures["bare_cpu"].append(cpu)
+        writer = service.writer
+        transactions = writer.transactions
+        states = writer.states_written
+    finally:
+        await service.stopService()
+        await pool.closeCachedConnections()
+    requests = ASSISTANTS * ITERATIONS
+    return {
+        "wall": statistics.median(figures["wall"]),
+        "cpu_ms": statistics.median(figures["cpu"]) * 1000 / requests,
+        "bare_wall": statistics.median(figures["bare_wall"]),
+        "bare_cpu_ms": statistics.median(figures["bare_cpu"]) * 1000 / requests,
+        "rounds": figures["wall"],
+        "states_per_transaction": states / max(1, transactions),
+    }
+
+
+async def _bench_b(reactor: Any) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        scenario = Path(tmp) / "bench.json"
+        scenario.write_text(json.dumps({
+            "model": "bench",
+            "default": {"tool_calls": [{"name": "look", "arguments": {}}],
+                        "latency": LATENCY, "stream": False},
+        }), encoding="utf-8")
+        server = _FirstLine()
+        process = reactor.spawnProcess(
+            server, sys.executable,
+            [sys.executable, "-m", "ai_tools.testing", str(scenario), "--port", "0", "--quiet"],
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            url = (await server.line).rsplit(" ", 1)[-1]
+            results = {kind: await _bench_loops(reactor, url, kind, tmp)
+                       for kind in ("memory", "sqlite")}
+        finally:
+            process.signalProcess("TERM")
+            await server.ended
+    ideal = ITERATIONS * LATENCY
+    print(f"(b) {ASSISTANTS} assistants x {ITERATIONS}-iteration loops, {LATENCY * 1000:.0f} ms "
+          f"per model answer, server in a subprocess; medians of {ROUNDS} rounds")
+    for kind, r in results.items():
+        wall_ratio = r["wall"] / ideal
+        print(f"  {kind:6} store: wall {r['wall']:.3f}s = {wall_ratio:.2f}x ideal "
+              f"({ideal:.2f}s; bare Agent loop {r['bare_wall']:.3f}s = "
+              f"{r['bare_wall'] / ideal:.2f}x) "
+              f"[{'meets' if wall_ratio <= TARGET_WALL else 'MISSES'} <= {TARGET_WALL}x]")
+        print(f"               CPU {r['cpu_ms']:.3f} ms per model request (bare Agent loop "
+              f"{r['bare_cpu_ms']:.3f} ms) "
+              f"[{'meets' if r['cpu_ms'] <= TARGET_CPU_MS else 'MISSES'} <= {TARGET_CPU_MS} ms]; "
+              f"{r['states_per_transaction']:.0f} states per write transaction")
+
+
+# -- (c) idle ticking and (d) memory --------------------------------------------------------------
+
+
+class _NoModel:
+    """An idle assistant never calls its model."""
+
+    model = "none"
+    context_window = 8192
+
+    def complete(self, *args: Any, **kw: Any) -> Any:
+        raise AssertionError("an idle assistant called its model")
+
+    def close(self) -> Any:
+        return defer.succeed(None)
+
+
+async def _sleep(reactor: Any, seconds: float) -> None:
+    await task.deferLater(reactor, seconds, lambda: None)
+
+
+async def _bench_cd(reactor: Any) -> None:
+    from ai_tools.service import AssistantService
+    from ai_tools.store.memory import MemoryStore
+    from ai_tools.tools.base import ToolRegistry
+
+    # (d) memory, measured while building the service
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    store = MemoryStore(clock=reactor)
+    service = AssistantService(llm=_NoModel(), store=store, registry=ToolRegistry(),
+                               clock=reactor, max_concurrent=1000)
+    service.startService()
+    await service.when_ready()
+    configs = [{**_config(i), "tick_rate": 5.0} for i in range(IDLE_ASSISTANTS)]
+    await defer.gatherResults([service.add_assistant(c) for c in configs])
+    gc.collect()
+    total = tracemalloc.get_traced_memory()[0] - base
+    snapshot = tracemalloc.take_snapshot()
+    store_bytes = sum(
+        s.size for s in snapshot.statistics("filename")
+        if "ai_tools/store" in s.traceback[0].filename)
+    tracemalloc.stop()
+    gc.collect()
+    tracemalloc.start()
+    bare_base = tracemalloc.get_traced_memory()[0]
+    bare = {c["name"]: {"config": dict(c), "history": [], "pending": [], "counters": {},
+                        "mode": "awake"} for c in configs}
+    bare_bytes = tracemalloc.get_traced_memory()[0] - bare_base
+    tracemalloc.stop()
+    del bare
+
+    # (c) idle ticking on the real reactor
+    await _sleep(reactor, 1.0)
+    ticks0 = sum(a.tick_number for a in service.assistants.values())
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    await _sleep(reactor, IDLE_SECONDS)
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    ticks = sum(a.tick_number for a in service.assistants.values()) - ticks0
+    await service.stopService()
+
+    calls = 0
+
+    def noop() -> None:
+        nonlocal calls
+        calls += 1
+
+    loops = []
+    for i in range(IDLE_ASSISTANTS):
+        loop = task.LoopingCall(noop)
+        loop.clock = reactor
+        loops.append(loop)
+        reactor.callLater(5.0 * i / IDLE_ASSISTANTS, loop.start, 5.0, False)
+    await _sleep(reactor, 6.0)
+    calls = 0
+    bcpu0, bwall0 = time.process_time(), time.perf_counter()
+    await _sleep(reactor, IDLE_SECONDS)
+    bcpu, bwall = time.process_time() - bcpu0, time.perf_counter() - bwall0
+    for loop in loops:
+        if loop.running:
+            loop.stop()
+
+    cpu_per_s = cpu * 1000 / wall
+    bare_per_s = bcpu * 1000 / bwall
+    print(f"(c) {IDLE_ASSISTANTS} idle assistants ticking every 5 s, {IDLE_SECONDS:.0f} s on "
+          f"the real reactor")
+    print(f"  AssistantService (one timer): {cpu_per_s:.1f} ms CPU per second "
+          f"({ticks / wall:.0f} idle ticks/s, {cpu * 1e6 / max(1, ticks):.1f} us CPU per tick)")
+    print(f"  bare: {IDLE_ASSISTANTS} LoopingCalls calling a no-op: {bare_per_s:.1f} ms CPU per "
+          f"second ({calls / bwall:.0f} calls/s); ratio {cpu_per_s / max(bare_per_s, 1e-9):.2f}x")
+    per = total / IDLE_ASSISTANTS
+    print(f"(d) memory per idle assistant: {per / 1024:.1f} KiB in all, of which "
+          f"{store_bytes / IDLE_ASSISTANTS / 1024:.1f} KiB in the MemoryStore's saved copy "
+          f"(bare dict of the same config and empty state: "
+          f"{bare_bytes / IDLE_ASSISTANTS / 1024:.1f} KiB)")
+
+
+async def _bench(reactor: Any) -> None:
+    await _bench_b(reactor)
+    await _bench_cd(reactor)
+
+
+def run_here() -> None:
+    """Run on this process's global reactor (which it stops afterwards)."""
+    from twisted.internet import reactor
+
+    failures: list[Any] = []
+    d = defer.Deferred.fromCoroutine(_bench(reactor))
+    d.addErrback(failures.append)
+    d.addBoth(lambda _: reactor.stop())
+    reactor.run()
+    if failures:
+        failures[0].raiseException()
+
+
+def main() -> None:
+    """Run in a child process: a reactor cannot be restarted, and others may need one."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run(
+        [sys.executable, "-c", "from benchmarks.bench_service import run_here; run_here()"],
+        cwd=root, check=True,
+    )
+
+
+if __name__ == "__main__":
+    run_here()
