@@ -38,8 +38,17 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks $(BENCH)
 
+## The main job: the service with Pip the innkeeper, a player talking to her, each loop
+## step printed; the scripted stand-in model unless LLM_URL and LLM_MODEL are set.
 demo: $(STAMP)
 	$(PY) -m ai_tools.demo
+
+## The same service under twistd in the foreground until Ctrl-C (HTTP API on 127.0.0.1:8080).
+CONFIG ?= examples/assistant.toml
+run: $(STAMP)
+	$(VENV)/bin/twistd -n --pidfile= ai-assistant --config $(CONFIG) \
+		$(if $(LLM_URL),--llm-url "$(LLM_URL)") $(if $(LLM_MODEL),--model "$(LLM_MODEL)") \
+		$(if $(LLM_API_KEY),--api-key-env LLM_API_KEY)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .coverage .coverage.* var

@@ -28,7 +28,7 @@ from typing import Any, cast
 
 from twisted.application.service import IService, MultiService
 from twisted.internet import defer, error
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from ai_tools.config import Config, ModelSpec
@@ -136,7 +136,11 @@ class StandaloneService(MultiService):
         config = self.config
         yield self._start_models()
         self.store = self._make_store()
-        yield self.store.open()
+        try:
+            yield self.store.open()
+        except Exception as exc:
+            raise AIToolsError(f"cannot open the store ({self._store_label()}): "
+                               f"{describe_failure(exc)}") from exc
         self._store_opened = True
         from ai_tools.world.sandbox import SandboxWorld
 
@@ -161,10 +165,11 @@ class StandaloneService(MultiService):
 
     def _start_failed(self, failure: Failure) -> None:
         self.failure = describe_failure(failure)
-        log.critical("ai_tools service could not start: {error}", error=self.failure,
-                     log_failure=failure if not failure.check(AIToolsError, OSError,
-                                                               error.CannotListenError)
-                     else None)
+        if failure.check(AIToolsError, OSError, error.CannotListenError):
+            log.critical("ai_tools service could not start: {error}", error=self.failure)
+        else:  # a bug: keep the traceback in the log
+            log.failure("ai_tools service could not start: {error}", failure,
+                        LogLevel.critical, error=self.failure)
         waiters, self._ready_waiters = self._ready_waiters, []
         for waiter in waiters:
             waiter.errback(failure)

@@ -1,197 +1,413 @@
-"""``make demo`` (``python -m ai_tools.demo``): the tool system on a real reactor.
+"""``make demo`` (``python -m ai_tools.demo``): the standalone service at work.
 
-Registers a few example tools in a fresh registry, shows the function schemas a
-model would be offered, then runs calls the way the engine does — validate,
-execute through ``maybeDeferred`` with a timeout, check the result — and prints
-what the model would see: a good call, a call whose parameters are safely
-coerced, a bad call refused with its model-readable errors, and tools that
-answer later through a Deferred and through a coroutine.
+Starts the service of ``examples/assistant.toml`` on the embedded default (a
+fresh SQLite file in ``var/``, the sandbox world of ``examples/world.toml``),
+gives Pip the innkeeper one memory, and has Bob, a player in the inn, speak to
+her twice.  Each step of her ReAct loop is printed as it happens — the tool
+chosen, her reasoning, how long the call took, whether it came from the cache,
+what it returned, and why the loop ended — followed by what Bob hears.  Then
+the service stops cleanly and the demo exits 0.
 
-An interim demo: the service demo replaces it once the assistant service lands.
+With no model server configured, the answers come from the scripted stand-in
+model of :mod:`ai_tools.testing` playing ``examples/demo-scenario.toml`` (no
+network, no API key).  With ``LLM_URL`` and ``LLM_MODEL`` set (and
+``LLM_API_KEY`` if the server needs one), the same demo runs against that
+OpenAI-compatible server: Ollama, llama.cpp's server, vLLM, OpenAI,
+OpenRouter...
 """
 
 from __future__ import annotations
 
-import inspect
+import argparse
 import json
-from collections.abc import Callable
-from typing import Any, ClassVar
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast
 
 from twisted.internet import defer, task
-
-from ai_tools.tools import Actor, Tool, ToolCategory, ToolRegistry, validate_tool_result
-
-ROOMS = {
-    "hall": "A long hall lit by oil lamps. Doors lead north and east.",
-    "garden": "A walled garden; a fountain murmurs in the middle.",
-}
-
-
-class DescribeRoom(Tool):
-    """Read-only: describe one of the demo rooms."""
-
-    name = "describe_room"
-    description = "Describe a room of the house."
-    category = ToolCategory.SAFE_CHAIN
-    cacheable = True
-    parameters: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "properties": {
-            "room": {"type": "string", "enum": sorted(ROOMS), "description": "Which room."},
-            "detail": {"type": "string", "enum": ["brief", "full"], "description": "How much."},
-        },
-        "required": ["room"],
-    }
-
-    def execute(self, actor: Actor, **params: Any) -> dict[str, Any]:
-        text = ROOMS[params["room"]]
-        if params.get("detail", "brief") == "brief":
-            text = text.split(".")[0] + "."
-        return {"success": True, "room": params["room"], "description": text}
-
-
-class SetLamp(Tool):
-    """Changes the world: set the hall lamp."""
-
-    name = "set_lamp"
-    description = "Switch the hall lamp on or off; set its brightness (0-100) and color."
-    category = ToolCategory.DANGEROUS
-    parameters: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "properties": {
-            "on": {"type": "boolean"},
-            "brightness": {"type": "integer", "minimum": 0, "maximum": 100},
-            "color": {"type": "string", "enum": ["warm", "cold"]},
-        },
-        "required": ["on"],
-    }
-
-    def execute(self, actor: Actor, **params: Any) -> dict[str, Any]:
-        lamp = {"on": params["on"], "brightness": params.get("brightness", 50),
-                "color": params.get("color", "warm")}
-        return {"success": True, "lamp": lamp}
-
-
-class WaitForBell(Tool):
-    """Answers later through a Deferred (e.g. a network or database call)."""
-
-    name = "wait_for_bell"
-    description = "Wait for the door bell, at most `seconds` seconds."
-    category = ToolCategory.ASYNC_REQUIRED
-    timeout = 5
-    parameters: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "properties": {"seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 2}},
-        "required": ["seconds"],
-    }
-    clock: Any = None
-
-    def execute(self, actor: Actor, **params: Any) -> defer.Deferred[dict[str, Any]]:
-        assert self.clock is not None, "the demo sets the clock after registering"
-        seconds = params["seconds"]
-        return task.deferLater(self.clock, seconds, lambda: {"success": True, "rang": True,
-                                                             "waited": seconds})
-
-
-class Announce(Tool):
-    """An ``async def`` tool that ends the loop (TERMINAL)."""
-
-    name = "announce"
-    description = "Announce something to everyone in the house."
-    category = ToolCategory.TERMINAL
-    parameters: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "properties": {"text": {"type": "string", "minLength": 1, "maxLength": 200}},
-        "required": ["text"],
-    }
-    clock: Any = None
-
-    async def execute(self, actor: Actor, **params: Any) -> dict[str, Any]:
-        assert self.clock is not None, "the demo sets the clock after registering"
-        await task.deferLater(self.clock, 0.05, lambda: None)
-        return {"success": True, "announced": params["text"], "by": actor.owner}
-
-
-DEMO_TOOLS: tuple[type[Tool], ...] = (DescribeRoom, SetLamp, WaitForBell, Announce)
-
-DEMO_CALLS: tuple[tuple[str, str, dict[str, Any]], ...] = (
-    ("a good call", "describe_room", {"room": "garden", "detail": "full"}),
-    ("safe coercion: \"true\" -> true, \"75\" -> 75", "set_lamp",
-     {"on": "true", "brightness": "75"}),
-    ("a bad call, refused before it runs", "set_lamp",
-     {"brightness": "very", "colour": "warm"}),
-    ("a tool answering through a Deferred", "wait_for_bell", {"seconds": 0.2}),
-    ("an async def tool", "announce", {"text": "Dinner is served."}),
+from twisted.logger import (
+    FilteringLogObserver,
+    Logger,
+    LogLevel,
+    LogLevelFilterPredicate,
+    globalLogBeginner,
+    textFileLogObserver,
 )
+from twisted.python.failure import Failure
+
+__all__ = ["PLAYER_LINES", "StepPrinter", "main", "run_demo", "summarise_result"]
+
+log = Logger()
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+ASSISTANT = "pip"
+PLAYER = "char:bob"
+PLAYER_LINES = (
+    "Evening, Pip! What's the soup tonight, and do you remember how I take it?",
+    "Perfect. Two bowls, please, I'm starving.",
+)
+SEED_MEMORY = ("Bob takes his fish chowder without onions.",
+               {"importance": 6, "about": "Bob", "tags": ["preference"]})
+DEFAULT_TIMEOUT = 180.0
+"""Seconds one exchange may take (a real model on a CPU can be slow)."""
+
+Write = Callable[[str], None]
 
 
-def build_registry(clock: Any) -> ToolRegistry:
-    """A fresh registry holding the demo tools, their clocks set to ``clock``."""
-    registry = ToolRegistry(DEMO_TOOLS)
-    for name in ("wait_for_bell", "announce"):
-        tool = registry.get_tool(name)
-        assert isinstance(tool, WaitForBell | Announce)
-        tool.clock = clock
-    return registry
+# -- what the steps say ------------------------------------------------------------
 
 
-def _execute(tool: Tool, actor: Actor, params: dict[str, Any]) -> Any:
-    result = tool.execute(actor, **params)
-    if inspect.iscoroutine(result):
-        return defer.Deferred.fromCoroutine(result)
-    return result
+def _short(value: Any, limit: int = 90) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def call_tool(registry: ToolRegistry, clock: Any, actor: Actor, name: str,
-              params: Any) -> defer.Deferred[dict[str, Any]]:
-    """Validate and run one call; fires with the result dict the model would see."""
-    tool = registry.get_tool(name)
-    if tool is None:
-        return defer.succeed({"success": False, "error": f"Unknown tool '{name}'"})
-    validation = tool.validate_parameters(params)
-    if not validation.valid:
-        return defer.succeed({"success": False, "error": validation.format_for_llm(name)})
-    d: defer.Deferred[Any] = defer.maybeDeferred(_execute, tool, actor, validation.cleaned_params)
-    d.addTimeout(tool.timeout, clock)
-    d.addCallback(validate_tool_result, name)
-    return d
+def _keys(items: Any) -> str:
+    if not isinstance(items, list):
+        return ""
+    return ", ".join(str(i.get("key", i.get("id", "?"))) for i in items if isinstance(i, Mapping))
+
+
+def summarise_result(result: Any) -> str:
+    """One line saying what a tool returned (the whole result is in the history)."""
+    if not isinstance(result, Mapping):
+        return _short(result)
+    if not result.get("success", False):
+        return "error: " + _short(result.get("error") or result.get("status") or result)
+    parts: list[str] = []
+    location = result.get("location")
+    if isinstance(location, Mapping):
+        parts.append(str(location.get("key", location.get("id"))))
+        for label, key in (("exits", "exits"), ("here", "contents"), ("people", "characters")):
+            names = _keys(result.get(key))
+            if names:
+                parts.append(f"{label}: {names}")
+    elif isinstance(result.get("memories"), list):
+        memories = result["memories"]
+        if memories:
+            first = memories[0].get("content", "") if isinstance(memories[0], Mapping) else ""
+            parts.append(f"{len(memories)} memory(ies), best: {_short(first, 70)!r}")
+        else:
+            parts.append(str(result.get("message", "no memories")))
+    elif isinstance(result.get("memory"), Mapping):
+        memory = result["memory"]
+        content = _short(memory.get("content", ""), 70)
+        parts.append(f"stored memory {memory.get('id', '')}: {content!r}")
+    elif isinstance(result.get("results"), list):
+        parts.append(f"found {len(result['results'])}: {_keys(result['results']) or '-'}")
+    elif isinstance(result.get("attributes"), Mapping):
+        attributes = result["attributes"]
+        parts.append(", ".join(f"{k} = {json.dumps(v, ensure_ascii=False)}"
+                               for k, v in attributes.items()) or "no attributes")
+    elif "delivered_to" in result:
+        heard = result.get("delivered_to") or []
+        parts.append(f"{result.get('kind', 'said')}, heard by {', '.join(heard) or 'nobody'}")
+    else:
+        rest = {k: v for k, v in result.items() if k != "success" and not k.startswith("_")}
+        parts.append(_short(rest) if rest else "ok")
+    return "; ".join(parts)
+
+
+class StepPrinter:
+    """Prints an assistant's loop events as they arrive (an AssistantService observer).
+
+    ``result_of(tool_call_id)`` returns the decoded result of a finished call
+    (from the history), so each step can say what the tool returned.
+    """
+
+    def __init__(self, write: Write, result_of: Callable[[str], Any]) -> None:
+        self.write = write
+        self.result_of = result_of
+        self.thinking: list[str] = []
+        self.finished = 0
+
+    def __call__(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "iteration":
+            self.thinking = []
+            self.write(f"  step {event.get('iteration')}: asking the model "
+                       f"({event.get('usage_percent', 0)}% of the context used)")
+        elif kind == "text_delta":
+            self.thinking.append(str(event.get("text", "")))
+        elif kind == "tool_call":
+            thought = "".join(self.thinking).strip()
+            self.thinking = []
+            if thought:
+                self.write(f"    reasoning: {_short(thought, 100)}")
+            arguments = json.dumps(event.get("arguments") or {}, ensure_ascii=False)
+            self.write(f"    tool:      {event.get('tool')}({_short(arguments, 80)})"
+                       f"  [{event.get('category') or '?'}]")
+        elif kind == "tool_result":
+            ms = float(event.get("duration_ms") or 0.0)
+            cache = ", cache hit" if event.get("from_cache") else ""
+            status = "ok" if event.get("success") else str(event.get("status", "failed"))
+            summary = summarise_result(self.result_of(str(event.get("tool_call_id", ""))))
+            self.write(f"    result:    {status} in {ms:.1f} ms{cache}: {summary}")
+        elif kind == "signal":
+            self.write(f"    signal:    {event.get('tool_name')}"
+                       f"({_short(event.get('arguments') or {}, 60)})")
+        elif kind == "termination":
+            thought = "".join(self.thinking).strip()
+            if thought:
+                self.write(f"    answer:    {_short(thought, 100)}")
+            error = f" ({_short(event.get('error'), 100)})" if event.get("error") else ""
+            self.write(f"  loop ended: {event.get('reason')}{error} after "
+                       f"{event.get('iterations')} step(s), "
+                       f"{float(event.get('duration_ms') or 0) / 1000:.2f} s")
+            self.finished += 1
+
+
+def _result_lookup(service: Any, name: str) -> Callable[[str], Any]:
+    def result_of(call_id: str) -> Any:
+        for message in reversed(service.get(name).history.messages):
+            if message.get("role") == "tool" and message.get("tool_call_id") == call_id:
+                try:
+                    return json.loads(message.get("content") or "null")
+                except ValueError:
+                    return message.get("content")
+        return None
+
+    return result_of
+
+
+# -- setting up --------------------------------------------------------------------
+
+
+def model_overrides(environ: Mapping[str, str]) -> tuple[dict[str, str], str]:
+    """Overrides for a real model from LLM_URL/LLM_MODEL/LLM_API_KEY, and what to announce.
+
+    Raises ValueError when only one of LLM_URL and LLM_MODEL is set.
+    """
+    url = environ.get("LLM_URL", "").strip()
+    model = environ.get("LLM_MODEL", "").strip()
+    if not url and not model:
+        return {}, ("the scripted stand-in model (ai_tools.testing) playing "
+                    "examples/demo-scenario.toml: no model server, no network.\n"
+                    "       Set LLM_URL and LLM_MODEL to use a real OpenAI-compatible server.")
+    if not url or not model:
+        raise ValueError("set both LLM_URL and LLM_MODEL (e.g. LLM_URL=http://127.0.0.1:11434/v1 "
+                         "LLM_MODEL=qwen2.5:7b-instruct)")
+    overrides = {"llm_url": url, "model": model}
+    if environ.get("LLM_API_KEY", "").strip():
+        overrides["api_key_env"] = "LLM_API_KEY"
+    return overrides, f"{model} at {url} (from LLM_URL / LLM_MODEL)"
+
+
+def fresh_state(state_dir: Path) -> Path:
+    """The demo's database path, with any earlier demo run's files removed."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    db = state_dir / "demo.sqlite"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    return db
 
 
 @defer.inlineCallbacks
-def run_demo(clock: Any, write: Callable[[str], None]) -> Any:
-    """Print the demo through ``write``; fires with the exit code (0)."""
-    registry = build_registry(clock)
-    write("ai_tools demo: the tool system (validation, coercion, Deferred and async tools)")
-    write("")
-    write("Tools offered to the model:")
-    for tool in registry.get_all_tools():
-        required = tool.parameters.get("required", [])
-        write(f"  {tool.name:<14} {tool.category.value:<15} required: "
-              f"{', '.join(required) or '-'}")
-    write(f"  ({len(registry.get_tool_schemas())} OpenAI-compatible function schemas)")
-    actor = Actor("char:butler")
-    for number, (title, name, params) in enumerate(DEMO_CALLS, start=1):
-        write("")
-        write(f"{number}. {title}")
-        write(f"   call:   {name}({json.dumps(params)})")
-        started = clock.seconds()
-        result = yield call_tool(registry, clock, actor, name, params)
-        elapsed = clock.seconds() - started
-        if result.get("success"):
-            write(f"   result: {json.dumps(result)}  ({elapsed:.2f}s)")
-        else:
-            write("   the model sees:")
-            for line in str(result.get("error", "")).splitlines():
-                write(f"     {line}")
-    write("")
-    write("Done.")
-    return 0
+def seed_memory(db: Path, reactor: Any) -> Any:
+    """Give Pip one memory about Bob before the service starts (so she can recall it)."""
+    from ai_tools.store.sqlite import SQLiteStore
+    from ai_tools.tools.records import MEMORIES
+
+    store = SQLiteStore(str(db), clock=reactor, reactor=reactor)
+    yield store.open()
+    try:
+        content, metadata = SEED_MEMORY
+        yield store.add_record(ASSISTANT, MEMORIES, content, dict(metadata))
+    finally:
+        yield store.close()
 
 
-def main(reactor: Any) -> defer.Deferred[Any]:
-    """``task.react`` entry point."""
-    return run_demo(reactor, print)
+def _wait_for(flag: Callable[[], bool], reactor: Any, timeout: float) -> defer.Deferred[bool]:
+    """Fires True once ``flag()`` is true, False after ``timeout`` seconds (polls every 50 ms)."""
+    result: defer.Deferred[bool] = defer.Deferred()
+    deadline = reactor.seconds() + timeout
+
+    def check() -> None:
+        if flag():
+            poll.stop()
+            result.callback(True)
+        elif reactor.seconds() >= deadline:
+            poll.stop()
+            result.callback(False)
+
+    poll = task.LoopingCall(check)
+    poll.clock = reactor
+    poll.start(0.05, now=True)
+    return result
+
+
+# -- the demo ----------------------------------------------------------------------
+
+
+@defer.inlineCallbacks
+def run_demo(
+    reactor: Any,
+    write: Write,
+    *,
+    state_dir: Path,
+    environ: Mapping[str, str],
+    timeout: float = DEFAULT_TIMEOUT,
+    config_path: Path = EXAMPLES / "assistant.toml",
+) -> Any:
+    """Run the demo, printing through ``write``; fires with the exit status."""
+    from ai_tools.app import build_service, describe_failure
+    from ai_tools.config import Overrides, load_config
+    from ai_tools.errors import ConfigError
+
+    try:
+        llm, announced = model_overrides(environ)
+    except ValueError as exc:
+        write(f"demo: {exc}")
+        return 2
+    db = fresh_state(state_dir)
+    try:
+        config = load_config(config_path, Overrides(db=str(db), http="off", manhole="off",
+                                                    **llm))
+    except ConfigError as exc:
+        write(f"demo: {exc}")
+        return 2
+
+    write("ai_tools demo: Pip, the innkeeper of the Drowned Lantern, is an LLM assistant")
+    write("acting in a small sandbox world through tools.")
+    write("")
+    write(f"Model: {announced}")
+    write(f"State: {db} (a fresh SQLite file; the service's log is {state_dir / 'demo.log'})")
+    yield seed_memory(db, reactor)
+    content, _ = SEED_MEMORY
+    write(f"Pip remembers one thing already: {content!r}")
+
+    app = build_service(config, reactor=reactor)
+    app.startService()
+    status = 0
+    try:
+        try:
+            yield app.when_ready()
+        except Exception as exc:
+            write(f"demo: the service did not start: {describe_failure(exc)}")
+            return 1
+        service, world = app.assistants, app.world
+        write(f"Service: {len(service.names())} assistants hosted ({', '.join(service.names())}) "
+              f"in the world {world.meta.get('name', 'sandbox')}.")
+        printer = StepPrinter(write, _result_lookup(service, ASSISTANT))
+        stop_observing = service.add_observer(printer, ASSISTANT)
+        heard: list[str] = []
+
+        def bob_hears(message: Any) -> None:
+            if getattr(message, "sender_id", None) == f"char:{ASSISTANT}":
+                line = message.render()
+                heard.append(line)
+                write(f"  Bob hears: {line}")
+
+        stop_hearing = world.subscribe(PLAYER, bob_hears)
+        try:
+            for line in PLAYER_LINES:
+                write("")
+                write(f'Bob, in {world.describe_location(PLAYER)["room"]["key"]}, says: '
+                      f'"{line}"')
+                before, said_before = printer.finished, len(heard)
+                world.message_location(PLAYER, line)
+                done = yield _wait_for(
+                    lambda before=before: printer.finished > before
+                    and service.get(ASSISTANT).current_tick is None,
+                    reactor, timeout)
+                if not done:
+                    write(f"  (no answer within {timeout:.0f} s)")
+                    status = 1
+                    break
+                if len(heard) == said_before:
+                    reply = _last_text(service.history(ASSISTANT))
+                    write(f"  Pip said nothing in the room{': ' + repr(reply) if reply else '.'}")
+        finally:
+            stop_hearing()
+            stop_observing()
+        yield _print_summary(app, write)
+    finally:
+        yield app.stopService()
+    write("")
+    write("The service stopped cleanly (state saved, store closed)." if status == 0
+          else "The service stopped.")
+    return status
+
+
+def _last_text(history: Sequence[Mapping[str, Any]]) -> str:
+    for message in reversed(history):
+        if message.get("role") == "assistant" and isinstance(message.get("content"), str):
+            return str(message["content"]).strip()
+    return ""
+
+
+@defer.inlineCallbacks
+def _print_summary(app: Any, write: Write) -> Any:
+    from ai_tools.tools.records import MEMORIES
+
+    service = app.assistants
+    counters = service.counters(ASSISTANT)
+    memories = yield app.store.list_records(ASSISTANT, MEMORIES, 10, False)
+    write("")
+    write(f"Pip's memories now: {len(memories)}")
+    for memory in memories:
+        write(f"  - {memory['content']}")
+    write(f"Counters: {counters.get('loops', 0)} loops, {counters.get('iterations', 0)} steps, "
+          f"{counters.get('model_requests', 0)} model requests, {counters.get('calls', 0)} "
+          f"tool calls ({counters.get('cache_hits', 0)} from the cache, "
+          f"{counters.get('retries', 0)} retries, {counters.get('errors', 0)} errors).")
+    path = app.config.store.path
+    if path is not None:
+        write(f"Everything is in {path}: try  sqlite3 {path} "
+              "\"SELECT name, json_array_length(state, '$.history') FROM assistants\"")
+
+
+def _start_logging(state_dir: Path) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    log_file = open(state_dir / "demo.log", "a", encoding="utf-8")  # open until the process exits
+    predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)
+    observer = FilteringLogObserver(textFileLogObserver(log_file), [cast(Any, predicate)])
+    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m ai_tools.demo [--state-dir DIR] [--timeout SECONDS]``."""
+    parser = argparse.ArgumentParser(prog="python -m ai_tools.demo",
+                                     description="Run the ai_tools demo (see README.md).")
+    parser.add_argument("--state-dir", default=str(ROOT / "var"),
+                        help="where the demo's SQLite file and log go (default: var/)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help="seconds one exchange may take")
+    args = parser.parse_args(argv)
+    if not (EXAMPLES / "assistant.toml").is_file():
+        print("demo: examples/assistant.toml not found; run the demo from a source checkout",
+              file=sys.stderr)
+        return 2
+    state_dir = Path(args.state_dir)
+    _start_logging(state_dir)
+    status: list[int] = []
+
+    def write(line: str) -> None:
+        print(line, flush=True)
+
+    def failed(failure: Failure) -> None:
+        write(f"demo: failed: {failure.getErrorMessage() or failure.type.__name__} "
+              f"(details in {state_dir / 'demo.log'})")
+        log.failure("The demo failed", failure)
+        status.append(1)
+
+    def run(reactor: Any) -> defer.Deferred[None]:
+        d = run_demo(reactor, write, state_dir=state_dir, environ=os.environ,
+                     timeout=args.timeout)
+        d.addCallbacks(status.append, failed)
+        return d
+
+    try:
+        task.react(run)
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            return int(exc.code) if isinstance(exc.code, int) else 1
+    return status[0] if status else 1
 
 
 if __name__ == "__main__":
-    task.react(main)
+    sys.exit(main())

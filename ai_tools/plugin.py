@@ -142,7 +142,11 @@ def _exit_on_fatal(message: str) -> None:
         sys.stderr.flush()
         os._exit(EXIT_STARTUP_FAILED)
 
-    sys.stderr.write(f"{PROGRAM}: error: {message}\n")
+    # twistd has replaced sys.stderr with a log proxy: the line goes to the real one.
+    stderr = sys.__stderr__
+    if stderr is not None:
+        stderr.write(f"{PROGRAM}: error: {message}\n")
+        stderr.flush()
     # twistd's run() returns normally once the reactor stops (status 0); the exit
     # hook runs after it has removed its pid file and flushed its log.
     atexit.register(exit_with_status)
