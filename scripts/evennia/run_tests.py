@@ -10,8 +10,8 @@
    127.0.0.1 only, free ports) and migrates its database;
 3. runs ``evennia test --settings settings.py ai_tools.contrib.evennia`` (the
    contrib's tests under Evennia's own test runner and test base classes);
-4. runs the end-to-end test (``ai_tools/contrib/evennia/e2e.py``) against a
-   real ``evennia start`` in a fresh game directory, when it exists.
+4. runs the end-to-end test (``scripts/evennia/e2e.py``) against a real
+   ``evennia start`` in a fresh game directory under ``var/evennia-test/e2e``.
 
 Steps 1 and 2 leave stamp files holding a digest of their inputs, so a rerun
 skips them unless ``setup.cfg``, ``pyproject.toml``, ``setup.py`` or this
@@ -229,6 +229,29 @@ def run_contrib_tests(labels: list[str]) -> tuple[int, int, int]:
     return ran, failed, skipped
 
 
+def run_e2e() -> tuple[int, int]:
+    """Run the end-to-end test (scripts/evennia/e2e.py); returns (passed, failed)."""
+    cmd = [venv_bin("python"), str(Path(__file__).with_name("e2e.py"))]
+    log("running the end-to-end test: a real evennia start, telnet, a scripted model")
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert proc.stdout is not None
+    summary = None
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        match = re.match(r"^e2e: (\d+) passed, (\d+) failed", line)
+        if match:
+            summary = (int(match.group(1)), int(match.group(2)))
+    returncode = proc.wait()
+    if summary is None:
+        return 0, 1
+    passed, failed = summary
+    if returncode != 0 and failed == 0:
+        failed = 1
+    return passed, failed
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``make test-evennia``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -236,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         "labels", nargs="*", default=[CONTRIB], help="test labels (default: the contrib)"
     )
     parser.add_argument("--setup-only", action="store_true", help="prepare, run nothing")
+    parser.add_argument("--no-e2e", action="store_true", help="skip the end-to-end test")
+    parser.add_argument("--e2e-only", action="store_true", help="only the end-to-end test")
     args = parser.parse_args(argv)
     if sys.version_info[:2] != (3, 11):
         log(f"warning: Evennia 5.0 is tested here on Python 3.11, not {sys.version.split()[0]}")
@@ -244,14 +269,22 @@ def main(argv: list[str] | None = None) -> int:
     ensure_game()
     if args.setup_only:
         return 0
-    ran, failed, skipped = run_contrib_tests(args.labels)
-    passed = ran - failed - skipped
+    ran = failed = skipped = 0
+    if not args.e2e_only:
+        ran, failed, skipped = run_contrib_tests(args.labels)
+        if ran == 0:
+            failed += 1
+    passed = max(ran - failed - skipped, 0)
+    if not args.no_e2e and args.labels == [CONTRIB]:
+        e2e_passed, e2e_failed = run_e2e()
+        passed += e2e_passed
+        failed += e2e_failed
     log(f"finished in {time.monotonic() - started:.0f}s")
-    summary = f"evennia: {max(passed, 0)} passed, {failed} failed"
+    summary = f"evennia: {passed} passed, {failed} failed"
     if skipped:
         summary += f", {skipped} skipped"
     print(summary, flush=True)
-    return 1 if failed or ran == 0 else 0
+    return 1 if failed or passed == 0 else 0
 
 
 if __name__ == "__main__":

@@ -4,5 +4,5 @@
 
 (``make test-evennia`` sets up the virtualenv and a game directory first.)
 They use Evennia's test base classes; the end-to-end test against a running
-server is ``ai_tools/contrib/evennia/e2e.py``.
+server is ``scripts/evennia/e2e.py``.
 """
