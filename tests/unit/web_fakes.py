@@ -1,0 +1,90 @@
+"""A harness for the HTTP API unit tests: the example world, a service on a Clock, StubTreq."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from treq.testing import StubTreq
+from twisted.internet import defer, task
+from twisted.python.failure import Failure
+
+from ai_tools.web.api import ApiResource
+from ai_tools.world.sandbox import SandboxWorld
+from tests.unit.sandbox_world_fixtures import EXAMPLE
+from tests.unit.service_fakes import add, make_service, settle
+
+
+def result_of(d: defer.Deferred[Any]) -> Any:
+    """The result of a fired Deferred (raises its failure)."""
+    box: list[Any] = []
+    d.addBoth(box.append)
+    assert box, "the Deferred has not fired"
+    if isinstance(box[0], Failure):
+        box[0].raiseException()
+    return box[0]
+
+
+class Answer:
+    """A finished response: status code, headers, body (bytes) and its JSON."""
+
+    def __init__(self, code: int, headers: Any, body: bytes) -> None:
+        self.code = code
+        self.headers = headers
+        self.body = body
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    def header(self, name: str) -> str | None:
+        values = self.headers.getRawHeaders(name.encode())
+        return values[0].decode() if values else None
+
+    def __repr__(self) -> str:
+        return f"<Answer {self.code} {self.body[:200]!r}>"
+
+
+class ApiHarness:
+    """Pip (in the inn, with Bob) and Mason (in the workshop) hosted behind an ApiResource."""
+
+    def __init__(self, *, token: str | None = None, max_body: int = 65536,
+                 world: bool = True) -> None:
+        self.clock = task.Clock()
+        self.world = SandboxWorld.from_file(EXAMPLE, clock=self.clock) if world else None
+        _, self.service, self.loop = make_service(self.clock, world=self.world)
+        add(self.service, self.clock, name="pip", character_id="char:pip")
+        add(self.service, self.clock, name="mason", character_id="char:mason")
+        self.resource = ApiResource(self.service, self.world, token=token, max_body=max_body,
+                                    clock=self.clock)
+        self.resource.start()
+        self.stub = StubTreq(self.resource)
+
+    def pump(self) -> None:
+        """Move bytes and the clock's zero-delay calls until things settle."""
+        for _ in range(3):
+            self.stub.flush()
+            settle(self.clock)
+        self.stub.flush()
+
+    def start(self, method: str, path: str, *, body: Any = None, data: bytes | None = None,
+              headers: dict[str, str] | None = None, unbuffered: bool = False
+              ) -> defer.Deferred[Any]:
+        """Send a request; fires with the treq response (pump to make it come)."""
+        if body is not None:
+            data = json.dumps(body).encode()
+        return self.stub.request(  # type: ignore[attr-defined]
+            method, "http://127.0.0.1" + path, data=data,
+                                 headers=headers or {}, unbuffered=unbuffered)
+
+    def finish(self, d: defer.Deferred[Any]) -> Answer:
+        """Pump until the response of ``d`` is complete; the Answer."""
+        self.pump()
+        response = result_of(d)
+        content = response.content()
+        self.pump()
+        return Answer(response.code, response.headers, result_of(content))
+
+    def call(self, method: str, path: str, **kw: Any) -> Answer:
+        """Send a request and return its finished Answer."""
+        return self.finish(self.start(method, path, **kw))
