@@ -223,11 +223,13 @@ def listen_endpoint(value: Any, key: str) -> str | None:
         return None
     if text.isdigit():
         return f"tcp:{_port(int(text), key)}:interface=127.0.0.1"
-    host_port = re.fullmatch(r"\[?([0-9A-Za-z.\-:]+?)\]?:(\d+)", text)
-    if host_port and host_port.group(1).split(":")[0].lower() not in _SERVER_ENDPOINTS:
+    host_port = (re.fullmatch(r"([A-Za-z0-9.\-]+):(\d+)", text)
+                 or re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d+)", text))
+    if host_port and host_port.group(1).lower() not in _SERVER_ENDPOINTS:
         host, port = host_port.group(1), _port(int(host_port.group(2)), key)
-        kind = "tcp6" if ":" in host else "tcp"
-        return f"{kind}:{port}:interface={host.replace(':', chr(92) + ':')}"
+        if ":" in host:
+            return f"tcp6:{port}:interface={host.replace(':', chr(92) + ':')}"
+        return f"tcp:{port}:interface={host}"
     parts = _split_endpoint(text)
     kind = parts[0].lower()
     if kind not in _SERVER_ENDPOINTS:

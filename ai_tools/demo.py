@@ -310,10 +310,7 @@ def run_demo(
                       f'"{line}"')
                 before, said_before = printer.finished, len(heard)
                 world.message_location(PLAYER, line)
-                done = yield _wait_for(
-                    lambda before=before: printer.finished > before
-                    and service.get(ASSISTANT).current_tick is None,
-                    reactor, timeout)
+                done = yield _wait_for(_answered(printer, service, before), reactor, timeout)
                 if not done:
                     write(f"  (no answer within {timeout:.0f} s)")
                     status = 1
@@ -331,6 +328,14 @@ def run_demo(
     write("The service stopped cleanly (state saved, store closed)." if status == 0
           else "The service stopped.")
     return status
+
+
+def _answered(printer: StepPrinter, service: Any, before: int) -> Callable[[], bool]:
+    """Whether a loop has ended since ``before`` and the tick around it is over."""
+    def answered() -> bool:
+        return printer.finished > before and service.get(ASSISTANT).current_tick is None
+
+    return answered
 
 
 def _last_text(history: Sequence[Mapping[str, Any]]) -> str:
@@ -365,7 +370,8 @@ def _start_logging(state_dir: Path) -> None:
     state_dir.mkdir(parents=True, exist_ok=True)
     log_file = open(state_dir / "demo.log", "a", encoding="utf-8")  # open until the process exits
     predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)
-    observer = FilteringLogObserver(textFileLogObserver(log_file), [cast(Any, predicate)])
+    text_observer: Any = textFileLogObserver(log_file)
+    observer: Any = FilteringLogObserver(text_observer, [cast(Any, predicate)])
     globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
 
 
@@ -390,7 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line, flush=True)
 
     def failed(failure: Failure) -> None:
-        write(f"demo: failed: {failure.getErrorMessage() or failure.type.__name__} "
+        write(f"demo: failed: {failure.getErrorMessage() or repr(failure.value)} "
               f"(details in {state_dir / 'demo.log'})")
         log.failure("The demo failed", failure)
         status.append(1)
