@@ -406,7 +406,7 @@ def test_endpoint_is_local(endpoint: str, local: bool) -> None:
     assert endpoint_is_local(endpoint) is local
 
 
-# -- command-line overrides -------------------------------------------------------------------------
+# -- command-line overrides --------------------------------------------------------------------
 
 
 def test_db_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -460,7 +460,7 @@ def test_log_level_override() -> None:
     assert "--log-level must be one of" in error_of(base_config(), Overrides(log_level="chatty"))
 
 
-# -- whatever is in the file: a Config or one ConfigError line ------------------------------------
+# -- whatever is in the file: a Config or one ConfigError line ------------------------------
 
 _values = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 70000) | st.floats(allow_nan=True)
