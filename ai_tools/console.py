@@ -341,19 +341,25 @@ def _unb64(text: str) -> bytes:
     return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
 
 
-def hash_password(password: str, scheme: str = "scrypt", *, salt: bytes | None = None) -> str:
-    """A salted hash of ``password`` for the password file (``$scheme$params$salt$hash``)."""
+def hash_password(password: str, scheme: str = "scrypt", *, salt: bytes | None = None,
+                  cost: int | None = None) -> str:
+    """A salted hash of ``password`` for the password file (``$scheme$params$salt$hash``).
+
+    ``cost`` replaces scrypt's ``n`` or PBKDF2's iteration count (tests use a
+    low one; the defaults are the safe ones).
+    """
     if not isinstance(password, str) or not password:
         raise ValueError("the password must be a non-empty string")
     salt = salt if salt is not None else secrets.token_bytes(16)
     secret = password.encode("utf-8")
     if scheme == "scrypt":
-        p = SCRYPT_PARAMS
+        p = dict(SCRYPT_PARAMS, n=cost or SCRYPT_PARAMS["n"])
         digest = hashlib.scrypt(secret, salt=salt, n=p["n"], r=p["r"], p=p["p"], dklen=32)
         return f"$scrypt$n={p['n']},r={p['r']},p={p['p']}${_b64(salt)}${_b64(digest)}"
     if scheme in ("pbkdf2", "pbkdf2-sha256"):
-        digest = hashlib.pbkdf2_hmac("sha256", secret, salt, PBKDF2_ITERATIONS)
-        return f"$pbkdf2-sha256$i={PBKDF2_ITERATIONS}${_b64(salt)}${_b64(digest)}"
+        iterations = cost or PBKDF2_ITERATIONS
+        digest = hashlib.pbkdf2_hmac("sha256", secret, salt, iterations)
+        return f"$pbkdf2-sha256$i={iterations}${_b64(salt)}${_b64(digest)}"
     raise ValueError(f"unknown password scheme {scheme!r}; use scrypt or pbkdf2")
 
 
@@ -402,11 +408,13 @@ _dummy_hashes: dict[str, str] = {}
 
 def _dummy_hash(like: Iterable[str]) -> str:
     """A hash as costly as the file's first one, checked for unknown users (same timing)."""
-    scheme = next((h.split("$")[1] for h in like), "scrypt")
-    scheme = "pbkdf2" if scheme.startswith("pbkdf2") else "scrypt"
-    if scheme not in _dummy_hashes:
-        _dummy_hashes[scheme] = hash_password(secrets.token_hex(8), scheme)
-    return _dummy_hashes[scheme]
+    first = next(iter(like), None)
+    scheme, params = ("scrypt", {}) if first is None else _parse_hash(first)[:2]
+    key = f"{scheme}:{params}"
+    if key not in _dummy_hashes:
+        cost = params.get("n") or params.get("i")
+        _dummy_hashes[key] = hash_password(secrets.token_hex(8), scheme, cost=cost)
+    return _dummy_hashes[key]
 
 
 def read_password_file(path: str | os.PathLike[str]) -> dict[str, str]:
