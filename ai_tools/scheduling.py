@@ -126,6 +126,8 @@ class TickScheduler:
         self._added += 1
         entry = _Entry(name=name, due=first_due)
         self._entries[name] = entry
+        # Removed and added again while its old tick still runs: wait for that tick.
+        entry.running = self._running.get(name)
         self._push(entry)
 
     def remove(self, name: str) -> None:
@@ -232,13 +234,14 @@ class TickScheduler:
         return started
 
     def _start_due(self) -> int:
-        budget = self.max_concurrent - len(self._running)
+        # The cap counts ticks still running: an idle tick that finishes at once
+        # does not use up a slot, so ten thousand idle assistants fit one wake-up.
+        cap = self.max_concurrent
+        running = self._running
         started = 0
-        if budget <= 0:
-            return 0
         if self._urgent:
             for name in list(self._urgent):
-                if started >= budget:
+                if len(running) >= cap:
                     break
                 entry = self._entries.get(name)
                 if entry is None:
@@ -251,7 +254,7 @@ class TickScheduler:
                 started += 1
         now = self.clock.seconds()
         heap = self._heap
-        while heap and started < budget and heap[0][0] <= now:
+        while heap and len(running) < cap and heap[0][0] <= now:
             _due, token, name = heapq.heappop(heap)
             entry = self._entries.get(name)
             if entry is None or entry.token != token or entry.running is not None:
@@ -328,6 +331,11 @@ class TickScheduler:
             def done(outcome: Any) -> Any:
                 self._running.pop(entry.name, None)
                 entry.running = None
+                current = self._entries.get(entry.name)
+                if current is not None and current is not entry and current.running is d:
+                    current.running = None  # re-added meanwhile: its turn now
+                    self._push(current)
+                    self._schedule_fill()
                 self._finished(entry, started_at)
                 if not self._running:
                     waiters, self._idle_waiters = self._idle_waiters, []

@@ -406,7 +406,22 @@ def test_idle_wakeup_touches_only_due_entries() -> None:
     assert ticks.names() == []
 
 
-@settings(max_examples=60, deadline=None)
+def test_readd_while_the_old_tick_runs_never_overlaps() -> None:
+    """Removed and re-added during a tick: the new schedule waits for the old tick."""
+    clock, ticks, sched = make()
+    sched.add("a", first_due=0)
+    sched.start()
+    sched.remove("a")
+    sched.add("a", first_due=0)
+    for _ in range(10):
+        clock.advance(1)
+    assert ticks.names() == ["a"] and ticks.overlaps == 0
+    ticks.finish("a")
+    clock.advance(0)
+    assert ticks.names() == ["a", "a"]
+
+
+@settings(max_examples=200, deadline=None)
 @given(
     ops=st.lists(
         st.tuples(
@@ -448,3 +463,15 @@ def test_invariants_under_random_operations(ops: list[tuple[str, int]], cap: int
         clock.advance(1)
     again = {n for _, n in ticks.started[before:]}
     assert present <= again
+
+
+def test_ticks_that_finish_at_once_do_not_use_up_the_cap() -> None:
+    """Idle ticks end synchronously: thousands start in one wake-up despite a cap of 10."""
+    clock, ticks, sched = make(sync=True, max_concurrent=10)
+    for i in range(5000):
+        sched.add(f"a{i}", first_due=0)
+    sched.start()
+    assert len(ticks.started) == 5000
+    for _ in range(5):
+        clock.advance(1)
+    assert len(ticks.started) == 10_000
