@@ -717,7 +717,8 @@ def _parse(data: Mapping[str, Any], source: str, base: Path, overrides: Override
     http = _http(_Table(root.get("http"), "http", base), overrides)
     manhole = _manhole(_Table(root.get("manhole"), "manhole", base), overrides, store)
     root.finish(_SECTIONS)
-    if http.enabled and manhole.enabled and http.endpoint == manhole.endpoint:
+    if (http.enabled and manhole.enabled and http.endpoint == manhole.endpoint
+            and _split_endpoint(http.endpoint)[1:2] != ["0"]):
         raise ConfigError("http.listen and manhole.listen name the same endpoint")
     return Config(source=source, service=service, store=store, world=world, models=models,
                   assistants=tuple(assistants), http=http, manhole=manhole)
