@@ -73,6 +73,47 @@ def declared_types(schema: Mapping[str, Any]) -> tuple[str, ...]:
     return ()
 
 
+_PYTHON_TYPES: dict[str, frozenset[type]] = {
+    "string": frozenset({str}),
+    "integer": frozenset({int}),
+    "number": frozenset({int, float}),
+    "boolean": frozenset({bool}),
+    "null": frozenset({type(None)}),
+    "array": frozenset({list}),
+    "object": frozenset({dict}),
+}
+_ALL_JSON_TYPES = frozenset().union(*_PYTHON_TYPES.values())
+
+
+def untouched_types(schema: Any, *, walk_containers: bool = True) -> frozenset[type] | None:
+    """The exact Python types of values :func:`coerce_value` returns as they are, unreported.
+
+    None means any value.  A value whose ``type()`` is in the set matches a
+    declared type, so it is neither converted nor reported as a mismatch; an
+    integral float where only integers are allowed (normalised to an int) and
+    containers coercion walks into (``properties``, ``items``) are left out,
+    unless ``walk_containers`` is False (the caller checks their content).  A
+    value of another type may or may not be touched: ask :func:`coerce_value`.
+    """
+    if not isinstance(schema, Mapping):
+        return None
+    types = declared_types(schema)
+    known = [_PYTHON_TYPES[t] for t in types if t in _PYTHON_TYPES]
+    if not types or len(known) < len(types):  # no type, or one that accepts anything
+        accepted = set(_ALL_JSON_TYPES)
+    else:
+        accepted = set().union(*known)
+    if "integer" in types and "number" not in types:
+        accepted.discard(float)
+    if walk_containers and isinstance(schema.get("properties"), Mapping):
+        accepted.discard(dict)
+    if walk_containers and isinstance(schema.get("items"), Mapping):
+        accepted.discard(list)
+    if accepted == _ALL_JSON_TYPES and (not types or len(known) < len(types)):
+        return None
+    return frozenset(accepted)
+
+
 def coerce_text(text: str, type_name: str) -> tuple[bool, Any]:
     """Convert ``text`` to ``type_name`` if that is lossless; ``(ok, value)``."""
     stripped = text.strip()

@@ -34,7 +34,7 @@ import attrs
 from twisted.logger import Logger
 
 from ai_tools.tools import basic_schema
-from ai_tools.tools.coercion import TypeMismatch, coerce_value
+from ai_tools.tools.coercion import TypeMismatch, coerce_value, untouched_types
 from ai_tools.tools.validation_messages import (
     NOT_GIVEN,
     STAGE_CUSTOM,
@@ -226,6 +226,9 @@ class ParameterValidator:
     _patterns: tuple[str, ...] = attrs.field(repr=False)
     _keep_undeclared: bool = attrs.field(repr=False)
     _required: tuple[str, ...] = attrs.field(repr=False)
+    _untouched: Mapping[str, frozenset[type] | None] | None = attrs.field(repr=False)
+    """Per declared parameter, the exact value types coercion leaves as they are
+    (None: any value); None when the schema allows no fast path."""
 
     def validate(self, params: Any) -> ValidationResult:
         """Validate and safely coerce one call's ``params``; never raises."""
@@ -243,6 +246,8 @@ class ParameterValidator:
             return result
 
     def _validate(self, params: Any) -> ValidationResult:
+        if type(params) is dict and self._accepts_as_is(params):
+            return ValidationResult(cleaned_params=dict(params))
         result = ValidationResult()
         if params is None:
             params = {}
@@ -277,6 +282,29 @@ class ParameterValidator:
                              stage=STAGE_INTERNAL)
         return result
 
+    def _accepts_as_is(self, params: dict[Any, Any]) -> bool:
+        """Whether ``params`` need nothing done: one schema check instead of the stages.
+
+        True when every key is declared (or undeclared keys are kept), no value
+        would be coerced (each is exactly of a type its schema declares, and
+        not a float where only integers are allowed) and the schema accepts
+        them: the staged path would then return the same clean result.
+        """
+        untouched = self._untouched
+        if untouched is None:
+            return False
+        for key, value in params.items():
+            accepted = untouched.get(key, _UNDECLARED)
+            if accepted is None:
+                continue
+            if accepted is _UNDECLARED:
+                if self._keep_undeclared:
+                    continue
+                return False
+            if type(value) not in accepted:
+                return False
+        return bool(self._instance_is_valid(params))
+
     def _drop_undeclared(self, params: dict[Any, Any], result: ValidationResult
                          ) -> dict[Any, Any]:
         """Remove (with a warning) keys the schema does not declare."""
@@ -306,6 +334,25 @@ class ParameterValidator:
             return "Unknown parameter, ignored (this tool takes no parameters)"
         shown = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
         return f"Unknown parameter, ignored (known: {shown})"
+
+
+_UNDECLARED: Any = object()
+
+
+def _untouched_by_key(schema: Mapping[str, Any]) -> dict[str, frozenset[type] | None] | None:
+    """What :attr:`ParameterValidator._untouched` holds for ``schema``."""
+    top = untouched_types(schema, walk_containers=False)
+    if top is not None and dict not in top:
+        return None  # a schema whose top level is not (only) an object: always staged
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return {}
+    by_key: dict[str, frozenset[type] | None] = {}
+    for key, subschema in properties.items():
+        if not isinstance(key, str):
+            return None
+        by_key[key] = untouched_types(subschema)
+    return by_key
 
 
 def _merge(entries: Iterable[ErrorEntry], mismatch_paths: list[tuple[Any, ...]]
@@ -358,6 +405,7 @@ def compile_validator(schema: Mapping[str, Any], *, use_jsonschema: bool | None 
         "keep_undeclared": additional is True or isinstance(additional, Mapping),
         "required": tuple(n for n in required if isinstance(n, str))
         if isinstance(required, list) else (),
+        "untouched": _untouched_by_key(schema),
     }
     if use_jsonschema:
         validator = jsonschema_class(schema)(schema)
