@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from twisted.application.service import IService, MultiService
+from twisted.application.service import MultiService
 from twisted.conch import manhole, manhole_ssh
 from twisted.conch.checkers import (
     IAuthorizedKeysDB,
@@ -722,13 +722,14 @@ def make_manhole_service(
     password_file: str | os.PathLike[str] | None = None,
     host_key: str | os.PathLike[str] | None = None,
     reactor: Any = None,
-) -> IService:
+) -> ConsoleService:
     """The manhole over SSH on ``endpoint`` (strports), with ``namespace`` as its globals.
 
     Logins: public keys listed in ``authorized_keys`` and/or passwords hashed
     in ``password_file`` (at least one is required).  ``host_key`` is the
     server key file, created with mode 0600 when missing.  Raises ConfigError
-    for a missing or bad file.
+    for a missing or bad file.  Returns an ``IService`` (a :class:`ConsoleService`,
+    i.e. a ``MultiService``); ``reactor`` defaults to the global one.
     """
     if authorized_keys is None and password_file is None:
         raise ConfigError("the manhole needs authorized_keys or password_file: "
@@ -743,7 +744,7 @@ def make_manhole_service(
         log.warn("The manhole listens on {endpoint}, reachable from other machines: "
                  "it runs arbitrary code as this process", endpoint=endpoint)
     factory = ConsoleFactory(portal.Portal(cast(Any, ConsoleRealm(namespace)), checkers), key)
-    return cast(IService, ConsoleService(factory, endpoint, reactor=reactor))
+    return ConsoleService(factory, endpoint, reactor=reactor)
 
 
 # -- python -m ai_tools.console hash-password --------------------------------------------

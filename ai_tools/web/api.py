@@ -28,11 +28,11 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any
 from urllib.parse import unquote
 
 import attrs
-from twisted.application.service import IService, MultiService
+from twisted.application.service import MultiService
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -601,8 +601,11 @@ def make_web_service(
     token: str | None = None,
     max_body: int = DEFAULT_MAX_BODY,
     clock: Any = None,
-) -> IService:
+) -> WebService:
     """The HTTP API of ``service`` (and ``world``) listening on ``endpoint`` (strports).
+
+    Returns an ``IService`` (a :class:`WebService`, i.e. a ``MultiService``):
+    ``make_web_service(...).setServiceParent(application)``.
 
     A ``token`` is required when the endpoint is reachable from other machines
     (an interface that is not a loopback address, or no interface at all);
@@ -622,4 +625,4 @@ def make_web_service(
     resource = ApiResource(service, world, token=token, max_body=max_body, clock=clock)
     site = ApiSite(resource, max_body=max_body, clock=resource.clock)
     reactor = clock if clock is not None and hasattr(clock, "listenTCP") else None
-    return cast(IService, WebService(resource, site, endpoint, reactor=reactor))
+    return WebService(resource, site, endpoint, reactor=reactor)
