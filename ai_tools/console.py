@@ -72,6 +72,7 @@ __all__ = [
     "make_manhole_service",
     "read_password_file",
     "verify_password",
+    "with_helpers",
 ]
 
 log = Logger()
@@ -150,6 +151,23 @@ def console_namespace(service: Any, world: Any, registry: Any) -> dict[str, Any]
         "heard": helpers.heard,
         "helpers": helpers.helpers,
     }
+
+
+def with_helpers(namespace: Mapping[str, Any]) -> dict[str, Any]:
+    """``namespace`` plus the helpers over its ``service`` (names it already has are kept).
+
+    So a host that builds its own namespace (``service``, ``world``,
+    ``registry``, more objects) still gets ``status()`` and the rest.
+    """
+    merged = dict(namespace)
+    service = merged.get("service")
+    if service is None:
+        return merged
+    registry = merged.get("registry", getattr(service, "registry", None))
+    world = merged.get("world", getattr(service, "world", None))
+    for key, value in console_namespace(service, world, registry).items():
+        merged.setdefault(key, value)
+    return merged
 
 
 class ConsoleHelpers:
@@ -725,6 +743,9 @@ def make_manhole_service(
 ) -> ConsoleService:
     """The manhole over SSH on ``endpoint`` (strports), with ``namespace`` as its globals.
 
+    A namespace holding a ``service`` gets the helpers of :func:`console_namespace`
+    for the names it does not define itself.
+
     Logins: public keys listed in ``authorized_keys`` and/or passwords hashed
     in ``password_file`` (at least one is required).  ``host_key`` is the
     server key file, created with mode 0600 when missing.  Raises ConfigError
@@ -743,7 +764,8 @@ def make_manhole_service(
     if not binds_locally(endpoint):
         log.warn("The manhole listens on {endpoint}, reachable from other machines: "
                  "it runs arbitrary code as this process", endpoint=endpoint)
-    factory = ConsoleFactory(portal.Portal(cast(Any, ConsoleRealm(namespace)), checkers), key)
+    realm = ConsoleRealm(with_helpers(namespace))
+    factory = ConsoleFactory(portal.Portal(cast(Any, realm), checkers), key)
     return ConsoleService(factory, endpoint, reactor=reactor)
 
 

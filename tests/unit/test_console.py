@@ -476,3 +476,18 @@ def test_hash_password_command_prompts_twice(monkeypatch: pytest.MonkeyPatch,
     assert capsys.readouterr().out.startswith("$pbkdf2-sha256$")
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n"))
     assert console.main(["hash-password"]) == 1
+
+
+def test_a_host_namespace_gets_the_helpers(ns: dict[str, Any]) -> None:
+    """with_helpers adds what is missing over the namespace's service, keeps the rest."""
+    from ai_tools.console import with_helpers
+
+    mine = {"service": ns["service"], "config": "cfg", "status": "my own"}
+    merged = with_helpers(mine)
+    assert merged["status"] == "my own" and merged["config"] == "cfg"
+    assert merged["registry"] is ns["service"].registry
+    assert merged["world"] is ns["service"].world
+    assert merged["history"]("mason").startswith("mason: 0 message(s)")
+    assert callable(merged["tick"]) and "service" in merged
+    assert with_helpers({"x": 1}) == {"x": 1}
+    assert mine == {"service": ns["service"], "config": "cfg", "status": "my own"}
