@@ -51,6 +51,8 @@ PLAYER_LINES = (
 )
 SEED_MEMORY = ("Bob takes his fish chowder without onions.",
                {"importance": 6, "about": "Bob", "tags": ["preference"]})
+MODEL_FAILURES = frozenset({"llm_error", "llm_unavailable", "parse_error", "internal_error"})
+"""Loop endings that mean the model (or its server) did not do its part."""
 DEFAULT_TIMEOUT = 180.0
 """Seconds one exchange may take (a real model on a CPU can be slow)."""
 
@@ -124,6 +126,7 @@ class StepPrinter:
         self.result_of = result_of
         self.thinking: list[str] = []
         self.finished = 0
+        self.failures: list[str] = []
 
     def __call__(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
@@ -154,10 +157,12 @@ class StepPrinter:
             thought = "".join(self.thinking).strip()
             if thought:
                 self.write(f"    answer:    {_short(thought, 100)}")
-            error = f" ({_short(event.get('error'), 100)})" if event.get("error") else ""
+            error = f" ({_short(event.get('error'), 160)})" if event.get("error") else ""
             self.write(f"  loop ended: {event.get('reason')}{error} after "
                        f"{event.get('iterations')} step(s), "
                        f"{float(event.get('duration_ms') or 0) / 1000:.2f} s")
+            if event.get("reason") in MODEL_FAILURES:
+                self.failures.append(str(event.get("error") or event.get("reason")))
             self.finished += 1
 
 
@@ -313,6 +318,11 @@ def run_demo(
                 done = yield _wait_for(_answered(printer, service, before), reactor, timeout)
                 if not done:
                     write(f"  (no answer within {timeout:.0f} s)")
+                    status = 1
+                    break
+                if printer.failures:
+                    write("  The model did not answer; check LLM_URL, LLM_MODEL (and LLM_API_KEY)."
+                          if llm else "  The scripted model did not answer as scripted.")
                     status = 1
                     break
                 if len(heard) == said_before:

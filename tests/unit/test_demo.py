@@ -1,78 +1,111 @@
-"""The interim ``make demo`` script, driven by a fake clock."""
+"""The pieces of ``make demo``: step lines, result summaries, model selection, fresh state."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from twisted.internet import defer, task
+import pytest
 
 from ai_tools import demo
-from ai_tools.tools import Actor
 
 
-def run(clock: task.Clock) -> tuple[list[Any], list[str]]:
-    """Start the demo; return its (not yet fired) results and its output lines."""
+def printed(events: list[dict[str, Any]], results: dict[str, Any] | None = None) -> list[str]:
     lines: list[str] = []
-    results: list[Any] = []
-    demo.run_demo(clock, lines.append).addBoth(results.append)
-    return results, lines
+    printer = demo.StepPrinter(lines.append, lambda call_id: (results or {}).get(call_id))
+    for event in events:
+        printer(event)
+    return lines
 
 
-def test_demo_runs_every_call_and_exits_zero() -> None:
-    """The demo waits for its Deferred and coroutine tools, then fires 0."""
-    clock = task.Clock()
-    results, lines = run(clock)
-    assert results == []  # waiting for the Deferred tool
-    clock.pump([0.05] * 10)
-    assert results == [0]
-    text = "\n".join(lines)
-    assert "Tools offered to the model:" in text
-    assert '"lamp": {"on": true, "brightness": 75, "color": "warm"}' in text
-    assert "Parameter validation failed for 'set_lamp':" in text
-    assert "- on: Missing required parameter (expected: type: boolean)" in text
-    assert "- colour: Unknown parameter, ignored (did you mean 'color'?)" in text
-    assert '"rang": true' in text
-    assert '"announced": "Dinner is served."' in text
-    assert lines[-1] == "Done."
+def test_a_step_says_reasoning_tool_duration_cache_and_result() -> None:
+    lines = printed([
+        {"type": "iteration", "iteration": 1, "usage_percent": 5.7},
+        {"type": "text_delta", "text": "Let me look "},
+        {"type": "text_delta", "text": "around."},
+        {"type": "tool_call", "tool": "inspect_location", "tool_call_id": "c1",
+         "arguments": {"detail_level": "normal"}, "category": "safe_chain"},
+        {"type": "tool_result", "tool": "inspect_location", "tool_call_id": "c1",
+         "success": True, "status": "success", "duration_ms": 1.25, "from_cache": True},
+        {"type": "termination", "reason": "terminal_tool", "iterations": 1,
+         "duration_ms": 1500.0},
+    ], {"c1": {"success": True, "location": {"key": "Inn"}, "exits": [{"key": "east"}],
+               "contents": [], "characters": [{"key": "Bob"}]}})
+    assert lines == [
+        "  step 1: asking the model (5.7% of the context used)",
+        "    reasoning: Let me look around.",
+        '    tool:      inspect_location({"detail_level": "normal"})  [safe_chain]',
+        "    result:    ok in 1.2 ms, cache hit: Inn; exits: east; people: Bob",
+        "  loop ended: terminal_tool after 1 step(s), 1.50 s",
+    ]
 
 
-def test_call_tool_reports_unknown_tools_and_bad_results() -> None:
-    """Unknown names and malformed results reach the model as failures, not exceptions."""
-    clock = task.Clock()
-    registry = demo.build_registry(clock)
-    unknown: list[Any] = []
-    demo.call_tool(registry, clock, Actor("c"), "fly", {}).addCallback(unknown.append)
-    assert unknown == [{"success": False, "error": "Unknown tool 'fly'"}]
-
-    class Broken(demo.DescribeRoom):
-        name = "broken"
-
-        def execute(self, actor: Actor, **params: Any) -> Any:
-            return defer.succeed(["not", "a", "dict"])
-
-    registry.register(Broken)
-    fixed: list[Any] = []
-    demo.call_tool(registry, clock, Actor("c"), "broken", {"room": "hall"}).addCallback(
-        fixed.append)
-    assert fixed[0]["success"] is False
-    assert "returned list" in fixed[0]["error"]
+def test_failures_are_counted_and_shown() -> None:
+    lines: list[str] = []
+    printer = demo.StepPrinter(lines.append, lambda call_id: None)
+    printer({"type": "tool_result", "tool_call_id": "x", "success": False,
+             "status": "permission_denied", "duration_ms": 0.5})
+    printer({"type": "text_delta", "text": "I cannot."})
+    printer({"type": "termination", "reason": "llm_error", "error": "could not reach it",
+             "iterations": 1, "duration_ms": 10})
+    printer({"type": "signal", "tool_name": "hand_over", "arguments": {"reason": "too big"}})
+    assert lines[0] == "    result:    permission_denied in 0.5 ms: null"
+    assert lines[1] == "    answer:    I cannot."
+    assert lines[2].startswith("  loop ended: llm_error (could not reach it) after 1 step(s)")
+    assert lines[3] == '    signal:    hand_over({"reason": "too big"})'
+    assert printer.failures == ["could not reach it"] and printer.finished == 1
 
 
-def test_slow_tools_time_out() -> None:
-    """A call longer than the tool's timeout fails with TimeoutError on the clock."""
-    clock = task.Clock()
-    registry = demo.build_registry(clock)
-    tool = registry.get_tool("wait_for_bell")
-    assert tool is not None
-    failures: list[Any] = []
-    d = demo.call_tool(registry, clock, Actor("c"), "wait_for_bell", {"seconds": 2})
-    d.addErrback(failures.append)
-    clock.advance(tool.timeout - 3)  # 2s sleep finishes first: no failure
-    assert failures == []
-    slow = type("Slow", (demo.WaitForBell,), {"name": "slow", "timeout": 1})
-    registry.register(slow).clock = clock
-    d = demo.call_tool(registry, clock, Actor("c"), "slow", {"seconds": 2})
-    d.addErrback(failures.append)
-    clock.advance(1.5)
-    assert len(failures) == 1
-    assert failures[0].check(defer.TimeoutError)
+@pytest.mark.parametrize(("result", "summary"), [
+    ({"success": False, "error": "no such object"}, "error: no such object"),
+    ({"success": True, "memories": [], "message": "no memory matches"}, "no memory matches"),
+    ({"success": True, "memories": [{"content": "Bob likes stew"}]},
+     "1 memory(ies), best: 'Bob likes stew'"),
+    ({"success": True, "memory": {"id": 4, "content": "two bowls"}},
+     "stored memory 4: 'two bowls'"),
+    ({"success": True, "results": [{"key": "soup slate"}, {"id": "obj:x"}]},
+     "found 2: soup slate, obj:x"),
+    ({"success": True, "attributes": {"soup": "chowder", "price": 3}},
+     'soup = "chowder", price = 3'),
+    ({"success": True, "kind": "say", "delivered_to": ["char:bob"]}, "say, heard by char:bob"),
+    ({"success": True, "kind": "say", "delivered_to": []}, "say, heard by nobody"),
+    ({"success": True}, "ok"),
+    ({"success": True, "waited": 2, "_token_advisory": "wrap up"}, '{"waited": 2}'),
+    ("plain text", "plain text"),
+    ({"success": True, "note": "x" * 200}, '{"note": "' + "x" * 77 + "..."),
+])
+def test_summarise_result(result: Any, summary: str) -> None:
+    assert demo.summarise_result(result) == summary
+
+
+def test_model_overrides_from_the_environment() -> None:
+    overrides, announced = demo.model_overrides({})
+    assert overrides == {} and "scripted stand-in model" in announced
+    overrides, announced = demo.model_overrides({"LLM_URL": "http://127.0.0.1:11434/v1",
+                                                 "LLM_MODEL": "qwen", "LLM_API_KEY": "k"})
+    assert overrides == {"llm_url": "http://127.0.0.1:11434/v1", "model": "qwen",
+                         "api_key_env": "LLM_API_KEY"}
+    assert announced == "qwen at http://127.0.0.1:11434/v1 (from LLM_URL / LLM_MODEL)"
+    with pytest.raises(ValueError, match="set both LLM_URL and LLM_MODEL"):
+        demo.model_overrides({"LLM_MODEL": "qwen"})
+
+
+def test_fresh_state_removes_an_earlier_run(tmp_path: Path) -> None:
+    state = tmp_path / "var"
+    state.mkdir()
+    for name in ("demo.sqlite", "demo.sqlite-wal", "demo.sqlite-shm", "other.sqlite"):
+        (state / name).write_text("old")
+    db = demo.fresh_state(state)
+    assert db == state / "demo.sqlite"
+    assert sorted(p.name for p in state.iterdir()) == ["other.sqlite"]
+    assert demo.fresh_state(tmp_path / "new" / "dir").parent.is_dir()
+
+
+def test_the_scenario_answers_both_player_lines() -> None:
+    from ai_tools.testing import Script, ScriptedModel
+
+    model = ScriptedModel.build(Script.from_file(demo.EXAMPLES / "demo-scenario.toml"))
+    for line in demo.PLAYER_LINES:
+        turn, why = model.next_turn("default", [{"role": "user", "content": f"- (say): {line}"}])
+        assert why.startswith("rule"), line
+        assert turn is not None and turn.tool_calls

@@ -1,0 +1,125 @@
+"""``python -m ai_tools.demo`` (``make demo``) as a user runs it: a real process, exit 0.
+
+Runs with the scripted stand-in model (no model server), against a model
+server named by LLM_URL/LLM_MODEL (the scripted server of ai_tools.testing,
+standing in for Ollama or vLLM), and against a server that is not there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest_twisted
+from twisted.internet import utils
+
+from ai_tools.testing import Script, start_test_server
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIO = ROOT / "examples" / "demo-scenario.toml"
+
+
+def reactor() -> Any:
+    from twisted.internet import reactor as global_reactor
+
+    return global_reactor
+
+
+async def run_demo(state_dir: Path, **env: str) -> tuple[str, str, int]:
+    """Run the demo in a child process; its stdout, stderr and exit status."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "AI_TOOLS_"))}
+    environ.update(env)
+    out, err, code = await utils.getProcessOutputAndValue(
+        sys.executable, ["-m", "ai_tools.demo", "--state-dir", str(state_dir),
+                         "--timeout", "120"],
+        env=environ, path=str(ROOT), reactor=reactor())
+    return out.decode(), err.decode(), code
+
+
+def assert_the_whole_story(out: str) -> None:
+    """Both exchanges, every kind of step, the replies Bob heard, a clean stop."""
+    lines = out.splitlines()
+    tools = [line.split("tool:", 1)[1].split("(", 1)[0].strip()
+             for line in lines if line.strip().startswith("tool:")]
+    assert tools == ["inspect_location", "recall_memories", "search_object", "get_attributes",
+                     "get_attributes", "say", "store_memory", "say"], out
+    assert "reasoning: Bob is asking about the soup." in out
+    assert "1 memory(ies), best: 'Bob takes his fish chowder without onions.'" in out
+    assert 'soup = "fish chowder", price = 3' in out
+    assert "cache hit" in out  # the repeated get_attributes
+    assert out.count("loop ended: terminal_tool") == 2
+    assert ('Bob hears: Pip says, "Fish chowder tonight, Bob, three coins a bowl. And no onions '
+            'in yours, as always."') in out
+    assert 'Bob hears: Pip says, "Two bowls of chowder coming up, Bob. Sit by the fire."' in out
+    assert "Pip's memories now: 2" in out
+    assert "The service stopped cleanly" in out
+    assert "Traceback" not in out
+
+
+def assert_state_on_disk(state_dir: Path) -> None:
+    conn = sqlite3.connect(str(state_dir / "demo.sqlite"))
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        (state,) = conn.execute("SELECT state FROM assistants WHERE name = 'pip'").fetchone()
+        history = json.loads(state)["history"]
+        assert sum(1 for m in history if m.get("role") == "tool") == 8
+    finally:
+        conn.close()
+    assert "ai_tools service ready" in (state_dir / "demo.log").read_text()
+
+
+@pytest_twisted.ensureDeferred
+async def test_demo_with_the_scripted_model(tmp_path: Path) -> None:
+    out, err, code = await run_demo(tmp_path / "var")
+    assert code == 0, out + err
+    assert "the scripted stand-in model (ai_tools.testing)" in out
+    assert_the_whole_story(out)
+    assert_state_on_disk(tmp_path / "var")
+
+
+@pytest_twisted.ensureDeferred
+async def test_demo_runs_again_from_a_fresh_state(tmp_path: Path) -> None:
+    """A second run starts over (same replies, two memories), not on top of the first."""
+    for _ in range(2):
+        out, err, code = await run_demo(tmp_path / "var")
+        assert code == 0, out + err
+        assert_the_whole_story(out)
+
+
+@pytest_twisted.ensureDeferred
+async def test_demo_against_a_model_server_named_by_llm_url(tmp_path: Path) -> None:
+    server = await start_test_server(Script.from_file(SCENARIO), reactor=reactor())
+    url, model = server.url, server.model_name
+    try:
+        out, err, code = await run_demo(tmp_path / "var", LLM_URL=url, LLM_MODEL=model,
+                                        LLM_API_KEY="sk-test")
+    finally:
+        await server.stop()
+    assert code == 0, out + err
+    assert f"Model: {model} at {url} (from LLM_URL / LLM_MODEL)" in out
+    assert_the_whole_story(out)
+    assert len(server.requests) == 7  # five steps, then two
+    assert server.requests[0].headers["authorization"] == "Bearer sk-test"
+    assert "sk-test" not in out + (tmp_path / "var" / "demo.log").read_text()
+
+
+@pytest_twisted.ensureDeferred
+async def test_demo_with_an_unreachable_model_server(tmp_path: Path) -> None:
+    out, err, code = await run_demo(tmp_path / "var", LLM_URL="http://127.0.0.1:9/v1",
+                                    LLM_MODEL="nothing")
+    assert code == 1, out + err
+    assert "loop ended: llm_error (could not reach http://127.0.0.1:9/v1" in out
+    assert "check LLM_URL, LLM_MODEL" in out
+    assert "The service stopped." in out
+    assert "Traceback" not in out + err
+
+
+@pytest_twisted.ensureDeferred
+async def test_demo_needs_both_llm_variables(tmp_path: Path) -> None:
+    out, err, code = await run_demo(tmp_path / "var", LLM_URL="http://127.0.0.1:9/v1")
+    assert code == 2
+    assert "set both LLM_URL and LLM_MODEL" in out + err
