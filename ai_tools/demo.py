@@ -202,6 +202,14 @@ def model_overrides(environ: Mapping[str, str]) -> tuple[dict[str, str], str]:
     return overrides, f"{model} at {url} (from LLM_URL / LLM_MODEL)"
 
 
+def shown(path: Path) -> str:
+    """``path`` relative to the working directory when it is below it (shorter to read)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def fresh_state(state_dir: Path) -> Path:
     """The demo's database path, with any earlier demo run's files removed."""
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -280,7 +288,8 @@ def run_demo(
     write("acting in a small sandbox world through tools.")
     write("")
     write(f"Model: {announced}")
-    write(f"State: {db} (a fresh SQLite file; the service's log is {state_dir / 'demo.log'})")
+    write(f"State: {shown(db)} (a fresh SQLite file; the service's log is "
+          f"{shown(state_dir / 'demo.log')})")
     yield seed_memory(db, reactor)
     content, _ = SEED_MEMORY
     write(f"Pip remembers one thing already: {content!r}")
@@ -372,7 +381,7 @@ def _print_summary(app: Any, write: Write) -> Any:
           f"{counters.get('retries', 0)} retries, {counters.get('errors', 0)} errors).")
     path = app.config.store.path
     if path is not None:
-        write(f"Everything is in {path}: try  sqlite3 {path} "
+        write(f"Everything is in {shown(path)}: try  sqlite3 {shown(path)} "
               "\"SELECT name, json_array_length(state, '$.history') FROM assistants\"")
 
 

@@ -109,3 +109,10 @@ def test_the_scenario_answers_both_player_lines() -> None:
         turn, why = model.next_turn("default", [{"role": "user", "content": f"- (say): {line}"}])
         assert why.startswith("rule"), line
         assert turn is not None and turn.tool_calls
+
+
+def test_paths_are_shown_relative_to_the_working_directory(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert demo.shown(tmp_path / "var" / "demo.sqlite") == "var/demo.sqlite"
+    assert demo.shown(Path("/elsewhere/demo.sqlite")) == "/elsewhere/demo.sqlite"
