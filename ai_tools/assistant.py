@@ -306,7 +306,7 @@ def _addressed(event: Mapping[str, Any], config: AssistantConfig) -> bool:
     targets = {config.name.lower()}
     if config.character_id:
         targets.add(config.character_id.lower())
-    for key in ("to", "target", "receiver"):
+    for key in ("to", "target", "target_id", "receiver"):
         value = event.get(key)
         if isinstance(value, str) and value.lower() in targets:
             return True

@@ -87,6 +87,10 @@ def world_message_to_event(message: Any) -> dict[str, Any]:
         data = {"text": str(message)}
     if "type" not in data:
         data["type"] = data.get("kind") or "message"
+    if "from" not in data:
+        speaker = data.get("sender_key") or data.get("sender_id")
+        if speaker:
+            data["from"] = speaker  # how the loop's prompt names the speaker
     return data
 
 

@@ -434,6 +434,7 @@ def test_world_message_to_event() -> None:
 
     assert world_message_to_event(WorldMessage("pose", "waves")) == {
         "kind": "pose", "text": "waves", "type": "pose"}
+    assert world_message_to_event({"sender_key": "Bob", "text": "x"})["from"] == "Bob"
     assert world_message_to_event({"text": "x"})["type"] == "message"
     assert world_message_to_event(3) == {"text": "3", "type": "message"}
 
@@ -546,3 +547,24 @@ def test_assistant_runtime_is_what_tools_see() -> None:
     assert ctx.actor.assistant.llm is service.llm_for("default")
     assert ctx.actor.character_id == "char:ada"
     assert ctx.cache_namespace == "ada"
+
+
+def test_hearing_in_the_sandbox_world() -> None:
+    """The real world: Bob's say in the inn reaches Pip; Pip's own words do not."""
+    from ai_tools.world.sandbox import SandboxWorld
+    from tests.unit.sandbox_world_fixtures import EXAMPLE
+
+    clock = task.Clock()
+    world = SandboxWorld.from_file(EXAMPLE, clock=clock)
+    _, service, loop = make_service(clock, world=world)
+    pip = add(service, clock, name="pip", character_id="char:pip")
+    pip.set_mode(SLEEP, force=True, duration=1000)
+    world.message_location("char:bob", "lovely weather", kind="say")
+    world.message_location("char:pip", "indeed", kind="say")
+    assert [e["text"] for e in pip.pending_events] == ["lovely weather"]
+    assert pip.pending_events[0]["from"] == "Bob"
+    assert pip.mode == SLEEP and not pip.has_addressed_event()
+    world.message_character("char:bob", "char:pip", "a pint please", kind="whisper")
+    settle(clock, 10)
+    assert pip.mode == "awake"  # the whisper woke Pip and the events were handled
+    assert loop is not None and loop.calls and pip.pending_events == []
