@@ -43,11 +43,11 @@ from typing import Any, Final, Literal, Protocol
 
 import attrs
 from twisted.internet import defer, task
-from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ai_tools.cache import ToolCache, cache_key, canonical_json
 from ai_tools.errors import AIToolsError
+from ai_tools.event_logger import EventLogger
 from ai_tools.history import ConversationHistory, ToolCall, build_tool_exchange
 from ai_tools.retry import DEFAULT_RETRY_POLICY, RetryPolicy, is_retryable_error
 from ai_tools.tool_results import DEFAULT_MAX_RESULT_BYTES, MIN_MAX_RESULT_BYTES, shape_result
@@ -85,7 +85,7 @@ __all__ = [
     "skip_tool_call",
 ]
 
-log = Logger()
+log = EventLogger()
 
 # -- outcome kinds and statuses ------------------------------------------------
 

@@ -26,7 +26,6 @@ from typing import Any
 
 import attrs
 from twisted.internet import defer
-from twisted.logger import Logger
 
 from ai_tools import execution
 from ai_tools.advisory import (
@@ -39,6 +38,7 @@ from ai_tools.advisory import (
     usage_percentage,
 )
 from ai_tools.errors import LLMError
+from ai_tools.event_logger import EventLogger
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.events import ChatResponse, TextDelta, ToolCall
 from ai_tools.llm.parsing import ParsedCalls, parse_tool_calls
@@ -79,7 +79,7 @@ __all__ = [
     "execute_react_loop",
 ]
 
-log = Logger()
+log = EventLogger()
 
 # -- termination reasons (DESIGN §3) ------------------------------------------
 
