@@ -17,7 +17,7 @@ $(STAMP): setup.cfg setup.py pyproject.toml
 venv: $(STAMP)
 
 ## The whole suite: the core tests with coverage, then the Evennia contrib tests.
-test: test-core
+test: test-core test-evennia
 
 test-core: $(STAMP)
 	rm -f .coverage .coverage.*

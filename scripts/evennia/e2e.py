@@ -348,6 +348,23 @@ class Game:
             raise AssertionError(f"evennia {' '.join(args)} exited {code}:\n{text[-2000:]}")
         return text
 
+    async def control(self, *args: str, timeout: float = 120.0) -> str:
+        """Run ``evennia start|reload|stop``, again if the launcher timed out.
+
+        The launcher gives the Portal ten seconds to answer; on a loaded machine
+        it may take longer, and running the same command again is how Evennia
+        itself says to recover ("Try again").
+        """
+        outputs = []
+        for attempt in range(4):
+            output = await self.run(*args, timeout=timeout)
+            outputs.append(output)
+            if "timed out" not in output:
+                break
+            say(f"evennia {' '.join(args)}: the launcher timed out (attempt {attempt + 1})")
+            await task.deferLater(self.reactor, 2.0, lambda: None)
+        return "\n".join(outputs)
+
     def pids(self) -> dict[str, int]:
         """The pids of the running Server and Portal (from their pid files)."""
         found = {}
@@ -425,7 +442,7 @@ async def scenario(reactor: Any, workdir: Path, checks: Checks) -> None:
 
         async def start() -> None:
             nonlocal started
-            await game.run("start", timeout=180.0)
+            output = await game.control("start", timeout=180.0)
             started = True
             # The very first start runs Evennia's initial setup, then restarts the
             # Server once; log in only after that.
@@ -438,7 +455,10 @@ async def scenario(reactor: Any, workdir: Path, checks: Checks) -> None:
                     break
                 await task.deferLater(reactor, 0.5, lambda: None)
             else:
-                raise AssertionError("the server did not come up (and restart after its setup)")
+                raise AssertionError(
+                    "the server did not come up (and restart after its setup); "
+                    f"evennia start said:\n{output[-1500:]}"
+                )
             pids = game.pids()
             assert set(pids) == {"server", "portal"}, f"pid files: {pids}"
 
@@ -538,7 +558,7 @@ async def scenario(reactor: Any, workdir: Path, checks: Checks) -> None:
         async def reload() -> None:
             assert builder is not None and player is not None
             old = game.pids().get("server")
-            await game.run("reload", timeout=120.0)
+            await game.control("reload", timeout=120.0)
             deadline = time.monotonic() + 90
             while time.monotonic() < deadline:
                 new = game.pids().get("server")
@@ -574,7 +594,7 @@ async def scenario(reactor: Any, workdir: Path, checks: Checks) -> None:
             nonlocal started
             pids = game.pids()
             assert player is not None
-            await game.run("stop", timeout=120.0)
+            await game.control("stop", timeout=120.0)
             deadline = time.monotonic() + 30
             while any(alive(p) for p in pids.values()) and time.monotonic() < deadline:
                 await task.deferLater(reactor, 0.25, lambda: None)
@@ -592,7 +612,7 @@ async def scenario(reactor: Any, workdir: Path, checks: Checks) -> None:
                 client.close()
         if started:
             try:
-                await game.run("stop", timeout=60.0)
+                await game.control("stop", timeout=60.0)
             except Exception as exc:
                 say(f"evennia stop failed ({exc}); killing")
                 game.kill()
