@@ -182,6 +182,7 @@ class TestHost(HostTestBase):
         self.assertEqual(result["loop"]["termination_reason"], "terminal_tool")
         prompt = json.dumps(self.llm.requests[0]["messages"])
         self.assertIn("Hello Ada, who are you?", prompt)
+        self.assertIn("Char2", prompt)  # the model is told who spoke
         lines = [str(c.kwargs.get("text") or c.args) for c in heard_by_player.call_args_list]
         self.assertTrue(any("Welcome to the room, traveller." in line for line in lines), lines)
         self.assertEqual(self.host.service.status("ada")["pending_events"], 0)
