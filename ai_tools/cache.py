@@ -32,6 +32,8 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ai_tools.json_encoding import prebuilt_encode
+
 __all__ = ["SCOPES", "CacheStats", "ToolCache", "cache_key", "canonical_json"]
 
 log = Logger()
@@ -42,17 +44,18 @@ SCOPES = ("tick", "session", "persistent")
 _LOCAL_SCOPES = ("tick", "session")
 
 
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+_CANONICAL = prebuilt_encode(
+    json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False))
 
 
 def canonical_json(value: Any) -> str:
     """Compact JSON with sorted keys (one text per value); TypeError/ValueError if not JSON."""
-    return _CANONICAL.encode(value)
+    return _CANONICAL(value)
 
 
 def cache_key(tool_name: str, params: Mapping[str, Any]) -> str:
     """``name`` + canonical JSON of ``params``; TypeError/ValueError if not JSON."""
-    return f"{tool_name}:{_CANONICAL.encode(params)}"
+    return f"{tool_name}:{_CANONICAL(params)}"
 
 
 @attrs.frozen

@@ -14,6 +14,8 @@ from typing import Any
 
 import attrs
 
+from ai_tools.json_encoding import prebuilt_encode
+
 __all__ = ["DEFAULT_MAX_RESULT_BYTES", "ShapedResult", "shape_result"]
 
 DEFAULT_MAX_RESULT_BYTES = 16 * 1024
@@ -40,13 +42,13 @@ class ShapedResult:
     truncated: bool = False
 
 
-# Built once: json.dumps() with non-default options builds a new encoder per call.
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
-_ASCII_ENCODER = json.JSONEncoder(allow_nan=False)
+# Built once (json.dumps() builds an encoder per call), C encoder included.
+_ENCODE = prebuilt_encode(json.JSONEncoder(ensure_ascii=False, allow_nan=False))
+_ENCODE_ASCII = prebuilt_encode(json.JSONEncoder(allow_nan=False))
 
 
 def _dumps(value: Any, ascii_only: bool = False) -> str:
-    return (_ASCII_ENCODER if ascii_only else _ENCODER).encode(value)
+    return (_ENCODE_ASCII if ascii_only else _ENCODE)(value)
 
 
 def _size(text: str) -> int:
