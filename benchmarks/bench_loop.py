@@ -39,13 +39,21 @@ ROUNDS = 7
 TARGET = 2.0
 
 _SCHEMA = {"type": "object", "properties": {"at": {"type": "string"}}, "required": ["at"]}
-_CALL = {"id": "call_1", "type": "function",
-         "function": {"name": "look", "arguments": '{"at": "room"}'}}
-_RESPONSE = ChatResponse.from_message(
-    {"role": "assistant", "content": None, "tool_calls": [_CALL]},
-    finish_reason="tool_calls",
-    usage={"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
-)
+
+
+def _response(call_id: str) -> ChatResponse:
+    call = {"id": call_id, "type": "function",
+            "function": {"name": "look", "arguments": '{"at": "room"}'}}
+    return ChatResponse.from_message(
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        finish_reason="tool_calls",
+        usage={"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+    )
+
+
+# One response per iteration of a loop, each call with its own id as a real model gives
+# (a reused id would make the engine log a warning and renumber it, every iteration).
+_RESPONSES = tuple(_response(f"call_{i}") for i in range(ITERATIONS_PER_LOOP))
 
 
 class LookTool(Tool):
@@ -66,9 +74,14 @@ class InstantModel:
     model = "instant"
     context_window = 128_000
 
+    def __init__(self) -> None:
+        self._next = 0
+
     def complete(self, messages: Any, tools: Any = None, tool_choice: Any = None,
                  stream: Any = None, on_event: Any = None) -> defer.Deferred[ChatResponse]:
-        return defer.succeed(_RESPONSE)
+        response = _RESPONSES[self._next]
+        self._next = (self._next + 1) % len(_RESPONSES)
+        return defer.succeed(response)
 
     def close(self) -> defer.Deferred[None]:
         return defer.succeed(None)
@@ -88,13 +101,14 @@ def run_ours(clock: task.Clock, registry: ToolRegistry, model: InstantModel) -> 
     actor = Actor("char:bench")
     start = time.process_time()
     for _ in range(LOOPS):
+        llm: Any = model  # an ILLMClient (zope declares it; mypy cannot see it)
         ctx = LoopContext(
-            assistant_name="bench", actor=actor, registry=registry, llm=model,
+            assistant_name="bench", actor=actor, registry=registry, llm=llm,
             history=ConversationHistory(), clock=clock, system_prompt="You are a benchmark.",
             on_event=_noop_event, checkpoint=_checkpoint,
         )
         d = execute_react_loop(ctx, config)
-        result = d.result  # the model and the tool answer synchronously
+        result: Any = d.result  # the model and the tool answer synchronously
         assert result.iterations == ITERATIONS_PER_LOOP, result
     return time.process_time() - start
 
@@ -120,7 +134,8 @@ def run_bare(model: InstantModel) -> float:
                     result: dict[str, Any] = {"success": False}
                 else:
                     result = yield defer.maybeDeferred(tool.execute, actor, **params)
-                history.append({"role": "assistant", "tool_calls": [_CALL]})
+                history.append({"role": "assistant",
+                                "tool_calls": response.message["tool_calls"]})
                 history.append({"role": "tool", "tool_call_id": call.id,
                                 "content": json.dumps(result)})
         return len(history)
@@ -142,7 +157,7 @@ def run_engine_only(clock: task.Clock, registry: ToolRegistry) -> float:
         ctx = ExecutionContext(registry=registry, actor=actor, history=ConversationHistory(),
                                clock=clock)
         for i in range(ITERATIONS_PER_LOOP):
-            outcome = execute_tool_call(ctx, {**_CALL, "id": f"call_{i}"}).result
+            outcome: Any = execute_tool_call(ctx, _RESPONSES[i].message["tool_calls"][0]).result
             assert outcome.success, outcome
     return time.process_time() - start
 
