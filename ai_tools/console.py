@@ -34,6 +34,7 @@ import hmac
 import os
 import secrets
 import stat
+import struct
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -48,7 +49,7 @@ from twisted.conch.checkers import (
     readAuthorizedKeyFile,
 )
 from twisted.conch.insults import insults
-from twisted.conch.ssh import keys
+from twisted.conch.ssh import connection, keys, userauth
 from twisted.cred import credentials, portal
 from twisted.cred import error as cred_error
 from twisted.cred.checkers import ICredentialsChecker
@@ -610,10 +611,45 @@ class ConsoleManhole(manhole.ColoredManhole):
         self.drawInputLine()
 
 
+class ConsoleSessionTransport:
+    """Joins an SSH session channel to the console's terminal protocol.
+
+    Twisted's ``TerminalSessionTransport`` closes the channel without an
+    exit status, so ``ssh`` reports failure (255) after a clean Ctrl-D; this
+    one sends ``exit-status 0`` first.
+    """
+
+    def __init__(self, proto: Any, chained: Any, avatar: Any, width: int, height: int) -> None:
+        session = proto.session
+        conn = avatar.conn
+
+        def close_session() -> None:
+            if session.closing or session.localClosed:
+                return
+            conn.sendRequest(session, b"exit-status", struct.pack(">L", 0))
+            conn.sendClose(session)
+
+        proto.makeConnection(_Pipe(write=chained.dataReceived, close=close_session))
+        chained.makeConnection(_Pipe(write=proto.write, close=proto.loseConnection))
+        chained.terminalProtocol.terminalSize(width, height)
+
+
+class _Pipe:
+    """The minimal transport each side of the session sees."""
+
+    def __init__(self, write: Callable[[bytes], Any], close: Callable[[], Any]) -> None:
+        self.write = write
+        self.loseConnection = close
+
+    def writeSequence(self, data: Iterable[bytes]) -> None:
+        self.write(b"".join(data))
+
+
 class ConsoleSession(manhole_ssh.TerminalSession):
     """A manhole session: the interactive console, or one statement run by ``ssh host CMD``."""
 
     namespace: dict[str, Any] = {}
+    reactor: Any = None
 
     def windowChanged(self, newWindowSize: Any) -> None:
         """The client's terminal was resized: nothing to redraw, ignore it."""
@@ -622,8 +658,16 @@ class ConsoleSession(manhole_ssh.TerminalSession):
         """The client sent EOF: the console ends on ^D or when the channel closes."""
 
     def execCommand(self, proto: Any, cmd: bytes) -> None:
-        """Run one statement (``ssh host 'status()'``), print its value, exit."""
-        run_statement(dict(self.namespace), cmd.decode("utf-8", "replace"), proto)
+        """Run one statement (``ssh host 'status()'``), print its value, exit.
+
+        It runs at the next reactor turn: the client must get the reply to its
+        ``exec`` request before any output (Twisted's own client drops it otherwise).
+        """
+        source = cmd.decode("utf-8", "replace")
+        clock = self.reactor
+        if clock is None:
+            from twisted.internet import reactor as clock
+        clock.callLater(0, run_statement, dict(self.namespace), source, proto)
 
 
 class ConsoleRealm(manhole_ssh.TerminalRealm):
@@ -631,9 +675,10 @@ class ConsoleRealm(manhole_ssh.TerminalRealm):
 
     sessionFactory = ConsoleSession
 
-    def __init__(self, namespace: dict[str, Any]) -> None:
-        super().__init__()
+    def __init__(self, namespace: dict[str, Any], reactor: Any = None) -> None:
+        super().__init__(ConsoleSessionTransport)
         self.namespace = namespace
+        self.reactor = reactor
 
         def terminal() -> insults.ServerProtocol:
             return insults.ServerProtocol(ConsoleManhole, self.namespace)
@@ -646,6 +691,7 @@ class ConsoleRealm(manhole_ssh.TerminalRealm):
 
         session = conch_interfaces.ISession(user.original)
         session.namespace = self.namespace
+        session.reactor = self.reactor
         log.info("Manhole login: {user}", user=avatarId.decode("utf-8", "replace"))
         return user
 
@@ -706,8 +752,19 @@ def run_statement(namespace: dict[str, Any], source: str, proto: Any) -> None:
         show(value)
 
 
+class ConsoleUserAuth(userauth.SSHUserAuthServer):
+    """Logins: at most 6 failures per connection (OpenSSH's MaxAuthTries), 1 s per bad password."""
+
+    attemptsBeforeDisconnect = 5
+
+
 class ConsoleFactory(manhole_ssh.ConchFactory):
     """An SSH server factory with its own host key (never the class-wide dicts)."""
+
+    services = {
+        b"ssh-userauth": ConsoleUserAuth,
+        b"ssh-connection": connection.SSHConnection,
+    }
 
     def __init__(self, portal: portal.Portal, host_key: keys.Key) -> None:
         super().__init__(portal)
@@ -764,7 +821,7 @@ def make_manhole_service(
     if not binds_locally(endpoint):
         log.warn("The manhole listens on {endpoint}, reachable from other machines: "
                  "it runs arbitrary code as this process", endpoint=endpoint)
-    realm = ConsoleRealm(with_helpers(namespace))
+    realm = ConsoleRealm(with_helpers(namespace), reactor)
     factory = ConsoleFactory(portal.Portal(cast(Any, realm), checkers), key)
     return ConsoleService(factory, endpoint, reactor=reactor)
 

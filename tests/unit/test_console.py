@@ -378,6 +378,8 @@ def test_the_manhole_is_one_ssh_listener(tmp_path: Path) -> None:
     assert isinstance(factory, manhole_ssh.ConchFactory)
     assert manhole_ssh.ConchFactory.publicKeys == {}  # the class-wide dict untouched
     assert list(factory.publicKeys) == [b"ssh-ed25519"]
+    auth = factory.services[b"ssh-userauth"]
+    assert auth.attemptsBeforeDisconnect == 5 and auth.passwordDelay >= 1
     assert stat.S_IMODE((tmp_path / "hk").stat().st_mode) == 0o600
     result_of(service.stopService())
 
