@@ -442,7 +442,7 @@ def read_password_file(path: str | os.PathLike[str]) -> dict[str, str]:
     Blank lines and ``#`` comments are skipped.  A line holding a plain-text
     password (anything that is not a recognised hash) is refused.
     """
-    where = Path(path)
+    where = Path(path).expanduser()
     try:
         text = where.read_text(encoding="utf-8")
     except OSError as exc:
@@ -477,7 +477,7 @@ class PasswordFileChecker:
 
     def __init__(self, path: str | os.PathLike[str],
                  run: Callable[..., defer.Deferred[Any]] | None = None) -> None:
-        self.path = Path(path)
+        self.path = Path(path).expanduser()
         read_password_file(self.path)  # refuse a bad file at start-up
         self._run = run or threads.deferToThread
 
@@ -513,7 +513,7 @@ class AuthorizedKeysFile:
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
+        self.path = Path(path).expanduser()
         if not self._keys():
             raise ConfigError(f"manhole authorized keys file {str(self.path)!r} holds no "
                               "usable public key")
@@ -548,7 +548,7 @@ def load_or_create_host_key(path: str | os.PathLike[str] | None) -> keys.Key:
     if path is None:
         log.warn("Manhole host key kept in memory only: clients will see a new key each start")
         return _new_host_key()
-    where = Path(path)
+    where = Path(path).expanduser()
     if where.exists():
         mode = stat.S_IMODE(where.stat().st_mode)
         if mode & 0o077:
@@ -572,8 +572,9 @@ def load_or_create_host_key(path: str | os.PathLike[str] | None) -> keys.Key:
         os.write(fd, data)
     finally:
         os.close(fd)
-    log.info("Manhole host key created: {path} ({fingerprint})", path=str(where),
-             fingerprint=key.fingerprint())
+    fingerprint = key.fingerprint(keys.FingerprintFormats.SHA256_BASE64).rstrip("=")
+    log.info("Manhole host key created: {path} (SHA256:{fingerprint})", path=str(where),
+             fingerprint=fingerprint)
     return key
 
 

@@ -493,3 +493,15 @@ def test_a_host_namespace_gets_the_helpers(ns: dict[str, Any]) -> None:
     assert callable(merged["tick"]) and "service" in merged
     assert with_helpers({"x": 1}) == {"x": 1}
     assert mine == {"service": ns["service"], "config": "cfg", "status": "my own"}
+
+
+def test_paths_may_start_with_a_tilde(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """'~/...' paths (as in authorized_keys = "~/.ssh/authorized_keys") are expanded."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    key = console._new_host_key()
+    write(tmp_path / "keys", key.public().toString("openssh").decode() + "\n")
+    write(tmp_path / "pw", f"admin:{hash_password('pw', 'pbkdf2', cost=1000)}\n")
+    assert AuthorizedKeysFile("~/keys").path == tmp_path / "keys"
+    assert read_password_file("~/pw").keys() == {"admin"}
+    load_or_create_host_key("~/hk")
+    assert (tmp_path / "hk").exists()
