@@ -665,6 +665,9 @@ class ConsoleSession(manhole_ssh.TerminalSession):
         ``exec`` request before any output (Twisted's own client drops it otherwise).
         """
         source = cmd.decode("utf-8", "replace")
+        # What the client sends (stdin) is ignored; closing the session closes nothing else.
+        # (Twisted 24.11 fails to close the channel of a protocol without a transport.)
+        proto.makeConnection(_Pipe(write=lambda data: None, close=lambda: None))
         clock = self.reactor
         if clock is None:
             from twisted.internet import reactor as clock
