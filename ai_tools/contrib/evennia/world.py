@@ -96,11 +96,6 @@ def jsonable(value: Any, depth: int = 0) -> Any:
     return repr(value)
 
 
-def _first_line(text: Any, limit: int = 200) -> str:
-    line = str(text or "").strip().splitlines()
-    return line[0][:limit] if line else ""
-
-
 @implementer(IWorld)
 @attrs.define(eq=False)
 class EvenniaWorld:
@@ -464,17 +459,8 @@ class EvenniaWorld:
         if locks and not check_lockstring(char, locks, access_type="spawn", default=True):
             raise PermissionDenied(f"the prototype {prototype_key!r} is locked against spawning")
         self._apply_overrides(prototype, overrides or {})
+        # Builders may build anywhere (Evennia's spawn command lets them, too).
         target = self._require(location, "location") if location else char.location
-        if (
-            target is not None
-            and location
-            and not (
-                target.access(char, "control")
-                or target.access(char, "edit")
-                or self._perm(char, "Builder")
-            )
-        ):
-            raise PermissionDenied(f"{char.key} may not build in {target.key}")
         prototype.pop("location", None)
         created = spawner.spawn(prototype, caller=char)
         if not created:
