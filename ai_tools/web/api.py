@@ -196,7 +196,6 @@ class ApiResource(Resource):
             self._check_token(request)
             route, params = self._route(request)
             if route.handler == self.events:
-                self._check_no_body(request)
                 self.events(request)
                 return server.NOT_DONE_YET
             d = defer.maybeDeferred(route.handler, request, **params)
@@ -236,14 +235,14 @@ class ApiResource(Resource):
         except UnicodeDecodeError:
             raise ApiError(400, "the path is not valid UTF-8 once decoded") from None
         method = request.method.decode("ascii", "replace").upper()
-        if method == "HEAD":
-            method = "GET"
         allowed: list[str] = []
         for route in self.routes:
             params = route.match(segments)
             if params is None:
                 continue
-            if route.method == method:
+            # HEAD is GET without the body, except for the never-ending event stream.
+            head = method == "HEAD" and route.method == "GET" and route.handler != self.events
+            if route.method == method or head:
                 return route, params
             allowed.append(route.method)
         if allowed:
@@ -328,10 +327,6 @@ class ApiResource(Resource):
             raise ApiError(400, f"{key} must be between {low} and {high}, not {value}",
                            field=key)
         return value
-
-    def _check_no_body(self, request: Any) -> None:
-        if isinstance(request, LimitedRequest) and request.body_refused:
-            raise ApiError(413, "request body too large")
 
     def _character_ids(self) -> dict[str, str]:
         """``{character_id: assistant name}`` of the hosted assistants."""
@@ -550,7 +545,7 @@ def _required_text(body: Mapping[str, Any], key: str, longest: int) -> str:
 
 
 class ApiSite(server.Site):
-    """A ``Site`` whose requests enforce ``max_body`` while reading; no access log noise."""
+    """A ``Site`` whose requests enforce ``max_body`` while reading, and no tracebacks sent."""
 
     requestFactory = LimitedRequest
 

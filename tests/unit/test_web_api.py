@@ -377,3 +377,11 @@ def test_a_client_gone_before_the_answer_is_not_written_to(
     assert api.call("GET", "/").code == 200
     assert writes == [200]
 
+
+
+def test_head_is_get_without_a_body_but_not_for_events(api: ApiHarness) -> None:
+    """HEAD works where GET does; HEAD /events would never end, so it is 405."""
+    answer = api.call("HEAD", "/assistants/pip")
+    assert answer.code == 200 and answer.body == b""
+    assert api.call("HEAD", "/events").code == 405
+    assert api.resource.streams == set()
