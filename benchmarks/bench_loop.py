@@ -19,14 +19,17 @@ Run: ``make bench BENCH=loop`` (or ``python -m benchmarks loop``).
 from __future__ import annotations
 
 import gc
+import json
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jsonschema
 from twisted.internet import defer, task
 from zope.interface import implementer
 
+from ai_tools.execution import ExecutionContext, execute_tool_call
 from ai_tools.history import ConversationHistory
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.events import ChatResponse
@@ -34,7 +37,9 @@ from ai_tools.react import LoopConfig, LoopContext, execute_react_loop
 from ai_tools.tools.base import Actor, Tool, ToolRegistry
 
 ITERATIONS_PER_LOOP = 10
-LOOPS = 100
+BLOCK = 10
+"""Loops per timed block."""
+BLOCKS = 10
 ROUNDS = 15
 TARGET = 2.0
 
@@ -95,28 +100,30 @@ def _checkpoint(progress: Any) -> None:
     pass
 
 
-def run_ours(clock: task.Clock, registry: ToolRegistry, model: InstantModel) -> float:
-    """Seconds for LOOPS loops of ITERATIONS_PER_LOOP iterations through execute_react_loop."""
+def ours_block(clock: task.Clock, registry: ToolRegistry, model: InstantModel
+               ) -> Callable[[], None]:
+    """BLOCK loops of ITERATIONS_PER_LOOP iterations through execute_react_loop."""
     config = LoopConfig(max_iterations=ITERATIONS_PER_LOOP)
     actor = Actor("char:bench")
-    start = time.process_time()
-    for _ in range(LOOPS):
-        llm: Any = model  # an ILLMClient (zope declares it; mypy cannot see it)
-        ctx = LoopContext(
-            assistant_name="bench", actor=actor, registry=registry, llm=llm,
-            history=ConversationHistory(), clock=clock, system_prompt="You are a benchmark.",
-            on_event=_noop_event, checkpoint=_checkpoint,
-        )
-        d = execute_react_loop(ctx, config)
-        result: Any = d.result  # the model and the tool answer synchronously
-        assert result.iterations == ITERATIONS_PER_LOOP, result
-    return time.process_time() - start
+    llm: Any = model  # an ILLMClient (zope declares it; mypy cannot see it)
+
+    def run() -> None:
+        for _ in range(BLOCK):
+            ctx = LoopContext(
+                assistant_name="bench", actor=actor, registry=registry, llm=llm,
+                history=ConversationHistory(), clock=clock,
+                system_prompt="You are a benchmark.",
+                on_event=_noop_event, checkpoint=_checkpoint,
+            )
+            d = execute_react_loop(ctx, config)
+            result: Any = d.result  # the model and the tool answer synchronously
+            assert result.iterations == ITERATIONS_PER_LOOP, result
+
+    return run
 
 
-def run_bare(model: InstantModel) -> float:
+def bare_block(model: InstantModel) -> Callable[[], None]:
     """The same work as a bare inlineCallbacks + maybeDeferred + jsonschema loop."""
-    import json
-
     validator = jsonschema.Draft202012Validator(_SCHEMA)
     tool = LookTool()
     actor = Actor("char:bench")
@@ -140,53 +147,59 @@ def run_bare(model: InstantModel) -> float:
                                 "content": json.dumps(result)})
         return len(history)
 
-    start = time.process_time()
-    for _ in range(LOOPS):
-        d = loop()
-        assert d.result == 2 * ITERATIONS_PER_LOOP
-    return time.process_time() - start
+    def run() -> None:
+        for _ in range(BLOCK):
+            d = loop()
+            assert d.result == 2 * ITERATIONS_PER_LOOP
+
+    return run
 
 
-def run_engine_only(clock: task.Clock, registry: ToolRegistry) -> float:
-    """Seconds for the same number of bare ``execute_tool_call`` calls (the engine's share)."""
-    from ai_tools.execution import ExecutionContext, execute_tool_call
-
+def engine_block(clock: task.Clock, registry: ToolRegistry) -> Callable[[], None]:
+    """The same number of bare ``execute_tool_call`` calls (the engine's share)."""
     actor = Actor("char:bench")
-    start = time.process_time()
-    for _ in range(LOOPS):
-        ctx = ExecutionContext(registry=registry, actor=actor, history=ConversationHistory(),
-                               clock=clock)
-        for i in range(ITERATIONS_PER_LOOP):
-            outcome: Any = execute_tool_call(ctx, _RESPONSES[i].message["tool_calls"][0]).result
-            assert outcome.success, outcome
-    return time.process_time() - start
+
+    def run() -> None:
+        for _ in range(BLOCK):
+            ctx = ExecutionContext(registry=registry, actor=actor,
+                                   history=ConversationHistory(), clock=clock)
+            for i in range(ITERATIONS_PER_LOOP):
+                call = _RESPONSES[i].message["tool_calls"][0]
+                outcome: Any = execute_tool_call(ctx, call).result
+                assert outcome.success, outcome
+
+    return run
 
 
 def main() -> None:
-    """Measure the loops in alternating rounds and print medians per iteration.
+    """Measure the three sides in interleaved blocks; print medians per iteration.
 
-    The ratios are medians of per-round ratios: each round of ours is divided by
-    the bare round measured just before it, so load from other processes hits
-    both sides of a ratio alike.
+    Each round runs BLOCKS blocks of each side in turn (a block is BLOCK loops,
+    a few tens of milliseconds), so load from other processes on a shared
+    machine hits all sides alike; the ratios are medians of per-round ratios.
     """
     clock = task.Clock()
     registry = ToolRegistry([LookTool])
     model = InstantModel()
-    # warm up (imports, the token counter, jsonschema compilation)
-    run_ours(clock, registry, model)
-    run_bare(model)
-    run_engine_only(clock, registry)
-    ours: list[float] = []
+    sides = [bare_block(model), ours_block(clock, registry, model),
+             engine_block(clock, registry)]
+    for run in sides:  # warm up (imports, the token counter, jsonschema compilation)
+        run()
+    n = BLOCKS * BLOCK * ITERATIONS_PER_LOOP
     bare: list[float] = []
+    ours: list[float] = []
     engine: list[float] = []
-    n = LOOPS * ITERATIONS_PER_LOOP
     for _ in range(ROUNDS):
         gc.collect()
-        bare.append(run_bare(model) / n)
-        gc.collect()
-        ours.append(run_ours(clock, registry, model) / n)
-        gc.collect()
-        engine.append(run_engine_only(clock, registry) / n)
+        spent = [0.0, 0.0, 0.0]
+        for _ in range(BLOCKS):
+            for i, run in enumerate(sides):
+                started = time.process_time()
+                run()
+                spent[i] += time.process_time() - started
+        bare.append(spent[0] / n)
+        ours.append(spent[1] / n)
+        engine.append(spent[2] / n)
     ours_us = statistics.median(ours) * 1e6
     bare_us = statistics.median(bare) * 1e6
     engine_us = statistics.median(engine) * 1e6
@@ -194,8 +207,9 @@ def main() -> None:
     engine_ratio = statistics.median(e / b for e, b in zip(engine, bare, strict=True))
     loop_ratio = statistics.median((o - e) / b for o, e, b in zip(ours, engine, bare,
                                                                    strict=True))
-    print(f"iterations per round: {n} ({LOOPS} loops x {ITERATIONS_PER_LOOP}), "
-          f"rounds: {ROUNDS}, CPU time, medians; ratios are medians of per-round ratios")
+    print(f"iterations per round and side: {n} ({BLOCKS} blocks x {BLOCK} loops x "
+          f"{ITERATIONS_PER_LOOP}), rounds: {ROUNDS}, CPU time, medians; ratios are "
+          "medians of per-round ratios")
     print(f"bare inlineCallbacks+maybeDeferred+jsonschema loop: {bare_us:8.1f} us/iteration")
     print(f"execute_react_loop, whole iteration:               {ours_us:8.1f} us/iteration")
     print(f"  of which execute_tool_call (engine) alone:        {engine_us:8.1f} us/call")
