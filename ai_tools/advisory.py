@@ -159,11 +159,10 @@ def inject_token_advisory(
     results may also sit in a cache.
     """
     out = dict(result)
-    advisory = TokenAdvisory.for_usage(usage_pct, thresholds)
-    if advisory.level is AdvisoryLevel.NORMAL:
+    if not usage_pct >= thresholds.moderate:  # NORMAL (NaN too): nothing to build
         out.pop("_token_advisory", None)
         return out
-    out["_token_advisory"] = advisory.as_dict()
+    out["_token_advisory"] = TokenAdvisory.for_usage(usage_pct, thresholds).as_dict()
     return out
 
 

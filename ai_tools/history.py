@@ -136,6 +136,10 @@ class ConversationHistory:
         """A new list of the messages (what a model request sends)."""
         return list(self._messages)
 
+    def since(self, start: int) -> list[dict[str, Any]]:
+        """A new list of the messages from index ``start`` on (cheap for a short tail)."""
+        return self._messages[start:]
+
     def __len__(self) -> int:
         return len(self._messages)
 

@@ -32,6 +32,8 @@ __all__ = [
     "build_system_prompt",
     "format_events",
     "render_tools_section",
+    "system_prompt_head",
+    "system_prompt_status",
     "tick_message",
 ]
 
@@ -142,27 +144,40 @@ def render_tools_section(inputs: PromptInputs) -> str:
     return "\n\n".join(sections)
 
 
-def build_system_prompt(inputs: PromptInputs) -> str:
-    """The system message text for one model call."""
+def system_prompt_head(inputs: PromptInputs) -> str:
+    """The part of the system prompt that stays put during a loop: persona, mode, tools.
+
+    A loop renders it once per persona; only :func:`system_prompt_status` changes
+    from one iteration to the next.
+    """
     variant = "reflection" if inputs.reflection else (
         "sleep" if inputs.mode == "sleep" else "awake")
     persona = inputs.persona.strip() or _DEFAULT_PERSONA.format(name=inputs.assistant_name)
     sections = [persona, _MODE_TEXT[variant].format(noop=inputs.noop_tool)]
-
     tools_text = (inputs.tools_text if inputs.tools_text is not None
                   else render_tools_section(inputs))
     if tools_text:
         sections.append(tools_text)
-
-    status = [f"Step {inputs.iteration + 1} of at most {inputs.max_iterations} this turn."]
-    if inputs.tool_budget_remaining is not None:
-        status.append(f"Tool calls remaining this turn: {inputs.tool_budget_remaining}.")
-    sections.append(" ".join(status))
-
-    if inputs.advisory is not None and inputs.advisory.level is not AdvisoryLevel.NORMAL:
-        sections.append(f"Context advisory ({inputs.advisory.level.value}): "
-                        f"{inputs.advisory.message}")
     return "\n\n".join(sections)
+
+
+def system_prompt_status(iteration: int, max_iterations: int,
+                         tool_budget_remaining: int | None,
+                         advisory: TokenAdvisory | None) -> str:
+    """The part of the system prompt regenerated every iteration: step, budget, advisory."""
+    status = f"Step {iteration + 1} of at most {max_iterations} this turn."
+    if tool_budget_remaining is not None:
+        status += f" Tool calls remaining this turn: {tool_budget_remaining}."
+    if advisory is not None and advisory.level is not AdvisoryLevel.NORMAL:
+        status += f"\n\nContext advisory ({advisory.level.value}): {advisory.message}"
+    return status
+
+
+def build_system_prompt(inputs: PromptInputs) -> str:
+    """The system message text for one model call: the head, then the status."""
+    status = system_prompt_status(inputs.iteration, inputs.max_iterations,
+                                  inputs.tool_budget_remaining, inputs.advisory)
+    return f"{system_prompt_head(inputs)}\n\n{status}"
 
 
 def _event_line(event: Mapping[str, Any]) -> str:

@@ -45,9 +45,9 @@ from ai_tools.llm.parsing import ParsedCalls, parse_tool_calls
 from ai_tools.llm.tokens import CHARS_PER_TOKEN, default_counter
 from ai_tools.prompts import (
     PromptInputs,
-    build_system_prompt,
     format_events,
-    render_tools_section,
+    system_prompt_head,
+    system_prompt_status,
     tick_message,
 )
 from ai_tools.tools.base import Actor, ToolCategory, ToolRegistry
@@ -484,7 +484,7 @@ class _LoopRun:
     _history_total: int = 0
     _counted: tuple[int, Any] = (0, None)
     _request_tools: list[dict[str, Any]] | None = None
-    _tools_text: str | None = None
+    _prompt_head: tuple[str, str] | None = None
 
     # -- setup -----------------------------------------------------------------
 
@@ -571,20 +571,25 @@ class _LoopRun:
         window = getattr(self.ctx.llm, "context_window", None)
         return window if isinstance(window, int) and window > 0 else 0
 
-    def _history_tokens(self, messages: list[dict[str, Any]]) -> int:
+    def _history_tokens(self) -> int:
         """Tokens of the history, counted incrementally.
 
         During a loop the history only grows, so only the messages added since
-        the last count are counted; anything else (a replaced history) is
-        counted again in full.
+        the last count are counted (without copying the history); anything
+        else (a replaced history) is counted again in full.
         """
         counter = self._counter
         n, last = self._counted
-        if n > len(messages) or (n and messages[n - 1] is not last):
-            n, self._history_total = 0, 0
-        for message in messages[n:]:
-            self._history_total += counter.count_message(message)
-        self._counted = (len(messages), messages[-1] if messages else None)
+        tail = self.history.since(n - 1) if n else None
+        if tail and tail[0] is last:
+            new = tail[1:]
+        else:  # first count, or the history was replaced: count it all
+            n, self._history_total, self._counted = 0, 0, (0, None)
+            new = self.history.since(0)
+        if new:
+            for message in new:
+                self._history_total += counter.count_message(message)
+            self._counted = (n + len(new), new[-1])
         return self._history_total
 
     def _system_prompt_tokens(self, text: str) -> int:
@@ -604,10 +609,9 @@ class _LoopRun:
 
     def usage_pct(self) -> float:
         """Context usage now: the last system prompt plus the history, in percent."""
-        messages = self.history.messages
         if self.ctx.token_counter is not None:
             tokens = int(self.ctx.token_counter(
-                [{"role": "system", "content": self.system_text}, *messages]))
+                [{"role": "system", "content": self.system_text}, *self.history.messages]))
         else:
             if self._counter is None:
                 self._counter = default_counter()
@@ -617,8 +621,7 @@ class _LoopRun:
             if self._system_counted is not self.system_text:
                 self._system_tokens = self._system_prompt_tokens(self.system_text)
                 self._system_counted = self.system_text
-            tokens = (self._fixed_tokens + self._system_tokens
-                      + self._history_tokens(messages))
+            tokens = self._fixed_tokens + self._system_tokens + self._history_tokens()
         pct = usage_percentage(tokens, self.context_window())
         self.usage["context_tokens"] = tokens
         self.usage["context_percent"] = pct
@@ -636,36 +639,40 @@ class _LoopRun:
         except Exception:
             return defer.fail()
 
-    def build_messages(self, persona: Any, advisory: TokenAdvisory) -> list[dict[str, Any]]:
-        """The regenerated system prompt, then the history (fresh results advised)."""
-        inputs = PromptInputs(
+    def prompt_head(self, persona: Any) -> str:
+        """The persona, mode and tools part of the system prompt (rendered once per persona)."""
+        text = str(persona or "")
+        cached = self._prompt_head
+        if cached is not None and cached[0] == text:
+            return cached[1]
+        head = system_prompt_head(PromptInputs(
             assistant_name=self.ctx.assistant_name,
-            persona=str(persona or ""),
+            persona=text,
             mode=self.ctx.mode,
             reflection=self.ctx.reflection,
             tool_schemas=self.tool_schemas,
             tool_categories=self.categories,
             exit_tool_schemas=[t.schema() for t in self.config.exit_tools],
             native_tools=self.native,
-            tool_budget_remaining=self.budget,
-            iteration=self.iteration,
-            max_iterations=self.config.effective_max_iterations,
-            advisory=advisory,
             noop_tool=self.config.noop_tool,
-            tools_text=self._tools_text,
-        )
-        if self._tools_text is None:
-            self._tools_text = render_tools_section(inputs)
-            inputs = attrs.evolve(inputs, tools_text=self._tools_text)
-        self.system_text = build_system_prompt(inputs)
-        history = self.history.messages
+        ))
+        self._prompt_head = (text, head)
+        return head
+
+    def build_messages(self, persona: Any, advisory: TokenAdvisory) -> list[dict[str, Any]]:
+        """The regenerated system prompt, then the history (fresh results advised)."""
+        status = system_prompt_status(self.iteration, self.config.effective_max_iterations,
+                                      self.budget, advisory)
+        self.system_text = f"{self.prompt_head(persona)}\n\n{status}"
+        messages = self.history.messages
         if self.fresh_results and advisory.level is not AdvisoryLevel.NORMAL:
             fresh = {id(m) for m in self.fresh_results}
-            history = [_with_advisory(m, advisory) if id(m) in fresh else m
-                       for m in history]
+            messages = [_with_advisory(m, advisory) if id(m) in fresh else m
+                        for m in messages]
         if self.nudge_at is not None:
-            history.insert(self.nudge_at, {"role": "user", "content": self.nudge})
-        return [{"role": "system", "content": self.system_text}, *history]
+            messages.insert(self.nudge_at, {"role": "user", "content": self.nudge})
+        messages.insert(0, {"role": "system", "content": self.system_text})
+        return messages
 
     def request_tools(self) -> list[dict[str, Any]] | None:
         """The ``tools=`` field: normal tools, noop and exit tools (native mode only)."""
