@@ -47,7 +47,8 @@ from ai_tools.tools.base import Actor, Tool, ToolRegistry
 from ai_tools.tools.validation import validate_tool_result
 
 CALLS = 1000
-ROUNDS = 31
+BLOCK = 100
+ROUNDS = 21
 UNCACHED_TARGET = 3.0
 CACHED_TARGET = 1.5
 
@@ -100,48 +101,42 @@ def _calls(name: str) -> list[dict[str, Any]]:
              "function": {"name": name, "arguments": dict(PARAMS)}} for i in range(CALLS)]
 
 
-def _time_round(run: Callable[[], None]) -> float:
-    """CPU microseconds per call for one round of CALLS calls.
+Side = Callable[[], Callable[[int, int], None]]
+"""Sets up one round of one side; returns ``run(start, stop)`` making calls start..stop-1."""
 
-    Process CPU time rather than wall time: other processes on a shared machine
-    then slow both sides alike instead of adding their own run time.
-    """
-    gc.collect()
-    started = time.process_time()
-    run()
-    return (time.process_time() - started) * 1e6 / CALLS
+_CHECKS: dict[Callable[[int, int], None], Callable[[], bool]] = {}
+"""Checks run after a round (outside the timing): every engine call gave the outcome."""
 
 
-def bare_uncached_round() -> float:
+def bare_uncached() -> Callable[[int, int], None]:
     validator = jsonschema.validators.validator_for(SCHEMA)(SCHEMA)
     sink: list[Any] = []
     params_list = [dict(PARAMS) for _ in range(CALLS)]
 
-    def run() -> None:
-        for params in params_list:
+    def run(start: int, stop: int) -> None:
+        for params in params_list[start:stop]:
             if any(True for _ in validator.iter_errors(params)):
                 raise AssertionError("invalid")
             d = defer.maybeDeferred(search, **params)
             d.addCallback(sink.append)
 
-    return _time_round(run)
+    return run
 
 
-def engine_uncached_round() -> float:
+def engine_uncached() -> Callable[[int, int], None]:
     ctx = _context()
     calls = _calls("search")
     sink: list[Any] = []
 
-    def run() -> None:
-        for tool_call in calls:
+    def run(start: int, stop: int) -> None:
+        for tool_call in calls[start:stop]:
             execute_tool_call(ctx, tool_call).addCallback(sink.append)
 
-    elapsed = _time_round(run)
-    assert len(sink) == CALLS and all(o.status == "success" for o in sink)
-    return elapsed
+    _CHECKS[run] = lambda: len(sink) == CALLS and all(o.status == "success" for o in sink)
+    return run
 
 
-def inline_steps_round() -> float:
+def inline_steps() -> Callable[[int, int], None]:
     ctx = _context()
     tool = ctx.registry.get_tool("search")
     assert tool is not None
@@ -149,8 +144,8 @@ def inline_steps_round() -> float:
     sink: list[Any] = []
     log = Logger()
 
-    def run() -> None:
-        for tool_call in calls:
+    def run(start: int, stop: int) -> None:
+        for tool_call in calls[start:stop]:
             call = parse_tool_call(tool_call)
             log.info("Assistant decision: {tool} - {reasoning}", tool=call.name,
                      reasoning=call.reasoning)
@@ -164,26 +159,26 @@ def inline_steps_round() -> float:
             d.callback(ToolCallOutcome(kind="history", status="success", result=shaped.result,
                                        call=call, history_entries=entries))
 
-    return _time_round(run)
+    return run
 
 
-def bare_cached_round() -> float:
+def bare_cached() -> Callable[[int, int], None]:
     validator = jsonschema.validators.validator_for(SCHEMA)(SCHEMA)
     cache = {cache_key("cached_search", PARAMS): search(**PARAMS)}
     sink: list[Any] = []
     params_list = [dict(PARAMS) for _ in range(CALLS)]
 
-    def run() -> None:
-        for params in params_list:
+    def run(start: int, stop: int) -> None:
+        for params in params_list[start:stop]:
             if any(True for _ in validator.iter_errors(params)):
                 raise AssertionError("invalid")
             key = "cached_search:" + json.dumps(params, sort_keys=True, separators=(",", ":"))
             sink.append(cache[key])
 
-    return _time_round(run)
+    return run
 
 
-def engine_cached_round() -> float:
+def engine_cached() -> Callable[[int, int], None]:
     ctx = _context()
     first: list[Any] = []
     execute_tool_call(ctx, {"tool": "cached_search", "parameters": dict(PARAMS)}) \
@@ -191,26 +186,36 @@ def engine_cached_round() -> float:
     calls = _calls("cached_search")
     sink: list[Any] = []
 
-    def run() -> None:
-        for tool_call in calls:
+    def run(start: int, stop: int) -> None:
+        for tool_call in calls[start:stop]:
             execute_tool_call(ctx, tool_call).addCallback(sink.append)
 
-    elapsed = _time_round(run)
-    assert len(sink) == CALLS and all(o.from_cache for o in sink)
-    return elapsed
+    _CHECKS[run] = lambda: len(sink) == CALLS and all(o.from_cache for o in sink)
+    return run
 
 
-def _medians(*rounds: Callable[[], float]) -> tuple[list[float], list[float]]:
-    """Medians of ROUNDS runs of each round function (interleaved), and of the ratios.
+def _medians(*sides: Side) -> tuple[list[float], list[float]]:
+    """Medians over ROUNDS of each side's CPU us per call, and of the per-round ratios.
 
-    The ratios are taken round by round (each function against the first one,
-    the baseline, measured moments apart), so a burst of load from other
-    processes hits both sides of a ratio instead of one side of the medians.
+    A round sets every side up afresh, then runs their calls in blocks of
+    BLOCK, the sides taking turns, so load from other processes on a shared
+    machine hits all sides alike.  Ratios are against the first side (the
+    baseline), round by round.  CPU time of this process, not wall time.
     """
-    times: list[list[float]] = [[] for _ in rounds]
+    times: list[list[float]] = [[] for _ in sides]
     for _ in range(ROUNDS):
-        for i, one_round in enumerate(rounds):
-            times[i].append(one_round())
+        runs = [side() for side in sides]
+        gc.collect()
+        spent = [0.0] * len(runs)
+        for start in range(0, CALLS, BLOCK):
+            for i, run in enumerate(runs):
+                started = time.process_time()
+                run(start, start + BLOCK)
+                spent[i] += time.process_time() - started
+        for i, total in enumerate(spent):
+            times[i].append(total * 1e6 / CALLS)
+        for run in runs:
+            assert _CHECKS.pop(run, lambda: True)(), "an engine call did not succeed"
     ratios = [statistics.median(t / b for t, b in zip(ti, times[0], strict=True))
               for ti in times]
     return [statistics.median(t) for t in times], ratios
@@ -226,11 +231,11 @@ def main() -> None:
     print(f"{CALLS} calls x {ROUNDS} rounds, CPU time; medians of per-round means, "
           "ratio = median of per-round ratios", flush=True)
     (bare, ours, inline), (_, ratio, inline_ratio) = _medians(
-        bare_uncached_round, engine_uncached_round, inline_steps_round)
+        bare_uncached, engine_uncached, inline_steps)
     _report("uncached", ours, bare, ratio, UNCACHED_TARGET)
     print(f"{'':10s} (the mandatory steps inline, no engine: {inline:.1f} us/call = "
           f"{inline_ratio:.2f}x the baseline)", flush=True)
-    (bare, ours), (_, ratio) = _medians(bare_cached_round, engine_cached_round)
+    (bare, ours), (_, ratio) = _medians(bare_cached, engine_cached)
     _report("cache hit", ours, bare, ratio, CACHED_TARGET)
 
 
