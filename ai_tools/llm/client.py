@@ -20,13 +20,16 @@ import os
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from http.cookiejar import CookieJar
 from typing import Any, cast
 
 import attrs
+from hyperlink import URL
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.client import Agent, HTTPConnectionPool, _HTTP11ClientFactory
+from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent
 from zope.interface import implementer
 
@@ -43,11 +46,10 @@ from ai_tools.errors import (
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.body import BodyReader, BytesProducer
 from ai_tools.llm.breaker import CircuitBreaker
+from ai_tools.llm.consumer import EventCallback, StreamConsumer, StreamServerError
 from ai_tools.llm.events import (
     AssistantMessageFinal,
     ChatResponse,
-    LLMEvent,
-    ServerError,
     StreamDone,
     TextDelta,
     UsageUpdate,
@@ -60,17 +62,19 @@ from ai_tools.llm.http_errors import (
     server_message,
 )
 from ai_tools.llm.profile import ModelProfile
-from ai_tools.llm.repetition import RepeatedLineDetector
-from ai_tools.llm.sse import SSEParser
-from ai_tools.llm.stream import ChatStreamAssembler, StreamProtocolError
+from ai_tools.llm.stream import StreamProtocolError
 from ai_tools.llm.tokens import context_window_for
 from ai_tools.retry import DEFAULT_RETRY_POLICY, RetryPolicy, is_retryable_error
-
-EventCallback = Callable[[LLMEvent], object]
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 MAX_ERROR_BODY_BYTES = 64 * 1024
 USER_AGENT = b"ai_tools (twisted; +openai-compatible)"
+
+
+try:  # treq >= 24 types its jar as IndexableCookieJar
+    from treq.cookies import IndexableCookieJar as _CookieJarBase
+except ImportError:  # pragma: no cover - older treq
+    _CookieJarBase = CookieJar  # type: ignore[misc,assignment]
 
 
 class _QuietClientFactory(_HTTP11ClientFactory):
@@ -79,24 +83,55 @@ class _QuietClientFactory(_HTTP11ClientFactory):
     noisy = False
 
 
+class _NoCookieJar(_CookieJarBase):
+    """A jar that never stores or sends cookies: model APIs are stateless, and the
+    standard jar parses every request and response URL for nothing."""
+
+    def add_cookie_header(self, request: Any) -> None:
+        """Send no cookies."""
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        """Keep no cookies."""
+
+
+class _RedactedHeaders:
+    """Request headers for a log event, redacted when (and only if) rendered."""
+
+    __slots__ = ("_headers",)
+
+    def __init__(self, headers: Headers) -> None:
+        self._headers = headers
+
+    def __repr__(self) -> str:
+        raw = dict(self._headers.getAllRawHeaders())
+        return repr(redact_headers({k.decode("latin-1"): v for k, v in raw.items()}))
+
+    __str__ = __repr__
+
+
+class _PreparedURL(URL):
+    """A URL already in URI form: treq re-parses and IDNA-encodes a plain URL on
+    every request (a third of a millisecond); this one converts once."""
+
+    def to_uri(self) -> URL:
+        return self
+
+    def to_text(self, with_password: bool = False) -> str:
+        cached: str | None = getattr(self, "_cached_text", None)
+        if cached is None:
+            cached = super().to_text(with_password)
+            self._cached_text = cached
+        return cached
+
+
+def prepared_url(url: str) -> URL:
+    """``url`` as a URL object treq can use without converting it again."""
+    uri = URL.from_text(url).to_uri()
+    return _PreparedURL.from_text(uri.to_text())
+
+
 class _BodyTooLarge(Exception):
     pass
-
-
-class _StreamServerError(Exception):
-    """The stream carried an error object (ServerError event)."""
-
-    def __init__(self, error: Any) -> None:
-        super().__init__(error)
-        self.error = error
-
-
-@attrs.define(eq=False)
-class _AttemptState:
-    """What one attempt produced so far (kept for the partial output)."""
-
-    assembler: ChatStreamAssembler = attrs.field(factory=ChatStreamAssembler)
-    produced: bool = False
 
 
 def with_deadline(
@@ -109,40 +144,46 @@ def with_deadline(
     running out of time gives ``defer.TimeoutError`` (``d`` is cancelled in
     both cases, which aborts its connection).
     """
-    cancelled = False
-    timed_out = False
+    return _Deadline(d, clock, timeout).result
 
-    def canceller(_: defer.Deferred[Any]) -> None:
-        nonlocal cancelled
-        cancelled = True
-        d.cancel()
 
-    result: defer.Deferred[Any] = defer.Deferred(canceller)
+class _Deadline:
+    """The state of one :func:`with_deadline` (a class: fewer objects than closures)."""
 
-    def expire() -> None:
-        nonlocal timed_out
-        timed_out = True
-        d.cancel()
+    __slots__ = ("call", "cancelled", "inner", "result", "timed_out")
 
-    call = clock.callLater(timeout, expire) if timeout is not None else None
+    def __init__(self, d: defer.Deferred[Any], clock: Any, timeout: float | None) -> None:
+        self.inner = d
+        self.cancelled = False
+        self.timed_out = False
+        self.result: defer.Deferred[Any] = defer.Deferred(self._cancel)
+        self.call = clock.callLater(timeout, self._expire) if timeout is not None else None
+        d.addBoth(self._done)
 
-    def done(outcome: Any) -> None:
+    def _cancel(self, _: defer.Deferred[Any]) -> None:
+        self.cancelled = True
+        self.inner.cancel()
+
+    def _expire(self) -> None:
+        self.timed_out = True
+        self.inner.cancel()
+
+    def _done(self, outcome: Any) -> None:
+        call = self.call
         if call is not None and call.active():
             call.cancel()
+        result = self.result
         if result.called:
             return None
-        if cancelled:
+        if self.cancelled:
             result.errback(defer.CancelledError())
-        elif timed_out:
+        elif self.timed_out:
             result.errback(defer.TimeoutError())
         elif isinstance(outcome, Failure):
             result.errback(outcome)
         else:
             result.callback(outcome)
         return None
-
-    d.addBoth(done)
-    return result
 
 
 def _describe(failure: BaseException) -> str:
@@ -177,6 +218,10 @@ class OpenAIChatClient:
     rand: Callable[[], float] = random.random
     wall_clock: Callable[[], float] = time.time
     _pool: HTTPConnectionPool | None = attrs.field(default=None, init=False)
+    _url: Any = attrs.field(default=None, init=False)
+    # A model API sets no cookies; one jar per client spares treq a new jar per request.
+    _cookies: CookieJar = attrs.field(factory=lambda: _NoCookieJar(), init=False)
+    _header_cache: dict[tuple[bool, str | None], Headers] = attrs.field(factory=dict, init=False)
     _semaphore: defer.DeferredSemaphore = attrs.field(init=False)
     _inflight: set[defer.Deferred[ChatResponse]] = attrs.field(factory=set, init=False)
     _closed: bool = attrs.field(default=False, init=False)
@@ -188,6 +233,7 @@ class OpenAIChatClient:
 
             self.reactor = reactor
         self._semaphore = defer.DeferredSemaphore(self.profile.max_concurrency)
+        self._url = prepared_url(self.profile.chat_url)
         if self.breaker is None:
             self.breaker = CircuitBreaker(
                 self.reactor,
@@ -205,7 +251,9 @@ class OpenAIChatClient:
                 self.reactor, pool=self._pool, connectTimeout=self.profile.timeouts.connect
             )
             self.http_client = treq.client.HTTPClient(
-                cast(IAgent, agent), data_to_body_producer=cast(Any, BytesProducer)
+                cast(IAgent, agent),
+                cookiejar=_NoCookieJar(),
+                data_to_body_producer=cast(Any, BytesProducer),
             )
 
     def __repr__(self) -> str:
@@ -252,13 +300,12 @@ class OpenAIChatClient:
         d = defer.Deferred.fromCoroutine(self._complete(body, streaming, on_event))
         if not d.called:
             self._inflight.add(d)
-
-            def forget(result: Any) -> Any:
-                self._inflight.discard(d)
-                return result
-
-            d.addBoth(forget)
+            d.addBoth(self._forget, d)
         return d
+
+    def _forget(self, result: Any, d: defer.Deferred[ChatResponse]) -> Any:
+        self._inflight.discard(d)
+        return result
 
     def close(self) -> defer.Deferred[None]:
         """Cancel requests in flight and close the pool's connections."""
@@ -308,13 +355,24 @@ class OpenAIChatClient:
         env = os.environ if self.environ is None else self.environ
         return env.get(name) or None
 
-    def _headers(self, streaming: bool) -> dict[bytes, list[bytes]]:
+    def _headers(self, streaming: bool) -> Headers:
+        """Request headers, built once per (mode, key) and reused (treq copies them)."""
+        key = self._api_key()
+        cached = self._header_cache.get((streaming, key))
+        if cached is None:
+            if len(self._header_cache) > 8:
+                self._header_cache.clear()  # the key keeps changing: do not grow
+            cached = self._header_cache[(streaming, key)] = Headers(
+                self._header_dict(streaming, key)
+            )
+        return cached
+
+    def _header_dict(self, streaming: bool, key: str | None) -> dict[bytes, list[bytes]]:
         headers = {
             b"Content-Type": [b"application/json"],
             b"Accept": [b"text/event-stream" if streaming else b"application/json"],
             b"User-Agent": [USER_AGENT],
         }
-        key = self._api_key()
         if key:
             headers[b"Authorization"] = [b"Bearer " + key.encode("latin-1", "replace")]
         for name, value in self.profile.headers.items():
@@ -333,9 +391,12 @@ class OpenAIChatClient:
             while True:
                 attempt += 1
                 breaker.before_attempt()
-                state = _AttemptState()
+                state = StreamConsumer(on_event, self.profile.repetition)
                 try:
-                    response = await self._timed_attempt(body, streaming, on_event, state)
+                    if self.profile.timeouts.total is None:
+                        response = await self._attempt(body, streaming, state)
+                    else:
+                        response = await self._timed_attempt(body, streaming, state)
                 except defer.CancelledError:
                     breaker.release_probe()
                     raise
@@ -390,46 +451,35 @@ class OpenAIChatClient:
         return self.retry_policy.delay(attempt, self.rand)
 
     async def _timed_attempt(
-        self,
-        body: bytes,
-        streaming: bool,
-        on_event: EventCallback | None,
-        state: _AttemptState,
+        self, body: bytes, streaming: bool, state: StreamConsumer
     ) -> ChatResponse:
-        attempt = defer.Deferred.fromCoroutine(self._attempt(body, streaming, on_event, state))
         total = self.profile.timeouts.total
-        if total is None:
-            return await attempt
+        attempt = defer.Deferred.fromCoroutine(self._attempt(body, streaming, state))
         try:
             return await with_deadline(attempt, self.reactor, total)
         except defer.TimeoutError:
             raise LLMTimeout(
-                f"{self.profile.chat_url}: no complete answer within {total:g}s",
-                state.assembler.text,
+                f"{self.profile.chat_url}: no complete answer within {total:g}s", state.text
             ) from None
 
-    async def _attempt(
-        self,
-        body: bytes,
-        streaming: bool,
-        on_event: EventCallback | None,
-        state: _AttemptState,
-    ) -> ChatResponse:
+    async def _attempt(self, body: bytes, streaming: bool, state: StreamConsumer) -> ChatResponse:
         url = self.profile.chat_url
         headers = self._headers(streaming)
-        self._log.debug(
-            "Model request POST {url} headers={headers} ({size} bytes)",
-            url=url,
-            headers=redact_headers({k.decode(): v for k, v in headers.items()}),
-            size=len(body),
-        )
+        if self.profile.log_requests:
+            self._log.debug(
+                "Model request POST {url} headers={headers} ({size} bytes)",
+                url=url,
+                headers=_RedactedHeaders(headers),
+                size=len(body),
+            )
         d = self.http_client.request(
             "POST",
-            url,
+            self._url,
             data=body,
             headers=headers,
             unbuffered=True,
             allow_redirects=False,
+            cookies=self._cookies,
             reactor=self.reactor,
         )
         header_timeout = self.profile.timeouts.headers
@@ -459,9 +509,9 @@ class OpenAIChatClient:
             )
         content_type = (header_value(response.headers, "content-type") or "").lower()
         if streaming and "json" not in content_type:
-            return await self._read_stream(response, on_event, state)
+            return await self._read_stream(response, state)
         raw = await self._read_all(response, MAX_BODY_BYTES)
-        return self._parse_completion(raw, on_event, state)
+        return self._parse_completion(raw, state)
 
     async def _read_all(self, response: Any, limit: int, truncate: bool = False) -> bytes:
         """The whole body (idle timeout applies); over ``limit``: cut or fail."""
@@ -498,17 +548,7 @@ class OpenAIChatClient:
             ) from None
         return b"".join(parts)[:limit] if truncate else b"".join(parts)
 
-    def _emit(self, on_event: EventCallback | None, event: LLMEvent) -> None:
-        if on_event is None:
-            return
-        try:
-            on_event(event)
-        except Exception:
-            self._log.failure("on_event callback failed on {event!r}", event=event)
-
-    def _parse_completion(
-        self, raw: bytes, on_event: EventCallback | None, state: _AttemptState
-    ) -> ChatResponse:
+    def _parse_completion(self, raw: bytes, state: StreamConsumer) -> ChatResponse:
         url = self.profile.chat_url
         try:
             data = json.loads(raw)
@@ -538,89 +578,53 @@ class OpenAIChatClient:
         )
         state.produced = True
         if response.content:
-            self._emit(on_event, TextDelta(response.content))
-        detector = RepeatedLineDetector(self.profile.repetition)
+            state.emit(TextDelta(response.content))
+        detector = state.detector
         detector.feed(response.content)
         if detector.finish():
             raise RepeatedLineLoop(
                 f"the model repeated itself ({detector.repeated!r})", response.content
             )
         if usage:
-            self._emit(on_event, UsageUpdate(usage))
-        self._emit(on_event, AssistantMessageFinal(response.message))
-        self._emit(on_event, StreamDone())
+            state.emit(UsageUpdate(usage))
+        state.emit(AssistantMessageFinal(response.message))
+        state.emit(StreamDone())
         return response
 
-    async def _read_stream(
-        self, response: Any, on_event: EventCallback | None, state: _AttemptState
-    ) -> ChatResponse:
+    async def _read_stream(self, response: Any, state: StreamConsumer) -> ChatResponse:
         url = self.profile.chat_url
-        parser = SSEParser()
-        assembler = state.assembler
-        detector = RepeatedLineDetector(self.profile.repetition)
-        detect = self.profile.repetition.enabled
-        reader: BodyReader
-        emit = self._emit
-
-        def dispatch(events: list[LLMEvent]) -> None:
-            for event in events:
-                if reader.done:
-                    return
-                if type(event) is TextDelta:
-                    state.produced = True
-                    emit(on_event, event)
-                    if detect and detector.feed(event.text):
-                        raise RepeatedLineLoop(
-                            f"the model repeated itself ({detector.repeated!r})",
-                            assembler.text,
-                        )
-                elif type(event) is ServerError:
-                    emit(on_event, event)
-                    raise _StreamServerError(event.error)
-                else:
-                    emit(on_event, event)
-
-        def sink(data: bytes) -> None:
-            for sse in parser.feed(data):
-                dispatch(assembler.feed(sse))
-                if reader.done:
-                    return
-
-        reader = BodyReader(self.reactor, sink, self.profile.timeouts.idle, "answer stream")
+        reader = BodyReader(self.reactor, state.sink, self.profile.timeouts.idle, "answer stream")
+        state.reader = reader
         response.deliverBody(reader)
         try:
             await reader.finished
-            for sse in parser.close():
-                dispatch(assembler.feed(sse))
+            complete = state.close()
         except defer.CancelledError:
             raise
         except RepeatedLineLoop:
             raise
         except LLMTimeout as e:
-            raise LLMTimeout(f"{url}: {e}", assembler.text) from None
-        except _StreamServerError as e:
+            raise LLMTimeout(f"{url}: {e}", state.text) from None
+        except StreamServerError as e:
             detail = e.error.get("message", e.error) if isinstance(e.error, dict) else e.error
             raise LLMServerError(
-                f"{url} reported an error mid-stream: {detail}", assembler.text, url=url
+                f"{url} reported an error mid-stream: {detail}", state.text, url=url
             ) from None
         except StreamProtocolError as e:
-            raise LLMProtocolError(f"{url}: {e}", assembler.text) from None
+            raise LLMProtocolError(f"{url}: {e}", state.text) from None
         except Exception as e:
             raise LLMConnectionError(
-                f"connection to {url} lost mid-stream: {_describe(e)}", assembler.text
+                f"connection to {url} lost mid-stream: {_describe(e)}", state.text
             ) from None
-        if not assembler.finished:
-            if assembler.finish_reason is None:
-                raise LLMConnectionError(
-                    f"the stream from {url} ended before [DONE] (truncated)", assembler.text
-                )
-            dispatch(assembler.finish())
-        state.produced = state.produced or bool(assembler.message().get("tool_calls"))
-        if detect and detector.finish():
-            raise RepeatedLineLoop(
-                f"the model repeated itself ({detector.repeated!r})", assembler.text
+        if not complete:
+            raise LLMConnectionError(
+                f"the stream from {url} ended before [DONE] (truncated)", state.text
             )
-        result = assembler.response()
+        if state.looped():
+            raise RepeatedLineLoop(
+                f"the model repeated itself ({state.detector.repeated!r})", state.text
+            )
+        result = state.response()
         if not result.model:
             result = attrs.evolve(result, model=self.profile.model)
         return result

@@ -66,7 +66,9 @@ class ModelProfile:
     says whether the model gets ``tools=`` (``"native"``) or tool calls are
     described in the prompt and parsed from the text (``"fallback"``).
     ``context_window`` None means: look the model up in
-    :func:`ai_tools.llm.tokens.context_window_for`.
+    :func:`ai_tools.llm.tokens.context_window_for`.  ``log_requests`` logs
+    every request at debug level (credentials redacted); off by default, as a
+    log event per request costs more CPU than parsing its stream.
     """
 
     base_url: str = attrs.field(converter=normalise_base_url)
@@ -85,6 +87,7 @@ class ModelProfile:
     breaker_cooldown: float = 30.0
     repetition: RepetitionConfig = attrs.field(factory=RepetitionConfig)
     name: str = ""
+    log_requests: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not self.model:

@@ -36,9 +36,10 @@ class RepeatedLineDetector:
 
     def __init__(self, config: RepetitionConfig | None = None) -> None:
         self.config = config or RepetitionConfig()
-        window = max(self.config.max_repeats, self.config.max_cycle * self.config.cycle_repeats)
-        self._lines: deque[str] = deque(maxlen=window)
-        self._pending: list[str] = []
+        # Created on first use: most answers never need them, and streams in
+        # flight by the hundred each keep their detector alive.
+        self._lines: deque[str] | None = None
+        self._pending: list[str] | None = None
         self.triggered = False
         self.repeated: tuple[str, ...] = ()
 
@@ -47,23 +48,28 @@ class RepeatedLineDetector:
         if self.triggered or not self.config.enabled or not text:
             return self.triggered
         if "\n" not in text:
-            self._pending.append(text)
+            if self._pending is None:
+                self._pending = [text]
+            else:
+                self._pending.append(text)
             return False
         head, *middle, tail = text.split("\n")
-        self._pending.append(head)
-        self._line("".join(self._pending))
+        if self._pending is not None:
+            self._pending.append(head)
+            head = "".join(self._pending)
+        self._line(head)
         for line in middle:
             if self.triggered:
                 break
             self._line(line)
-        self._pending = [tail]
+        self._pending = [tail] if tail else None
         return self.triggered
 
     def finish(self) -> bool:
         """End of text: the unterminated last line counts too."""
         if not self.triggered and self.config.enabled and self._pending:
             self._line("".join(self._pending))
-            self._pending = []
+            self._pending = None
         return self.triggered
 
     def _line(self, line: str) -> None:
@@ -71,6 +77,10 @@ class RepeatedLineDetector:
         if not line or self.triggered:
             return
         lines = self._lines
+        if lines is None:
+            cfg = self.config
+            window = max(cfg.max_repeats, cfg.max_cycle * cfg.cycle_repeats)
+            lines = self._lines = deque(maxlen=window)
         lines.append(line)
         cfg = self.config
         n = len(lines)

@@ -49,6 +49,29 @@ class SSEParser:
             self._at_start = False
             if buffer.startswith(b"\xef\xbb\xbf"):
                 buffer = buffer[3:]
+        if buffer[:5] == b"data:":
+            data = self._single(buffer)
+            if data is not None:
+                return [SSEEvent(data, self._take_event(), self._last_id)]
+        events: list[SSEEvent] = []
+        if b"\r" not in buffer:
+            # The common case (LF line ends only): split once, handle data lines inline.
+            lines = buffer.split(b"\n")
+            self._buffer = lines.pop()
+            for raw in lines:
+                if not raw:
+                    if self._data:
+                        events.append(
+                            SSEEvent("\n".join(self._data), self._event or "message", self._last_id)
+                        )
+                        self._data = []
+                    self._event = ""
+                elif raw[:5] == b"data:":
+                    value = raw[6:] if raw[5:6] == b" " else raw[5:]
+                    self._data.append(value.decode("utf-8", "replace"))
+                else:
+                    self._line(raw, events)
+            return events
         lines = buffer.splitlines(keepends=True)
         if lines and not lines[-1].endswith((b"\n", b"\r")):
             self._buffer = lines.pop()
@@ -58,10 +81,46 @@ class SSEParser:
             # A lone CR ends a line; if the next chunk starts with LF, the pair
             # was one CRLF and that LF must not count as a blank line.
             self._skip_lf = True
-        events: list[SSEEvent] = []
         for raw in lines:
             self._line(raw.rstrip(b"\r\n"), events)
         return events
+
+    def single_data(self, chunk: bytes) -> str | None:
+        """Shortcut for the commonest chunk: exactly one one-line ``data:`` event.
+
+        Returns its data when ``chunk`` is that and the parser holds nothing
+        pending (no partial line, no ``event:``/``data:`` field waiting);
+        otherwise returns None and consumes nothing, so the caller uses
+        :meth:`feed`.  Saves building an :class:`SSEEvent` per chunk.
+        """
+        if (
+            chunk.startswith(b"data:")
+            and chunk.endswith(b"\n\n")
+            and chunk.count(b"\n") == 2
+            and not (self._at_start or self._skip_lf or self._buffer or self._event or self._data)
+            and b"\r" not in chunk
+        ):
+            if chunk[5] == 32:  # one optional space after the colon
+                return chunk[6:-2].decode("utf-8", "replace")
+            return chunk[5:-2].decode("utf-8", "replace")
+        return None
+
+    def _single(self, buffer: bytes) -> str | None:
+        if (
+            buffer.endswith(b"\n\n")
+            and buffer.count(b"\n") == 2
+            and not self._data
+            and b"\r" not in buffer
+        ):
+            self._buffer = b""
+            value = buffer[6:-2] if buffer[5:6] == b" " else buffer[5:-2]
+            return value.decode("utf-8", "replace")
+        return None
+
+    def _take_event(self) -> str:
+        event = self._event or "message"
+        self._event = ""
+        return event
 
     def close(self) -> list[SSEEvent]:
         """End of stream: an unterminated last line is processed, a half event dropped.

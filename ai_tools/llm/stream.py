@@ -12,7 +12,9 @@ fragment, assembles the calls, and at the end emits one
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
+from json import decoder as _json_decoder
 from typing import Any
 
 from ai_tools.llm.events import (
@@ -25,6 +27,20 @@ from ai_tools.llm.events import (
     UsageUpdate,
 )
 from ai_tools.llm.sse import SSEEvent
+
+_raw_decode = json.JSONDecoder().raw_decode
+_scanstring = _json_decoder.scanstring  # type: ignore[attr-defined]
+
+# A chunk carrying only a text fragment, as OpenAI and vLLM send thousands of
+# times per answer: decoded by reading just the content string.  Anything else
+# (other field order, tool calls, usage, finish reason) takes the full parse.
+_TEXT_HEAD = re.compile(
+    r'"choices":\s*\[\s*\{\s*"index":\s*0\s*,\s*"delta":\s*\{\s*"content":\s*"'
+)
+_TEXT_TAIL = re.compile(
+    r'\s*\}\s*(?:,\s*"logprobs":\s*null\s*)?,\s*"finish_reason":\s*null\s*\}\s*\]'
+    r'\s*(?:,\s*"usage":\s*null\s*)?\}\s*\Z'
+)
 
 
 class StreamProtocolError(ValueError):
@@ -51,13 +67,14 @@ class ChatStreamAssembler:
 
     def __init__(self) -> None:
         self.text_parts: list[str] = []
-        self.reasoning_parts: list[str] = []
+        self.reasoning_parts: list[str] | None = None
         self.finish_reason: str | None = None
         self.usage: Mapping[str, Any] | None = None
         self.model = ""
         self.finished = False
         self.error: Mapping[str, Any] | str | None = None
-        self._calls: dict[int, _PendingCall] = {}
+        self._fast = False
+        self._calls: dict[int, _PendingCall] | None = None
 
     @property
     def text(self) -> str:
@@ -66,39 +83,81 @@ class ChatStreamAssembler:
 
     def feed(self, sse: SSEEvent) -> list[LLMEvent]:
         """Interpret one SSE event."""
+        return self.feed_data(sse.data, sse.event)
+
+    def text_only(self, data: str) -> TextDelta | None:
+        """Shortcut for a chunk that carries nothing but a text fragment.
+
+        Returns the :class:`TextDelta` (already accumulated) for such a chunk,
+        else None with nothing consumed: the caller then uses
+        :meth:`feed_data`.  Reads only the content string of the JSON, after
+        checking the rest has the exact shape OpenAI and vLLM send.
+        """
+        if not self._fast or self.finished or data[:1] != "{":
+            return None
+        start = data.find('"choices"')
+        if start < 0 or data.find('"usage"', 0, start) >= 0 or data.find('"error"', 0, start) >= 0:
+            return None
+        head = _TEXT_HEAD.match(data, start)
+        if head is None:
+            return None
+        try:
+            content, end = _scanstring(data, head.end())
+        except ValueError:
+            return None  # the full parse reports it
+        if not content or _TEXT_TAIL.match(data, end) is None:
+            return None
+        self.text_parts.append(content)
+        return TextDelta(content)
+
+    def feed_data(self, data: str, event: str = "message") -> list[LLMEvent]:
+        """Interpret the data of one SSE event (``event`` is its type)."""
         if self.finished:
             return []
-        data = sse.data
-        if data == "[DONE]" or data.strip() == "[DONE]":
-            return self.finish()
-        if sse.event == "error":
+        if data[:1] != "{":
+            if data.strip() == "[DONE]":
+                return self.finish()
+        elif event == "message":
+            delta = self.text_only(data)
+            if delta is not None:
+                return [delta]
+        if event == "error":
             return [self._server_error(_loads_or_text(data))]
         try:
-            chunk = json.loads(data)
-        except (ValueError, RecursionError) as e:
-            raise StreamProtocolError(
-                f"stream chunk is not JSON ({e}): {data[:200]!r}"
-            ) from None
-        if not isinstance(chunk, dict):
+            chunk, end = _raw_decode(data)
+            if end != len(data) and data[end:].strip():
+                raise ValueError(f"extra data after the object at {end}")
+        except (ValueError, RecursionError):
+            try:
+                chunk = json.loads(data)  # leading whitespace, or a real error
+            except (ValueError, RecursionError) as e:
+                raise StreamProtocolError(
+                    f"stream chunk is not JSON ({e}): {data[:200]!r}"
+                ) from None
+        if type(chunk) is not dict:
             raise StreamProtocolError(f"stream chunk is not a JSON object: {data[:200]!r}")
+        self._fast = True  # fields like the model name come from a fully parsed chunk
         return self.feed_chunk(chunk)
 
     def feed_chunk(self, chunk: Mapping[str, Any]) -> list[LLMEvent]:
         """Interpret one decoded ``chat.completion.chunk`` object."""
         events: list[LLMEvent] = []
-        if chunk.get("error"):
-            events.append(self._server_error(chunk["error"]))
+        error = chunk.get("error")
+        if error:
+            events.append(self._server_error(error))
             return events
-        model = chunk.get("model")
-        if model and not self.model:
-            self.model = str(model)
-        choices = chunk.get("choices") or ()
-        if isinstance(choices, list):
+        if not self.model:
+            model = chunk.get("model")
+            if model:
+                self.model = str(model)
+        choices = chunk.get("choices")
+        if choices and type(choices) is list:
             for choice in choices:
-                if isinstance(choice, Mapping) and choice.get("index", 0) == 0:
+                if type(choice) is dict and choice.get("index", 0) == 0:
                     self._choice(choice, events)
+                    break
         usage = chunk.get("usage")
-        if isinstance(usage, Mapping) and usage:
+        if usage and isinstance(usage, Mapping):
             self.usage = dict(usage)
             events.append(UsageUpdate(self.usage))
         return events
@@ -140,22 +199,26 @@ class ChatStreamAssembler:
 
     def _choice(self, choice: Mapping[str, Any], events: list[LLMEvent]) -> None:
         delta = choice.get("delta")
-        if not isinstance(delta, Mapping):
+        if type(delta) is not dict:
             # Some servers stream whole messages instead of deltas.
             delta = choice.get("message")
-        if isinstance(delta, Mapping):
+        if delta and type(delta) is dict:
             content = delta.get("content")
-            if isinstance(content, str) and content:
+            if content and type(content) is str:
                 self.text_parts.append(content)
                 events.append(TextDelta(content))
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if isinstance(reasoning, str) and reasoning:
-                self.reasoning_parts.append(reasoning)
-            calls = delta.get("tool_calls")
-            if isinstance(calls, list):
-                for position, fragment in enumerate(calls):
-                    if isinstance(fragment, Mapping):
-                        self._tool_fragment(fragment, position)
+            if "tool_calls" in delta:
+                calls = delta["tool_calls"]
+                if isinstance(calls, list):
+                    for position, fragment in enumerate(calls):
+                        if isinstance(fragment, Mapping):
+                            self._tool_fragment(fragment, position)
+            if "reasoning_content" in delta or "reasoning" in delta:
+                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                if isinstance(reasoning, str) and reasoning:
+                    if self.reasoning_parts is None:
+                        self.reasoning_parts = []
+                    self.reasoning_parts.append(reasoning)
         finish = choice.get("finish_reason")
         if finish:
             self.finish_reason = str(finish)
@@ -164,7 +227,9 @@ class ChatStreamAssembler:
         index = fragment.get("index")
         if not isinstance(index, int):
             # Servers that send each call whole, without an index.
-            index = len(self._calls) if fragment.get("id") else max(position, 0)
+            index = len(self._calls or ()) if fragment.get("id") else max(position, 0)
+        if self._calls is None:
+            self._calls = {}
         call = self._calls.get(index)
         if call is None:
             call = self._calls[index] = _PendingCall()

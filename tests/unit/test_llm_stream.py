@@ -189,3 +189,57 @@ def test_text_survives_any_byte_chunking(text: str, cuts: list[int]) -> None:
             events.extend(a.feed(sse))
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == text
     assert events[-1] == StreamDone()
+
+
+def _full_parse(data: str) -> tuple[list, str, str | None]:
+    """Events and text when the fast path is off (every chunk fully decoded)."""
+    a = ChatStreamAssembler()
+    events = a.feed_chunk(json.loads(data))
+    return events, a.text, a.finish_reason
+
+
+@given(
+    content=st.text(max_size=30),
+    compact=st.booleans(),
+    logprobs=st.booleans(),
+    finish=st.sampled_from([None, "stop"]),
+    usage=st.sampled_from([None, "null", "object"]),
+)
+def test_text_fast_path_agrees_with_the_full_parse(
+    content: str, compact: bool, logprobs: bool, finish: str | None, usage: str | None
+) -> None:
+    """Text-only chunks read through the fast path give exactly what json.loads gives."""
+    choice: dict = {"index": 0, "delta": {"content": content}}
+    if logprobs:
+        choice["logprobs"] = None
+    choice["finish_reason"] = finish
+    chunk: dict = {"id": "x", "object": "chat.completion.chunk", "model": "m", "choices": [choice]}
+    if usage == "null":
+        chunk["usage"] = None
+    elif usage == "object":
+        chunk["usage"] = {"total_tokens": 3}
+    separators = (",", ":") if compact else (", ", ": ")
+    data = json.dumps(chunk, separators=separators, ensure_ascii=compact)
+    warm = ChatStreamAssembler()
+    warm.feed(SSEEvent(json.dumps({"model": "m", "choices": []})))  # enables the fast path
+    events = warm.feed(SSEEvent(data))
+    expected, text, finish_reason = _full_parse(data)
+    assert events == expected
+    assert (warm.text, warm.finish_reason) == (text, finish_reason)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        '{"choices":[{"index":0,"delta":{"content":"a\nb"},"finish_reason":null}]}',
+        '{"choices":[{"index":0,"delta":{"content":"abc},"finish_reason":null}]}',
+        '{"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":null}]} junk',
+        '{"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":null}],}',
+    ],
+)
+def test_text_fast_path_does_not_accept_broken_json(data: str) -> None:
+    """Malformed text chunks still fail as protocol errors."""
+    a = ChatStreamAssembler()
+    a.feed(SSEEvent('{"model": "m", "choices": []}'))
+    with pytest.raises(StreamProtocolError):
+        a.feed(SSEEvent(data))

@@ -137,3 +137,38 @@ def test_arbitrary_bytes_never_raise_and_chunking_is_invariant(raw: bytes, cuts:
     positions = sorted({c % (len(raw) + 1) for c in cuts})
     chunks = [raw[a:b] for a, b in zip([0, *positions], [*positions, len(raw)], strict=True)]
     assert parse_all(chunks) == parse_all([raw])
+
+
+@given(
+    events=st.lists(_event, max_size=6),
+    newline=st.sampled_from([b"\n", b"\r\n"]),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=12),
+)
+def test_single_data_shortcut_agrees_with_feed(
+    events: list[dict], newline: bytes, cuts: list[int]
+) -> None:
+    """Taking the single-event shortcut where it applies yields the same data and types."""
+    raw = _serialise(events, newline, bom=False)
+    positions = sorted({c % (len(raw) + 1) for c in cuts})
+    chunks = [raw[a:b] for a, b in zip([0, *positions], [*positions, len(raw)], strict=True)]
+    parser = SSEParser()
+    got: list[SSEEvent] = []
+    for chunk in chunks:
+        data = parser.single_data(chunk)
+        if data is not None:
+            got.append(SSEEvent(data))
+        else:
+            got.extend(parser.feed(chunk))
+    got.extend(parser.close())
+    assert got == parse_all([raw])
+
+
+def test_single_data_declines_when_state_is_pending() -> None:
+    """A pending event type or partial line makes the shortcut step aside."""
+    parser = SSEParser()
+    parser.feed(b": start\n\n")
+    assert parser.single_data(b"data: x\n\n") == "x"
+    assert parser.single_data(b"data: a\ndata: b\n\n") is None
+    parser.feed(b"event: error\n")
+    assert parser.single_data(b"data: y\n\n") is None
+    assert parser.feed(b"data: y\n\n") == [SSEEvent("y", "error")]

@@ -1,0 +1,246 @@
+"""Client CPU per streamed completion: OpenAIChatClient vs a bare twisted.web Agent loop.
+
+The scripted server runs in a subprocess (``python -m ai_tools.testing``) so
+that only the client side's CPU is measured in this process.  Each round sends
+500 concurrent streaming requests (50 ms server latency, ~25 SSE chunks each)
+through our client — SSE parsing, event assembly, retries/breaker
+bookkeeping, idle timer — and through a bare ``Agent`` that only reads the
+body bytes, over the same server, alternating which goes first.  Target:
+our CPU ms per request ≤ 1.5 × the bare loop's.
+
+Run: ``make bench BENCH=llm``.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from twisted.internet import defer, protocol
+from twisted.web.client import Agent, HTTPConnectionPool, ResponseDone
+from twisted.web.http_headers import Headers
+
+from ai_tools.llm.body import BytesProducer
+from ai_tools.llm.client import OpenAIChatClient
+from ai_tools.llm.events import TextDelta
+from ai_tools.retry import RetryPolicy
+
+CONCURRENCY = 500
+ROUNDS = 9
+TARGET_RATIO = 1.5
+TEXT = (
+    "The plaza lies quiet under a pale sky. A fountain murmurs at its centre, and "
+    "pigeons scatter whenever the baker's door swings open. To the north, the old "
+    "library; to the east, the market road. Nothing here seems to need you right now."
+)
+MESSAGES = [
+    {"role": "system", "content": "You are a helpful assistant in a text world."},
+    {"role": "user", "content": "Describe the plaza."},
+]
+
+
+class _Drain(protocol.Protocol):
+    """The bare baseline: collect the body bytes, nothing else."""
+
+    def __init__(self, done: defer.Deferred[int]) -> None:
+        self.done = done
+        self.size = 0
+
+    def dataReceived(self, data: bytes) -> None:
+        self.size += len(data)
+
+    def connectionLost(self, reason: Any = None) -> None:
+        if reason is None or reason.check(ResponseDone):
+            self.done.callback(self.size)
+        else:
+            self.done.errback(reason)
+
+
+async def _bare_one(agent: Agent, url: bytes, body: bytes) -> int:
+    headers = Headers(
+        {
+            b"Content-Type": [b"application/json"],
+            b"Accept": [b"text/event-stream"],
+        }
+    )
+    response = await agent.request(b"POST", url, headers, BytesProducer(body))
+    done: defer.Deferred[int] = defer.Deferred()
+    response.deliverBody(_Drain(done))
+    return await done
+
+
+async def _round(kind: str, run_one: Any) -> tuple[float, float]:
+    """(client CPU ms per request, wall seconds) for one round of CONCURRENCY requests."""
+    gc.collect()  # every round starts from the same collector state
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    results = await defer.gatherResults(
+        [defer.Deferred.fromCoroutine(run_one()) for _ in range(CONCURRENCY)],
+        consumeErrors=True,
+    )
+    cpu1, wall1 = time.process_time(), time.perf_counter()
+    if kind == "ours":
+        assert all(r == TEXT for r in results), "our client returned a wrong text"
+    else:
+        assert all(r > len(TEXT) for r in results), "bare loop read a short body"
+    return (cpu1 - cpu0) * 1000 / CONCURRENCY, wall1 - wall0
+
+
+async def _measure(reactor: Any, url: str) -> dict[str, list[float]]:
+    from ai_tools.testing import TestServer  # noqa: F401 - the server module is importable
+
+    profile_values: dict[str, Any] = {
+        "base_url": url,
+        "model": "bench",
+        "max_concurrency": CONCURRENCY,
+        "stream": True,
+    }
+    from ai_tools.llm.profile import ModelProfile
+
+    ours = OpenAIChatClient(
+        ModelProfile(**profile_values), reactor=reactor, retry_policy=RetryPolicy(max_attempts=1)
+    )
+    pool = HTTPConnectionPool(reactor, persistent=True)
+    pool.maxPersistentPerHost = CONCURRENCY
+    agent = Agent(reactor, pool=pool)
+    chat_url = (url + "/chat/completions").encode()
+    bare_body = json.dumps(
+        {"model": "bench", "messages": MESSAGES, "stream": True},
+        separators=(",", ":"),
+    ).encode()
+
+    async def run_ours() -> str:
+        deltas = 0
+
+        def on_event(event: Any) -> None:
+            nonlocal deltas
+            if type(event) is TextDelta:
+                deltas += 1
+
+        response = await ours.complete(MESSAGES, on_event=on_event)
+        return response.content
+
+    async def run_bare() -> int:
+        return await _bare_one(agent, chat_url, bare_body)
+
+    figures: dict[str, list[float]] = {"ours": [], "bare": [], "ours_wall": [], "bare_wall": []}
+    try:
+        # Warm-up: open the connections of both pools, import everything.
+        await _round("ours", run_ours)
+        await _round("bare", run_bare)
+        for n in range(ROUNDS):
+            order = [("ours", run_ours), ("bare", run_bare)]
+            if n % 2:
+                order.reverse()
+            for kind, fn in order:
+                cpu_ms, wall = await _round(kind, fn)
+                figures[kind].append(cpu_ms)
+                figures[kind + "_wall"].append(wall)
+    finally:
+        await ours.close()
+        await pool.closeCachedConnections()
+    return figures
+
+
+class _FirstLine(protocol.ProcessProtocol):
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.line: defer.Deferred[str] = defer.Deferred()
+        self.ended: defer.Deferred[None] = defer.Deferred()
+
+    def outReceived(self, data: bytes) -> None:
+        self.buffer += data
+        if b"\n" in self.buffer and not self.line.called:
+            self.line.callback(self.buffer.split(b"\n", 1)[0].decode())
+
+    def processEnded(self, reason: Any) -> None:
+        if not self.line.called:
+            self.line.errback(RuntimeError(f"server did not start: {self.buffer!r}"))
+        self.ended.callback(None)
+
+
+async def _bench(reactor: Any) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        scenario = Path(tmp) / "bench.json"
+        scenario.write_text(
+            json.dumps(
+                {
+                    "model": "bench",
+                    "default": {
+                        "text": TEXT,
+                        "latency": 0.05,
+                        "chunk_chars": 10,
+                        "chunk_latency": 0.002,
+                    },
+                }
+            ),
+            encoding="utf-8",
+        )
+        server = _FirstLine()
+        process = reactor.spawnProcess(
+            server,
+            sys.executable,
+            [sys.executable, "-m", "ai_tools.testing", str(scenario), "--port", "0", "--quiet"],
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            line = await server.line
+            url = line.rsplit(" ", 1)[-1]
+            figures = await _measure(reactor, url)
+        finally:
+            process.signalProcess("TERM")
+            await server.ended
+    ours = statistics.median(figures["ours"])
+    bare = statistics.median(figures["bare"])
+    ratio = ours / bare
+    print(
+        f"{CONCURRENCY} concurrent streaming requests x {ROUNDS} rounds, 50 ms server latency, "
+        f"~{len(TEXT) // 10 + 5} SSE chunks each; server in a subprocess"
+    )
+    print(f"  bare Agent loop    : {bare:.3f} ms CPU/request (median), rounds {_fmt(figures['bare'])}")
+    print(f"  OpenAIChatClient   : {ours:.3f} ms CPU/request (median), rounds {_fmt(figures['ours'])}")
+    print(
+        f"  wall per round     : bare {statistics.median(figures['bare_wall']):.2f}s, "
+        f"ours {statistics.median(figures['ours_wall']):.2f}s"
+    )
+    verdict = "meets" if ratio <= TARGET_RATIO else "MISSES"
+    print(f"  ratio ours/bare    : {ratio:.2f}x ({verdict} the target <= {TARGET_RATIO}x)")
+
+
+def _fmt(values: list[float]) -> str:
+    return ", ".join(f"{v:.3f}" for v in values)
+
+
+def run_here() -> None:
+    """Run the benchmark on this process's global reactor (which it stops afterwards)."""
+    from twisted.internet import reactor
+
+    failures: list[Any] = []
+    d = defer.Deferred.fromCoroutine(_bench(reactor))
+    d.addErrback(failures.append)
+    d.addBoth(lambda _: reactor.stop())
+    reactor.run()
+    if failures:
+        failures[0].raiseException()
+
+
+def main() -> None:
+    """Run in a child process: a reactor cannot be restarted, and others may need one."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run(
+        [sys.executable, "-c", "from benchmarks.bench_llm import run_here; run_here()"],
+        cwd=root,
+        check=True,
+    )
+
+
+if __name__ == "__main__":
+    run_here()
