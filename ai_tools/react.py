@@ -500,7 +500,7 @@ class _LoopRun:
             self.history.add_user(format_events(ctx.pending_events))
             ctx.pending_events.clear()
         else:
-            last = self.history.messages[-1:]
+            last = self.history.since(-1)
             if not last or last[0].get("role") != "user":
                 self.nudge_at = len(self.history)
                 self.nudge = tick_message(ctx.reflection)
