@@ -376,7 +376,12 @@ class TickScheduler:
         if self._entries.get(entry.name) is not entry:
             return  # removed while running
         now = self.clock.seconds()
-        entry.due = max(started_at + self._rate(entry.name), now)
+        # Count the period from when the tick was due, not from when the timer
+        # got to it: otherwise every tick slips a little and, once past a
+        # wake-up, waits a whole extra interval.  A tick started early (events,
+        # run_now) counts from its start.
+        base = min(entry.due, started_at)
+        entry.due = max(base + self._rate(entry.name), now)
         self._push(entry)
         if entry.name in self._urgent or (self._heap and self._heap[0][0] <= now):
             self._schedule_fill()

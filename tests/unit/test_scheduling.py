@@ -96,6 +96,19 @@ def test_each_assistant_ticks_at_its_own_rate() -> None:
     assert asleep == [0.0, 60.0, 120.0]
 
 
+def test_period_counts_from_the_due_time_not_the_wake_up() -> None:
+    """One late wake-up does not push every later tick back a whole interval."""
+    clock, ticks, sched = make({"a": 5.0}, sync=True)
+    sched.add("a", first_due=0.0)
+    sched.start()
+    clock.advance(4)
+    clock.advance(1.3)  # the reactor was busy: the 5 s wake-up comes at 5.3
+    clock.advance(0.7)
+    for _ in range(10):
+        clock.advance(1)
+    assert [round(t, 3) for t, _ in ticks.started] == [0.0, 5.3, 10.0, 15.0]
+
+
 def test_rate_change_applies_at_next_reschedule() -> None:
     """The rate is read when the next due time is computed."""
     rates = {"a": 5.0}
