@@ -125,6 +125,12 @@ class ConversationHistory:
 
     _messages: list[dict[str, Any]] = attrs.field(factory=list, alias="messages")
     _tool_call_ids: set[str] = attrs.field(init=False, factory=set)
+    _version: int = attrs.field(init=False, default=0)
+
+    @property
+    def version(self) -> int:
+        """A number that changes with every change of the messages (for caches of counts)."""
+        return self._version
 
     def __attrs_post_init__(self) -> None:
         self.replace(self._messages)
@@ -177,14 +183,17 @@ class ConversationHistory:
         if role == "tool" or message.get("tool_calls"):
             raise ValueError("tool calls and tool results enter through add_tool_exchange()")
         self._messages.append(dict(message))
+        self._version += 1
 
     def add_user(self, content: str) -> None:
         """Add a user message."""
         self._messages.append({"role": "user", "content": content})
+        self._version += 1
 
     def add_assistant(self, content: str) -> None:
         """Add an assistant text message (no tool call)."""
         self._messages.append({"role": "assistant", "content": content})
+        self._version += 1
 
     def add_tool_exchange(
         self,
@@ -205,6 +214,7 @@ class ConversationHistory:
             call, result_content, native=native, assistant_content=assistant_content
         )
         self._messages.extend(exchange)
+        self._version += 1
         if native:
             self._tool_call_ids.add(call.id)
         return exchange
@@ -213,6 +223,7 @@ class ConversationHistory:
         """Replace every message (loading, compaction); the new list is taken as is."""
         self._messages = [dict(m) for m in messages]
         self._tool_call_ids = {i for m in self._messages for i in _native_ids(m)}
+        self._version += 1
 
     def repair(self) -> RepairReport:
         """Give every unanswered call an "interrupted" answer and drop orphan answers."""

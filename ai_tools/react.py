@@ -483,6 +483,8 @@ class _LoopRun:
     _system_base: tuple[str, int] = ("", 0)
     _history_total: int = 0
     _counted: tuple[int, Any] = (0, None)
+    _usage_counted: tuple[str, int | None, int] | None = None
+    """(system text, history version, tokens) of the last count."""
     _request_tools: list[dict[str, Any]] | None = None
     _prompt_head: tuple[str, str] | None = None
 
@@ -618,10 +620,17 @@ class _LoopRun:
                 tools = self.request_tools()
                 self._fixed_tokens = self._counter.count_text(json.dumps(
                     tools, ensure_ascii=False, default=str)) if tools else 0
-            if self._system_counted is not self.system_text:
-                self._system_tokens = self._system_prompt_tokens(self.system_text)
-                self._system_counted = self.system_text
-            tokens = self._fixed_tokens + self._system_tokens + self._history_tokens()
+            version = getattr(self.history, "version", None)
+            counted = self._usage_counted
+            if (counted is not None and counted[0] is self.system_text
+                    and version is not None and counted[1] == version):
+                tokens = counted[2]  # nothing changed since the last count
+            else:
+                if self._system_counted is not self.system_text:
+                    self._system_tokens = self._system_prompt_tokens(self.system_text)
+                    self._system_counted = self.system_text
+                tokens = self._fixed_tokens + self._system_tokens + self._history_tokens()
+                self._usage_counted = (self.system_text, version, tokens)
         pct = usage_percentage(tokens, self.context_window())
         self.usage["context_tokens"] = tokens
         self.usage["context_percent"] = pct
@@ -729,8 +738,8 @@ class _LoopRun:
         self.results.append(entry)
         if outcome.kind == execution.HISTORY and len(outcome.history_entries) == 2:
             self.fresh_results.append(outcome.history_entries[1])
-        self.emit("tool_result", tool=outcome.tool_name, tool_call_id=outcome.tool_call_id,
-                  status=outcome.status, success=outcome.success, skipped=skipped,
+        self.emit("tool_result", tool=entry["tool"], tool_call_id=entry["tool_call_id"],
+                  status=outcome.status, success=entry["success"], skipped=skipped,
                   duration_ms=outcome.duration_ms, from_cache=outcome.from_cache)
 
     def skip_rest(self, calls: Sequence[ToolCall], content: str | None, why: str

@@ -68,3 +68,46 @@ def test_same_length_replacement_is_noticed() -> None:
     history.replace([{"role": "user", "content": "a different and much longer text " * 10}])
     run.usage_pct()
     assert run.usage["context_tokens"] == _full_count(run)
+
+
+def test_history_version_changes_with_every_change() -> None:
+    """Every way of changing the messages changes the version the usage cache keys on."""
+    history = ConversationHistory()
+    seen = {history.version}
+    changes = [
+        lambda: history.add_user("u"),
+        lambda: history.add_assistant("a"),
+        lambda: history.append({"role": "system", "content": "s"}),
+        lambda: history.add_tool_exchange(ToolCall(id="c1", name="t", arguments={}), "{}",
+                                          native=True),
+        lambda: history.replace([{"role": "user", "content": "u"}]),
+        history.clear,
+    ]
+    for change in changes:
+        change()
+        assert history.version not in seen
+        seen.add(history.version)
+    assert len(history.messages) == 0 and history.version == len(changes) + 1
+
+
+def test_an_unchanged_history_is_not_counted_again() -> None:
+    """Asking twice with nothing changed counts no message the second time."""
+    history = ConversationHistory()
+    history.add_user("hello")
+    run = _run(history)
+    first = run.usage_pct()
+    counted: list[Any] = []
+    run._counter = _CountingCounter(counted)
+    assert run.usage_pct() == first and counted == []
+    history.add_user("more")
+    run.usage_pct()
+    assert counted == [{"role": "user", "content": "more"}]
+
+
+class _CountingCounter:
+    def __init__(self, seen: list[Any]) -> None:
+        self.seen = seen
+
+    def count_message(self, message: Any) -> int:
+        self.seen.append(message)
+        return default_counter().count_message(message)
