@@ -11,7 +11,9 @@ shaping, history, observers, checkpoint).
 Target (issue 5, benchmark a): ours at most 2x the bare loop per iteration.
 
 Times are CPU time of this process (``time.process_time``), so other work on a
-shared machine disturbs the figures less than wall-clock time would.
+shared machine disturbs the figures less than wall-clock time would; the sides
+take turns in blocks of ten loops and the ratios are medians of per-round ratios.
+The model gives each call its own id, as real models do.
 
 Run: ``make bench BENCH=loop`` (or ``python -m benchmarks loop``).
 """
