@@ -57,6 +57,9 @@ _MAX_SUBAGENT_RECORDS = 20
 _DIRECT_KINDS = frozenset({"whisper", "page", "tell", "direct"})
 
 
+_at_tick: Callable[[Any, Any], defer.Deferred[Any]] | None = None
+
+
 class SleepRefused(AIToolsError):
     """Going to sleep was refused: the assistant has done nothing since it woke."""
 
@@ -570,11 +573,14 @@ class Assistant:
 
     def at_tick(self) -> defer.Deferred[Any]:
         """Run one tick (spec 004 §1); fires with a ``TickResult``, never fails."""
-        from ai_tools.tick import at_tick
-
+        global _at_tick
         if self.host is None:
             raise AIToolsError(f"assistant {self.name!r} has no host to tick in")
-        return at_tick(self, self.host)
+        if _at_tick is None:  # ai_tools.tick imports this module: bind it on first use
+            from ai_tools.tick import at_tick
+
+            _at_tick = at_tick
+        return _at_tick(self, self.host)
 
     def usage_percent(self, counter: Callable[[Sequence[Mapping[str, Any]]], int],
                       window: int) -> float:

@@ -215,14 +215,18 @@ def at_tick(assistant: Assistant, host: AssistantHost) -> defer.Deferred[TickRes
     try:
         assistant.tick_number += 1
         assistant.count("ticks")
-        tick = _Tick(assistant, host, assistant.tick_number, host.clock.seconds())
-        if host.cache is not None:
-            host.cache.clear_tick(assistant.name)
+        now = host.clock.seconds()
+        cache = host.cache
+        if cache is not None:
+            cache.clear_tick(assistant.name)
         if _is_idle(assistant, host):
             # The common case for a quiet assistant: no Deferred machinery at all.
             assistant.count("idle_ticks")
             _release(assistant)
-            return defer.succeed(tick.result(IDLE))
+            return defer.succeed(TickResult(
+                assistant=assistant.name, tick=assistant.tick_number, status=IDLE,
+                mode=assistant.mode, started_at=now))
+        tick = _Tick(assistant, host, assistant.tick_number, now)
         d = _run(tick)
     except Exception:
         _release(assistant)
