@@ -712,7 +712,9 @@ class _ToolCallRun:
         self._wait(wait, lambda _: self._dispatch(), self._internal_error)
 
     def _on_result(self, value: Any) -> None:
-        result = validate_tool_result(value, self._name())
+        tool = self.tool
+        assert tool is not None
+        result = validate_tool_result(value, tool.name)
         if result is not value:  # not a dict, or a malformed one: replaced by an error
             self._complete(result, status=INVALID_RESULT)
             return
@@ -772,13 +774,16 @@ class _ToolCallRun:
                     ctx.cache.invalidate(ctx.cache_namespace)
                 if tool.cacheable and not from_cache and self.key is not None:
                     self._store(shaped.result)
-        duration_ms = self._elapsed_ms()
+        call = self.call
+        assert call is not None
+        duration_ms = (ctx.clock.seconds() - self.started) * 1000.0
+        call_id = call.id
         log.info("Function call completed: {name} ({ms}ms)", name=tool.name,
                  ms=round(duration_ms), success=success, status=status,
-                 attempts=self.attempts, from_cache=from_cache, tool_call_id=self.call_id(),
+                 attempts=self.attempts, from_cache=from_cache, tool_call_id=call_id,
                  assistant=ctx.cache_namespace)
         current = ctx.state.current_tool_call
-        if current is not None and current.get("id") == self.call_id():
+        if current is not None and current.get("id") == call_id:
             current.update(status=status, success=success, duration_ms=duration_ms)
         self._record(status, shaped.result, shaped.content, from_cache=from_cache,
                      duration_ms=duration_ms)
@@ -831,7 +836,8 @@ class _ToolCallRun:
                 call, content, native=ctx.native_tools,
                 assistant_content=self.assistant_content,
             )
-        self._finish(ToolCallOutcome(
+        self.finished = True  # (what _finish does; checked above)
+        self.outcome_d.callback(ToolCallOutcome(
             kind=HISTORY, status=status, result=result, call=call,
             category=self.tool.category if self.tool else None, attempts=self.attempts,
             duration_ms=duration_ms, from_cache=from_cache, history_entries=entries,
