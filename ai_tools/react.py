@@ -803,10 +803,13 @@ def _run_calls(run: _LoopRun, calls: list[ToolCall], content: str | None
                  arguments=dict(call.arguments), category=run.categories.get(call.name))
         d = execution.execute_tool_call(run.exec_ctx, _raw_call(call),
                                         assistant_content=content)
-        try:
-            outcome = yield control.track(d)
-        finally:
-            control.untrack()
+        if d.called and isinstance(d.result, execution.ToolCallOutcome):
+            outcome = d.result  # a synchronous tool: answered already, nothing to wait for
+        else:
+            try:
+                outcome = yield control.track(d)
+            finally:
+                control.untrack()
         if outcome.kind == execution.ABORT:
             reason = _ABORT_REASONS.get(outcome.status, INTERNAL_ERROR)
             if reason == STOPPED_BY_USER:
