@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer
-from twisted.internet.protocol import Protocol
+from twisted.internet.interfaces import IProtocol
 from twisted.python.failure import Failure
 from twisted.web.client import ResponseDone
 from twisted.web.http import PotentialDataLoss
@@ -46,7 +46,8 @@ class BytesProducer:
         """Nothing to stop."""
 
 
-class BodyReader(Protocol):
+@implementer(IProtocol)
+class BodyReader:
     """Deliver a response body chunk by chunk to ``sink``.
 
     ``finished`` fires with None when the body ends normally, fails with the
@@ -55,6 +56,18 @@ class BodyReader(Protocol):
     (``ResponseFailed``) when it is cut.  Cancelling it aborts the connection.
     ``last_progress`` is the clock time of the last byte received.
     """
+
+    __slots__ = (
+        "_clock",
+        "_description",
+        "_idle_timeout",
+        "_sink",
+        "_timer",
+        "done",
+        "finished",
+        "last_progress",
+        "transport",
+    )
 
     def __init__(
         self,
@@ -68,10 +81,15 @@ class BodyReader(Protocol):
         self._idle_timeout = idle_timeout
         self._description = description
         self._timer: Any = None
+        self.transport: Any = None
         self.done = False
         self.last_progress: float = clock.seconds()
-        self.bytes_received = 0
         self.finished: defer.Deferred[None] = defer.Deferred(self._cancel)
+
+    def makeConnection(self, transport: Any) -> None:
+        """Twisted hands over the body's transport (used to abort)."""
+        self.transport = transport
+        self.connectionMade()
 
     def connectionMade(self) -> None:
         if self._idle_timeout is not None and not self.done:
@@ -81,7 +99,6 @@ class BodyReader(Protocol):
         if self.done:
             return
         self.last_progress = self._clock.seconds()
-        self.bytes_received += len(data)
         try:
             self._sink(data)
         except BaseException:

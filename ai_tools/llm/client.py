@@ -66,6 +66,7 @@ from ai_tools.llm.stream import StreamProtocolError
 from ai_tools.llm.tokens import context_window_for
 from ai_tools.retry import DEFAULT_RETRY_POLICY, RetryPolicy, is_retryable_error
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 MAX_BODY_BYTES = 32 * 1024 * 1024
 MAX_ERROR_BODY_BYTES = 64 * 1024
 USER_AGENT = b"ai_tools (twisted; +openai-compatible)"
@@ -346,7 +347,7 @@ class OpenAIChatClient:
         body.update(self.profile.extra_body)
         if extra_body:
             body.update(extra_body)
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return _ENCODER.encode(body).encode("utf-8")
 
     def _api_key(self) -> str | None:
         name = self.profile.api_key_env

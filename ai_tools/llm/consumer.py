@@ -95,7 +95,15 @@ class StreamConsumer:
         if payload is not None:
             delta = self.assembler.text_only(payload)
             if delta is not None:
-                self.text_delta(delta)
+                # text_delta(), inlined: this runs for nearly every chunk.
+                self.produced = True
+                if self._on_event is not None:
+                    self.emit(delta)
+                if self._detect and self.detector.feed(delta.text):
+                    raise RepeatedLineLoop(
+                        f"the model repeated itself ({self.detector.repeated!r})",
+                        self.assembler.text,
+                    )
             else:
                 self.dispatch(self.assembler.feed_data(payload))
             return

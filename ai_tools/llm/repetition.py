@@ -34,6 +34,8 @@ class RepetitionConfig:
 class RepeatedLineDetector:
     """Feed text with :meth:`feed`; :attr:`triggered` says whether a loop was seen."""
 
+    __slots__ = ("_enabled", "_lines", "_pending", "config", "repeated", "triggered")
+
     def __init__(self, config: RepetitionConfig | None = None) -> None:
         self.config = config or RepetitionConfig()
         # Created on first use: most answers never need them, and streams in
@@ -42,10 +44,11 @@ class RepeatedLineDetector:
         self._pending: list[str] | None = None
         self.triggered = False
         self.repeated: tuple[str, ...] = ()
+        self._enabled = self.config.enabled
 
     def feed(self, text: str) -> bool:
         """Add a text fragment; return True once a loop has been detected."""
-        if self.triggered or not self.config.enabled or not text:
+        if self.triggered or not self._enabled or not text:
             return self.triggered
         if "\n" not in text:
             if self._pending is None:

@@ -25,6 +25,8 @@ class SSEEvent:
 class SSEParser:
     """Incremental SSE parser: ``feed(bytes) -> [SSEEvent]``, ``close() -> [SSEEvent]``."""
 
+    __slots__ = ("_at_start", "_buffer", "_data", "_event", "_idle", "_last_id", "_skip_lf")
+
     def __init__(self) -> None:
         self._buffer = b""
         self._skip_lf = False
@@ -32,9 +34,17 @@ class SSEParser:
         self._data: list[str] = []
         self._event = ""
         self._last_id: str | None = None
+        self._idle = False  # True when no partial line or field is pending
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Parse ``chunk``; return the events completed by it."""
+        events = self._feed(chunk)
+        self._idle = not (
+            self._at_start or self._skip_lf or self._buffer or self._event or self._data
+        )
+        return events
+
+    def _feed(self, chunk: bytes) -> list[SSEEvent]:
         if not chunk:
             return []
         if self._skip_lf:
@@ -97,7 +107,7 @@ class SSEParser:
             chunk.startswith(b"data:")
             and chunk.endswith(b"\n\n")
             and chunk.count(b"\n") == 2
-            and not (self._at_start or self._skip_lf or self._buffer or self._event or self._data)
+            and self._idle
             and b"\r" not in chunk
         ):
             if chunk[5] == 32:  # one optional space after the colon
@@ -134,6 +144,7 @@ class SSEParser:
             self._buffer = b""
         self._data = []
         self._event = ""
+        self._idle = not (self._at_start or self._skip_lf)
         return events
 
     def _line(self, raw: bytes, events: list[SSEEvent]) -> None:

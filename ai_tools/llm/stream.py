@@ -37,6 +37,12 @@ _scanstring = _json_decoder.scanstring  # type: ignore[attr-defined]
 _TEXT_HEAD = re.compile(
     r'"choices":\s*\[\s*\{\s*"index":\s*0\s*,\s*"delta":\s*\{\s*"content":\s*"'
 )
+# The same, whole, for a fragment without escapes: one match does everything.
+_TEXT_PLAIN = re.compile(
+    r'"choices":\s*\[\s*\{\s*"index":\s*0\s*,\s*"delta":\s*\{\s*"content":\s*"([^"\\\x00-\x1f]+)"'
+    r'\s*\}\s*(?:,\s*"logprobs":\s*null\s*)?,\s*"finish_reason":\s*null\s*\}\s*\]'
+    r'\s*(?:,\s*"usage":\s*null\s*)?\}\s*\Z'
+)
 _TEXT_TAIL = re.compile(
     r'\s*\}\s*(?:,\s*"logprobs":\s*null\s*)?,\s*"finish_reason":\s*null\s*\}\s*\]'
     r'\s*(?:,\s*"usage":\s*null\s*)?\}\s*\Z'
@@ -64,6 +70,18 @@ class ChatStreamAssembler:
     :class:`ChatResponse` from what arrived (also after a failure, to keep the
     partial output).
     """
+
+    __slots__ = (
+        "_calls",
+        "_fast",
+        "error",
+        "finish_reason",
+        "finished",
+        "model",
+        "reasoning_parts",
+        "text_parts",
+        "usage",
+    )
 
     def __init__(self) -> None:
         self.text_parts: list[str] = []
@@ -98,6 +116,11 @@ class ChatStreamAssembler:
         start = data.find('"choices"')
         if start < 0 or data.find('"usage"', 0, start) >= 0 or data.find('"error"', 0, start) >= 0:
             return None
+        plain = _TEXT_PLAIN.match(data, start)
+        if plain is not None:
+            content = plain.group(1)
+            self.text_parts.append(content)
+            return TextDelta(content)
         head = _TEXT_HEAD.match(data, start)
         if head is None:
             return None
