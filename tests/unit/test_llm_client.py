@@ -429,3 +429,27 @@ def test_connection_refused_is_a_connection_error() -> None:
     assert "could not reach http://127.0.0.1:9/v1/chat/completions" in str(failure[0].value)
     assert Refusing.calls == 2
     json.dumps(str(failure[0].value))
+
+
+def test_log_requests_redacts_the_key(logged: list) -> None:
+    """log_requests=True logs each request with Authorization redacted."""
+    from twisted.logger import formatEvent
+
+    h = Harness([Turn(text="ok")], api_key_env="TEST_KEY", log_requests=True)
+    h.run(h.client.complete(USER))
+    lines = [formatEvent(e) for e in logged if "Model request" in e.get("log_format", "")]
+    assert lines and "<redacted>" in lines[0]
+    assert "sk-secret-value" not in " ".join(lines)
+    assert "sk-secret-value" not in repr(h.client)
+
+
+def test_key_rotation_is_picked_up() -> None:
+    """The key is read per request, so a rotated key is used at once."""
+    h = Harness(["a", "b"], api_key_env="TEST_KEY")
+    h.run(h.client.complete(USER))
+    h.client.environ = {"TEST_KEY": "sk-new"}
+    h.run(h.client.complete(USER))
+    assert [r.headers["authorization"] for r in h.requests] == [
+        "Bearer sk-secret-value",
+        "Bearer sk-new",
+    ]

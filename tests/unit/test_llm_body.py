@@ -1,0 +1,169 @@
+"""BodyReader (idle timer, abort, cancel), BytesProducer and with_deadline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from twisted.internet import defer
+from twisted.internet.task import Clock
+from twisted.python.failure import Failure
+from twisted.web.client import ResponseDone, ResponseFailed
+
+from ai_tools.errors import LLMTimeout
+from ai_tools.llm.body import BodyReader, BytesProducer
+from ai_tools.llm.client import with_deadline
+
+
+class FakeTransport:
+    """Counts aborts."""
+
+    def __init__(self) -> None:
+        self.stopped = 0
+
+    def stopProducing(self) -> None:
+        self.stopped += 1
+
+
+def reader(idle: float | None = 5.0) -> tuple[Clock, BodyReader, list[bytes], FakeTransport]:
+    clock = Clock()
+    got: list[bytes] = []
+    r = BodyReader(clock, got.append, idle, "test body")
+    transport = FakeTransport()
+    r.makeConnection(transport)
+    return clock, r, got, transport
+
+
+def outcome(d: defer.Deferred) -> Any:
+    results: list = []
+    d.addBoth(results.append)
+    assert results, "the Deferred has not fired"
+    return results[0]
+
+
+def test_delivers_chunks_and_finishes_on_response_done() -> None:
+    """Chunks reach the sink; a clean end fires finished with None and stops the timer."""
+    clock, r, got, _ = reader()
+    r.dataReceived(b"a")
+    r.dataReceived(b"b")
+    r.connectionLost(Failure(ResponseDone()))
+    assert got == [b"a", b"b"] and outcome(r.finished) is None
+    assert clock.getDelayedCalls() == []
+
+
+def test_idle_timer_counts_from_the_last_byte() -> None:
+    """Bytes push the deadline back; silence longer than the timeout aborts."""
+    clock, r, _, transport = reader(idle=5.0)
+    clock.advance(4)
+    r.dataReceived(b"x")
+    clock.advance(4)  # 8s since start, 4s since the last byte
+    assert not r.finished.called
+    clock.advance(1.5)
+    failure = outcome(r.finished)
+    assert failure.check(LLMTimeout) and "stalled" in str(failure.value)
+    assert transport.stopped == 1
+    r.connectionLost(Failure(ResponseFailed([])))  # the abort's echo is ignored
+
+
+def test_no_idle_timeout() -> None:
+    """idle None: no timer at all."""
+    clock, _r, _, _ = reader(idle=None)
+    assert clock.getDelayedCalls() == []
+
+
+def test_sink_error_aborts_and_fails() -> None:
+    """An exception in the sink aborts the connection and fails finished with it."""
+    clock = Clock()
+
+    def sink(data: bytes) -> None:
+        raise ValueError("bad chunk")
+
+    r = BodyReader(clock, sink, 5.0)
+    transport = FakeTransport()
+    r.makeConnection(transport)
+    r.dataReceived(b"x")
+    assert outcome(r.finished).check(ValueError)
+    assert transport.stopped == 1 and clock.getDelayedCalls() == []
+    r.dataReceived(b"late")  # ignored
+
+
+def test_cancel_aborts_the_connection() -> None:
+    """Cancelling finished stops the transport (a real abort, not just a dropped Deferred)."""
+    clock, r, _, transport = reader()
+    r.finished.cancel()
+    assert outcome(r.finished).check(defer.CancelledError)
+    assert transport.stopped == 1 and clock.getDelayedCalls() == []
+
+
+def test_stop_ends_reading_quietly() -> None:
+    """stop(): abort, and finished fires with None."""
+    _, r, _, transport = reader()
+    r.stop()
+    assert outcome(r.finished) is None and transport.stopped == 1
+
+
+def test_lost_connection_fails_finished() -> None:
+    """A cut body fails finished with the reason."""
+    _, r, _, _ = reader()
+    r.connectionLost(Failure(ResponseFailed([Failure(ConnectionError("reset"))])))
+    assert outcome(r.finished).check(ResponseFailed)
+
+
+def test_bytes_producer_writes_at_once() -> None:
+    """The body is written in one go and its length is known."""
+    written: list[bytes] = []
+
+    class Consumer:
+        def write(self, data: bytes) -> None:
+            written.append(data)
+
+    producer = BytesProducer(b"hello")
+    assert producer.length == 5
+    assert outcome(producer.startProducing(Consumer())) is None
+    assert written == [b"hello"]
+    producer.pauseProducing()
+    producer.resumeProducing()
+    producer.stopProducing()
+
+
+def test_with_deadline_passes_results_through() -> None:
+    """Success and failure of the inner Deferred come out unchanged."""
+    clock = Clock()
+    inner: defer.Deferred = defer.Deferred()
+    d = with_deadline(inner, clock, 5.0)
+    inner.callback("ok")
+    assert outcome(d) == "ok" and clock.getDelayedCalls() == []
+    inner2: defer.Deferred = defer.Deferred()
+    d2 = with_deadline(inner2, clock, None)
+    inner2.errback(ValueError("no"))
+    assert outcome(d2).check(ValueError)
+
+
+def test_with_deadline_timeout_and_cancel_are_named() -> None:
+    """Whatever the inner canceller produces, timeout → TimeoutError, cancel → CancelledError."""
+
+    def odd_canceller(d: defer.Deferred) -> None:
+        d.errback(ConnectionError("ResponseNeverReceived-like"))
+
+    clock = Clock()
+    inner: defer.Deferred = defer.Deferred(odd_canceller)
+    d = with_deadline(inner, clock, 2.0)
+    clock.advance(2)
+    assert outcome(d).check(defer.TimeoutError)
+    inner2: defer.Deferred = defer.Deferred(odd_canceller)
+    d2 = with_deadline(inner2, clock, 2.0)
+    d2.cancel()
+    assert outcome(d2).check(defer.CancelledError)
+    assert clock.getDelayedCalls() == []
+
+
+@pytest.mark.parametrize("idle", [0.5, 3.0])
+def test_idle_reschedules_without_failing_active_streams(idle: float) -> None:
+    """A steady trickle of bytes never trips the idle timer."""
+    clock, r, got, _ = reader(idle=idle)
+    for _ in range(50):
+        clock.advance(idle * 0.9)
+        r.dataReceived(b".")
+    assert not r.finished.called and len(got) == 50
+    r.connectionLost(Failure(ResponseDone()))
+    assert outcome(r.finished) is None
