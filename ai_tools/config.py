@@ -371,6 +371,20 @@ def _unknown(where: str, unknown: list[str], known: list[str]) -> str:
     return f"{label} {', '.join(hints)}; known: {', '.join(known)}"
 
 
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+def _label(name: Any) -> str:
+    """A name as it may appear in a key path: plain when it is plain, else quoted."""
+    text = str(name)
+    return text if _PLAIN_NAME.match(text) else repr(text)
+
+
+def _one_line(message: str) -> str:
+    """Whatever a value held, the message stays on one line."""
+    return message.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def _type_name(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
@@ -471,7 +485,7 @@ def _profile(values: Mapping[str, Any], where: str) -> ModelProfile:
 
 
 def _model(name: str, data: Any, base: Path, overrides: Overrides) -> ModelSpec:
-    where = f"models.{name}"
+    where = f"models.{_label(name)}"
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where} must be a table, not {_type_name(data)}")
     values = dict(data)
@@ -556,7 +570,8 @@ def _assistant(index: int, data: Any, models: Mapping[str, ModelSpec],
     if not isinstance(data, Mapping):
         raise ConfigError(f"assistants[{index}] must be a table, not {_type_name(data)}")
     name = data.get("name")
-    where = f"assistants.{name}" if isinstance(name, str) and name else f"assistants[{index}]"
+    where = (f"assistants.{name}" if isinstance(name, str) and _PLAIN_NAME.match(name)
+             else f"assistants[{index}]")
     values = dict(data)
     model = values.get("model")
     if model is None:
@@ -573,7 +588,7 @@ def _assistant(index: int, data: Any, models: Mapping[str, ModelSpec],
     elif not isinstance(model, str):
         raise ConfigError(f"{where}.model must be a string, not {model!r}")
     elif model not in models:
-        declared = ", ".join(sorted(models)) or "none"
+        declared = ", ".join(_label(m) for m in sorted(models)) or "none"
         raise ConfigError(f"{where}.model: unknown model profile {model!r} "
                           f"(declared: {declared})")
     known = sorted(f.name for f in attrs.fields(AssistantConfig))
@@ -690,7 +705,7 @@ def parse_config(
     try:
         return _parse(data, source, base or Path.cwd(), overrides or Overrides(), registry)
     except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
+        raise ConfigError(_one_line(f"{source}: {exc}")) from None
 
 
 def _parse(data: Mapping[str, Any], source: str, base: Path, overrides: Overrides,

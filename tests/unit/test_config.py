@@ -510,3 +510,15 @@ def test_environment_is_not_read_for_models(monkeypatch: pytest.MonkeyPatch) -> 
     profile = config.models["local"].profile
     assert profile is not None and profile.base_url == "http://127.0.0.1:11434/v1"
     assert os.environ["LLM_URL"]  # untouched
+
+
+def test_names_with_line_breaks_keep_the_message_on_one_line() -> None:
+    data = base_config()
+    data["models"] = {"a\nb": {"base_url": "http://127.0.0.1:1/v1", "model": "m"}}
+    data["assistants"][0]["name"] = "p\nq"
+    data["assistants"][0]["model"] = "zz"
+    message = error_of(data)
+    assert message == ("assistant.toml: assistants[0].model: unknown model profile 'zz' "
+                       "(declared: 'a\\nb')")
+    data["models"]["a\nb"]["model"] = ""
+    assert "models.'a\\nb': 'model' is required" in error_of(data)
