@@ -918,6 +918,7 @@ def start_test_server(
     conversation_key: Callable[
         [Mapping[str, str], Mapping[str, Any]], str
     ] = default_conversation_key,
+    backlog: int = 511,
 ) -> defer.Deferred[TestServer]:
     """Start a scripted server; fires with a :class:`TestServer`.
 
@@ -941,7 +942,7 @@ def start_test_server(
     site.noisy = False
     factory = _TrackingFactory(site)
     factory.noisy = False
-    listening = reactor.listenTCP(port, factory, interface=interface)
+    listening = reactor.listenTCP(port, factory, backlog=backlog, interface=interface)
     server = TestServer(resource, listening, factory, interface)
     log.info(
         "Scripted model {model} listening on {url} (answers come from a script, not a model)",
