@@ -1,9 +1,11 @@
 """Token counting for the token advisory and compaction.
 
-With the ``tokens`` extra installed, counts come from tiktoken.  tiktoken
-downloads its encoding files on first use, which fails on a machine without
-network (unless ``TIKTOKEN_CACHE_DIR`` holds them); then, and when tiktoken is
-not installed, counting falls back to about four characters per token.  The
+With the ``tokens`` extra installed, counts come from tiktoken when its
+encoding files are already on this machine (in ``TIKTOKEN_CACHE_DIR`` or
+tiktoken's default cache).  ai_tools never lets tiktoken fetch them behind an
+operator's back — a game server or a test run must not reach the network — unless
+``AI_TOOLS_TIKTOKEN_DOWNLOAD=1`` is set.  Without the files, and when tiktoken
+is not installed, counting falls back to about four characters per token.  The
 fallback is chosen once per counter and logged once.
 
 Message lists are counted the way OpenAI documents it: a few tokens of
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
@@ -57,10 +60,33 @@ class Encoding(Protocol):
 
 
 def load_tiktoken_encoding(name: str = DEFAULT_ENCODING) -> Encoding:
-    """Load a tiktoken encoding; raises ImportError or any download error."""
-    import tiktoken
+    """Load a tiktoken encoding from local files; raises ImportError or OSError.
 
-    return tiktoken.get_encoding(name)
+    tiktoken fetches missing encoding files over HTTP.  Unless
+    ``AI_TOOLS_TIKTOKEN_DOWNLOAD=1`` is set, that fetch is replaced for the
+    duration of the load by one that refuses, so only cached or local files are
+    read.  (Loads run under the counter's lock, once per counter.)
+    """
+    import tiktoken
+    import tiktoken.load
+
+    if os.environ.get("AI_TOOLS_TIKTOKEN_DOWNLOAD") == "1":
+        return tiktoken.get_encoding(name)
+    fetch = tiktoken.load.read_file
+
+    def local_only(blobpath: str) -> bytes:
+        if blobpath.startswith(("http://", "https://")):
+            raise OSError(
+                f"encoding file {blobpath} is not cached and downloads are off "
+                "(set AI_TOOLS_TIKTOKEN_DOWNLOAD=1 to allow them)"
+            )
+        return fetch(blobpath)
+
+    tiktoken.load.read_file = local_only
+    try:
+        return tiktoken.get_encoding(name)
+    finally:
+        tiktoken.load.read_file = fetch
 
 
 def context_window_for(model: str, configured: int | None = None) -> int:

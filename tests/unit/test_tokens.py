@@ -152,3 +152,40 @@ def test_context_window_from_configuration_first(
 ) -> None:
     """The configured window wins; else a known model; else the default."""
     assert context_window_for(model, configured) == expected
+
+
+def test_default_loader_never_downloads(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """With an empty cache, loading refuses instead of fetching over HTTP."""
+    tiktoken_load = pytest.importorskip("tiktoken.load")
+    fetched: list[str] = []
+
+    def recording_fetch(blobpath: str) -> bytes:
+        fetched.append(blobpath)
+        raise AssertionError("tiktoken tried to fetch " + blobpath)
+
+    monkeypatch.setattr(tiktoken_load, "read_file", recording_fetch)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("AI_TOOLS_TIKTOKEN_DOWNLOAD", raising=False)
+    with pytest.raises(OSError, match="downloads are off"):
+        tokens.load_tiktoken_encoding("cl100k_base")
+    assert fetched == []
+    assert tiktoken_load.read_file is recording_fetch  # restored after the load
+
+
+def test_downloads_allowed_when_asked(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """AI_TOOLS_TIKTOKEN_DOWNLOAD=1 hands the fetch to tiktoken itself."""
+    tiktoken_load = pytest.importorskip("tiktoken.load")
+    fetched: list[str] = []
+
+    def recording_fetch(blobpath: str) -> bytes:
+        fetched.append(blobpath)
+        raise OSError("no network in this test")
+
+    monkeypatch.setattr(tiktoken_load, "read_file", recording_fetch)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("AI_TOOLS_TIKTOKEN_DOWNLOAD", "1")
+    with pytest.raises(OSError, match="no network in this test"):
+        tokens.load_tiktoken_encoding("cl100k_base")
+    assert fetched and fetched[0].startswith("https://")
