@@ -180,7 +180,7 @@ def build_system_prompt(inputs: PromptInputs) -> str:
     return f"{system_prompt_head(inputs)}\n\n{status}"
 
 
-def _event_line(event: Mapping[str, Any]) -> str:
+def event_line(event: Mapping[str, Any]) -> str:
     """One event as a line: ``speaker (kind): text`` with whatever fields exist."""
     text = event.get("text", event.get("message", event.get("content")))
     speaker = event.get("from", event.get("sender", event.get("speaker")))
@@ -195,7 +195,7 @@ def _event_line(event: Mapping[str, Any]) -> str:
 def format_events(events: Sequence[Mapping[str, Any]]) -> str:
     """The user message content carrying pending events (what happened since last turn)."""
     lines = [f"{EVENTS_PREFIX} Since your last turn:"]
-    lines.extend(_event_line(e) for e in events)
+    lines.extend(event_line(e) for e in events)
     return "\n".join(lines)
 
 

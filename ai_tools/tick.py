@@ -35,6 +35,7 @@ from twisted.python.failure import Failure
 
 from ai_tools.assistant import AWAKE, SLEEP
 from ai_tools.compaction import compact_history, needs_compaction
+from ai_tools.episodes import EPISODES, episode_record
 from ai_tools.llm.tokens import DEFAULT_CONTEXT_WINDOW, count_messages
 from ai_tools.patterns import (
     ExecutionPattern,
@@ -308,7 +309,10 @@ def _run(tick: _Tick) -> Any:
         context_type = determine_context_type(assistant.pending_events)
         tick.pattern = yield _select_pattern(tick, context_type)
         # 8. the loop (or a single action)
+        events = list(assistant.pending_events)
+        history_start = len(assistant.history)
         tick.loop = yield _run_loop(tick, context_type, pattern=tick.pattern)
+        yield _record_episode(tick, events, history_start)
         assistant.ticks_since_reflection += 1
         _trim_history(assistant)
         return _finish(tick, RAN, tick.loop.termination_reason)
@@ -515,6 +519,27 @@ def _run_loop(
     if result.failed:
         tick.error(f"{result.termination_reason}: {result.error or ''}".rstrip(": "))
     return result
+
+
+@defer.inlineCallbacks
+def _record_episode(tick: _Tick, events: list[dict[str, Any]], history_start: int) -> Any:
+    """Write this tick's conversation as an episode; a failed write is logged, never fatal."""
+    assistant, host = tick.assistant, tick.host
+    if host.store is None or tick.loop is None:
+        return
+    terminal = set(host.registry.get_tool_names_by_category(ToolCategory.TERMINAL))
+    episode = episode_record(assistant.name, events, assistant.history.since(history_start),
+                             terminal, tick.loop.termination_reason)
+    if episode is None:
+        return
+    content, metadata = episode
+    metadata["tick"] = tick.number
+    try:
+        yield host.store.add_record(assistant.name, EPISODES, content, metadata)
+    except Exception as exc:
+        log.failure("Could not record the episode of {assistant}'s tick {tick}",
+                    assistant=assistant.name, tick=tick.number)
+        tick.error(f"episode not recorded: {type(exc).__name__}: {exc}")
 
 
 def _on_loop_event(assistant: Assistant, host: AssistantHost, event: dict[str, Any]) -> None:
