@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
+from twisted.logger import Logger
 
 INTERRUPTED_ERROR = "interrupted: the process stopped before this tool call finished"
 """The error text of a synthetic result."""
@@ -195,6 +196,21 @@ def unanswered_tool_calls(history: Sequence[Mapping[str, Any]]) -> list[str]:
     missing.extend(pending_native)
     missing.extend(pending_fallback)
     return missing
+
+
+_log = Logger()
+
+
+def log_repair(name: str, report: RepairReport) -> None:
+    """Log, once per load, what repairing ``name``'s saved history changed (nothing if clean)."""
+    if report.changed:
+        _log.info(
+            "Repaired history of {name}: {added} interrupted tool calls answered,"
+            " {dropped} orphan results dropped",
+            name=name,
+            added=report.added,
+            dropped=report.dropped,
+        )
 
 
 def repair_state(state: Mapping[str, Any]) -> tuple[dict[str, Any], RepairReport]:

@@ -21,7 +21,7 @@ from zope.interface import implementer
 from ai_tools.errors import NotFound
 from ai_tools.interfaces import IStore, IWorldStore
 from ai_tools.store.clock import SecondsClock, now_seconds
-from ai_tools.store.history_repair import repair_state
+from ai_tools.store.history_repair import log_repair, repair_state
 from ai_tools.store.serialization import (
     check_content,
     check_expiry,
@@ -111,14 +111,7 @@ class MemoryStore:
         if encoded is None:
             return None
         state, report = repair_state(json.loads(encoded))
-        if report.changed:
-            self._log.info(
-                "Repaired history of {name}: {added} interrupted tool calls answered,"
-                " {dropped} orphan results dropped",
-                name=name,
-                added=report.added,
-                dropped=report.dropped,
-            )
+        log_repair(name, report)
         return state
 
     def save_assistant(self, name: str, state: Mapping[str, Any]) -> defer.Deferred[None]:

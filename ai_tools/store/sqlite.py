@@ -30,7 +30,7 @@ from zope.interface import implementer
 from ai_tools.errors import NotFound
 from ai_tools.interfaces import IStore, IWorldStore
 from ai_tools.store.clock import SecondsClock, now_seconds
-from ai_tools.store.history_repair import RepairReport, repair_state
+from ai_tools.store.history_repair import RepairReport, log_repair, repair_state
 from ai_tools.store.schema import WORLD_TABLES, Migration, migrate
 from ai_tools.store.serialization import (
     RECORD_FIELDS,
@@ -231,14 +231,7 @@ class SQLiteStore:
         if loaded is None:
             return None
         state, report = loaded
-        if report.changed:
-            self._log.info(
-                "Repaired history of {name}: {added} interrupted tool calls answered,"
-                " {dropped} orphan results dropped",
-                name=name,
-                added=report.added,
-                dropped=report.dropped,
-            )
+        log_repair(name, report)
         return state
 
     def save_assistant(self, name: str, state: Mapping[str, Any]) -> defer.Deferred[None]:

@@ -178,3 +178,21 @@ def test_any_history_is_valid_after_repair(history: list[dict[str, Any]]) -> Non
     again, report = repair_history(repaired)
     assert again == repaired
     assert not report.changed
+
+
+def test_log_repair_logs_only_a_changed_history() -> None:
+    """One INFO line naming the assistant and the counts; nothing for a clean history."""
+    from twisted.logger import globalLogPublisher
+
+    from ai_tools.store.history_repair import RepairReport, log_repair
+
+    events: list[dict[str, object]] = []
+    globalLogPublisher.addObserver(events.append)
+    try:
+        log_repair("pip", RepairReport())
+        log_repair("pip", RepairReport(added=2, dropped=1))
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+    repaired = [e for e in events if "Repaired history" in str(e.get("log_format", ""))]
+    assert len(repaired) == 1
+    assert (repaired[0]["name"], repaired[0]["added"], repaired[0]["dropped"]) == ("pip", 2, 1)

@@ -25,7 +25,7 @@ from zope.interface import implementer
 from ai_tools.contrib.evennia.lookup import all_assistant_scripts, get_assistant_script
 from ai_tools.errors import NotFound
 from ai_tools.interfaces import IStore
-from ai_tools.store.history_repair import repair_state
+from ai_tools.store.history_repair import log_repair, repair_state
 from ai_tools.store.serialization import check_name, check_state
 
 log = Logger()
@@ -66,14 +66,7 @@ class ScriptStore:
         if state is None:
             return None
         repaired, report = repair_state(state)
-        if report.changed:
-            log.info(
-                "Repaired history of {name}: {added} interrupted tool calls answered,"
-                " {dropped} orphan results dropped",
-                name=name,
-                added=report.added,
-                dropped=report.dropped,
-            )
+        log_repair(name, report)
         return repaired
 
     def save_assistant(self, name: str, state: Mapping[str, Any]) -> defer.Deferred[None]:
