@@ -244,6 +244,15 @@ class Turn:
     finish_reason: str | None = None
     usage: Mapping[str, Any] | None = None
     fault: Fault | None = attrs.field(default=None, converter=_fault)
+    has_placeholder: bool = attrs.field(init=False, eq=False, repr=False)
+    """Whether ``{user_message}`` appears anywhere (computed once, not per request)."""
+
+    @has_placeholder.default
+    def _has_placeholder(self) -> bool:
+        return USER_PLACEHOLDER in self.text or any(
+            USER_PLACEHOLDER in json.dumps(c.arguments, ensure_ascii=False)
+            for c in self.tool_calls
+        )
 
     @classmethod
     def coerce(cls, value: Any) -> Turn:
@@ -435,14 +444,10 @@ class ScriptedModel:
 
 
 def _fill(turn: Turn, user: str | None) -> Turn:
+    if not turn.has_placeholder:
+        return turn
     if user is None:
         user = ""
-    text_has = USER_PLACEHOLDER in turn.text
-    calls_have = any(
-        USER_PLACEHOLDER in json.dumps(c.arguments, ensure_ascii=False) for c in turn.tool_calls
-    )
-    if not text_has and not calls_have:
-        return turn
     calls = tuple(
         attrs.evolve(c, arguments=_replace_in(c.arguments, user)) for c in turn.tool_calls
     )
@@ -522,9 +527,11 @@ class ScriptedModelResource(Resource):
         conversation_key: Callable[
             [Mapping[str, str], Mapping[str, Any]], str
         ] = default_conversation_key,
+        log_requests: bool = True,
     ) -> None:
         super().__init__()
         self.model = model
+        self.log_requests = log_requests
         self.reactor = reactor
         self.api_key = api_key
         self.conversation_key = conversation_key
@@ -614,14 +621,15 @@ class ScriptedModelResource(Resource):
         record.conversation = self.conversation_key(headers, body)
         turn, why = self.model.next_turn(record.conversation, body["messages"])
         record.turn = turn
-        log.info(
-            "Scripted model {model} answering request {n} of conversation {conversation} "
-            "with {why}",
-            model=self.model.model_name,
-            n=len(self.requests),
-            conversation=record.conversation,
-            why=why,
-        )
+        if self.log_requests:
+            log.info(
+                "Scripted model {model} answering request {n} of conversation {conversation} "
+                "with {why}",
+                model=self.model.model_name,
+                n=len(self.requests),
+                conversation=record.conversation,
+                why=why,
+            )
         if turn is None:
             return self._error(request, 400, f"scripted model: {why}")
         latency = turn.fault.latency if turn.fault and turn.fault.latency else turn.latency
@@ -829,6 +837,14 @@ def _arguments_text(spec: ToolCallSpec) -> str:
     return json.dumps(dict(spec.arguments), ensure_ascii=False)
 
 
+class _ScriptedSite(web_server.Site):
+    """A Site without the access-log line: the resource logs each request itself
+    (with the conversation and the turn), and a load test's server logs nothing."""
+
+    def log(self, request: Any) -> None:
+        pass
+
+
 class _TrackingFactory(WrappingFactory):
     """Counts open connections and tells waiters when they are all gone."""
 
@@ -919,12 +935,14 @@ def start_test_server(
         [Mapping[str, str], Mapping[str, Any]], str
     ] = default_conversation_key,
     backlog: int = 511,
+    log_requests: bool = True,
 ) -> defer.Deferred[TestServer]:
     """Start a scripted server; fires with a :class:`TestServer`.
 
     ``script`` is a :class:`Script`, a list of turns (:class:`Turn`,
     :class:`Fault`, text), a scenario mapping, or ``{conversation: script}``.
     With ``api_key``, requests without ``Authorization: Bearer <api_key>`` get 401.
+    ``log_requests=False`` drops the log event per request (a load test's server).
     """
     if reactor is None:
         from twisted.internet import reactor as global_reactor
@@ -935,9 +953,10 @@ def start_test_server(
     except (TypeError, ValueError) as e:
         return defer.fail(e)
     resource = ScriptedModelResource(
-        model, reactor, api_key=api_key, conversation_key=conversation_key
+        model, reactor, api_key=api_key, conversation_key=conversation_key,
+        log_requests=log_requests,
     )
-    site = web_server.Site(resource)
+    site = _ScriptedSite(resource)
     site.displayTracebacks = False
     site.noisy = False
     factory = _TrackingFactory(site)
@@ -978,7 +997,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         observer: Any = textFileLogObserver(sys.stderr)
         globalLogBeginner.beginLoggingTo([observer])
     try:
-        server_d = start_test_server(script, reactor, interface=args.interface, port=args.port)
+        server_d = start_test_server(script, reactor, interface=args.interface, port=args.port,
+                                     log_requests=not args.quiet)
     except Exception as e:  # e.g. the port is taken
         print(f"cannot listen: {e}", file=sys.stderr)
         return 2

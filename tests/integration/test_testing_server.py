@@ -78,6 +78,47 @@ async def test_records_what_it_received() -> None:
 
 
 @pytest_twisted.ensureDeferred
+async def test_one_log_event_per_request_unless_told_not_to() -> None:
+    """Each answered request logs one event naming its conversation and turn (no
+    separate access-log line); ``log_requests=False`` (the CLI's --quiet) logs none."""
+    from twisted.logger import globalLogPublisher
+
+    events: list[dict[str, Any]] = []
+    globalLogPublisher.addObserver(events.append)
+    try:
+        for log_requests, expected in ((True, 2), (False, 0)):
+            events.clear()
+            server = await start_test_server(["a", "b"], reactor=reactor(),
+                                             log_requests=log_requests)
+            client = OpenAIChatClient(server.profile(stream=False), reactor=reactor())
+            try:
+                await client.complete(USER)
+                await client.complete(USER)
+            finally:
+                await client.close()
+                await server.stop()
+            answered = [e for e in events if "answering request" in (e.get("log_format") or "")]
+            assert len(answered) == expected
+            assert not [e for e in events if '"POST /v1/chat/completions' in str(e)]
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+
+
+def test_the_user_placeholder_is_found_once_per_turn() -> None:
+    """Turns without ``{user_message}`` are answered as they are; with it, filled in."""
+    from ai_tools.testing import ScriptedModel
+
+    assert not Turn(text="plain", tool_calls=[("say", {"text": "hi"})]).has_placeholder
+    assert Turn(tool_calls=[("say", {"text": ["x", "{user_message}"]})]).has_placeholder
+    model = ScriptedModel.build(["Hi {user_message}", Turn(text="plain")])
+    turn, _ = model.next_turn("c", USER)
+    assert turn is not None and turn.text == "Hi hi" and not turn.has_placeholder
+    plain = Turn(text="plain")
+    turn, _ = model.next_turn("c", USER)
+    assert turn == plain
+
+
+@pytest_twisted.ensureDeferred
 async def test_conversations_by_header_and_user_field() -> None:
     """X-Conversation or the body's user field picks the script."""
     server = await start_test_server(
