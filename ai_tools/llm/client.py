@@ -1,7 +1,13 @@
-"""An OpenAI-compatible chat-completions client over treq.
+"""An OpenAI-compatible chat-completions client over twisted.web.
 
 One :class:`OpenAIChatClient` per model profile.  It owns its
-``HTTPConnectionPool`` (closed by :meth:`OpenAIChatClient.close`), caps
+``HTTPConnectionPool`` (closed by :meth:`OpenAIChatClient.close`) and sends
+its requests straight to an ``Agent`` on it (prepared URL bytes, cached
+headers, a bytes body): treq's per-request wrapping (URL re-parsing, a cookie
+agent, a content-decoder agent, a response wrapper) cost more CPU than the
+rest of a request, and a model API needs none of it.  A treq ``HTTPClient``
+or ``treq.testing.StubTreq`` given as ``http_client`` is used instead (the
+unit tests drive the client that way).  It caps
 concurrent requests with a ``DeferredSemaphore``, streams answers through a
 byte-level SSE parser into the semantic events of spec 003, retries 429, 5xx
 and connection failures with the shared :class:`~ai_tools.retry.RetryPolicy`
@@ -28,7 +34,7 @@ from hyperlink import URL
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web.client import Agent, HTTPConnectionPool, _HTTP11ClientFactory
+from twisted.web.client import Agent, GzipDecoder, HTTPConnectionPool, _HTTP11ClientFactory
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent
 from zope.interface import implementer
@@ -131,6 +137,27 @@ def prepared_url(url: str) -> URL:
     return _PreparedURL.from_text(uri.to_text())
 
 
+def _decoded(response: Any) -> Any:
+    """``response`` with a gzip body decoded, as treq's ``ContentDecoderAgent`` does.
+
+    The fast path advertises ``Accept-Encoding: gzip`` like treq; this is the
+    other half, costing one header lookup when the answer is not compressed.
+    """
+    headers = response.headers
+    encodings = headers.getRawHeaders(b"content-encoding")
+    if not encodings:
+        return response
+    names = b",".join(encodings).split(b",")
+    while names and names[-1].strip().lower() == b"gzip":
+        names.pop()
+        response = GzipDecoder(response)
+    if names:
+        headers.setRawHeaders(b"content-encoding", [b",".join(names)])
+    else:
+        headers.removeHeader(b"content-encoding")
+    return response
+
+
 class _BodyTooLarge(Exception):
     pass
 
@@ -205,7 +232,7 @@ class OpenAIChatClient:
 
     Everything but ``profile`` is optional: ``reactor`` (the global one by
     default), ``http_client`` (a treq ``HTTPClient`` or ``StubTreq``; by
-    default one over an ``Agent`` with the client's own pool),
+    default the client sends through its own ``Agent`` and pool),
     ``retry_policy``, ``breaker``, ``environ`` (where the API key is read) and
     ``rand`` (the jitter source).
     """
@@ -219,7 +246,10 @@ class OpenAIChatClient:
     rand: Callable[[], float] = random.random
     wall_clock: Callable[[], float] = time.time
     _pool: HTTPConnectionPool | None = attrs.field(default=None, init=False)
+    # Set when the client owns its transport: requests go to it directly.
+    _agent: IAgent | None = attrs.field(default=None, init=False)
     _url: Any = attrs.field(default=None, init=False)
+    _url_bytes: bytes = attrs.field(default=b"", init=False)
     # A model API sets no cookies; one jar per client spares treq a new jar per request.
     _cookies: CookieJar = attrs.field(factory=lambda: _NoCookieJar(), init=False)
     _header_cache: dict[tuple[bool, str | None], Headers] = attrs.field(factory=dict, init=False)
@@ -235,6 +265,7 @@ class OpenAIChatClient:
             self.reactor = reactor
         self._semaphore = defer.DeferredSemaphore(self.profile.max_concurrency)
         self._url = prepared_url(self.profile.chat_url)
+        self._url_bytes = self._url.to_text().encode("ascii")
         if self.breaker is None:
             self.breaker = CircuitBreaker(
                 self.reactor,
@@ -243,18 +274,12 @@ class OpenAIChatClient:
                 name=self.profile.label,
             )
         if self.http_client is None:
-            import treq.client
-
             self._pool = HTTPConnectionPool(self.reactor, persistent=True)
             self._pool._factory = _QuietClientFactory
             self._pool.maxPersistentPerHost = self.profile.max_concurrency
-            agent = Agent(
-                self.reactor, pool=self._pool, connectTimeout=self.profile.timeouts.connect
-            )
-            self.http_client = treq.client.HTTPClient(
-                cast(IAgent, agent),
-                cookiejar=_NoCookieJar(),
-                data_to_body_producer=cast(Any, BytesProducer),
+            self._agent = cast(
+                IAgent,
+                Agent(self.reactor, pool=self._pool, connectTimeout=self.profile.timeouts.connect),
             )
 
     def __repr__(self) -> str:
@@ -357,7 +382,7 @@ class OpenAIChatClient:
         return env.get(name) or None
 
     def _headers(self, streaming: bool) -> Headers:
-        """Request headers, built once per (mode, key) and reused (treq copies them)."""
+        """Request headers, built once per (mode, key) and reused (the Agent copies them)."""
         key = self._api_key()
         cached = self._header_cache.get((streaming, key))
         if cached is None:
@@ -374,6 +399,8 @@ class OpenAIChatClient:
             b"Accept": [b"text/event-stream" if streaming else b"application/json"],
             b"User-Agent": [USER_AGENT],
         }
+        if self._agent is not None:  # what treq's content-decoder agent would add
+            headers[b"Accept-Encoding"] = [b"gzip"]
         if key:
             headers[b"Authorization"] = [b"Bearer " + key.encode("latin-1", "replace")]
         for name, value in self.profile.headers.items():
@@ -473,16 +500,20 @@ class OpenAIChatClient:
                 headers=_RedactedHeaders(headers),
                 size=len(body),
             )
-        d = self.http_client.request(
-            "POST",
-            self._url,
-            data=body,
-            headers=headers,
-            unbuffered=True,
-            allow_redirects=False,
-            cookies=self._cookies,
-            reactor=self.reactor,
-        )
+        agent = self._agent
+        if agent is not None:
+            d = agent.request(b"POST", self._url_bytes, headers, BytesProducer(body))
+        else:
+            d = self.http_client.request(
+                "POST",
+                self._url,
+                data=body,
+                headers=headers,
+                unbuffered=True,
+                allow_redirects=False,
+                cookies=self._cookies,
+                reactor=self.reactor,
+            )
         header_timeout = self.profile.timeouts.headers
         try:
             response = await with_deadline(d, self.reactor, header_timeout)
@@ -492,6 +523,8 @@ class OpenAIChatClient:
             raise
         except Exception as e:
             raise LLMConnectionError(f"could not reach {url}: {_describe(e)}") from None
+        if agent is not None:
+            response = _decoded(response)
 
         status = response.code
         if not 200 <= status < 300:
