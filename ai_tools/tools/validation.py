@@ -35,6 +35,7 @@ from twisted.logger import Logger
 
 from ai_tools.tools import basic_schema
 from ai_tools.tools.coercion import TypeMismatch, coerce_value, untouched_types
+from ai_tools.tools.fast_schema import FastCheck, compile_fast_check
 from ai_tools.tools.validation_messages import (
     NOT_GIVEN,
     STAGE_CUSTOM,
@@ -229,6 +230,10 @@ class ParameterValidator:
     _untouched: Mapping[str, frozenset[type] | None] | None = attrs.field(repr=False)
     """Per declared parameter, the exact value types coercion leaves as they are
     (None: any value); None when the schema allows no fast path."""
+    _fast_check: FastCheck | None = attrs.field(default=None, repr=False)
+    """Compiled check of the common JSON Schema subset (see
+    :mod:`ai_tools.tools.fast_schema`); True means the schema checker accepts the
+    value, False means ask it.  None: the schema is outside the subset."""
 
     def validate(self, params: Any) -> ValidationResult:
         """Validate and safely coerce one call's ``params``; never raises."""
@@ -303,6 +308,9 @@ class ParameterValidator:
                 return False
             if type(value) not in accepted:
                 return False
+        fast = self._fast_check
+        if fast is not None and fast(params):
+            return True
         return bool(self._instance_is_valid(params))
 
     def _drop_undeclared(self, params: dict[Any, Any], result: ValidationResult
@@ -418,7 +426,7 @@ def compile_validator(schema: Mapping[str, Any], *, use_jsonschema: bool | None 
 
         return ParameterValidator(backend="jsonschema", iter_problems=iter_problems,
                                   instance_is_valid=validator.is_valid, is_valid=is_valid,
-                                  **fields)
+                                  fast_check=_fast_check_for(schema), **fields)
 
     def basic_problems(instance: Any) -> Iterator[SchemaProblem]:
         return basic_schema.check_value(instance, schema)
@@ -429,6 +437,13 @@ def compile_validator(schema: Mapping[str, Any], *, use_jsonschema: bool | None 
     return ParameterValidator(backend="basic", iter_problems=basic_problems,
                               instance_is_valid=basic_instance_is_valid,
                               is_valid=basic_schema.is_valid, **fields)
+
+
+def _fast_check_for(schema: Mapping[str, Any]) -> FastCheck | None:
+    """The fast check of a schema jsonschema reads as draft 2020-12 (no ``$schema``)."""
+    if "$schema" in schema:
+        return None
+    return compile_fast_check(schema)
 
 
 def schema_problems(schema: Any) -> list[str]:

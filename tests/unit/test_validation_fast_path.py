@@ -131,11 +131,14 @@ def test_a_checker_failure_on_the_fast_path_is_an_error() -> None:
     def explode(*args: Any) -> bool:
         raise RecursionError("too deep")
 
-    validator = attrs.evolve(compile_validator(SCHEMAS[0]), instance_is_valid=explode)
-    result = validator.validate({"query": "lamp"})
-    assert not result.valid
-    assert result.errors[0]["stage"] == "internal"
-    assert "RecursionError" in result.errors[0]["message"]
+    compiled = compile_validator(SCHEMAS[0])
+    # the jsonschema check (schemas outside the compiled subset), then the compiled check
+    for validator in (attrs.evolve(compiled, instance_is_valid=explode, fast_check=None),
+                      attrs.evolve(compiled, fast_check=explode)):
+        result = validator.validate({"query": "lamp"})
+        assert not result.valid
+        assert result.errors[0]["stage"] == "internal"
+        assert "RecursionError" in result.errors[0]["message"]
 
 
 def test_untouched_types() -> None:
