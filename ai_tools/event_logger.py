@@ -20,6 +20,7 @@ from twisted.logger import Logger, LogLevel
 __all__ = ["EventLogger"]
 
 _LEVELS = frozenset(LogLevel.iterconstants())
+_INFO = LogLevel.info
 
 
 class EventLogger(Logger):
@@ -40,6 +41,22 @@ class EventLogger(Logger):
             log_time=time(),
         )
         observer: Any = self.observer  # an ILogObserver: a callable taking the event
+        if "log_trace" in event:
+            event["log_trace"].append((self, observer))
+        observer(event)
+
+    def info(self, format: str | None = None, **kwargs: object) -> None:
+        """Emit an event at info level (``Logger.info``, one call less: two per tool call)."""
+        event: Any = kwargs
+        event.update(
+            log_logger=self,
+            log_level=_INFO,
+            log_namespace=self.namespace,
+            log_source=self.source,
+            log_format=format,
+            log_time=time(),
+        )
+        observer: Any = self.observer
         if "log_trace" in event:
             event["log_trace"].append((self, observer))
         observer(event)

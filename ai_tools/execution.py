@@ -82,6 +82,7 @@ __all__ = [
     "execute_tool_call",
     "new_tool_call_id",
     "parse_tool_call",
+    "prepare_tool_call",
     "skip_tool_call",
 ]
 
@@ -398,6 +399,20 @@ def parse_tool_call(tool_call: Any) -> ToolCall:
                     "'parameters': {keys}", tool=name, keys=sorted(map(str, extra)),
                 )
                 arguments = extra
+    return prepare_tool_call(tool_call.get("id"), name, arguments, reasoning)
+
+
+def prepare_tool_call(call_id: Any, name: Any, arguments: dict[str, Any],
+                      reasoning: Any = "") -> ToolCall:
+    """The :class:`~ai_tools.history.ToolCall` of a call already taken apart.
+
+    The checks and normalisation of :func:`parse_tool_call` (it ends here), for
+    a caller that decoded the model's call itself (the loop's parser): the same
+    as parsing ``{"id": call_id, "type": "function", "function": {"name": name,
+    "arguments": arguments}, "reasoning": reasoning}`` without building that
+    dict and taking it apart again.  ``arguments`` is kept as it is (pass a
+    copy).  Raises :class:`ToolCallParseError` like :func:`parse_tool_call`.
+    """
     if not isinstance(name, str) or not (name := name.strip()):
         raise ToolCallParseError("the tool call names no tool (a non-empty string is needed)")
     if not name.isprintable():
@@ -416,7 +431,7 @@ def parse_tool_call(tool_call: Any) -> ToolCall:
     if not isinstance(reasoning, str):
         reasoning = "" if reasoning is None else json.dumps(reasoning, default=repr)
     return ToolCall(
-        id=_call_id(tool_call.get("id")),
+        id=_call_id(call_id),
         name=name,
         arguments=arguments,
         reasoning=reasoning,
@@ -547,7 +562,8 @@ class _ToolCallRun:
     def _begin(self) -> None:
         ctx = self.ctx
         try:
-            call = parse_tool_call(self.raw)
+            raw = self.raw
+            call = raw if type(raw) is ToolCall else parse_tool_call(raw)
         except ToolCallParseError as e:
             log.warn("Malformed tool call: {error}", error=str(e))
             self._abort(PARSE_ERROR, f"malformed tool call: {e}")
@@ -861,7 +877,8 @@ def execute_tool_call(
 ) -> defer.Deferred[ToolCallOutcome]:
     """Run one tool call; the Deferred fires with a :class:`ToolCallOutcome`, never fails.
 
-    ``tool_call`` is whatever the model produced (see :func:`parse_tool_call`).
+    ``tool_call`` is whatever the model produced (see :func:`parse_tool_call`), or a
+    :class:`~ai_tools.history.ToolCall` made by :func:`prepare_tool_call`.
     ``assistant_content`` is text the model wrote along with the call; it is
     recorded in the assistant message.  Cancelling the Deferred kills the call
     (see the module docstring).

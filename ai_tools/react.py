@@ -427,6 +427,17 @@ def _ask_model(llm: Any, messages: list[dict[str, Any]],
                                on_event=on_event)
 
 
+def _engine_call(call: ToolCall) -> Any:
+    """What the loop hands the engine for ``call``: the call prepared as the engine
+    would parse it from :func:`_raw_call`, or that raw dict when preparing fails
+    (the engine then reports the malformed call itself, as always)."""
+    try:
+        return execution.prepare_tool_call(call.id, call.name, dict(call.arguments),
+                                           call.reasoning or "")
+    except execution.ToolCallParseError:
+        return _raw_call(call)
+
+
 def _raw_call(call: ToolCall) -> dict[str, Any]:
     """The call in the native shape the execution engine parses (arguments decoded)."""
     raw: dict[str, Any] = {"id": call.id, "type": "function",
@@ -801,7 +812,7 @@ def _run_calls(run: _LoopRun, calls: list[ToolCall], content: str | None
             break
         run.emit("tool_call", tool=call.name, tool_call_id=call.id,
                  arguments=dict(call.arguments), category=run.categories.get(call.name))
-        d = execution.execute_tool_call(run.exec_ctx, _raw_call(call),
+        d = execution.execute_tool_call(run.exec_ctx, _engine_call(call),
                                         assistant_content=content)
         if d.called and isinstance(d.result, execution.ToolCallOutcome):
             outcome = d.result  # a synchronous tool: answered already, nothing to wait for
@@ -844,6 +855,29 @@ def _run_calls(run: _LoopRun, calls: list[ToolCall], content: str | None
         run.history.add_assistant(content)
 
 
+def _wait_answer(run: _LoopRun, asked: defer.Deferred[Any]
+                 ) -> Generator[defer.Deferred[Any], Any, Any]:
+    """Wait for the model's answer (step 3); on a kill or a model error, end the loop.
+
+    A plain generator run by the loop's ``yield from``; the request is tracked
+    so a stop cancels it.  Sets ``run.reason`` when the loop must end.
+    """
+    control = run.ctx.control
+    try:
+        return (yield control.track(asked))
+    except defer.CancelledError:
+        run.add_text("".join(run.deltas))
+        control.stopped = True
+        run.end(STOPPED_BY_USER, control.reason or "cancelled")
+    except LLMError as e:
+        run.add_text(e.partial_text or "".join(run.deltas))
+        reason = e.reason if e.reason in TERMINATION_REASONS else LLM_ERROR
+        run.end(reason, str(e) or type(e).__name__)
+    finally:
+        control.untrack()
+    return None
+
+
 @defer.inlineCallbacks
 def _run_loop(run: _LoopRun) -> Any:
     ctx, config = run.ctx, run.config
@@ -877,21 +911,14 @@ def _run_loop(run: _LoopRun) -> Any:
                      tool_budget_remaining=run.budget)
             # 3. call the model
             run.deltas = []
-            try:
-                response = yield control.track(_ask_model(
-                    ctx.llm, messages, run.request_tools(), config.stream, run.on_llm_event))
-            except defer.CancelledError:
-                run.add_text("".join(run.deltas))
-                control.stopped = True
-                run.end(STOPPED_BY_USER, control.reason or "cancelled")
-                break
-            except LLMError as e:
-                run.add_text(e.partial_text or "".join(run.deltas))
-                reason = e.reason if e.reason in TERMINATION_REASONS else LLM_ERROR
-                run.end(reason, str(e) or type(e).__name__)
-                break
-            finally:
-                control.untrack()
+            asked = _ask_model(ctx.llm, messages, run.request_tools(), config.stream,
+                               run.on_llm_event)
+            if asked.called and type(asked.result) is ChatResponse:
+                response = asked.result  # answered already: no round through inlineCallbacks
+            else:
+                response = yield from _wait_answer(run, asked)
+                if run.reason is not None:
+                    break
             if not isinstance(response, ChatResponse):
                 run.add_text("".join(run.deltas))
                 run.end(LLM_ERROR, f"the model client returned {type(response).__name__}")

@@ -61,3 +61,17 @@ def test_the_convenience_methods_and_tracing_work() -> None:
     trace = events[2]["log_trace"]
     assert trace[0] == (log, publisher)
     assert trace[1] == (publisher, collect)
+
+
+def test_info_builds_the_event_logger_info_builds() -> None:
+    """The info shortcut gives the very event Logger.info gives."""
+    ours: list[dict[str, Any]] = []
+    theirs: list[dict[str, Any]] = []
+    to_ours: Any = ours.append
+    to_theirs: Any = theirs.append
+    EventLogger("ns", source="src", observer=to_ours).info("x {a}", a=1, b=[2])
+    Logger("ns", source="src", observer=to_theirs).info("x {a}", a=1, b=[2])
+    assert len(ours) == len(theirs) == 1
+    assert _comparable(ours[0]) == _comparable(theirs[0])
+    assert set(ours[0]) == set(theirs[0])
+    assert ours[0]["log_level"] is LogLevel.info
