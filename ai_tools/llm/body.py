@@ -16,12 +16,34 @@ from typing import Any
 from twisted.internet import defer
 from twisted.internet.interfaces import IProtocol
 from twisted.python.failure import Failure
-from twisted.web.client import ResponseDone
+from twisted.web.client import GzipDecoder, ResponseDone
 from twisted.web.http import PotentialDataLoss
 from twisted.web.iweb import IBodyProducer
 from zope.interface import implementer
 
 from ai_tools.errors import LLMTimeout
+
+
+def decoded_response(response: Any) -> Any:
+    """``response`` with a gzip body decoded, as treq's ``ContentDecoderAgent`` does.
+
+    A client that talks to an ``Agent`` directly advertises
+    ``Accept-Encoding: gzip`` like treq; this is the other half, and costs one
+    header lookup when the answer is not compressed.
+    """
+    headers = response.headers
+    encodings = headers.getRawHeaders(b"content-encoding")
+    if not encodings:
+        return response
+    names = b",".join(encodings).split(b",")
+    while names and names[-1].strip().lower() == b"gzip":
+        names.pop()
+        response = GzipDecoder(response)
+    if names:
+        headers.setRawHeaders(b"content-encoding", [b",".join(names)])
+    else:
+        headers.removeHeader(b"content-encoding")
+    return response
 
 
 @implementer(IBodyProducer)

@@ -34,9 +34,9 @@ from hyperlink import URL
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web.client import Agent, GzipDecoder, HTTPConnectionPool, _HTTP11ClientFactory
+from twisted.web.client import Agent, HTTPConnectionPool, _HTTP11ClientFactory
 from twisted.web.http_headers import Headers
-from twisted.web.iweb import IAgent
+from twisted.web.iweb import IBodyProducer
 from zope.interface import implementer
 
 from ai_tools.errors import (
@@ -50,31 +50,18 @@ from ai_tools.errors import (
     RepeatedLineLoop,
 )
 from ai_tools.interfaces import ILLMClient
-from ai_tools.llm.body import BodyReader, BytesProducer
+from ai_tools.llm.body import BytesProducer
 from ai_tools.llm.breaker import CircuitBreaker
-from ai_tools.llm.consumer import EventCallback, StreamConsumer, StreamServerError
-from ai_tools.llm.events import (
-    AssistantMessageFinal,
-    ChatResponse,
-    StreamDone,
-    TextDelta,
-    UsageUpdate,
-)
-from ai_tools.llm.http_errors import (
-    error_for_status,
-    header_value,
-    parse_retry_after,
-    redact_headers,
-    server_message,
-)
+from ai_tools.llm.consumer import EventCallback, StreamConsumer
+from ai_tools.llm.events import ChatResponse
+from ai_tools.llm.exchange import MAX_BODY_BYTES, MAX_ERROR_BODY_BYTES, Exchange
+from ai_tools.llm.http_errors import redact_headers
 from ai_tools.llm.profile import ModelProfile
-from ai_tools.llm.stream import StreamProtocolError
 from ai_tools.llm.tokens import context_window_for
 from ai_tools.retry import DEFAULT_RETRY_POLICY, RetryPolicy, is_retryable_error
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-MAX_BODY_BYTES = 32 * 1024 * 1024
-MAX_ERROR_BODY_BYTES = 64 * 1024
+__all__ = ["MAX_BODY_BYTES", "MAX_ERROR_BODY_BYTES", "OpenAIChatClient", "with_deadline"]
 USER_AGENT = b"ai_tools (twisted; +openai-compatible)"
 
 
@@ -137,34 +124,7 @@ def prepared_url(url: str) -> URL:
     return _PreparedURL.from_text(uri.to_text())
 
 
-def _decoded(response: Any) -> Any:
-    """``response`` with a gzip body decoded, as treq's ``ContentDecoderAgent`` does.
-
-    The fast path advertises ``Accept-Encoding: gzip`` like treq; this is the
-    other half, costing one header lookup when the answer is not compressed.
-    """
-    headers = response.headers
-    encodings = headers.getRawHeaders(b"content-encoding")
-    if not encodings:
-        return response
-    names = b",".join(encodings).split(b",")
-    while names and names[-1].strip().lower() == b"gzip":
-        names.pop()
-        response = GzipDecoder(response)
-    if names:
-        headers.setRawHeaders(b"content-encoding", [b",".join(names)])
-    else:
-        headers.removeHeader(b"content-encoding")
-    return response
-
-
-class _BodyTooLarge(Exception):
-    pass
-
-
-def with_deadline(
-    d: defer.Deferred[Any], clock: Any, timeout: float | None
-) -> defer.Deferred[Any]:
+def with_deadline(d: defer.Deferred[Any], clock: Any, timeout: float | None) -> defer.Deferred[Any]:
     """Wrap ``d`` so that cancellation and timeout are reported as such.
 
     twisted.web reports a cancelled request as ``ResponseNeverReceived``;
@@ -214,17 +174,6 @@ class _Deadline:
         return None
 
 
-def _describe(failure: BaseException) -> str:
-    """Readable text for connection failures wrapped by twisted.web."""
-    reasons = getattr(failure, "reasons", None)
-    if reasons:
-        inner = "; ".join(
-            (r.getErrorMessage() if isinstance(r, Failure) else str(r)) for r in reasons
-        )
-        return f"{type(failure).__name__}: {inner}"
-    return f"{type(failure).__name__}: {failure}"
-
-
 @implementer(ILLMClient)
 @attrs.define(eq=False, repr=False)
 class OpenAIChatClient:
@@ -247,7 +196,7 @@ class OpenAIChatClient:
     wall_clock: Callable[[], float] = time.time
     _pool: HTTPConnectionPool | None = attrs.field(default=None, init=False)
     # Set when the client owns its transport: requests go to it directly.
-    _agent: IAgent | None = attrs.field(default=None, init=False)
+    _agent: Agent | None = attrs.field(default=None, init=False)
     _url: Any = attrs.field(default=None, init=False)
     _url_bytes: bytes = attrs.field(default=b"", init=False)
     # A model API sets no cookies; one jar per client spares treq a new jar per request.
@@ -277,9 +226,8 @@ class OpenAIChatClient:
             self._pool = HTTPConnectionPool(self.reactor, persistent=True)
             self._pool._factory = _QuietClientFactory
             self._pool.maxPersistentPerHost = self.profile.max_concurrency
-            self._agent = cast(
-                IAgent,
-                Agent(self.reactor, pool=self._pool, connectTimeout=self.profile.timeouts.connect),
+            self._agent = Agent(
+                self.reactor, pool=self._pool, connectTimeout=self.profile.timeouts.connect
             )
 
     def __repr__(self) -> str:
@@ -413,18 +361,18 @@ class OpenAIChatClient:
         breaker = self.breaker
         assert breaker is not None
         breaker.check()  # fail fast, without waiting for a slot
-        await self._semaphore.acquire()
+        slot = self._semaphore.acquire()
+        if not slot.called:
+            await slot
         try:
             attempt = 0
+            decode = self._agent is not None
             while True:
                 attempt += 1
                 breaker.before_attempt()
-                state = StreamConsumer(on_event, self.profile.repetition)
+                state = StreamConsumer(on_event, self.profile.repetition) if streaming else None
                 try:
-                    if self.profile.timeouts.total is None:
-                        response = await self._attempt(body, streaming, state)
-                    else:
-                        response = await self._timed_attempt(body, streaming, state)
+                    response = await Exchange(self, body, streaming, state, on_event, decode).result
                 except defer.CancelledError:
                     breaker.release_probe()
                     raise
@@ -436,7 +384,7 @@ class OpenAIChatClient:
                         breaker.record_success()
                         raise
                     breaker.record_failure()
-                    if verdict != "retry" or state.produced:
+                    if verdict != "retry" or (state is not None and state.produced):
                         raise
                     if attempt >= self.retry_policy.max_attempts:
                         raise
@@ -478,33 +426,26 @@ class OpenAIChatClient:
             return float(min(retry_after, self.profile.retry_after_cap))
         return self.retry_policy.delay(attempt, self.rand)
 
-    async def _timed_attempt(
-        self, body: bytes, streaming: bool, state: StreamConsumer
-    ) -> ChatResponse:
-        total = self.profile.timeouts.total
-        attempt = defer.Deferred.fromCoroutine(self._attempt(body, streaming, state))
-        try:
-            return await with_deadline(attempt, self.reactor, total)
-        except defer.TimeoutError:
-            raise LLMTimeout(
-                f"{self.profile.chat_url}: no complete answer within {total:g}s", state.text
-            ) from None
+    def _api_key_present(self) -> bool:
+        return self._api_key() is not None
 
-    async def _attempt(self, body: bytes, streaming: bool, state: StreamConsumer) -> ChatResponse:
-        url = self.profile.chat_url
+    def _send(self, body: bytes, streaming: bool) -> defer.Deferred[Any]:
+        """POST ``body``; a Deferred response (for :class:`~ai_tools.llm.exchange.Exchange`)."""
         headers = self._headers(streaming)
         if self.profile.log_requests:
             self._log.debug(
                 "Model request POST {url} headers={headers} ({size} bytes)",
-                url=url,
+                url=self.profile.chat_url,
                 headers=_RedactedHeaders(headers),
                 size=len(body),
             )
         agent = self._agent
         if agent is not None:
-            d = agent.request(b"POST", self._url_bytes, headers, BytesProducer(body))
-        else:
-            d = self.http_client.request(
+            producer = cast(IBodyProducer, BytesProducer(body))
+            return agent.request(b"POST", self._url_bytes, headers, producer)
+        return cast(
+            "defer.Deferred[Any]",
+            self.http_client.request(
                 "POST",
                 self._url,
                 data=body,
@@ -513,152 +454,5 @@ class OpenAIChatClient:
                 allow_redirects=False,
                 cookies=self._cookies,
                 reactor=self.reactor,
-            )
-        header_timeout = self.profile.timeouts.headers
-        try:
-            response = await with_deadline(d, self.reactor, header_timeout)
-        except defer.TimeoutError:
-            raise LLMTimeout(f"no response from {url} within {header_timeout:g}s") from None
-        except defer.CancelledError:
-            raise
-        except Exception as e:
-            raise LLMConnectionError(f"could not reach {url}: {_describe(e)}") from None
-        if agent is not None:
-            response = _decoded(response)
-
-        status = response.code
-        if not 200 <= status < 300:
-            raw = await self._read_all(response, MAX_ERROR_BODY_BYTES, truncate=True)
-            retry_after = parse_retry_after(
-                header_value(response.headers, "retry-after"), self.wall_clock()
-            )
-            raise error_for_status(
-                status,
-                url,
-                raw,
-                model=self.profile.model,
-                api_key_env=self.profile.api_key_env,
-                api_key_present=self._api_key() is not None,
-                retry_after=retry_after,
-            )
-        content_type = (header_value(response.headers, "content-type") or "").lower()
-        if streaming and "json" not in content_type:
-            return await self._read_stream(response, state)
-        raw = await self._read_all(response, MAX_BODY_BYTES)
-        return self._parse_completion(raw, state)
-
-    async def _read_all(self, response: Any, limit: int, truncate: bool = False) -> bytes:
-        """The whole body (idle timeout applies); over ``limit``: cut or fail."""
-        parts: list[bytes] = []
-        size = 0
-        reader: BodyReader
-
-        def sink(data: bytes) -> None:
-            nonlocal size
-            size += len(data)
-            parts.append(data)
-            if size > limit:
-                if truncate:
-                    reader.stop()
-                else:
-                    raise _BodyTooLarge()
-
-        reader = BodyReader(self.reactor, sink, self.profile.timeouts.idle, "response body")
-        response.deliverBody(reader)
-        try:
-            await reader.finished
-        except _BodyTooLarge:
-            raise LLMProtocolError(
-                f"response from {self.profile.chat_url} is larger than {limit} bytes"
-            ) from None
-        except (defer.CancelledError, LLMError):
-            raise
-        except Exception as e:
-            if truncate:
-                return b"".join(parts)
-            raise LLMConnectionError(
-                f"connection to {self.profile.chat_url} lost while reading the answer: "
-                f"{_describe(e)}"
-            ) from None
-        return b"".join(parts)[:limit] if truncate else b"".join(parts)
-
-    def _parse_completion(self, raw: bytes, state: StreamConsumer) -> ChatResponse:
-        url = self.profile.chat_url
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise LLMProtocolError(
-                f"200 from {url} but the body is not JSON: {server_message(raw)}"
-            ) from None
-        if not isinstance(data, dict):
-            raise LLMProtocolError(f"200 from {url} but the body is not a JSON object")
-        if data.get("error"):
-            raise LLMServerError(
-                f"200 from {url} carrying an error: {server_message(raw)}", url=url
-            )
-        choices = data.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise LLMProtocolError(f"200 from {url} but the answer has no choices: {raw[:200]!r}")
-        choice = choices[0]
-        message = choice.get("message")
-        if not isinstance(message, dict):
-            raise LLMProtocolError(f"200 from {url} but choices[0] has no message")
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
-        response = ChatResponse.from_message(
-            message,
-            finish_reason=choice.get("finish_reason"),
-            usage=usage,
-            model=str(data.get("model") or self.profile.model),
+            ),
         )
-        state.produced = True
-        if response.content:
-            state.emit(TextDelta(response.content))
-        detector = state.detector
-        detector.feed(response.content)
-        if detector.finish():
-            raise RepeatedLineLoop(
-                f"the model repeated itself ({detector.repeated!r})", response.content
-            )
-        if usage:
-            state.emit(UsageUpdate(usage))
-        state.emit(AssistantMessageFinal(response.message))
-        state.emit(StreamDone())
-        return response
-
-    async def _read_stream(self, response: Any, state: StreamConsumer) -> ChatResponse:
-        url = self.profile.chat_url
-        reader = BodyReader(self.reactor, state.sink, self.profile.timeouts.idle, "answer stream")
-        state.reader = reader
-        response.deliverBody(reader)
-        try:
-            await reader.finished
-            complete = state.close()
-        except defer.CancelledError:
-            raise
-        except RepeatedLineLoop:
-            raise
-        except LLMTimeout as e:
-            raise LLMTimeout(f"{url}: {e}", state.text) from None
-        except StreamServerError as e:
-            detail = e.error.get("message", e.error) if isinstance(e.error, dict) else e.error
-            raise LLMServerError(
-                f"{url} reported an error mid-stream: {detail}", state.text, url=url
-            ) from None
-        except StreamProtocolError as e:
-            raise LLMProtocolError(f"{url}: {e}", state.text) from None
-        except Exception as e:
-            raise LLMConnectionError(
-                f"connection to {url} lost mid-stream: {_describe(e)}", state.text
-            ) from None
-        if not complete:
-            raise LLMConnectionError(
-                f"the stream from {url} ended before [DONE] (truncated)", state.text
-            )
-        if state.looped():
-            raise RepeatedLineLoop(
-                f"the model repeated itself ({state.detector.repeated!r})", state.text
-            )
-        result = state.response()
-        if not result.model:
-            result = attrs.evolve(result, model=self.profile.model)
-        return result

@@ -27,6 +27,16 @@ log = Logger()
 EventCallback = Callable[[LLMEvent], object]
 
 
+def emit_event(on_event: EventCallback | None, event: LLMEvent) -> None:
+    """Give ``event`` to ``on_event``; a failing callback is logged, not fatal."""
+    if on_event is None:
+        return
+    try:
+        on_event(event)
+    except Exception:
+        log.failure("on_event callback failed on {event!r}", event=event)
+
+
 class StreamServerError(Exception):
     """The stream carried an error object (a ServerError event)."""
 
@@ -71,13 +81,8 @@ class StreamConsumer:
 
     def emit(self, event: LLMEvent) -> None:
         """Give ``event`` to the caller; a failing callback is logged, not fatal."""
-        on_event = self._on_event
-        if on_event is None:
-            return
-        try:
-            on_event(event)
-        except Exception:
-            log.failure("on_event callback failed on {event!r}", event=event)
+        if self._on_event is not None:
+            emit_event(self._on_event, event)
 
     def text_delta(self, delta: TextDelta) -> None:
         """Deliver a text fragment and watch it for loops."""

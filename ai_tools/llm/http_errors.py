@@ -80,6 +80,17 @@ def server_message(body: bytes, limit: int = 300) -> str:
     return " ".join(text.split())[:limit]
 
 
+def describe_failure(failure: BaseException) -> str:
+    """Readable text for connection failures wrapped by twisted.web."""
+    reasons = getattr(failure, "reasons", None)
+    if reasons:
+        inner = "; ".join(
+            (r.getErrorMessage() if hasattr(r, "getErrorMessage") else str(r)) for r in reasons
+        )
+        return f"{type(failure).__name__}: {inner}"
+    return f"{type(failure).__name__}: {failure}"
+
+
 def error_for_status(
     status: int,
     url: str,
