@@ -46,15 +46,15 @@ from ai_tools.errors import (
     LLMRequestError,
     LLMServerError,
     LLMTimeout,
-    LLMUnavailable,
     RepeatedLineLoop,
 )
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.body import BytesProducer
 from ai_tools.llm.breaker import CircuitBreaker
-from ai_tools.llm.consumer import EventCallback, StreamConsumer
+from ai_tools.llm.call import ModelCall
+from ai_tools.llm.consumer import EventCallback
 from ai_tools.llm.events import ChatResponse
-from ai_tools.llm.exchange import MAX_BODY_BYTES, MAX_ERROR_BODY_BYTES, Exchange
+from ai_tools.llm.exchange import MAX_BODY_BYTES, MAX_ERROR_BODY_BYTES
 from ai_tools.llm.http_errors import redact_headers
 from ai_tools.llm.profile import ModelProfile
 from ai_tools.llm.tokens import context_window_for
@@ -203,7 +203,7 @@ class OpenAIChatClient:
     _cookies: CookieJar = attrs.field(factory=lambda: _NoCookieJar(), init=False)
     _header_cache: dict[tuple[bool, str | None], Headers] = attrs.field(factory=dict, init=False)
     _semaphore: defer.DeferredSemaphore = attrs.field(init=False)
-    _inflight: set[defer.Deferred[ChatResponse]] = attrs.field(factory=set, init=False)
+    _inflight: set[ModelCall] = attrs.field(factory=set, init=False)
     _closed: bool = attrs.field(default=False, init=False)
     _log = Logger()
 
@@ -271,21 +271,17 @@ class OpenAIChatClient:
             body = self._request_body(messages, tools, tool_choice, streaming, extra_body)
         except (TypeError, ValueError) as e:
             return defer.fail(LLMRequestError(f"cannot encode the request: {e}"))
-        d = defer.Deferred.fromCoroutine(self._complete(body, streaming, on_event))
-        if not d.called:
-            self._inflight.add(d)
-            d.addBoth(self._forget, d)
-        return d
-
-    def _forget(self, result: Any, d: defer.Deferred[ChatResponse]) -> Any:
-        self._inflight.discard(d)
-        return result
+        call = ModelCall(self, body, streaming, on_event)
+        call.start()
+        if not call.result.called:
+            self._inflight.add(call)
+        return call.result
 
     def close(self) -> defer.Deferred[None]:
         """Cancel requests in flight and close the pool's connections."""
         self._closed = True
-        for d in list(self._inflight):
-            d.cancel()
+        for call in list(self._inflight):
+            call.result.cancel()
         if self._pool is not None:
             return self._pool.closeCachedConnections()
         return defer.succeed(None)
@@ -354,61 +350,6 @@ class OpenAIChatClient:
         for name, value in self.profile.headers.items():
             headers[name.encode("latin-1")] = [str(value).encode("latin-1", "replace")]
         return headers
-
-    async def _complete(
-        self, body: bytes, streaming: bool, on_event: EventCallback | None
-    ) -> ChatResponse:
-        breaker = self.breaker
-        assert breaker is not None
-        breaker.check()  # fail fast, without waiting for a slot
-        slot = self._semaphore.acquire()
-        if not slot.called:
-            await slot
-        try:
-            attempt = 0
-            decode = self._agent is not None
-            while True:
-                attempt += 1
-                breaker.before_attempt()
-                state = StreamConsumer(on_event, self.profile.repetition) if streaming else None
-                try:
-                    response = await Exchange(self, body, streaming, state, on_event, decode).result
-                except defer.CancelledError:
-                    breaker.release_probe()
-                    raise
-                except LLMUnavailable:
-                    raise
-                except LLMError as error:
-                    verdict = self._judge(error)
-                    if verdict == "success":
-                        breaker.record_success()
-                        raise
-                    breaker.record_failure()
-                    if verdict != "retry" or (state is not None and state.produced):
-                        raise
-                    if attempt >= self.retry_policy.max_attempts:
-                        raise
-                    delay = self._retry_delay(error, attempt)
-                    self._log.warn(
-                        "Model {label} request failed ({error}); attempt {attempt}/{max} "
-                        "failed, retrying in {delay:.2f}s",
-                        label=self.profile.label,
-                        error=str(error),
-                        attempt=attempt,
-                        max=self.retry_policy.max_attempts,
-                        delay=delay,
-                    )
-                    await defer.Deferred.fromCoroutine(self._sleep(delay))
-                else:
-                    breaker.record_success()
-                    return response
-        finally:
-            self._semaphore.release()
-
-    async def _sleep(self, delay: float) -> None:
-        from twisted.internet import task
-
-        await task.deferLater(self.reactor, delay, lambda: None)
 
     def _judge(self, error: LLMError) -> str:
         """'retry', 'fail' (counts against the breaker) or 'success' (server is fine)."""

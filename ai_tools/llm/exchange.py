@@ -8,13 +8,14 @@ with a :class:`~ai_tools.llm.events.ChatResponse` or an
 coroutines and wrapper Deferreds on purpose: with a thousand requests in
 flight, every object a waiting request keeps alive is traversed by each
 garbage collection, and this shape keeps a waiting request down to the
-exchange, its Deferred, the transport's own objects and at most one timer
-(the response-headers or total deadline; the body's idle timer replaces the
-headers timer once the headers are in).
+exchange, the transport's own objects and at most one timer (the
+response-headers or total deadline; the body's idle timer replaces the
+headers timer once the headers are in).  It reports to its owner (a
+:class:`~ai_tools.llm.call.ModelCall`) by calling ``exchange_succeeded`` or
+``exchange_failed``, exactly once.
 
-Cancelling :attr:`Exchange.result` aborts the connection and fails it with
-``CancelledError``; a phase that runs out of time fails it with
-:class:`~ai_tools.errors.LLMTimeout`.
+:meth:`Exchange.cancel` aborts the connection and reports ``CancelledError``;
+a phase that runs out of time reports :class:`~ai_tools.errors.LLMTimeout`.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class _BodyTooLarge(Exception):
 
 
 class Exchange:
-    """One HTTP attempt: ``result`` fires with the answer or an ``LLMError``.
+    """One HTTP attempt, reported to ``owner`` as an answer or an ``LLMError``.
 
     ``client`` (an :class:`~ai_tools.llm.client.OpenAIChatClient`) supplies
     ``profile``, ``reactor``, ``wall_clock`` and its helpers
@@ -79,9 +80,11 @@ class Exchange:
         "_client",
         "_deadline",
         "_decode",
+        "_done",
         "_expired",
         "_limit",
         "_on_event",
+        "_owner",
         "_parts",
         "_pending",
         "_reader",
@@ -90,19 +93,19 @@ class Exchange:
         "_state",
         "_timer",
         "_truncate",
-        "result",
     )
 
     def __init__(
         self,
+        owner: Any,
         client: Any,
-        body: bytes,
-        streaming: bool,
         state: StreamConsumer | None,
         on_event: EventCallback | None,
         decode: bool,
     ) -> None:
+        self._owner = owner
         self._client = client
+        self._done = False
         self._state = state
         self._on_event = on_event
         self._decode = decode
@@ -113,11 +116,14 @@ class Exchange:
         self._pending: defer.Deferred[Any] | None = None
         self._reader: BodyReader | None = None
         self._response: Any = None
-        self._parts: list[bytes] = []
+        self._parts: list[bytes] | None = None
         self._size = 0
         self._limit = MAX_BODY_BYTES
         self._truncate = False
-        self.result: defer.Deferred[ChatResponse] = defer.Deferred(self._cancel)
+
+    def start(self, body: bytes, streaming: bool) -> None:
+        """Send the request and arm the first deadline."""
+        client = self._client
         timeouts = client.profile.timeouts
         clock = client.reactor
         total, headers = timeouts.total, timeouts.headers
@@ -136,11 +142,16 @@ class Exchange:
 
     # -- time and cancellation --------------------------------------------------------
 
-    def _cancel(self, _: defer.Deferred[ChatResponse]) -> None:
+    def cancel(self) -> None:
+        """Abort the attempt; the owner hears ``CancelledError`` (unless it already heard)."""
+        if self._done:
+            return
         self._cancelled = True
         self._stop_timer()
         if self._pending is not None:
             self._pending.cancel()
+        if not self._done:
+            self._fail(defer.CancelledError())
 
     def _headers_expired(self) -> None:
         self._timer = None
@@ -180,13 +191,15 @@ class Exchange:
 
     def _succeed(self, response: ChatResponse) -> None:
         self._stop_timer()
-        if not self.result.called:
-            self.result.callback(response)
+        if not self._done:
+            self._done = True
+            self._owner.exchange_succeeded(response)
 
     def _fail(self, error: BaseException | Failure) -> None:
         self._stop_timer()
-        if not self.result.called:
-            self.result.errback(error)
+        if not self._done:
+            self._done = True
+            self._owner.exchange_failed(error)
 
     # -- response headers -------------------------------------------------------------
 
@@ -205,7 +218,7 @@ class Exchange:
 
     def _got_response(self, response: Any) -> None:
         self._pending = None
-        if self.result.called:
+        if self._done:
             return
         client = self._client
         self._stop_timer()
@@ -242,7 +255,10 @@ class Exchange:
 
     def _collect(self, data: bytes) -> None:
         self._size += len(data)
-        self._parts.append(data)
+        if self._parts is None:
+            self._parts = [data]
+        else:
+            self._parts.append(data)
         if self._size > self._limit:
             if self._truncate:
                 assert self._reader is not None
@@ -276,8 +292,8 @@ class Exchange:
         if error is not None:
             self._fail(error)
             return
-        raw = b"".join(self._parts)
-        self._parts = []
+        raw = b"".join(self._parts) if self._parts else b""
+        self._parts = None
         client = self._client
         response = self._response
         try:
