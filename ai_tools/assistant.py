@@ -31,6 +31,7 @@ from ai_tools.interfaces import IAssistantRuntime
 from ai_tools.patterns import validate_execution_config
 from ai_tools.react import ExitTool, LoopContext, LoopControl, LoopResult
 from ai_tools.scheduling import Clock
+from ai_tools.store.state_json import EncodedState, StateEncoder
 from ai_tools.tools.base import ToolRegistry
 
 __all__ = [
@@ -379,6 +380,7 @@ class Assistant:
     """Errors met by the tick in flight (logged once when it ends)."""
     _usage_key: tuple[int, int] | None = None
     _config_dict: tuple[AssistantConfig, dict[str, Any]] | None = None
+    _encoder: StateEncoder = attrs.field(factory=StateEncoder)
     _usage_pct: float = 0.0
 
     def __repr__(self) -> str:
@@ -603,33 +605,50 @@ class Assistant:
         every iteration must be cheap): encode or copy it at once, as the
         stores do, and do not modify it.
         """
+        state: dict[str, Any] = self._state_fields()
+        state["config"] = self._config_json_dict()
+        # Messages are never modified in place (ConversationHistory's rule) and
+        # the store encodes the state when it is handed over: no deep copy needed.
+        state["history"] = self.history.messages
+        return state
+
+    def encoded_state(self) -> EncodedState:
+        """:meth:`to_state` with its JSON text, encoding only what changed since the last one.
+
+        What the service hands to the store after every iteration: the
+        configuration and the history messages already encoded are re-used.
+        Raises TypeError/ValueError if the state is not JSON-serialisable.
+        """
+        return EncodedState(self._encoder.encode_parts(
+            self._config_json_dict(), self.history.messages, self._state_fields()))
+
+    def _config_json_dict(self) -> dict[str, Any]:
         cached = self._config_dict
         if cached is None or cached[0] is not self.config:
             cached = self._config_dict = (self.config, self.config.to_dict())
-        return {
-            "version": STATE_VERSION,
-            "config": cached[1],
-            "mode": self.mode,
-            "mode_reason": self.mode_reason,
-            "enabled": self.enabled,
-            "emergency_stopped": self.emergency_stopped,
-            # Messages are never modified in place (ConversationHistory's rule) and
-            # the store encodes the state when it is handed over: no deep copy needed.
-            "history": self.history.messages,
-            "pending_events": list(self.pending_events),
-            "persona_override": self.persona_override,
-            "execution": {
-                **self.execution_state.counters(),
-                "current_tool_call": self.execution_state.current_tool_call,
-            },
-            "counters": self.counters,
-            "tick_number": self.tick_number,
-            "ticks_since_reflection": self.ticks_since_reflection,
-            "sleep_until": self.sleep_until,
-            "sleep_maintenance_done": self.sleep_maintenance_done,
-            "last_tick": self.last_tick,
-            "subagents": self.subagents,
-        }
+        return cached[1]
+
+    def _state_fields(self) -> dict[str, Any]:
+        """Every saved field but ``config`` and ``history``."""
+        execution: dict[str, Any] = dict(self.execution_state.counters())
+        execution["current_tool_call"] = self.execution_state.current_tool_call
+        return dict(
+            version=STATE_VERSION,
+            mode=self.mode,
+            mode_reason=self.mode_reason,
+            enabled=self.enabled,
+            emergency_stopped=self.emergency_stopped,
+            pending_events=list(self.pending_events),
+            persona_override=self.persona_override,
+            execution=execution,
+            counters=self.counters,
+            tick_number=self.tick_number,
+            ticks_since_reflection=self.ticks_since_reflection,
+            sleep_until=self.sleep_until,
+            sleep_maintenance_done=self.sleep_maintenance_done,
+            last_tick=self.last_tick,
+            subagents=self.subagents,
+        )
 
     @classmethod
     def from_state(

@@ -274,7 +274,7 @@ class AssistantService(MultiService):
 
     def _state_of(self, name: str) -> dict[str, Any] | None:
         assistant = self._assistants.get(name)
-        return None if assistant is None else assistant.to_state()
+        return None if assistant is None else assistant.encoded_state()
 
     def publish(self, name: str, event: dict[str, Any]) -> None:
         """Hand an event of assistant ``name`` to the observers (their errors are logged)."""

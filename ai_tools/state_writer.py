@@ -39,6 +39,8 @@ from ai_tools.scheduling import Clock, DelayedCall
 
 __all__ = ["StateWriter"]
 
+_Waiters = defer.Deferred[None] | list[defer.Deferred[None]]
+
 
 @attrs.define(eq=False)
 class StateWriter:
@@ -54,7 +56,8 @@ class StateWriter:
 
     _log = Logger()
 
-    _queued: dict[str, list[defer.Deferred[None]]] = attrs.field(init=False, factory=dict)
+    _queued: dict[str, _Waiters] = attrs.field(init=False, factory=dict)
+    """Waiters per queued assistant: one Deferred (the usual case) or a list of them."""
     _in_flight: bool = attrs.field(init=False, default=False)
     _call: DelayedCall | None = attrs.field(init=False, default=None)
     _idle_waiters: list[defer.Deferred[None]] = attrs.field(init=False, factory=list)
@@ -68,8 +71,15 @@ class StateWriter:
     def save(self, name: str) -> defer.Deferred[None]:
         """Queue ``name``'s state; fires once it is durable (fails if it could not be)."""
         d: defer.Deferred[None] = defer.Deferred()
-        self._queued.setdefault(name, []).append(d)
-        self._lazy.pop(name, None)  # this write covers a lazy request
+        queued = self._queued.get(name)
+        if queued is None:
+            self._queued[name] = d
+        elif isinstance(queued, list):
+            queued.append(d)
+        else:
+            self._queued[name] = [queued, d]
+        if self._lazy:
+            self._lazy.pop(name, None)  # this write covers a lazy request
         self._kick()
         return d
 
@@ -153,7 +163,7 @@ class StateWriter:
         d.addBoth(self._done)
 
     def _batch_written(
-        self, _: Any, states: Mapping[str, Any], waiters: dict[str, list[defer.Deferred[None]]]
+        self, _: Any, states: Mapping[str, Any], waiters: dict[str, _Waiters]
     ) -> None:
         self.transactions += 1
         self.states_written += len(states)
@@ -163,7 +173,7 @@ class StateWriter:
         self,
         failure: Failure,
         states: Mapping[str, Any],
-        waiters: dict[str, list[defer.Deferred[None]]],
+        waiters: dict[str, _Waiters],
     ) -> defer.Deferred[None] | None:
         if len(states) == 1:
             self.failures += 1
@@ -181,15 +191,18 @@ class StateWriter:
         return defer.DeferredList(singles, consumeErrors=True).addCallback(lambda _: None)
 
     @staticmethod
-    def _succeed(waiters: Mapping[str, list[defer.Deferred[None]]]) -> None:
+    def _succeed(waiters: Mapping[str, _Waiters]) -> None:
         for ds in waiters.values():
-            for d in ds:
-                d.callback(None)
+            if isinstance(ds, list):
+                for d in ds:
+                    d.callback(None)
+            else:
+                ds.callback(None)
 
     @staticmethod
-    def _fail(waiters: Mapping[str, list[defer.Deferred[None]]], failure: Failure) -> None:
+    def _fail(waiters: Mapping[str, _Waiters], failure: Failure) -> None:
         for ds in waiters.values():
-            for d in ds:
+            for d in ds if isinstance(ds, list) else (ds,):
                 d.errback(failure)
 
     def _log_bug(self, failure: Failure) -> None:

@@ -444,23 +444,27 @@ def _loop_config(assistant: Assistant, llm: Any, pattern: ExecutionPattern) -> L
     )
 
 
-@defer.inlineCallbacks
-def _checkpoint(tick: _Tick, control: LoopControl | None) -> Any:
+def _checkpoint(tick: _Tick, control: LoopControl | None) -> defer.Deferred[None]:
     """Make the assistant's state durable; on failure, stop the loop.
 
     An iteration's state must be on disk before the next model call; if it
-    cannot be written, the loop must not go on as if it were.
+    cannot be written, the loop must not go on as if it were.  (Plain
+    callbacks, no generator: this runs after every iteration of every loop.)
     """
-    assistant, host = tick.assistant, tick.host
     try:
-        yield host.save_state(assistant.name)
-    except Exception as exc:
-        assistant.count("store_errors")
-        message = f"{_STORE_ERROR}: {exc}"
-        tick.error(message)
-        if control is not None:
-            control.stop(message)
-    return None
+        d = tick.host.save_state(tick.assistant.name)
+    except Exception:
+        d = defer.fail()
+    return d.addErrback(_checkpoint_failed, tick, control)
+
+
+def _checkpoint_failed(failure: Failure, tick: _Tick, control: LoopControl | None) -> None:
+    failure.trap(Exception)
+    tick.assistant.count("store_errors")
+    message = f"{_STORE_ERROR}: {failure.value}"
+    tick.error(message)
+    if control is not None:
+        control.stop(message)
 
 
 @defer.inlineCallbacks

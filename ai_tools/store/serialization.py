@@ -13,6 +13,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ai_tools.json_encoding import prebuilt_encode
+
 WORLD_SECTIONS: Mapping[str, str] = {
     "objects": "id",
     "channels": "key",
@@ -36,12 +38,16 @@ RECORD_FIELDS = (
 )
 
 
+# ASCII output: lone surrogates in model text survive as \u escapes instead of
+# failing the UTF-8 encoding SQLite needs.  Prebuilt: a state is encoded after
+# every loop iteration, and json.dumps would set up a new encoder every time.
+_encode = prebuilt_encode(json.JSONEncoder(allow_nan=False, separators=(",", ":")))
+
+
 def encode_json(value: Any, what: str) -> str:
     """JSON text of ``value``; TypeError/ValueError naming ``what`` if impossible."""
     try:
-        # ASCII output: lone surrogates in model text survive as \u escapes
-        # instead of failing the UTF-8 encoding SQLite needs.
-        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+        return _encode(value)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{what} is not JSON-serialisable: {exc}") from None
 
@@ -56,9 +62,12 @@ def check_name(value: Any, what: str) -> str:
 
 
 def check_state(state: Any) -> str:
-    """Encode an assistant state dict."""
+    """Encode an assistant state dict (the text an ``EncodedState`` carries, if it is one)."""
     if not isinstance(state, Mapping):
         raise TypeError(f"assistant state must be a dict, not {type(state).__name__}")
+    encoded = getattr(state, "json_text", None)  # an EncodedState (ai_tools.store.state_json)
+    if isinstance(encoded, str):
+        return encoded
     return encode_json(dict(state), "assistant state")
 
 
