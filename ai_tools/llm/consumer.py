@@ -81,8 +81,13 @@ class StreamConsumer:
 
     def emit(self, event: LLMEvent) -> None:
         """Give ``event`` to the caller; a failing callback is logged, not fatal."""
-        if self._on_event is not None:
-            emit_event(self._on_event, event)
+        on_event = self._on_event
+        if on_event is None:
+            return
+        try:
+            on_event(event)
+        except Exception:
+            log.failure("on_event callback failed on {event!r}", event=event)
 
     def text_delta(self, delta: TextDelta) -> None:
         """Deliver a text fragment and watch it for loops."""
