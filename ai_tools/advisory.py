@@ -44,6 +44,7 @@ class AdvisoryLevel(enum.Enum):
     CRITICAL = "critical"
 
 
+_NORMAL = AdvisoryLevel.NORMAL
 _MESSAGES: dict[AdvisoryLevel, str] = {
     AdvisoryLevel.NORMAL: "Sufficient context available.",
     AdvisoryLevel.MODERATE: (
@@ -56,6 +57,7 @@ _MESSAGES: dict[AdvisoryLevel, str] = {
         "Context window {pct:.0f}% full: you must conclude now with a final response."
     ),
 }
+_NORMAL_MESSAGE = _MESSAGES[_NORMAL]  # has no {pct}: formatting it gives it back
 
 
 def _check_percent(instance: Any, attribute: attrs.Attribute[float], value: float) -> None:
@@ -135,6 +137,8 @@ class TokenAdvisory:
         cls, usage_pct: float, thresholds: AdvisoryThresholds = DEFAULT_THRESHOLDS
     ) -> TokenAdvisory:
         """The advisory (level and model-facing message) for ``usage_pct``."""
+        if not usage_pct >= thresholds.moderate:  # the usual case (NaN too): no formatting
+            return cls(_NORMAL, round(usage_pct, 1), _NORMAL_MESSAGE)
         level = cls.get_level(usage_pct, thresholds)
         return cls(level, round(usage_pct, 1), _MESSAGES[level].format(pct=usage_pct))
 

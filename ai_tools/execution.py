@@ -702,6 +702,9 @@ class _ToolCallRun:
             return
         if self.killed:
             return
+        if type(result) is dict:  # the common synchronous tool
+            self._on_result(result)
+            return
         if isinstance(result, defer.Deferred):
             d: defer.Deferred[Any] = result
         elif type(result) is CoroutineType:

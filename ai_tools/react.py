@@ -447,6 +447,9 @@ def _raw_call(call: ToolCall) -> dict[str, Any]:
     return raw
 
 
+_CATEGORY_VALUES = {c: c.value for c in ToolCategory}
+"""``category.value`` without the enum's descriptor (read on every tool call)."""
+
 _SCHEMAS: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
@@ -520,7 +523,7 @@ class _LoopRun:
         exit_names = self.exit_names = config.exit_tool_names
         offered = [t for t in ctx.registry.get_all_tools()
                    if t.name not in exit_names and ctx.gate.allows(t.name, t.category)]
-        self.categories = {t.name: t.category.value for t in offered}
+        self.categories = {t.name: _CATEGORY_VALUES[t.category] for t in offered}
         self.tool_schemas = [_tool_schema(t) for t in offered]
         if config.noop_tool not in self.categories:
             self.tool_schemas.append(ExitTool(config.noop_tool, _NOOP_DESCRIPTION).schema())
@@ -549,13 +552,22 @@ class _LoopRun:
         """Publish one loop event to the observer; its errors are logged, never raised."""
         if self.ctx.on_event is None:
             return
-        event = {"type": kind, "assistant": self.ctx.assistant_name,
-                 "iteration": self.iteration, **fields}
+        self.publish({"type": kind, "assistant": self.ctx.assistant_name,
+                      "iteration": self.iteration, **fields})
+
+    def publish(self, event: dict[str, Any]) -> None:
+        """Hand a built event (``type``, ``assistant``, ``iteration`` first) to the observer.
+
+        What :meth:`emit` does once the event is built; hot paths build it themselves.
+        """
+        observer = self.ctx.on_event
+        if observer is None:
+            return
         try:
-            self.ctx.on_event(event)
+            observer(event)
         except Exception:
             log.failure("Loop observer of {assistant} failed on a {kind} event",
-                        assistant=self.ctx.assistant_name, kind=kind)
+                        assistant=self.ctx.assistant_name, kind=event["type"])
 
     def stop_requested(self) -> bool:
         """Whether a kill or stop was asked for."""
@@ -743,15 +755,21 @@ class _LoopRun:
         entry["result"] = inject_token_advisory(
             outcome.result, self.usage_pct(), self.config.thresholds)
         entry["iteration"] = self.iteration
-        entry["category"] = outcome.category.value if outcome.category else None
+        category = outcome.category
+        entry["category"] = _CATEGORY_VALUES[category] if category else None
         if skipped:
             entry["skipped"] = True
         self.results.append(entry)
         if outcome.kind == execution.HISTORY and len(outcome.history_entries) == 2:
             self.fresh_results.append(outcome.history_entries[1])
-        self.emit("tool_result", tool=entry["tool"], tool_call_id=entry["tool_call_id"],
-                  status=outcome.status, success=entry["success"], skipped=skipped,
-                  duration_ms=outcome.duration_ms, from_cache=outcome.from_cache)
+        if self.ctx.on_event is not None:
+            self.publish({
+                "type": "tool_result", "assistant": self.ctx.assistant_name,
+                "iteration": self.iteration, "tool": entry["tool"],
+                "tool_call_id": entry["tool_call_id"], "status": outcome.status,
+                "success": entry["success"], "skipped": skipped,
+                "duration_ms": outcome.duration_ms, "from_cache": outcome.from_cache,
+            })
 
     def skip_rest(self, calls: Sequence[ToolCall], content: str | None, why: str
                   ) -> str | None:
@@ -810,8 +828,11 @@ def _run_calls(run: _LoopRun, calls: list[ToolCall], content: str | None
             content = run.skip_rest([call, *rest], content, "the tool budget is exhausted")
             run.end(TOOL_BUDGET_EXHAUSTED, "tool budget exhausted")
             break
-        run.emit("tool_call", tool=call.name, tool_call_id=call.id,
-                 arguments=dict(call.arguments), category=run.categories.get(call.name))
+        if run.ctx.on_event is not None:
+            run.publish({"type": "tool_call", "assistant": run.ctx.assistant_name,
+                         "iteration": run.iteration, "tool": call.name,
+                         "tool_call_id": call.id, "arguments": dict(call.arguments),
+                         "category": run.categories.get(call.name)})
         d = execution.execute_tool_call(run.exec_ctx, _engine_call(call),
                                         assistant_content=content)
         if d.called and isinstance(d.result, execution.ToolCallOutcome):
@@ -901,14 +922,17 @@ def _run_loop(run: _LoopRun) -> Any:
                 break
             # 2. build the messages (system prompt regenerated every iteration)
             persona = run.persona()
-            if isinstance(persona, defer.Deferred):
+            if type(persona) is not str and isinstance(persona, defer.Deferred):
                 persona = yield persona
             messages = run.build_messages(persona, continuation.advisory)
             run.fresh_results = []
             run.iteration += 1
-            run.emit("iteration", max_iterations=max_iterations,
-                     usage_percent=round(pct, 1), continuation=continuation.reason,
-                     tool_budget_remaining=run.budget)
+            if ctx.on_event is not None:
+                run.publish({"type": "iteration", "assistant": ctx.assistant_name,
+                             "iteration": run.iteration, "max_iterations": max_iterations,
+                             "usage_percent": round(pct, 1),
+                             "continuation": continuation.reason,
+                             "tool_budget_remaining": run.budget})
             # 3. call the model
             run.deltas = []
             asked = _ask_model(ctx.llm, messages, run.request_tools(), config.stream,
@@ -964,7 +988,7 @@ def _run_loop(run: _LoopRun) -> Any:
                     saved = ctx.checkpoint(LoopProgress(
                         run.iteration, tuple(run.results), tuple(run.signals),
                         "\n".join(run.texts), run.budget))
-                    if isinstance(saved, defer.Deferred):
+                    if saved is not None and isinstance(saved, defer.Deferred):
                         yield saved
                 except Exception:
                     log.failure("Checkpoint of {assistant} failed after iteration "
