@@ -5,11 +5,13 @@ so writes are applied in the order they were asked for and never contend with
 each other.  The database runs in WAL mode: readers of the file (the
 ``sqlite3`` shell, a backup) do not block the writer.
 
-Every write runs in one explicit ``BEGIN IMMEDIATE … COMMIT`` transaction, so
+Every write runs in an explicit ``BEGIN IMMEDIATE … COMMIT`` transaction, so
 after a crash each assistant's state is either the previous or the new
-version, never a mix.  Values are encoded to JSON in the reactor thread before
-the write is queued (a caller mutating its dict afterwards cannot change what
-is written); decoding and the history repair run on the store thread.
+version, never a mix.  Writes asked for while a transaction is in flight share
+the next one, each in its own savepoint (see :meth:`SQLiteStore._write`).
+Values are encoded to JSON in the reactor thread before the write is queued
+(a caller mutating its dict afterwards cannot change what is written);
+decoding and the history repair run on the store thread.
 """
 
 from __future__ import annotations
@@ -57,19 +59,41 @@ class StoreClosed(RuntimeError):
     """A store method was called before ``open()`` or after ``close()``."""
 
 
-def _transaction(conn: Any, fn: Callable[..., T], *args: Any) -> T:
-    """Run ``fn(cursor, *args)`` inside BEGIN IMMEDIATE … COMMIT (ROLLBACK on error)."""
+_Op = tuple[Callable[..., Any], tuple[Any, ...]]
+
+
+def _write_group(conn: Any, ops: Sequence[_Op]) -> list[Any]:
+    """Run several writes in one BEGIN IMMEDIATE … COMMIT; each one's result or Failure.
+
+    With more than one, each write runs in its own savepoint: a write that
+    raises is rolled back alone (its Failure is its result) and the others
+    are committed.  A single write that raises rolls the transaction back and
+    raises.  If the commit itself fails, everything is rolled back and the
+    error raised (every write of the group then failed).
+    """
     cursor = conn.cursor()
     try:
         cursor.execute("BEGIN IMMEDIATE")
         try:
-            result = fn(cursor, *args)
+            if len(ops) == 1:
+                fn, args = ops[0]
+                results: list[Any] = [fn(cursor, *args)]
+            else:
+                results = []
+                for fn, args in ops:
+                    cursor.execute("SAVEPOINT write")
+                    try:
+                        results.append(fn(cursor, *args))
+                    except Exception:
+                        results.append(Failure())
+                        cursor.execute("ROLLBACK TO write")
+                    cursor.execute("RELEASE write")
             cursor.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 cursor.execute("ROLLBACK")
             raise
-        return result
+        return results
     finally:
         cursor.close()
 
@@ -102,6 +126,13 @@ class SQLiteStore:
     synchronous: str = attrs.field(default="FULL")
     _pool: adbapi.ConnectionPool | None = attrs.field(default=None, init=False)
     schema_version: int = attrs.field(default=0, init=False)
+    _pending: list[tuple[Callable[..., Any], tuple[Any, ...], defer.Deferred[Any]]] = (
+        attrs.field(factory=list, init=False))
+    """Writes asked for while a write transaction was in flight: the next group."""
+    _writing: int = attrs.field(default=0, init=False)
+    """Write transactions submitted to the store thread and not finished yet."""
+    transactions: int = attrs.field(default=0, init=False)
+    """Write transactions committed or attempted (for status and benchmarks)."""
 
     _log = Logger()
 
@@ -171,6 +202,7 @@ class SQLiteStore:
 
     def close(self) -> defer.Deferred[None]:
         """Finish the queued work, then close the connection and its thread."""
+        self._submit_pending()
         pool, self._pool = self._pool, None
         if pool is None:
             return defer.succeed(None)
@@ -189,13 +221,52 @@ class SQLiteStore:
         return self._pool is not None
 
     def _write(self, fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+        """Run ``fn(cursor, *args)`` in a write transaction; fires once committed.
+
+        Writes asked for while another write transaction is in flight are
+        grouped into the next one (each in its own savepoint, so one failing
+        write fails alone): a thousand assistants recording an episode in the
+        same moment cost a few commits, not a thousand.  Order is kept.
+        """
         if self._pool is None:
             return defer.fail(StoreClosed(f"SQLite store {self.path} is not open"))
-        return self._pool.runWithConnection(_transaction, fn, *args)
+        d: defer.Deferred[T] = defer.Deferred()
+        self._pending.append((fn, args, d))
+        if not self._writing:
+            self._submit_pending()
+        return d
+
+    def _submit_pending(self) -> None:
+        """Hand the grouped writes to the store thread as one transaction."""
+        ops, self._pending = self._pending, []
+        if not ops or self._pool is None:
+            for _, _, d in ops:
+                d.errback(StoreClosed(f"SQLite store {self.path} is not open"))
+            return
+        self._writing += 1
+        self.transactions += 1
+        waiters = [d for _, _, d in ops]
+        group = self._pool.runWithConnection(_write_group, [(fn, args) for fn, args, _ in ops])
+        group.addBoth(self._group_done, waiters)
+
+    def _group_done(self, outcome: Any, waiters: list[defer.Deferred[Any]]) -> None:
+        self._writing -= 1
+        if self._pending and not self._writing:
+            self._submit_pending()  # the thread starts on the next group at once
+        if isinstance(outcome, Failure):
+            for d in waiters:
+                d.errback(outcome)
+            return
+        for d, result in zip(waiters, outcome, strict=True):
+            if isinstance(result, Failure):
+                d.errback(result)
+            else:
+                d.callback(result)
 
     def _query(self, fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
         if self._pool is None:
             return defer.fail(StoreClosed(f"SQLite store {self.path} is not open"))
+        self._submit_pending()  # a read sees every write asked for before it
         return self._pool.runWithConnection(_read, fn, *args)
 
     def run_in_transaction(self, fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
