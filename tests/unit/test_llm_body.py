@@ -1,4 +1,4 @@
-"""BodyReader (idle timer, abort, cancel), BytesProducer and with_deadline."""
+"""BodyReader (idle timer, abort, cancel), BytesProducer, decoded_response and with_deadline."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import pytest
 from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
-from twisted.web.client import ResponseDone, ResponseFailed
+from twisted.web.client import GzipDecoder, ResponseDone, ResponseFailed
+from twisted.web.http_headers import Headers
 
 from ai_tools.errors import LLMTimeout
-from ai_tools.llm.body import BodyReader, BytesProducer
+from ai_tools.llm.body import BodyReader, BytesProducer, decoded_response
 from ai_tools.llm.client import with_deadline
 
 
@@ -167,3 +168,38 @@ def test_idle_reschedules_without_failing_active_streams(idle: float) -> None:
     assert not r.finished.called and len(got) == 50
     r.connectionLost(Failure(ResponseDone()))
     assert outcome(r.finished) is None
+
+
+class FakeResponse:
+    def __init__(self, encoding: list[bytes] | None) -> None:
+        self.code = 200
+        self.headers = Headers({b"content-encoding": encoding} if encoding else {})
+
+
+def test_decoded_response_leaves_a_plain_answer_alone() -> None:
+    plain = FakeResponse(None)
+    assert decoded_response(plain) is plain
+
+
+@pytest.mark.parametrize(
+    ("encoding", "gzip_layers", "left"),
+    [
+        ([b"gzip"], 1, None),
+        ([b"GZIP"], 1, None),
+        ([b"br"], 0, [b"br"]),
+        ([b"br, gzip"], 1, [b"br"]),
+        ([b"gzip", b"br"], 0, [b"gzip,br"]),
+    ],
+)
+def test_decoded_response_unwraps_gzip_from_the_outside(
+    encoding: list[bytes], gzip_layers: int, left: list[bytes] | None
+) -> None:
+    """Like ContentDecoderAgent: the last-applied gzip layers are decoded, the rest stays."""
+    response = FakeResponse(encoding)
+    decoded = decoded_response(response)
+    layers = 0
+    while isinstance(decoded, GzipDecoder):
+        layers += 1
+        decoded = decoded.original
+    assert layers == gzip_layers
+    assert response.headers.getRawHeaders(b"content-encoding") == left
