@@ -167,7 +167,7 @@ async def test_total_deadline_ends_a_slow_stream() -> None:
         retry_policy=RetryPolicy(max_attempts=1),
     )
     try:
-        with pytest.raises(LLMTimeout, match="no complete answer within 0.3s") as info:
+        with pytest.raises(LLMTimeout, match=r"no complete answer within 0\.3s") as info:
             await client.complete(USER)
         assert info.value.partial_text.startswith("slow")
         assert await srv.requests[0].finished is False
@@ -186,7 +186,7 @@ async def test_total_deadline_before_the_headers() -> None:
         retry_policy=RetryPolicy(max_attempts=1),
     )
     try:
-        with pytest.raises(LLMTimeout, match="no complete answer within 0.2s"):
+        with pytest.raises(LLMTimeout, match=r"no complete answer within 0\.2s"):
             await client.complete(USER)
         assert await srv.requests[0].finished is False
     finally:
