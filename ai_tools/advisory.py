@@ -58,6 +58,15 @@ _MESSAGES: dict[AdvisoryLevel, str] = {
     ),
 }
 _NORMAL_MESSAGE = _MESSAGES[_NORMAL]  # has no {pct}: formatting it gives it back
+_NORMAL_ADVISORIES: dict[float, TokenAdvisory] = {}
+"""NORMAL advisories by rounded percentage (immutable: shared by every loop)."""
+_MEMO_SIZE = 4096
+
+
+def _memo_key(shown: float) -> bool:
+    """Whether a rounded percentage may key a memo: a float, not NaN, not -0.0
+    (which equal other keys whose value would print differently: 5 and 5.0, 0.0)."""
+    return type(shown) is float and shown == shown and (shown != 0.0 or str(shown) == "0.0")
 
 
 def _check_percent(instance: Any, attribute: attrs.Attribute[float], value: float) -> None:
@@ -138,7 +147,15 @@ class TokenAdvisory:
     ) -> TokenAdvisory:
         """The advisory (level and model-facing message) for ``usage_pct``."""
         if not usage_pct >= thresholds.moderate:  # the usual case (NaN too): no formatting
-            return cls(_NORMAL, round(usage_pct, 1), _NORMAL_MESSAGE)
+            shown = round(usage_pct, 1)
+            if not _memo_key(shown):
+                return cls(_NORMAL, shown, _NORMAL_MESSAGE)
+            advisory = _NORMAL_ADVISORIES.get(shown)
+            if advisory is None:
+                advisory = cls(_NORMAL, shown, _NORMAL_MESSAGE)
+                if len(_NORMAL_ADVISORIES) < _MEMO_SIZE:
+                    _NORMAL_ADVISORIES[shown] = advisory
+            return advisory
         level = cls.get_level(usage_pct, thresholds)
         return cls(level, round(usage_pct, 1), _MESSAGES[level].format(pct=usage_pct))
 
@@ -192,6 +209,11 @@ class LoopContinuation:
         }
 
 
+_NORMAL_CONTINUATIONS: dict[tuple[float, int], LoopContinuation] = {}
+"""The usual answer of :func:`check_loop_continuation`, by advisory and iterations left
+(values are immutable, so one instance serves every loop)."""
+
+
 def check_loop_continuation(
     usage_pct: float,
     iteration: int,
@@ -205,6 +227,17 @@ def check_loop_continuation(
     """
     advisory = TokenAdvisory.for_usage(usage_pct, thresholds)
     remaining = max(max_iterations - iteration, 0)
+    if (advisory.level is _NORMAL and iteration < max_iterations
+            and usage_pct < thresholds.warning and usage_pct < thresholds.stop
+            and _memo_key(advisory.usage_percent)):
+        key = (advisory.usage_percent, remaining)
+        normal = _NORMAL_CONTINUATIONS.get(key)
+        if normal is None:
+            normal = LoopContinuation(True, "normal", "Sufficient context available.",
+                                      advisory, remaining)
+            if len(_NORMAL_CONTINUATIONS) < _MEMO_SIZE:
+                _NORMAL_CONTINUATIONS[key] = normal
+        return normal
     if usage_pct >= thresholds.stop:
         return LoopContinuation(
             False, "token_critical",

@@ -83,6 +83,7 @@ __all__ = [
     "new_tool_call_id",
     "parse_tool_call",
     "prepare_tool_call",
+    "run_tool_call",
     "skip_tool_call",
 ]
 
@@ -458,7 +459,8 @@ class _ToolCallRun:
     """The state of one :func:`execute_tool_call` while it is in flight."""
 
     __slots__ = ("assistant_content", "attempts", "call", "ctx", "finished", "key", "killed",
-                 "outcome_d", "params", "raw", "raw_key", "started", "tool", "waiting")
+                 "outcome", "outcome_d", "params", "raw", "raw_key", "started", "tool",
+                 "waiting")
 
     def __init__(self, context: ExecutionContext, tool_call: Any,
                  assistant_content: str | None) -> None:
@@ -466,7 +468,9 @@ class _ToolCallRun:
         self.raw = tool_call
         self.assistant_content = assistant_content
         self.started = context.clock.seconds()
-        self.outcome_d: defer.Deferred[ToolCallOutcome] = defer.Deferred(self._cancel)
+        # Made when start() returns unfinished; until then the outcome is kept here.
+        self.outcome_d: defer.Deferred[ToolCallOutcome] | None = None
+        self.outcome: ToolCallOutcome | None = None
         self.waiting: defer.Deferred[Any] | None = None
         self.finished = False
         self.killed = False
@@ -480,11 +484,35 @@ class _ToolCallRun:
     # ---- plumbing
 
     def start(self) -> defer.Deferred[ToolCallOutcome]:
+        """Run the call; the Deferred fires with its outcome (already, if it ended at once)."""
+        outcome = self.run()
+        if isinstance(outcome, ToolCallOutcome):
+            return defer.succeed(outcome)
+        return outcome
+
+    def run(self) -> ToolCallOutcome | defer.Deferred[ToolCallOutcome]:
+        """Run the call: its outcome if it ended at once, else a Deferred of it.
+
+        Until this returns nothing can cancel the call (no Deferred exists yet),
+        so a call that ends synchronously needs none.
+        """
         try:
             self._begin()
         except Exception:
             self._internal_error(Failure())
-        return self.outcome_d
+        outcome = self.outcome
+        if outcome is not None:
+            return outcome
+        d = self.outcome_d = defer.Deferred(self._cancel)
+        return d
+
+    def _deliver(self, outcome: ToolCallOutcome) -> None:
+        """Hand the outcome to whoever waits: the Deferred, or ``run()`` still running."""
+        d = self.outcome_d
+        if d is None:
+            self.outcome = outcome
+        else:
+            d.callback(outcome)
 
     def _wait(self, d: defer.Deferred[Any], callback: Callable[[Any], None],
               errback: Callable[[Failure], None]) -> None:
@@ -536,7 +564,7 @@ class _ToolCallRun:
         if self.finished:
             return
         self.finished = True
-        self.outcome_d.callback(outcome)
+        self._deliver(outcome)
 
     def _abort(self, status: str, error: str) -> None:
         current = self.ctx.state.current_tool_call
@@ -856,7 +884,7 @@ class _ToolCallRun:
                 assistant_content=self.assistant_content,
             )
         self.finished = True  # (what _finish does; checked above)
-        self.outcome_d.callback(ToolCallOutcome(
+        self._deliver(ToolCallOutcome(
             kind=HISTORY, status=status, result=result, call=call,
             category=self.tool.category if self.tool else None, attempts=self.attempts,
             duration_ms=duration_ms, from_cache=from_cache, history_entries=entries,
@@ -887,6 +915,21 @@ def execute_tool_call(
     (see the module docstring).
     """
     return _ToolCallRun(context, tool_call, assistant_content).start()
+
+
+def run_tool_call(
+    context: ExecutionContext,
+    tool_call: Any,
+    *,
+    assistant_content: str | None = None,
+) -> ToolCallOutcome | defer.Deferred[ToolCallOutcome]:
+    """:func:`execute_tool_call`, with the outcome itself when the call ended at once.
+
+    A synchronous tool (or a refused call) needs no Deferred: the loop runs
+    every such call through here.  Otherwise the Deferred is the one
+    :func:`execute_tool_call` would return (cancelling it kills the call).
+    """
+    return _ToolCallRun(context, tool_call, assistant_content).run()
 
 
 def skip_tool_call(context: ExecutionContext, tool_call: Any, reason: str) -> ToolCallOutcome:

@@ -26,6 +26,7 @@ from typing import Any
 
 import attrs
 from twisted.internet import defer
+from twisted.python.failure import Failure
 
 from ai_tools import execution
 from ai_tools.advisory import (
@@ -422,9 +423,17 @@ def _native_tools(config: LoopConfig, llm: Any) -> bool:
 def _ask_model(llm: Any, messages: list[dict[str, Any]],
                tools: list[dict[str, Any]] | None, stream: bool | None,
                on_event: Callable[[Any], None]) -> defer.Deferred[Any]:
-    """``llm.complete(...)`` as a Deferred, whatever the client returns or raises."""
-    return defer.maybeDeferred(llm.complete, messages, tools=tools, stream=stream,
-                               on_event=on_event)
+    """``llm.complete(...)`` as a Deferred, whatever the client returns or raises.
+
+    ``defer.maybeDeferred`` with the usual case (the client returns a Deferred) first.
+    """
+    try:
+        answer = llm.complete(messages, tools=tools, stream=stream, on_event=on_event)
+    except BaseException:
+        return defer.fail(Failure(captureVars=defer.Deferred.debug))
+    if type(answer) is defer.Deferred:
+        return answer
+    return defer.maybeDeferred(lambda: answer)
 
 
 def _engine_call(call: ToolCall) -> Any:
@@ -833,13 +842,13 @@ def _run_calls(run: _LoopRun, calls: list[ToolCall], content: str | None
                          "iteration": run.iteration, "tool": call.name,
                          "tool_call_id": call.id, "arguments": dict(call.arguments),
                          "category": run.categories.get(call.name)})
-        d = execution.execute_tool_call(run.exec_ctx, _engine_call(call),
-                                        assistant_content=content)
-        if d.called and isinstance(d.result, execution.ToolCallOutcome):
-            outcome = d.result  # a synchronous tool: answered already, nothing to wait for
+        answer = execution.run_tool_call(run.exec_ctx, _engine_call(call),
+                                         assistant_content=content)
+        if isinstance(answer, execution.ToolCallOutcome):
+            outcome = answer  # a synchronous tool: answered already, nothing to wait for
         else:
             try:
-                outcome = yield control.track(d)
+                outcome = yield control.track(answer)
             finally:
                 control.untrack()
         if outcome.kind == execution.ABORT:

@@ -145,3 +145,22 @@ def test_continuation_is_consistent(pct: float, iteration: int, max_iter: int) -
     elif iteration >= max_iter:
         assert c.reason == "max_iterations"
     assert 0 <= c.iterations_remaining <= max_iter
+
+
+def test_memoised_answers_are_the_ones_computed() -> None:
+    """The shared NORMAL advisories and continuations equal freshly built ones,
+    keep the type of the percentage and never mix 0.0 with -0.0."""
+    from ai_tools.advisory import LoopContinuation, TokenAdvisory, check_loop_continuation
+
+    for pct in (0.0, -0.0, 12.34, 12.34, 5, float("nan")):
+        for _ in range(2):  # the second time from the memo, where there is one
+            advisory = TokenAdvisory.for_usage(pct)
+            assert repr(advisory.usage_percent) == repr(round(pct, 1))
+            assert advisory.message == "Sufficient context available."
+            cont = check_loop_continuation(pct, 2, 5)
+            assert repr(cont.advisory.usage_percent) == repr(round(pct, 1))
+            if pct == pct:
+                assert cont == LoopContinuation(True, "normal", "Sufficient context available.",
+                                                advisory, 3)
+    assert check_loop_continuation(12.34, 5, 5).reason == "max_iterations"
+    assert check_loop_continuation(12.34, 4, 5).iterations_remaining == 1
