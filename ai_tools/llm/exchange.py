@@ -432,7 +432,7 @@ def parse_completion(
         emit = None
     if response.content and emit is not None:
         emit(TextDelta(response.content))
-    if profile.repetition.enabled:
+    if profile.repetition.enabled and response.content:  # no text: nothing can repeat
         detector = state.detector if state is not None else RepeatedLineDetector(profile.repetition)
         detector.feed(response.content)
         if detector.finish():
