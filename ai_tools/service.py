@@ -205,7 +205,8 @@ class AssistantService(MultiService):
         self._loop_runner: LoopRunner = loop_runner or execute_react_loop
         self._assistants: dict[str, Assistant] = {}
         self._adding: set[str] = set()
-        self._observers: list[tuple[Observer, str | None]] = []
+        # A tuple, replaced on change: publishing iterates it without a copy.
+        self._observers: tuple[tuple[Observer, str | None], ...] = ()
         self._hearing: dict[str, Callable[[], Any]] = {}
         self._subagents: dict[tuple[str, str], tuple[defer.Deferred[Any], LoopControl]] = {}
         self._opened: defer.Deferred[None] | None = None
@@ -272,7 +273,7 @@ class AssistantService(MultiService):
         """Persist assistant ``name`` within a second, grouped with other saves."""
         self.writer.save_soon(name)
 
-    def _state_of(self, name: str) -> dict[str, Any] | None:
+    def _state_of(self, name: str) -> Mapping[str, Any] | None:
         assistant = self._assistants.get(name)
         return None if assistant is None else assistant.encoded_state()
 
@@ -280,9 +281,11 @@ class AssistantService(MultiService):
         """Hand an event of assistant ``name`` to the observers (their errors are logged)."""
         if not self._observers:
             return
-        event.setdefault("assistant", name)
-        event.setdefault("time", self.clock.seconds())
-        for observer, only in list(self._observers):
+        if "assistant" not in event:
+            event["assistant"] = name
+        if "time" not in event:
+            event["time"] = (self._clock or self.clock).seconds()
+        for observer, only in self._observers:
             if only is not None and only != name:
                 continue
             try:
@@ -700,11 +703,13 @@ class AssistantService(MultiService):
         Returns a callable that removes the observer.
         """
         entry = (observer, assistant)
-        self._observers.append(entry)
+        self._observers = (*self._observers, entry)
 
         def remove() -> None:
             if entry in self._observers:
-                self._observers.remove(entry)
+                observers = list(self._observers)
+                observers.remove(entry)
+                self._observers = tuple(observers)
 
         return remove
 

@@ -26,6 +26,7 @@ mode and pattern, and the guard is released in every case.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -500,7 +501,7 @@ def _run_loop(
         pending_events=[] if quiet else assistant.pending_events,
         mode=mode,
         reflection=reflection,
-        on_event=lambda event: _on_loop_event(assistant, host, event),
+        on_event=functools.partial(host.publish, assistant.name),
         stop_check=lambda: assistant.emergency_stopped,
         control=control,
         checkpoint=None if reflection else (lambda progress: _checkpoint(tick, control)),
@@ -544,10 +545,6 @@ def _record_episode(tick: _Tick, events: list[dict[str, Any]], history_start: in
         log.failure("Could not record the episode of {assistant}'s tick {tick}",
                     assistant=assistant.name, tick=tick.number)
         tick.error(f"episode not recorded: {type(exc).__name__}: {exc}")
-
-
-def _on_loop_event(assistant: Assistant, host: AssistantHost, event: dict[str, Any]) -> None:
-    host.publish(assistant.name, event)
 
 
 def _trim_history(assistant: Assistant) -> None:

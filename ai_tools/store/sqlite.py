@@ -530,9 +530,8 @@ def _add_record(
         " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
         (*row, parent_id, now, now),
     )
-    record = _fetch_record(cursor, int(cursor.lastrowid or 0))
-    assert record is not None
-    return record
+    # The row as written (no SELECT back: every tick that answered someone adds one).
+    return record_dict((int(cursor.lastrowid or 0), *row, parent_id, now, now))
 
 
 def _update_record(
