@@ -42,7 +42,7 @@ from ai_tools.errors import LLMError
 from ai_tools.event_logger import EventLogger
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.events import ChatResponse, TextDelta, ToolCall
-from ai_tools.llm.parsing import ParsedCalls, parse_tool_calls
+from ai_tools.llm.parsing import ParsedCalls, parse_tool_calls, plain_native_calls
 from ai_tools.llm.tokens import CHARS_PER_TOKEN, default_counter
 from ai_tools.prompts import (
     PromptInputs,
@@ -495,6 +495,8 @@ class _LoopRun:
     system_text: str = ""
     tool_schemas: list[dict[str, Any]] = attrs.field(factory=list)
     normal_names: list[str] = attrs.field(factory=list)
+    plain_names: frozenset[str] = frozenset()
+    """Normal tool names that are not exit tools (see ``plain_native_calls``)."""
     exit_names: frozenset[str] = frozenset()
     categories: dict[str, str] = attrs.field(factory=dict)
     fresh_results: list[Mapping[str, Any]] = attrs.field(factory=list)
@@ -539,6 +541,7 @@ class _LoopRun:
         self.normal_names = [n for n in ctx.registry.list_tools() if n not in exit_names]
         if config.noop_tool not in self.normal_names:
             self.normal_names.append(config.noop_tool)
+        self.plain_names = frozenset(self.normal_names) - exit_names
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
                       "requests": 0, "context_tokens": 0, "context_percent": 0.0}
         self.exec_ctx = execution.ExecutionContext(
@@ -885,6 +888,27 @@ def _run_calls(run: _LoopRun, calls: list[ToolCall], content: str | None
         run.history.add_assistant(content)
 
 
+def _checkpoint(run: _LoopRun) -> Generator[defer.Deferred[Any], Any, None]:
+    """Hand the service the iteration's progress; wait if it returns a Deferred.
+
+    The service persists the iteration before the next model call.  A plain
+    generator run by the loop's ``yield from``.
+    """
+    ctx = run.ctx
+    if ctx.checkpoint is None:
+        return
+    try:
+        saved = ctx.checkpoint(LoopProgress(
+            run.iteration, tuple(run.results), tuple(run.signals),
+            "\n".join(run.texts), run.budget))
+        if saved is not None and isinstance(saved, defer.Deferred):
+            yield saved
+    except Exception:
+        log.failure("Checkpoint of {assistant} failed after iteration "
+                    "{iteration}; the loop goes on",
+                    assistant=ctx.assistant_name, iteration=run.iteration)
+
+
 def _wait_answer(run: _LoopRun, asked: defer.Deferred[Any]
                  ) -> Generator[defer.Deferred[Any], Any, Any]:
     """Wait for the model's answer (step 3); on a kill or a model error, end the loop.
@@ -962,6 +986,14 @@ def _run_loop(run: _LoopRun) -> Any:
                 run.end(STOPPED_BY_USER, control.reason)
                 break
             # 4. parse the tool calls (noop ends the loop)
+            plain = plain_native_calls(response, run.plain_names)
+            if plain is not None:  # the usual answer: parse_tool_calls would only pass it on
+                run.add_text(response.content)
+                yield from _run_calls(run, list(plain), response.content or None)
+                if run.reason == STOPPED_BY_USER:
+                    break
+                yield from _checkpoint(run)
+                continue
             parsed = parse_tool_calls(response, run.normal_names, run.exit_names,
                                       fallback=not run.native)
             problem = _validate_calls(parsed)
@@ -991,18 +1023,7 @@ def _run_loop(run: _LoopRun) -> Any:
                 yield from _run_calls(run, calls, content)
             if run.reason == STOPPED_BY_USER:
                 break
-            # the service persists the iteration before the next model call
-            if ctx.checkpoint is not None:
-                try:
-                    saved = ctx.checkpoint(LoopProgress(
-                        run.iteration, tuple(run.results), tuple(run.signals),
-                        "\n".join(run.texts), run.budget))
-                    if saved is not None and isinstance(saved, defer.Deferred):
-                        yield saved
-                except Exception:
-                    log.failure("Checkpoint of {assistant} failed after iteration "
-                                "{iteration}; the loop goes on",
-                                assistant=ctx.assistant_name, iteration=run.iteration)
+            yield from _checkpoint(run)
     except defer.CancelledError:
         control.stopped = True
         run.end(STOPPED_BY_USER, control.reason or "cancelled")

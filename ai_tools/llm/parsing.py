@@ -119,6 +119,25 @@ def parse_tool_calls(
         )
 
 
+def plain_native_calls(response: ChatResponse, plain_names: Collection[str]
+                       ) -> tuple[ToolCall, ...] | None:
+    """The native calls of ``response`` when they need no partitioning, else None.
+
+    The usual answer: native calls, each naming a tool in ``plain_names`` (normal
+    tools that are not exit tools) with readable arguments.  For it
+    :func:`parse_tool_calls` would give exactly these calls as ``calls`` and
+    ``normal``, ``response.content`` as ``visible_text``, no error, no warning;
+    this says so without building the partition.
+    """
+    calls = response.tool_calls
+    if not calls:
+        return None
+    for call in calls:
+        if call.name not in plain_names or call.arguments_error is not None:
+            return None
+    return calls
+
+
 def _split_answer(answer: Any) -> tuple[str, tuple[ToolCall, ...]]:
     if answer is None:
         return "", ()
