@@ -19,6 +19,7 @@ failure), token usage and duration.  See ``docs/react-loop.md``.
 
 from __future__ import annotations
 
+import functools
 import json
 import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -462,6 +463,28 @@ _CATEGORY_VALUES = {c: c.value for c in ToolCategory}
 _SCHEMAS: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
+def _schema_text(value: Any) -> str:
+    """The JSON text a schema (or list of them) is counted by."""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+_SCHEMA_TEXTS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def _tool_schema_text(tool: Any) -> str:
+    """:func:`_schema_text` of a tool's function schema, once per tool instance."""
+    text = _SCHEMA_TEXTS.get(tool)
+    if text is None:
+        text = _SCHEMA_TEXTS[tool] = _schema_text(_tool_schema(tool))
+    return text
+
+
+@functools.lru_cache(maxsize=32)
+def _noop_schema_text(name: str) -> str:
+    """:func:`_schema_text` of the noop tool's schema (the same for every loop)."""
+    return _schema_text(ExitTool(name, _NOOP_DESCRIPTION).schema())
+
+
 def _tool_schema(tool: Any) -> dict[str, Any]:
     """A tool's function schema, built once per tool instance (tools are immutable)."""
     schema = _SCHEMAS.get(tool)
@@ -511,6 +534,8 @@ class _LoopRun:
     _usage_counted: tuple[str, int | None, int] | None = None
     """(system text, history version, tokens) of the last count."""
     _request_tools: list[dict[str, Any]] | None = None
+    _schema_texts: list[str] = attrs.field(factory=list)
+    """JSON of each of ``tool_schemas`` (kept per tool: counted once per loop)."""
     _prompt_head: tuple[str, str] | None = None
 
     # -- setup -----------------------------------------------------------------
@@ -536,8 +561,10 @@ class _LoopRun:
                    if t.name not in exit_names and ctx.gate.allows(t.name, t.category)]
         self.categories = {t.name: _CATEGORY_VALUES[t.category] for t in offered}
         self.tool_schemas = [_tool_schema(t) for t in offered]
+        self._schema_texts = [_tool_schema_text(t) for t in offered]
         if config.noop_tool not in self.categories:
             self.tool_schemas.append(ExitTool(config.noop_tool, _NOOP_DESCRIPTION).schema())
+            self._schema_texts.append(_noop_schema_text(config.noop_tool))
         self.normal_names = [n for n in ctx.registry.list_tools() if n not in exit_names]
         if config.noop_tool not in self.normal_names:
             self.normal_names.append(config.noop_tool)
@@ -644,6 +671,18 @@ class _LoopRun:
         self._system_base = (text, tokens)
         return tokens
 
+    def _tools_text(self, tools: list[dict[str, Any]]) -> str:
+        """``_schema_text(tools)``, from the JSON kept per tool schema.
+
+        A list's JSON is its items' JSON joined by ", " in brackets, so the
+        text is the same as dumping the list.
+        """
+        known = self._schema_texts
+        if len(tools) < len(known):  # not built from tool_schemas: dump it all
+            return _schema_text(tools)
+        texts = [*known, *(_schema_text(s) for s in tools[len(known):])]
+        return f"[{', '.join(texts)}]"
+
     def usage_pct(self) -> float:
         """Context usage now: the last system prompt plus the history, in percent."""
         if self.ctx.token_counter is not None:
@@ -653,8 +692,8 @@ class _LoopRun:
             if self._counter is None:
                 self._counter = default_counter()
                 tools = self.request_tools()
-                self._fixed_tokens = self._counter.count_text(json.dumps(
-                    tools, ensure_ascii=False, default=str)) if tools else 0
+                self._fixed_tokens = self._counter.count_text(
+                    self._tools_text(tools)) if tools else 0
             version = getattr(self.history, "version", None)
             counted = self._usage_counted
             if (counted is not None and counted[0] is self.system_text
