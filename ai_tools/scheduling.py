@@ -26,6 +26,7 @@ assistant is rescheduled like any other.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 from collections.abc import Callable
@@ -37,6 +38,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 _GOLDEN = 0.6180339887498949
+
+def _cancel_other(other: defer.Deferred[Any], _: defer.Deferred[Any]) -> None:
+    """Canceller of a Deferred standing for ``other``: cancel ``other``."""
+    other.cancel()
+
 
 class DelayedCall(Protocol):
     """What ``callLater`` returns (``IDelayedCall``), as far as we use it."""
@@ -322,35 +328,48 @@ class TickScheduler:
         if d.called:
             # Finished synchronously (an idle tick): no bookkeeping round trip.
             self._finished(entry, started_at)
-            result = d
-        else:
-            entry.running = d
-            self._running[entry.name] = d
-            result = defer.Deferred(lambda _: d.cancel())
+            if consume:
+                d.addErrback(self._tick_failed, entry.name)
+            return d
+        entry.running = d
+        self._running[entry.name] = d
+        # A started tick costs no closures: its bookkeeping is a bound method with arguments.
+        result: defer.Deferred[Any] | None = (
+            None if consume else defer.Deferred(functools.partial(_cancel_other, d)))
+        d.addBoth(self._tick_done, entry, d, started_at, result)
+        return d if result is None else result
 
-            def done(outcome: Any) -> Any:
-                self._running.pop(entry.name, None)
-                entry.running = None
-                current = self._entries.get(entry.name)
-                if current is not None and current is not entry and current.running is d:
-                    current.running = None  # re-added meanwhile: its turn now
-                    self._push(current)
-                    self._schedule_fill()
-                self._finished(entry, started_at)
-                if not self._running:
-                    waiters, self._idle_waiters = self._idle_waiters, []
-                    for waiter in waiters:
-                        waiter.callback(None)
-                if isinstance(outcome, Failure):
-                    result.errback(outcome)
-                    return None  # handed to ``result``; not left unhandled here
-                result.callback(outcome)
-                return outcome
-
-            d.addBoth(done)
-        if consume:
-            result.addErrback(self._tick_failed, entry.name)
-        return result
+    def _tick_done(
+        self,
+        outcome: Any,
+        entry: _Entry,
+        d: defer.Deferred[Any],
+        started_at: float,
+        result: defer.Deferred[Any] | None,
+    ) -> Any:
+        """A started tick ended: free its slot, reschedule it, hand on its outcome."""
+        self._running.pop(entry.name, None)
+        entry.running = None
+        current = self._entries.get(entry.name)
+        if current is not None and current is not entry and current.running is d:
+            current.running = None  # re-added meanwhile: its turn now
+            self._push(current)
+            self._schedule_fill()
+        self._finished(entry, started_at)
+        if not self._running:
+            waiters, self._idle_waiters = self._idle_waiters, []
+            for waiter in waiters:
+                waiter.callback(None)
+        if result is None:  # started by the timer: nobody waits, failures are logged here
+            if isinstance(outcome, Failure):
+                self._tick_failed(outcome, entry.name)
+                return None
+            return outcome
+        if isinstance(outcome, Failure):
+            result.errback(outcome)
+            return None  # handed to ``result``; not left unhandled here
+        result.callback(outcome)
+        return outcome
 
     def _tick_failed(self, failure: Failure, name: str) -> None:
         if failure.check(defer.CancelledError):

@@ -238,16 +238,18 @@ def at_tick(assistant: Assistant, host: AssistantHost) -> defer.Deferred[TickRes
         return defer.succeed(_skipped(assistant, host, "error"))
     assistant.current_tick = d
 
-    def finish(result: Any) -> Any:
-        _release(assistant)
-        if isinstance(result, Failure):  # _run catches everything; belt and braces
-            log.failure("Tick {tick} of {assistant} failed", result,
-                        assistant=assistant.name, tick=tick.number)
-            return tick.result(ERROR, result.getErrorMessage())
-        return result
-
-    d.addBoth(finish)
+    d.addBoth(_tick_ended, tick)
     return d
+
+
+def _tick_ended(result: Any, tick: _Tick) -> Any:
+    """Release the guard; a failure (``_run`` catches everything) becomes an ERROR result."""
+    _release(tick.assistant)
+    if isinstance(result, Failure):  # belt and braces
+        log.failure("Tick {tick} of {assistant} failed", result,
+                    assistant=tick.assistant.name, tick=tick.number)
+        return tick.result(ERROR, result.getErrorMessage())
+    return result
 
 
 def _release(assistant: Assistant) -> None:
@@ -357,14 +359,20 @@ def _finish(tick: _Tick, status: str, reason: str, logged: bool = False) -> Tick
     return result
 
 
-@defer.inlineCallbacks
-def _maybe_compact(tick: _Tick, mode: str) -> Any:
+def _maybe_compact(tick: _Tick, mode: str) -> defer.Deferred[None] | None:
+    """Compact the history if it is full enough for ``mode``; None when nothing to do."""
     assistant, host = tick.assistant, tick.host
     if not len(assistant.history):
         return None
-    config = assistant.config.compaction
-    if not needs_compaction(_usage(assistant, host), mode, config):
+    if not needs_compaction(_usage(assistant, host), mode, assistant.config.compaction):
         return None
+    return _compact(tick)
+
+
+@defer.inlineCallbacks
+def _compact(tick: _Tick) -> Any:
+    assistant, host = tick.assistant, tick.host
+    config = assistant.config.compaction
     llm, _ = _llm_window(assistant, host)
     try:
         result = yield compact_history(assistant.history, llm, config)
@@ -404,16 +412,22 @@ def _sleep_tick(tick: _Tick) -> Any:
     return SLEEPING, ""
 
 
-@defer.inlineCallbacks
 def _select_pattern(tick: _Tick, context_type: str) -> Any:
+    """The execution pattern, or a Deferred of it when the model assesses the task first."""
+    config = tick.assistant.execution_config
+    if wants_assessment(config, context_type):
+        return _assess_and_select(tick, context_type)
+    return select_execution_pattern(config, context_type)
+
+
+@defer.inlineCallbacks
+def _assess_and_select(tick: _Tick, context_type: str) -> Any:
     assistant, host = tick.assistant, tick.host
     config = assistant.execution_config
-    assessment = None
-    if wants_assessment(config, context_type):
-        llm, _ = _llm_window(assistant, host)
-        assessment = yield assess_task(llm, assistant.persona,
-                                       format_events(assistant.pending_events))
-        assistant.count("assessments")
+    llm, _ = _llm_window(assistant, host)
+    assessment = yield assess_task(llm, assistant.persona,
+                                   format_events(assistant.pending_events))
+    assistant.count("assessments")
     return select_execution_pattern(config, context_type, assessment=assessment)
 
 
@@ -459,6 +473,15 @@ def _checkpoint(tick: _Tick, control: LoopControl | None) -> defer.Deferred[None
     return d.addErrback(_checkpoint_failed, tick, control)
 
 
+def _checkpoint_after(tick: _Tick, control: LoopControl, progress: Any) -> defer.Deferred[None]:
+    """The loop's checkpoint (after every iteration): the progress is in the assistant."""
+    return _checkpoint(tick, control)
+
+
+def _emergency_stopped(assistant: Assistant) -> bool:
+    return assistant.emergency_stopped
+
+
 def _checkpoint_failed(failure: Failure, tick: _Tick, control: LoopControl | None) -> None:
     failure.trap(Exception)
     tick.assistant.count("store_errors")
@@ -502,9 +525,9 @@ def _run_loop(
         mode=mode,
         reflection=reflection,
         on_event=functools.partial(host.publish, assistant.name),
-        stop_check=lambda: assistant.emergency_stopped,
+        stop_check=functools.partial(_emergency_stopped, assistant),
         control=control,
-        checkpoint=None if reflection else (lambda progress: _checkpoint(tick, control)),
+        checkpoint=None if reflection else functools.partial(_checkpoint_after, tick, control),
         execution_state=assistant.execution_state,
     )
     try:
@@ -526,25 +549,37 @@ def _run_loop(
     return result
 
 
-@defer.inlineCallbacks
-def _record_episode(tick: _Tick, events: list[dict[str, Any]], history_start: int) -> Any:
+def _record_episode(
+    tick: _Tick, events: list[dict[str, Any]], history_start: int
+) -> defer.Deferred[None] | None:
     """Write this tick's conversation as an episode; a failed write is logged, never fatal."""
     assistant, host = tick.assistant, tick.host
     if host.store is None or tick.loop is None:
-        return
+        return None
     terminal = set(host.registry.get_tool_names_by_category(ToolCategory.TERMINAL))
     episode = episode_record(assistant.name, events, assistant.history.since(history_start),
                              terminal, tick.loop.termination_reason)
     if episode is None:
-        return
+        return None
     content, metadata = episode
     metadata["tick"] = tick.number
     try:
-        yield host.store.add_record(assistant.name, EPISODES, content, metadata)
-    except Exception as exc:
-        log.failure("Could not record the episode of {assistant}'s tick {tick}",
-                    assistant=assistant.name, tick=tick.number)
-        tick.error(f"episode not recorded: {type(exc).__name__}: {exc}")
+        d = host.store.add_record(assistant.name, EPISODES, content, metadata)
+    except Exception:
+        d = defer.fail()
+    return d.addCallbacks(_discard, _episode_failed, errbackArgs=(tick,))
+
+
+def _discard(_: Any) -> None:
+    return None
+
+
+def _episode_failed(failure: Failure, tick: _Tick) -> None:
+    failure.trap(Exception)
+    log.failure("Could not record the episode of {assistant}'s tick {tick}", failure,
+                assistant=tick.assistant.name, tick=tick.number)
+    exc = failure.value
+    tick.error(f"episode not recorded: {type(exc).__name__}: {exc}")
 
 
 def _trim_history(assistant: Assistant) -> None:
