@@ -74,12 +74,14 @@ class BodyReader:
 
     ``finished`` fires with None when the body ends normally, fails with the
     sink's exception, with :class:`~ai_tools.errors.LLMTimeout` after
-    ``idle_timeout`` seconds without a byte, or with the connection's reason
+    ``idle_timeout`` seconds without a byte (counted from the connection, or
+    from :meth:`arm`), or with the connection's reason
     (``ResponseFailed``) when it is cut.  Cancelling it aborts the connection.
     ``last_progress`` is the clock time of the last byte received.
     """
 
     __slots__ = (
+        "_arm_on_connect",
         "_clock",
         "_description",
         "_idle_timeout",
@@ -97,7 +99,9 @@ class BodyReader:
         sink: Callable[[bytes], None],
         idle_timeout: float | None,
         description: str = "response body",
+        arm_on_connect: bool = True,
     ) -> None:
+        self._arm_on_connect = arm_on_connect
         self._clock = clock
         self._sink = sink
         self._idle_timeout = idle_timeout
@@ -114,7 +118,17 @@ class BodyReader:
         self.connectionMade()
 
     def connectionMade(self) -> None:
-        if self._idle_timeout is not None and not self.done:
+        if self._arm_on_connect:
+            self.arm()
+
+    def arm(self) -> None:
+        """Start the idle timer (at connection unless ``arm_on_connect`` was False).
+
+        A body already received in full is delivered inside ``deliverBody``;
+        arming after that call spares such a body a timer set and cancelled
+        for nothing.
+        """
+        if self._idle_timeout is not None and not self.done and self._timer is None:
             self._timer = self._clock.callLater(self._idle_timeout, self._check_idle)
 
     def dataReceived(self, data: bytes) -> None:

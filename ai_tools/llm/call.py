@@ -73,10 +73,12 @@ class ModelCall:
         except BaseException:
             self._end(Failure())
             return
-        slot = self._client._semaphore.acquire()
-        if slot.called:
+        semaphore = self._client._semaphore
+        if semaphore.tokens:  # what acquire() does, without a Deferred that fires at once
+            semaphore.tokens -= 1
             self._got_slot(None)
         else:
+            slot = semaphore.acquire()
             self._slot = slot
             slot.addCallbacks(self._got_slot, self._no_slot)
 

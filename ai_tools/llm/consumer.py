@@ -152,4 +152,3 @@ class StreamConsumer:
     def response(self) -> ChatResponse:
         """The answer assembled from the stream."""
         return self.assembler.response()
-

@@ -238,17 +238,22 @@ class Exchange:
         elif self._state is not None:
             content_type = (header_value(response.headers, "content-type") or "").lower()
             if "json" not in content_type:
-                reader = BodyReader(client.reactor, self._state.sink, idle, "answer stream")
+                reader = BodyReader(
+                    client.reactor, self._state.sink, idle, "answer stream", arm_on_connect=False
+                )
                 self._state.reader = reader
                 self._read(response, reader, self._stream_ended, self._stream_failed)
                 return
-        reader = BodyReader(client.reactor, self._collect, idle, "response body")
+        reader = BodyReader(
+            client.reactor, self._collect, idle, "response body", arm_on_connect=False
+        )
         self._read(response, reader, self._body_read, self._body_failed)
 
     def _read(self, response: Any, reader: BodyReader, done: Any, failed: Any) -> None:
         self._reader = reader
         self._pending = reader.finished
         response.deliverBody(reader)
+        reader.arm()  # after: a body already here needs no idle timer
         reader.finished.addCallbacks(done, failed)
 
     # -- a whole body -----------------------------------------------------------------

@@ -203,3 +203,30 @@ def test_decoded_response_unwraps_gzip_from_the_outside(
         decoded = decoded.original
     assert layers == gzip_layers
     assert response.headers.getRawHeaders(b"content-encoding") == left
+
+
+def test_armed_after_delivery_a_finished_body_sets_no_timer() -> None:
+    """arm_on_connect=False: no timer until arm(), and none once the body has ended."""
+    clock = Clock()
+    got: list[bytes] = []
+    r = BodyReader(clock, got.append, 5.0, "test body", arm_on_connect=False)
+    r.makeConnection(FakeTransport())
+    assert clock.getDelayedCalls() == []
+    r.dataReceived(b"all")
+    r.connectionLost(Failure(ResponseDone()))
+    r.arm()
+    assert clock.getDelayedCalls() == [] and outcome(r.finished) is None
+
+
+def test_armed_after_delivery_still_times_out() -> None:
+    """arm() on a body still arriving starts the idle timer; silence then aborts it."""
+    clock = Clock()
+    r = BodyReader(clock, lambda data: None, 5.0, "test body", arm_on_connect=False)
+    transport = FakeTransport()
+    r.makeConnection(transport)
+    r.arm()
+    r.arm()  # a second call adds no second timer
+    assert len(clock.getDelayedCalls()) == 1
+    clock.advance(5.5)
+    assert outcome(r.finished).check(LLMTimeout)
+    assert transport.stopped == 1
