@@ -109,7 +109,8 @@ class StateEncoder:
         return self._config_json
 
     def _encode_history(self, history: Any) -> str:
-        if not isinstance(history, Sequence) or isinstance(history, str):
+        if type(history) is not list and (
+                not isinstance(history, Sequence) or isinstance(history, str)):
             return encode_json(history, _WHAT)
         known, parts = self._messages, self._parts
         same = 0
