@@ -457,9 +457,6 @@ def _raw_call(call: ToolCall) -> dict[str, Any]:
     return raw
 
 
-_CATEGORY_VALUES = {c: c.value for c in ToolCategory}
-"""``category.value`` without the enum's descriptor (read on every tool call)."""
-
 _SCHEMAS: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
@@ -559,7 +556,7 @@ class _LoopRun:
         exit_names = self.exit_names = config.exit_tool_names
         offered = [t for t in ctx.registry.get_all_tools()
                    if t.name not in exit_names and ctx.gate.allows(t.name, t.category)]
-        self.categories = {t.name: _CATEGORY_VALUES[t.category] for t in offered}
+        self.categories = {t.name: t.category._value_ for t in offered}
         self.tool_schemas = [_tool_schema(t) for t in offered]
         self._schema_texts = [_tool_schema_text(t) for t in offered]
         if config.noop_tool not in self.categories:
@@ -807,7 +804,8 @@ class _LoopRun:
             outcome.result, self.usage_pct(), self.config.thresholds)
         entry["iteration"] = self.iteration
         category = outcome.category
-        entry["category"] = _CATEGORY_VALUES[category] if category else None
+        # (``_value_``: the enum's value without the ``.value`` descriptor)
+        entry["category"] = category._value_ if category is not None else None
         if skipped:
             entry["skipped"] = True
         self.results.append(entry)
