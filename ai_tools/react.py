@@ -476,6 +476,12 @@ def _tool_schema_text(tool: Any) -> str:
     return text
 
 
+_HEADS: dict[tuple[Any, ...], str] = {}
+"""Rendered system prompt heads by their inputs (a tick's loop renders the same head
+as the last one, unless the persona, mode or tools changed)."""
+_HEADS_KEPT = 256
+
+
 @functools.lru_cache(maxsize=32)
 def _noop_schema_text(name: str) -> str:
     """:func:`_schema_text` of the noop tool's schema (the same for every loop)."""
@@ -725,17 +731,30 @@ class _LoopRun:
         cached = self._prompt_head
         if cached is not None and cached[0] == text:
             return cached[1]
-        head = system_prompt_head(PromptInputs(
-            assistant_name=self.ctx.assistant_name,
-            persona=text,
-            mode=self.ctx.mode,
-            reflection=self.ctx.reflection,
-            tool_schemas=self.tool_schemas,
-            tool_categories=self.categories,
-            exit_tool_schemas=[t.schema() for t in self.config.exit_tools],
-            native_tools=self.native,
-            noop_tool=self.config.noop_tool,
-        ))
+        exit_schemas = [t.schema() for t in self.config.exit_tools]
+        # Every input of the head, as text: equal keys render equal heads (across loops).
+        key = (self.ctx.assistant_name, text, self.ctx.mode, self.ctx.reflection,
+               self.native, self.config.noop_tool, tuple(self._schema_texts),
+               tuple(self.categories.items()),
+               tuple(_schema_text(s) for s in exit_schemas))
+        keep = len(self._schema_texts) == len(self.tool_schemas)  # (built together)
+        head = _HEADS.get(key) if keep else None
+        if head is None:
+            head = system_prompt_head(PromptInputs(
+                assistant_name=self.ctx.assistant_name,
+                persona=text,
+                mode=self.ctx.mode,
+                reflection=self.ctx.reflection,
+                tool_schemas=self.tool_schemas,
+                tool_categories=self.categories,
+                exit_tool_schemas=exit_schemas,
+                native_tools=self.native,
+                noop_tool=self.config.noop_tool,
+            ))
+            if keep:
+                if len(_HEADS) >= _HEADS_KEPT:
+                    _HEADS.clear()
+                _HEADS[key] = head
         self._prompt_head = (text, head)
         return head
 

@@ -30,3 +30,36 @@ def test_a_list_not_built_from_the_schemas_is_dumped_whole() -> None:
     run = _run(LoopConfig())
     tools = [{"type": "function", "function": {"name": "x"}}]
     assert run._tools_text(tools) == json.dumps(tools, ensure_ascii=False, default=str)
+
+
+def test_the_kept_prompt_head_is_the_rendered_one() -> None:
+    """A head taken from the ones kept across loops is the head rendered for the inputs."""
+    from ai_tools.prompts import PromptInputs, system_prompt_head
+    from ai_tools.react import GatePolicy
+    from ai_tools.tools.base import ToolCategory
+
+    exits = (ExitTool("page", "Page a player."),)
+    variants = [
+        (LoopConfig(), {}),
+        (LoopConfig(exit_tools=exits), {}),
+        (LoopConfig(native_tools=False), {}),
+        (LoopConfig(noop_tool="pass"), {"mode": "sleep"}),
+        (LoopConfig(), {"reflection": True}),
+        (LoopConfig(), {"gate": GatePolicy(allowed_categories=frozenset(
+            {ToolCategory.SAFE_CHAIN}))}),
+    ]
+    heads = set()
+    for config, options in variants:
+        for persona in ("You are Ada.", "You are Bob."):
+            for _ in range(2):  # the second time from the kept heads
+                run = _LoopRun(make_ctx(ScriptedLLM([]), **options), config)
+                run.prepare()
+                head = run.prompt_head(persona)
+                assert head == system_prompt_head(PromptInputs(
+                    assistant_name="ada", persona=persona, mode=run.ctx.mode,
+                    reflection=run.ctx.reflection, tool_schemas=run.tool_schemas,
+                    tool_categories=run.categories,
+                    exit_tool_schemas=[t.schema() for t in config.exit_tools],
+                    native_tools=run.native, noop_tool=config.noop_tool))
+                heads.add(head)
+    assert len(heads) == 2 * len(variants)  # every input made a difference
