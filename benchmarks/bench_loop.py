@@ -173,6 +173,28 @@ def engine_block(clock: task.Clock, registry: ToolRegistry) -> Callable[[], None
     return run
 
 
+def log_events_block() -> Callable[[], None]:
+    """The two log events every tool call must emit (DESIGN §4), alone: a diagnostic.
+
+    Emitted with the engine's own logger (same namespace, same observers) and the
+    fields the engine gives them, as many times as the engine side makes calls.
+    """
+    from ai_tools import execution
+
+    log = execution.log
+    arguments = {"at": "room"}
+
+    def run() -> None:
+        for _ in range(BLOCK * ITERATIONS_PER_LOOP):
+            log.info("Assistant decision: {tool} - {reasoning}", tool="look", reasoning="",
+                     tool_call_id="call_0", arguments=arguments, assistant="char:bench")
+            log.info("Function call completed: {name} ({ms}ms)", name="look", ms=0,
+                     success=True, status="success", attempts=1, from_cache=False,
+                     tool_call_id="call_0", assistant="char:bench")
+
+    return run
+
+
 def main() -> None:
     """Measure the three sides in interleaved blocks; print medians per iteration.
 
@@ -217,6 +239,17 @@ def main() -> None:
     print(f"  of which execute_tool_call (engine) alone:        {engine_us:8.1f} us/call")
     print(f"  the loop itself (whole minus engine):             "
           f"{ours_us - engine_us:8.1f} us/iteration")
+    logs = log_events_block()
+    logs()
+    log_times = []
+    for _ in range(ROUNDS):
+        started = time.process_time()
+        for _ in range(BLOCKS):
+            logs()
+        log_times.append((time.process_time() - started) / n)
+    log_us = statistics.median(log_times) * 1e6
+    print(f"  (diagnostic: the engine's two required log events alone: {log_us:6.1f} us/call,"
+          f" {log_us / bare_us:.2f}x the bare loop)")
     verdict = "OK" if ratio <= TARGET else "OVER TARGET"
     print(f"ratio: {ratio:.2f}x (target <= {TARGET:.1f}x) {verdict}; "
           f"loop alone {loop_ratio:.2f}x, engine alone {engine_ratio:.2f}x")
