@@ -11,6 +11,9 @@ round pays for garbage left by the previous one.  The ratio reported is the
 median of the per-pair ratios (ours / the bare round next to it), which
 cancels the drift of a shared machine.  Target: ratio <= 1.5.
 
+``BENCH_LLM_STREAM=0`` runs the same rounds with plain (non-streamed) JSON
+answers: the per-request cost of the client itself, without the chunks.
+
 Run: ``make bench BENCH=llm``.
 """
 
@@ -38,6 +41,7 @@ from ai_tools.retry import RetryPolicy
 CONCURRENCY = 500
 ROUNDS = 11
 CHUNK_CHARS = int(os.environ.get("BENCH_LLM_CHUNK_CHARS", "10"))  # text per SSE chunk
+STREAM = os.environ.get("BENCH_LLM_STREAM", "1") != "0"  # 0: plain JSON answers
 TARGET_RATIO = 1.5
 TEXT = (
     "The plaza lies quiet under a pale sky. A fountain murmurs at its centre, and "
@@ -103,7 +107,7 @@ async def _measure(reactor: Any, url: str) -> dict[str, list[float]]:
         "base_url": url,
         "model": "bench",
         "max_concurrency": CONCURRENCY,
-        "stream": True,
+        "stream": STREAM,
     }
     from ai_tools.llm.profile import ModelProfile
 
@@ -115,7 +119,7 @@ async def _measure(reactor: Any, url: str) -> dict[str, list[float]]:
     agent = Agent(reactor, pool=pool)
     chat_url = (url + "/chat/completions").encode()
     bare_body = json.dumps(
-        {"model": "bench", "messages": MESSAGES, "stream": True},
+        {"model": "bench", "messages": MESSAGES, "stream": STREAM},
         separators=(",", ":"),
     ).encode()
 
@@ -204,11 +208,14 @@ async def _bench(reactor: Any) -> None:
     bare = statistics.median(figures["bare"])
     pairs = [o / b for o, b in zip(figures["ours"], figures["bare"], strict=True)]
     ratio = statistics.median(pairs)
-    print(
-        f"{CONCURRENCY} concurrent streaming requests x {ROUNDS} rounds, 50 ms server latency, "
-        f"{CHUNK_CHARS}-character text deltas (~{len(TEXT) // CHUNK_CHARS + 4} SSE chunks each); "
-        "server in a subprocess"
-    )
+    if STREAM:
+        shape = (
+            f"streaming requests x {ROUNDS} rounds, 50 ms server latency, {CHUNK_CHARS}-character "
+            f"text deltas (~{len(TEXT) // CHUNK_CHARS + 4} SSE chunks each)"
+        )
+    else:
+        shape = f"plain (non-streamed) requests x {ROUNDS} rounds, 50 ms server latency"
+    print(f"{CONCURRENCY} concurrent {shape}; server in a subprocess")
     print(f"  bare Agent loop    : {bare:.3f} ms CPU/request (median)")
     print(f"                       rounds {_fmt(figures['bare'])}")
     print(f"  OpenAIChatClient   : {ours:.3f} ms CPU/request (median)")
