@@ -7,7 +7,10 @@ headers, a bytes body): treq's per-request wrapping (URL re-parsing, a cookie
 agent, a content-decoder agent, a response wrapper) cost more CPU than the
 rest of a request, and a model API needs none of it.  A treq ``HTTPClient``
 or ``treq.testing.StubTreq`` given as ``http_client`` is used instead (the
-unit tests drive the client that way).  It caps
+unit tests drive the client that way).
+
+Each :meth:`OpenAIChatClient.complete` is a :class:`~ai_tools.llm.call.ModelCall`
+running :class:`~ai_tools.llm.exchange.Exchange` attempts.  The client caps
 concurrent requests with a ``DeferredSemaphore``, streams answers through a
 byte-level SSE parser into the semantic events of spec 003, retries 429, 5xx
 and connection failures with the shared :class:`~ai_tools.retry.RetryPolicy`
