@@ -496,6 +496,19 @@ def _tool_schema(tool: Any) -> dict[str, Any]:
     return schema
 
 
+def _stop_requested(ctx: LoopContext) -> bool:
+    """Whether a kill or stop of ``ctx``'s loop was asked for."""
+    control = ctx.control
+    if control.stopped:
+        return True
+    check = ctx.stop_check
+    if check is not None and check():
+        control.stopped = True
+        control.reason = control.reason or "stop requested"
+        return True
+    return False
+
+
 @attrs.define(eq=False)
 class _LoopRun:
     """The state of one loop run; :func:`_run_loop` drives it."""
@@ -584,7 +597,10 @@ class _LoopRun:
             state=ctx.execution_state or execution.ExecutionState(),
             gate=ctx.gate,
             native_tools=self.native,
-            stop_requested=self.stop_requested,
+            # bound to the context, not to this run: the run holds the execution
+            # context, so a method of the run here would make a reference cycle
+            # (every loop's objects left for the garbage collector to find)
+            stop_requested=functools.partial(_stop_requested, ctx),
             **dict(ctx.execution_options),
         )
 
@@ -613,15 +629,7 @@ class _LoopRun:
 
     def stop_requested(self) -> bool:
         """Whether a kill or stop was asked for."""
-        control = self.ctx.control
-        if control.stopped:
-            return True
-        check = self.ctx.stop_check
-        if check is not None and check():
-            control.stopped = True
-            control.reason = control.reason or "stop requested"
-            return True
-        return False
+        return _stop_requested(self.ctx)
 
     def end(self, reason: str, error: str | None = None) -> None:
         """Set the termination reason (the first one wins)."""
