@@ -619,8 +619,11 @@ class Assistant:
         configuration and the history messages already encoded are re-used.
         Raises TypeError/ValueError if the state is not JSON-serialisable.
         """
+        rest = self._state_fields()
+        # Replaced, never modified, once per tick: its JSON is kept like the config's.
+        replaced = {"last_tick": rest.pop("last_tick")}
         return EncodedState(self._encoder.encode_parts(
-            self._config_json_dict(), self.history.messages, self._state_fields()))
+            self._config_json_dict(), self.history.messages, rest, replaced))
 
     def _config_json_dict(self) -> dict[str, Any]:
         cached = self._config_dict

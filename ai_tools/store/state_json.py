@@ -71,9 +71,10 @@ class StateEncoder:
     message while the messages are the same objects in the same places.
     """
 
-    __slots__ = ("_config", "_config_json", "_messages", "_parts")
+    __slots__ = ("_config", "_config_json", "_messages", "_parts", "_replaced")
 
     def __init__(self) -> None:
+        self._replaced: dict[str, tuple[object, str]] = {}
         self._config: object = None
         self._config_json = ""
         self._messages: list[object] = []
@@ -86,17 +87,34 @@ class StateEncoder:
         history = rest.pop("history") if rest.get("history") is not None else None
         return EncodedState(self.encode_parts(config, history, rest))
 
-    def encode_parts(self, config: Any, history: Any, rest: Mapping[str, Any]) -> str:
-        """JSON text of ``{"config": config, "history": history, **rest}``.
+    def encode_parts(
+        self,
+        config: Any,
+        history: Any,
+        rest: Mapping[str, Any],
+        replaced: Mapping[str, Any] | None = None,
+    ) -> str:
+        """JSON text of ``{"config": config, "history": history, **rest, **replaced}``.
 
-        ``rest`` must not hold ``config`` or ``history``; ``config`` and ``history`` None
-        leave the key out.  TypeError/ValueError if something is not JSON-serialisable.
+        ``config`` and ``history`` None leave the key out.  ``replaced`` holds
+        values that are replaced, never modified (a tick summary): each is
+        encoded once per object, like ``config``.  The keys of ``rest`` and
+        ``replaced`` must differ and not be ``config`` or ``history``.
+        TypeError/ValueError if something is not JSON-serialisable.
         """
         pieces = []
         if config is not None:
             pieces.append('"config":' + self._encode_config(config))
         if history is not None:
             pieces.append('"history":' + self._encode_history(history))
+        if replaced:
+            known = self._replaced
+            for key, value in replaced.items():
+                entry = known.get(key)
+                if entry is None or entry[0] is not value:
+                    entry = known[key] = (value, encode_json(key, _WHAT) + ":"
+                                          + encode_json(value, _WHAT))
+                pieces.append(entry[1])
         tail = encode_json(rest if isinstance(rest, dict) else dict(rest), _WHAT)
         if len(tail) > 2:
             pieces.append(tail[1:-1])

@@ -132,3 +132,25 @@ def test_any_sequence_of_states_encodes_like_a_full_encoding(
         history = history[:keep] + [{"role": "user", "content": a} for a in added]
         text = encoder.encode_parts(config, history, rest)
         assert json.loads(text) == _full(config, history, rest)
+
+
+def test_replaced_values_are_encoded_once_per_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    encoded: list[Any] = []
+    real = state_json.encode_json
+
+    def spy(value: Any, what: str) -> str:
+        encoded.append(value)
+        return real(value, what)
+
+    monkeypatch.setattr(state_json, "encode_json", spy)
+    encoder = StateEncoder()
+    summary = {"tick": 1, "duration_ms": 0.5}
+    first = encoder.encode_parts(None, None, {"mode": "awake"}, {"last_tick": summary})
+    encoded.clear()
+    again = encoder.encode_parts(None, None, {"mode": "awake"}, {"last_tick": summary})
+    assert again == first and summary not in encoded
+    newer = {"tick": 2, "duration_ms": 1.5}
+    text = encoder.encode_parts(None, None, {}, {"last_tick": newer, "other": None})
+    assert json.loads(text) == {"last_tick": newer, "other": None}
+    assert json.loads(encoder.encode_parts(None, None, {}, {"last_tick": None})) == {
+        "last_tick": None}
