@@ -225,6 +225,14 @@ def check_loop_continuation(
     Token exhaustion wins over the iteration cap, because it is the more
     urgent thing to tell the operator.
     """
+    if (usage_pct < thresholds.moderate and usage_pct < thresholds.warning
+            and usage_pct < thresholds.stop and iteration < max_iterations):
+        # the usual answer, when one was made already (what the steps below return)
+        shown = round(usage_pct, 1)
+        if _memo_key(shown):
+            normal = _NORMAL_CONTINUATIONS.get((shown, max_iterations - iteration))
+            if normal is not None:
+                return normal
     advisory = TokenAdvisory.for_usage(usage_pct, thresholds)
     remaining = max(max_iterations - iteration, 0)
     if (advisory.level is _NORMAL and iteration < max_iterations

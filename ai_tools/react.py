@@ -44,7 +44,12 @@ from ai_tools.event_logger import EventLogger
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.events import ChatResponse, TextDelta, ToolCall
 from ai_tools.llm.parsing import ParsedCalls, parse_tool_calls, plain_native_calls
-from ai_tools.llm.tokens import CHARS_PER_TOKEN, default_counter
+from ai_tools.llm.tokens import (
+    CHARS_PER_TOKEN,
+    TokenCounter,
+    default_counter,
+    estimate_native_exchange,
+)
 from ai_tools.prompts import (
     PromptInputs,
     format_events,
@@ -547,8 +552,11 @@ class _LoopRun:
     _system_base: tuple[str, int] = ("", 0)
     _history_total: int = 0
     _counted: tuple[int, Any] = (0, None)
-    _usage_counted: tuple[str, int | None, int] | None = None
-    """(system text, history version, tokens) of the last count."""
+    _usage_counted: tuple[str, int | None, float] | None = None
+    """(system text, history version, percentage) of the last count."""
+    _window: int | None = None
+    _estimating: Any = None
+    """The counter, once it is known to count by the estimate."""
     _request_tools: list[dict[str, Any]] | None = None
     _schema_texts: list[str] = attrs.field(factory=list)
     """JSON of each of ``tool_schemas`` (kept per tool: counted once per loop)."""
@@ -640,11 +648,16 @@ class _LoopRun:
     # -- tokens ----------------------------------------------------------------
 
     def context_window(self) -> int:
-        configured = self.config.context_window
-        if configured:
-            return configured
-        window = getattr(self.ctx.llm, "context_window", None)
-        return window if isinstance(window, int) and window > 0 else 0
+        """The context window in tokens (0: unknown); looked up once per loop."""
+        window = self._window
+        if window is None:
+            window = self.config.context_window
+            if not window:
+                window = getattr(self.ctx.llm, "context_window", None)
+                if not isinstance(window, int) or window <= 0:
+                    window = 0
+            self._window = window
+        return window
 
     def _history_tokens(self) -> int:
         """Tokens of the history, counted incrementally.
@@ -699,27 +712,61 @@ class _LoopRun:
         if self.ctx.token_counter is not None:
             tokens = int(self.ctx.token_counter(
                 [{"role": "system", "content": self.system_text}, *self.history.messages]))
-        else:
-            if self._counter is None:
-                self._counter = default_counter()
-                tools = self.request_tools()
-                self._fixed_tokens = self._counter.count_text(
-                    self._tools_text(tools)) if tools else 0
-            version = getattr(self.history, "version", None)
-            counted = self._usage_counted
-            if (counted is not None and counted[0] is self.system_text
-                    and version is not None and counted[1] == version):
-                tokens = counted[2]  # nothing changed since the last count
-            else:
-                if self._system_counted is not self.system_text:
-                    self._system_tokens = self._system_prompt_tokens(self.system_text)
-                    self._system_counted = self.system_text
-                tokens = self._fixed_tokens + self._system_tokens + self._history_tokens()
-                self._usage_counted = (self.system_text, version, tokens)
+            pct = usage_percentage(tokens, self.context_window())
+            self.usage["context_tokens"] = tokens
+            self.usage["context_percent"] = pct
+            return pct
+        if self._counter is None:
+            self._counter = default_counter()
+            tools = self.request_tools()
+            self._fixed_tokens = self._counter.count_text(
+                self._tools_text(tools)) if tools else 0
+        system_text = self.system_text
+        version = getattr(self.history, "version", None)
+        counted = self._usage_counted
+        if (counted is not None and counted[0] is system_text
+                and version is not None and counted[1] == version):
+            return counted[2]  # nothing changed since the last count: usage holds it already
+        if self._system_counted is not system_text:
+            self._system_tokens = self._system_prompt_tokens(system_text)
+            self._system_counted = system_text
+        tokens = self._fixed_tokens + self._system_tokens + self._history_tokens()
         pct = usage_percentage(tokens, self.context_window())
-        self.usage["context_tokens"] = tokens
-        self.usage["context_percent"] = pct
+        self._usage_counted = (system_text, version, pct)
+        usage = self.usage
+        usage["context_tokens"] = tokens
+        usage["context_percent"] = pct
         return pct
+
+    def _count_exchange(self, outcome: execution.ToolCallOutcome) -> None:
+        """Count the exchange the engine just appended from the lengths of its texts.
+
+        Only for a native exchange counted by the estimate, right after the
+        messages counted last (else :meth:`_history_tokens` counts it, as any
+        message): the same figure as counting the two messages, see
+        :func:`~ai_tools.llm.tokens.estimate_native_exchange`.
+        """
+        counter = self._counter
+        if counter is None or not outcome.recorded or not self.native:
+            return
+        if counter is not self._estimating:  # first time, or another counter
+            if type(counter) is not TokenCounter or counter.exact is not False:
+                return
+            self._estimating = counter
+        n, last = self._counted
+        entries = outcome.history_entries
+        if not n or len(entries) != 2:
+            return
+        tail = self.history.since(n - 1)
+        if (len(tail) != 3 or tail[0] is not last or tail[1] is not entries[0]
+                or tail[2] is not entries[1]):
+            return
+        call = outcome.call
+        assert call is not None
+        assistant, answer = entries
+        self._history_total += estimate_native_exchange(
+            call.id, call.name, call.arguments_json, assistant["content"], answer["content"])
+        self._counted = (n + 2, answer)
 
     # -- building the request --------------------------------------------------
 
@@ -824,20 +871,34 @@ class _LoopRun:
     def add_result(self, outcome: execution.ToolCallOutcome, *, skipped: bool = False
                    ) -> None:
         """Record an engine outcome in the results and publish it."""
-        entry = outcome.as_dict()
-        # step 7: the advisory at this point of the loop (the model reads it in the
-        # next request; it is not stored in the history, so it never goes stale)
-        entry["result"] = inject_token_advisory(
-            outcome.result, self.usage_pct(), self.config.thresholds)
-        entry["iteration"] = self.iteration
+        call = outcome.call
+        result = outcome.result
+        kind = outcome.kind
+        entries = outcome.history_entries
+        if kind == execution.HISTORY and len(entries) == 2:
+            self._count_exchange(outcome)
+            self.fresh_results.append(entries[1])
         category = outcome.category
-        # (``_value_``: the enum's value without the ``.value`` descriptor)
-        entry["category"] = category._value_ if category is not None else None
+        # ``outcome.as_dict()`` and more, built at once (same keys, same order)
+        entry = {
+            "tool": call.name if call is not None else None,
+            "tool_call_id": call.id if call is not None else None,
+            "kind": kind,
+            "status": outcome.status,
+            "success": kind != execution.ABORT and result.get("success") is not False,
+            "attempts": outcome.attempts,
+            "duration_ms": outcome.duration_ms,
+            "from_cache": outcome.from_cache,
+            # step 7: the advisory at this point of the loop (the model reads it in the
+            # next request; it is not stored in the history, so it never goes stale)
+            "result": inject_token_advisory(result, self.usage_pct(), self.config.thresholds),
+            "iteration": self.iteration,
+            # (``_value_``: the enum's value without the ``.value`` descriptor)
+            "category": category._value_ if category is not None else None,
+        }
         if skipped:
             entry["skipped"] = True
         self.results.append(entry)
-        if outcome.kind == execution.HISTORY and len(outcome.history_entries) == 2:
-            self.fresh_results.append(outcome.history_entries[1])
         if self.ctx.on_event is not None:
             self.publish({
                 "type": "tool_result", "assistant": self.ctx.assistant_name,

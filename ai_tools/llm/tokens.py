@@ -238,6 +238,33 @@ def _estimate_message(message: Mapping[str, Any]) -> int:
     return total
 
 
+def estimate_native_exchange(call_id: str, name: str, arguments_json: str,
+                             assistant_content: str | None, result_content: str) -> int:
+    """The estimate of a native tool exchange's two messages, from the lengths of its texts.
+
+    Equal to ``_estimate_message`` of the assistant message carrying the one call
+    and of the tool message answering it (what ``build_tool_exchange(...,
+    native=True)`` makes) without building or walking them: the loop counts one
+    exchange per tool call.
+    """
+    ceil = math.ceil
+    id_tokens = ceil(len(call_id) / CHARS_PER_TOKEN)
+    total = (_NATIVE_EXCHANGE_FRAMING + id_tokens + id_tokens
+             + ceil(len(name) / CHARS_PER_TOKEN)
+             + ceil(len(arguments_json) / CHARS_PER_TOKEN)
+             + ceil(len(result_content) / CHARS_PER_TOKEN))
+    if assistant_content is not None:
+        total += ceil(len(assistant_content) / CHARS_PER_TOKEN)
+    return total
+
+
+_NATIVE_EXCHANGE_FRAMING = (
+    TOKENS_PER_MESSAGE + math.ceil(len("assistant") / CHARS_PER_TOKEN) + TOKENS_PER_TOOL_CALL
+    + TOKENS_PER_MESSAGE + math.ceil(len("tool") / CHARS_PER_TOKEN)
+)
+"""Tokens of a native exchange that do not depend on its texts (framing and roles)."""
+
+
 def _content_text(content: Any) -> str:
     """Text of a message content: a string, or a list of content parts."""
     if content is None:

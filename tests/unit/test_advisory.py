@@ -164,3 +164,14 @@ def test_memoised_answers_are_the_ones_computed() -> None:
                                                 advisory, 3)
     assert check_loop_continuation(12.34, 5, 5).reason == "max_iterations"
     assert check_loop_continuation(12.34, 4, 5).iterations_remaining == 1
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True) | st.integers(-5, 200),
+       st.integers(0, 12), st.integers(1, 10))
+def test_the_memoised_continuation_is_the_computed_one(pct: float, iteration: int,
+                                                       max_iter: int) -> None:
+    """Asked again (from the memo), the answer equals the first one, field by field."""
+    first = check_loop_continuation(pct, iteration, max_iter)
+    again = check_loop_continuation(pct, iteration, max_iter)
+    assert repr(again) == repr(first)
+    assert repr(again.advisory.usage_percent) == repr(first.advisory.usage_percent)

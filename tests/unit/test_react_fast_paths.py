@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import gc
 import weakref
+from typing import Any
 
+import pytest
+
+from ai_tools import react
+from ai_tools.history import ConversationHistory
+from ai_tools.llm.tokens import default_counter
 from ai_tools.react import LoopConfig, LoopResult, execute_react_loop
 from tests.unit.react_fakes import ScriptedLLM, answer, call, make_ctx, text
 
@@ -30,3 +36,38 @@ def test_a_finished_loop_leaves_no_reference_cycle() -> None:
     finally:
         if enabled:
             gc.enable()
+
+
+def _full_count(run: Any) -> int:
+    counter = default_counter()
+    return int(run._fixed_tokens + run._system_tokens
+               + sum(counter.count_message(m) for m in run.history.messages))
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_usage_counted_from_exchanges_equals_a_full_count(native: bool) -> None:
+    """After every iteration the context usage equals counting every message again,
+    whether the exchanges were counted from their lengths or message by message."""
+    llm = ScriptedLLM([answer(call("look", {"at": "x" * 37}, "c1"), content="Let me look."),
+                       answer(call("look", {"at": "é☃"}, "c2"), call("broken", {}, "c3")),
+                       answer(call("nosuch", {"a": [1, 2]}, "c4")),
+                       answer(call("look", {}, "c5"), content=""),
+                       text("done")])
+    history = ConversationHistory()
+    history.add_user("hello " * 11)
+    ctx = make_ctx(llm, history=history, system_prompt="You are Ada.")
+    run = react._LoopRun(ctx, LoopConfig(max_iterations=6, native_tools=native))
+    checked: list[int] = []
+
+    def checkpoint(progress: Any) -> None:
+        if progress.iteration < 5:  # (the last answer's text is recorded after the count)
+            assert run.usage["context_tokens"] == _full_count(run)
+        checked.append(progress.iteration)
+
+    ctx.checkpoint = checkpoint
+    result = react._run_loop(run).result
+    assert result.termination_reason == react.COMPLETED
+    assert checked == [1, 2, 3, 4, 5]
+    counter = default_counter()
+    if native and counter.exact is False:
+        assert run._estimating is counter  # the exchanges were counted from their lengths

@@ -67,3 +67,21 @@ def test_a_native_exchange() -> None:
                                   "tool_calls": [call]}) == 3 + 3 + 3 + 2 + 1 + 4
     assert counter.count_message({"role": "tool", "tool_call_id": "call_1",
                                   "content": '{"success": true}'}) == 3 + 1 + 5 + 2
+
+
+@given(st.text(max_size=40), st.text(min_size=1, max_size=20),
+       st.dictionaries(st.text(max_size=8), st.integers() | st.text(max_size=20), max_size=4),
+       st.none() | st.text(max_size=60), st.text(max_size=200))
+def test_native_exchange_estimate_equals_counting_its_messages(
+        call_id: str, name: str, arguments: dict[str, Any], assistant_content: str | None,
+        content: str) -> None:
+    """The exchange counted from its texts' lengths equals counting the two messages."""
+    from ai_tools.history import ToolCall, build_tool_exchange
+    from ai_tools.llm.tokens import _estimate_message, estimate_native_exchange
+
+    call = ToolCall(id=call_id, name=name, arguments=arguments)
+    assistant, answer = build_tool_exchange(call, content, native=True,
+                                            assistant_content=assistant_content)
+    assert estimate_native_exchange(call.id, call.name, call.arguments_json,
+                                    assistant_content, content) \
+        == _estimate_message(assistant) + _estimate_message(answer)
