@@ -496,9 +496,16 @@ async def scenario(reactor: Any, workdir: Path, checks: Checks) -> None:
 
         async def builder_status() -> None:
             assert builder is not None
-            out = await builder.command(
-                "aiassistant/status Ada", r"counters: [^\n]+", "Ada's status"
-            )
+            # The NPC speaks during its tick; the tick (episode record, state write)
+            # ends a moment later, so ask again until the status shows its end.
+            deadline = time.monotonic() + WAIT
+            while True:
+                out = await builder.command(
+                    "aiassistant/status Ada", r"counters: [^\n]+", "Ada's status"
+                )
+                if "ran (terminal_tool)" in out or time.monotonic() > deadline:
+                    break
+                await task.deferLater(reactor, 0.5, lambda: None)
             assert "ran (terminal_tool)" in out, out
 
         await checks.check(
