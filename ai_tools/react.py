@@ -850,11 +850,15 @@ class _LoopRun:
             self.texts.append(text)
 
     def add_usage(self, usage: Mapping[str, Any] | None) -> None:
-        self.usage["requests"] += 1
+        totals = self.usage
+        totals["requests"] += 1
+        if not usage:
+            return
+        get = usage.get
         for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
-            value = (usage or {}).get(key)
+            value = get(key)
             if isinstance(value, int):
-                self.usage[key] += value
+                totals[key] += value
 
     def record_signal(self, call: ToolCall) -> None:
         """An exit tool call: recorded and published, never executed nor charged."""
@@ -944,94 +948,151 @@ class _LoopRun:
         )
 
 
-def _run_calls(run: _LoopRun, calls: list[ToolCall], content: str | None
-               ) -> Generator[defer.Deferred[Any], Any, None]:
-    """Steps 5 to 8 for the calls of one answer, in order; sets ``run.reason`` to end.
+_Pending = tuple[defer.Deferred[Any], int, "str | None"]
+"""A call whose outcome the loop must wait for: its Deferred, its index, the text
+it carries."""
 
-    A plain generator run by the loop's ``yield from`` (one inlineCallbacks frame).
+
+def _start_calls(run: _LoopRun, calls: Sequence[ToolCall], content: str | None,
+                 index: int = 0) -> _Pending | None:
+    """Steps 5 to 8 for ``calls[index:]``, in order, while the engine answers at once.
+
+    Returns None once every call is done or the loop must end (``run.reason``
+    set; the answer's text recorded either way), or the call to wait for: the
+    loop waits, hands its outcome to :func:`_after_call` and, if that says go
+    on, starts again from the next call.  A plain function: an answer of
+    synchronous tools needs no generator.
     """
-    config, control = run.config, run.ctx.control
-    for index, call in enumerate(calls):
-        rest = calls[index + 1:]
+    config, ctx = run.config, run.ctx
+    control = ctx.control
+    while index < len(calls):
+        call = calls[index]
         if call.name == config.noop_tool:
-            content = run.skip_rest(rest, content, "the turn ended (noop)")
+            content = run.skip_rest(calls[index + 1:], content, "the turn ended (noop)")
             run.end(NOOP)
             break
-        if run.stop_requested():
-            content = run.skip_rest([call, *rest], content, "the turn was stopped")
+        if _stop_requested(ctx):
+            content = run.skip_rest(calls[index:], content, "the turn was stopped")
             run.end(STOPPED_BY_USER, control.reason)
             break
         if run.budget is not None and run.budget <= 0:
-            content = run.skip_rest([call, *rest], content, "the tool budget is exhausted")
+            content = run.skip_rest(calls[index:], content, "the tool budget is exhausted")
             run.end(TOOL_BUDGET_EXHAUSTED, "tool budget exhausted")
             break
-        if run.ctx.on_event is not None:
-            run.publish({"type": "tool_call", "assistant": run.ctx.assistant_name,
+        if ctx.on_event is not None:
+            run.publish({"type": "tool_call", "assistant": ctx.assistant_name,
                          "iteration": run.iteration, "tool": call.name,
                          "tool_call_id": call.id, "arguments": dict(call.arguments),
                          "category": run.categories.get(call.name)})
         answer = execution.run_tool_call(run.exec_ctx, _engine_call(call),
                                          assistant_content=content)
-        if isinstance(answer, execution.ToolCallOutcome):
-            outcome = answer  # a synchronous tool: answered already, nothing to wait for
-        else:
-            try:
-                outcome = yield control.track(answer)
-            finally:
-                control.untrack()
-        if outcome.kind == execution.ABORT:
-            reason = _ABORT_REASONS.get(outcome.status, INTERNAL_ERROR)
-            if reason == STOPPED_BY_USER:
-                control.stopped = True
-            # the aborted call gets no history entry; the rest are answered "skipped"
-            content = run.skip_rest(
-                rest, content,
-                "the turn was stopped" if reason == STOPPED_BY_USER else "an earlier call failed")
-            run.end(reason, str(outcome.result.get("error") or control.reason or ""))
-            break
+        if not isinstance(answer, execution.ToolCallOutcome):  # the tool answers later
+            return answer, index, content
+        if _after_call(run, calls, index, answer, content):
+            return None
         content = None  # the first exchange carried the text
-        if outcome.dispatched and run.budget is not None:
-            run.budget -= 1
-        run.add_result(outcome)
-        if outcome.kind == execution.RESTART:
-            # the tool enriched the context: next iteration, this answer's other calls skipped
-            run.consecutive_errors = 0
-            run.skip_rest(rest, None, "the context was refreshed; ask again if needed")
-            break
-        run.consecutive_errors = 0 if outcome.success else run.consecutive_errors + 1
-        ends = outcome.ends_loop
-        if ends is not None:
-            run.skip_rest(rest, None, f"an earlier call ended the turn ({ends})")
-            run.end(ends)
-            break
-        if run.consecutive_errors >= config.consecutive_error_cap:
-            run.skip_rest(rest, None, "too many failed calls in a row")
-            run.end(CONSECUTIVE_ERRORS,
-                    f"{run.consecutive_errors} failed tool calls in a row")
-            break
+        index += 1
     if content:
         run.history.add_assistant(content)
+    return None
 
 
-def _checkpoint(run: _LoopRun) -> Generator[defer.Deferred[Any], Any, None]:
-    """Hand the service the iteration's progress; wait if it returns a Deferred.
+def _after_call(run: _LoopRun, calls: Sequence[ToolCall], index: int,
+                outcome: execution.ToolCallOutcome, content: str | None) -> bool:
+    """Take the outcome of ``calls[index]``; True when the answer's other calls must
+    not run (the loop ends or restarts the iteration; the text is recorded then)."""
+    kind = outcome.kind
+    if kind == execution.ABORT:
+        control = run.ctx.control
+        reason = _ABORT_REASONS.get(outcome.status, INTERNAL_ERROR)
+        if reason == STOPPED_BY_USER:
+            control.stopped = True
+        # the aborted call gets no history entry; the rest are answered "skipped"
+        content = run.skip_rest(
+            calls[index + 1:], content,
+            "the turn was stopped" if reason == STOPPED_BY_USER else "an earlier call failed")
+        run.end(reason, str(outcome.result.get("error") or control.reason or ""))
+        if content:
+            run.history.add_assistant(content)
+        return True
+    if run.budget is not None and outcome.dispatched:
+        run.budget -= 1
+    run.add_result(outcome)
+    if kind == execution.RESTART:
+        # the tool enriched the context: next iteration, this answer's other calls skipped
+        run.consecutive_errors = 0
+        run.skip_rest(calls[index + 1:], None, "the context was refreshed; ask again if needed")
+        return True
+    run.consecutive_errors = 0 if outcome.success else run.consecutive_errors + 1
+    ends = outcome.ends_loop
+    if ends is not None:
+        run.skip_rest(calls[index + 1:], None, f"an earlier call ended the turn ({ends})")
+        run.end(ends)
+        return True
+    if run.consecutive_errors >= run.config.consecutive_error_cap:
+        run.skip_rest(calls[index + 1:], None, "too many failed calls in a row")
+        run.end(CONSECUTIVE_ERRORS, f"{run.consecutive_errors} failed tool calls in a row")
+        return True
+    return False
 
-    The service persists the iteration before the next model call.  A plain
+
+def _finish_calls(run: _LoopRun, calls: Sequence[ToolCall], pending: _Pending
+                  ) -> Generator[defer.Deferred[Any], Any, None]:
+    """Steps 5 to 8 for the rest of an answer's calls, once one answers later.
+
+    Goes on where :func:`_start_calls` stopped: waits for ``pending`` (tracked,
+    so a stop cancels it), takes its outcome, then runs the next calls.  A plain
     generator run by the loop's ``yield from``.
+    """
+    control = run.ctx.control
+    while True:
+        answer, index, content = pending
+        try:
+            outcome = yield control.track(answer)
+        finally:
+            control.untrack()
+        if _after_call(run, calls, index, outcome, content):
+            return
+        next_pending = _start_calls(run, calls, None, index + 1)
+        if next_pending is None:
+            return
+        pending = next_pending
+
+
+def _checkpoint(run: _LoopRun) -> defer.Deferred[Any] | None:
+    """Hand the service the iteration's progress; a Deferred it returns is to wait for.
+
+    The service persists the iteration before the next model call.  A failing
+    checkpoint is logged and the loop goes on.
     """
     ctx = run.ctx
     if ctx.checkpoint is None:
-        return
+        return None
     try:
         saved = ctx.checkpoint(LoopProgress(
             run.iteration, tuple(run.results), tuple(run.signals),
             "\n".join(run.texts), run.budget))
-        if saved is not None and isinstance(saved, defer.Deferred):
-            yield saved
     except Exception:
-        log.failure("Checkpoint of {assistant} failed after iteration "
-                    "{iteration}; the loop goes on",
-                    assistant=ctx.assistant_name, iteration=run.iteration)
+        _checkpoint_failed(run)
+        return None
+    if saved is not None and isinstance(saved, defer.Deferred):
+        return saved
+    return None
+
+
+def _wait_checkpoint(run: _LoopRun, saved: defer.Deferred[Any]
+                     ) -> Generator[defer.Deferred[Any], Any, None]:
+    """Wait for the checkpoint's Deferred (a plain generator run by ``yield from``)."""
+    try:
+        yield saved
+    except Exception:
+        _checkpoint_failed(run)
+
+
+def _checkpoint_failed(run: _LoopRun) -> None:
+    log.failure("Checkpoint of {assistant} failed after iteration "
+                "{iteration}; the loop goes on",
+                assistant=run.ctx.assistant_name, iteration=run.iteration)
 
 
 def _wait_answer(run: _LoopRun, asked: defer.Deferred[Any]
@@ -1066,7 +1127,7 @@ def _run_loop(run: _LoopRun) -> Any:
         run.prepare()
         while run.reason is None:
             # 1. continuation check
-            if run.stop_requested():
+            if _stop_requested(ctx):
                 run.end(STOPPED_BY_USER, control.reason)
                 break
             pct = run.usage_pct()
@@ -1079,9 +1140,11 @@ def _run_loop(run: _LoopRun) -> Any:
                     run.end(CRITICAL_TOKENS, continuation.message)
                 break
             # 2. build the messages (system prompt regenerated every iteration)
-            persona = run.persona()
-            if type(persona) is not str and isinstance(persona, defer.Deferred):
-                persona = yield persona
+            persona = ctx.system_prompt
+            if type(persona) is not str:
+                persona = run.persona()
+                if isinstance(persona, defer.Deferred):
+                    persona = yield persona
             messages = run.build_messages(persona, continuation.advisory)
             run.fresh_results = []
             run.iteration += 1
@@ -1106,18 +1169,24 @@ def _run_loop(run: _LoopRun) -> Any:
                 run.end(LLM_ERROR, f"the model client returned {type(response).__name__}")
                 break
             run.add_usage(response.usage)
-            if run.stop_requested():
+            if _stop_requested(ctx):
                 run.add_text(response.content)
                 run.end(STOPPED_BY_USER, control.reason)
                 break
             # 4. parse the tool calls (noop ends the loop)
             plain = plain_native_calls(response, run.plain_names)
             if plain is not None:  # the usual answer: parse_tool_calls would only pass it on
-                run.add_text(response.content)
-                yield from _run_calls(run, list(plain), response.content or None)
+                text = response.content
+                if text:
+                    run.texts.append(text)
+                pending = _start_calls(run, plain, text or None)
+                if pending is not None:
+                    yield from _finish_calls(run, plain, pending)
                 if run.reason == STOPPED_BY_USER:
                     break
-                yield from _checkpoint(run)
+                saved = _checkpoint(run)
+                if saved is not None:
+                    yield from _wait_checkpoint(run, saved)
                 continue
             parsed = parse_tool_calls(response, run.normal_names, run.exit_names,
                                       fallback=not run.native)
@@ -1145,10 +1214,14 @@ def _run_loop(run: _LoopRun) -> Any:
                 run.end(COMPLETED)
             else:
                 # 5-8. gate, execute, advisory (next request), termination checks
-                yield from _run_calls(run, calls, content)
+                pending = _start_calls(run, calls, content)
+                if pending is not None:
+                    yield from _finish_calls(run, calls, pending)
             if run.reason == STOPPED_BY_USER:
                 break
-            yield from _checkpoint(run)
+            saved = _checkpoint(run)
+            if saved is not None:
+                yield from _wait_checkpoint(run, saved)
     except defer.CancelledError:
         control.stopped = True
         run.end(STOPPED_BY_USER, control.reason or "cancelled")
