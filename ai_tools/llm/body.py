@@ -68,6 +68,10 @@ class BytesProducer:
         """Nothing to stop."""
 
 
+def _no_sink(data: bytes) -> None:
+    """The sink of a reader that is done (nothing is delivered any more)."""
+
+
 @implementer(IProtocol)
 class BodyReader:
     """Deliver a response body chunk by chunk to ``sink``.
@@ -144,7 +148,7 @@ class BodyReader:
         self._stop_timer()
         if self.done:
             return
-        self.done = True
+        self._end()
         if reason.check(ResponseDone, PotentialDataLoss):
             self.finished.callback(None)
         else:
@@ -154,7 +158,7 @@ class BodyReader:
         """Stop reading and close the connection; ``finished`` fires with None."""
         if self.done:
             return
-        self.done = True
+        self._end()
         self._stop_timer()
         self._abort()
         self.finished.callback(None)
@@ -163,7 +167,7 @@ class BodyReader:
         """Abort the connection and fail ``finished`` with ``failure``."""
         if self.done:
             return
-        self.done = True
+        self._end()
         self._stop_timer()
         self._abort()
         self.finished.errback(failure if isinstance(failure, Failure) else Failure(failure))
@@ -171,9 +175,19 @@ class BodyReader:
     def _cancel(self, _: defer.Deferred[None]) -> None:
         if self.done:
             return
-        self.done = True
+        self._end()
         self._stop_timer()
         self._abort()
+
+    def _end(self) -> None:
+        """Mark the body done and drop the sink.
+
+        The sink is usually a bound method of the reader's owner, which holds
+        the reader: dropping it breaks that cycle, so both are freed as soon
+        as the request is over instead of waiting for the garbage collector.
+        """
+        self.done = True
+        self._sink = _no_sink
 
     def _abort(self) -> None:
         transport = self.transport

@@ -192,14 +192,22 @@ class Exchange:
     def _succeed(self, response: ChatResponse) -> None:
         self._stop_timer()
         if not self._done:
-            self._done = True
+            self._end()
             self._owner.exchange_succeeded(response)
 
     def _fail(self, error: BaseException | Failure) -> None:
         self._stop_timer()
         if not self._done:
-            self._done = True
+            self._end()
             self._owner.exchange_failed(error)
+
+    def _end(self) -> None:
+        """Done: drop the reader and the response (twisted.web's objects of this request)
+        so that nothing of the exchange lives on in a reference cycle."""
+        self._done = True
+        self._reader = None
+        self._response = None
+        self._parts = None
 
     # -- response headers -------------------------------------------------------------
 
