@@ -60,6 +60,9 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 MAX_ERROR_BODY_BYTES = 64 * 1024
 
 
+_NOT_JSON = object()
+
+
 class _BodyTooLarge(Exception):
     pass
 
@@ -412,9 +415,11 @@ def parse_completion(
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError):
-        raise LLMProtocolError(
-            f"200 from {url} but the body is not JSON: {server_message(raw)}"
-        ) from None
+        # Raised below, outside this handler: an error raised here would carry the
+        # decoder's exception, its traceback and every frame of it as context.
+        data = _NOT_JSON
+    if data is _NOT_JSON:
+        raise LLMProtocolError(f"200 from {url} but the body is not JSON: {server_message(raw)}")
     if not isinstance(data, dict):
         raise LLMProtocolError(f"200 from {url} but the body is not a JSON object")
     if data.get("error"):
