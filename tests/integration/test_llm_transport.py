@@ -235,3 +235,60 @@ async def test_cancel_during_the_back_off_wait() -> None:
     finally:
         await client.close()
         await srv.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_one_endpoint_and_one_host_header_for_every_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The URL is parsed and its endpoint built once; each request carries one Host."""
+    from ai_tools.llm import client as client_module
+
+    built: list[Any] = []
+    original = client_module._OneURLAgent._getEndpoint
+
+    def counting(self: Any, uri: Any) -> Any:
+        built.append(uri)
+        return original(self, uri)
+
+    monkeypatch.setattr(client_module._OneURLAgent, "_getEndpoint", counting)
+    s = await serve(200, _answer("hi"))
+    try:
+        for _ in range(3):
+            assert (await s.client.complete(USER)).content == "hi"
+        host = f"127.0.0.1:{s.port.getHost().port}".encode()
+        assert [seen[b"Host"] for seen in s.canned.seen] == [[host]] * 3
+        assert len(built) == 1
+    finally:
+        await s.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_finished_requests_leave_none_of_our_objects_in_cycles() -> None:
+    """Over real sockets too, a finished call is freed by reference counting.
+
+    (twisted.web's own request objects can form cycles that hold the request
+    body's producer: that one is not ours to free.)
+    """
+    import gc
+
+    s = await serve(200, _answer("hi"))
+    try:
+        assert (await s.client.complete(USER)).content == "hi"  # a pooled connection
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(3):
+                assert (await s.client.complete(USER)).content == "hi"
+        finally:
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            gc.collect()
+            gc.set_debug(0)
+            garbage = [f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage]
+            gc.garbage.clear()
+            gc.enable()
+        ours = [name for name in garbage
+                if name.startswith("ai_tools.") and name != "ai_tools.llm.body.BytesProducer"]
+        assert ours == []
+    finally:
+        await s.stop()
