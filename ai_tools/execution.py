@@ -50,7 +50,12 @@ from ai_tools.errors import AIToolsError
 from ai_tools.event_logger import EventLogger
 from ai_tools.history import ConversationHistory, ToolCall, build_tool_exchange
 from ai_tools.retry import DEFAULT_RETRY_POLICY, RetryPolicy, is_retryable_error
-from ai_tools.tool_results import DEFAULT_MAX_RESULT_BYTES, MIN_MAX_RESULT_BYTES, shape_result
+from ai_tools.tool_results import (
+    DEFAULT_MAX_RESULT_BYTES,
+    MIN_MAX_RESULT_BYTES,
+    plain_content,
+    shape_result,
+)
 from ai_tools.tools.base import Actor, Tool, ToolCategory, ToolRegistry
 from ai_tools.tools.validation import validate_tool_result
 
@@ -431,16 +436,33 @@ def prepare_tool_call(call_id: Any, name: Any, arguments: dict[str, Any],
         ) from None
     if not isinstance(reasoning, str):
         reasoning = "" if reasoning is None else json.dumps(reasoning, default=repr)
-    return ToolCall(
-        id=_call_id(call_id),
-        name=name,
-        arguments=arguments,
-        reasoning=reasoning,
-        arguments_json=arguments_json,
-    )
+    # (positional: id, name, arguments, reasoning, arguments_json)
+    return ToolCall(_call_id(call_id), name, arguments, reasoning, arguments_json)
 
 
 # -- dispatch helpers ----------------------------------------------------------
+
+_BASE_VALIDATE = Tool.validate_parameters
+_BASE_CUSTOM_VALIDATION = Tool.custom_validation
+_PLAIN_VALIDATION: dict[type, bool] = {}
+"""Per tool class: whether it validates with ``Tool``'s own ``validate_parameters``,
+``custom_validation`` and ``parameter_validator``."""
+
+
+def _plain_validation(tool: Tool) -> bool:
+    """Whether ``tool`` validates exactly as ``Tool`` does (its class and the instance)."""
+    cls = type(tool)
+    plain = _PLAIN_VALIDATION.get(cls)
+    if plain is None:
+        plain = _PLAIN_VALIDATION[cls] = (
+            cls.validate_parameters is _BASE_VALIDATE
+            and cls.custom_validation is _BASE_CUSTOM_VALIDATION
+            and cls.parameter_validator is Tool.parameter_validator
+        )
+    if not plain:
+        return False
+    own = getattr(tool, "__dict__", None)
+    return own is None or ("validate_parameters" not in own and "custom_validation" not in own)
 
 
 def _describe_failure(failure: Failure) -> str:
@@ -641,6 +663,17 @@ class _ToolCallRun:
         tool = self.tool
         call = self.call
         assert tool is not None and call is not None
+        arguments = call.arguments
+        if type(arguments) is dict and _plain_validation(tool):
+            # What Tool.validate_parameters answers for arguments valid as they are
+            # (a valid result with a copy of them), without building that result.
+            try:
+                accepted = tool.parameter_validator.accepts_as_is(arguments)
+            except Exception:  # the general path below reports it
+                accepted = False
+            if accepted:
+                self.params = dict(arguments)
+                return True
         try:
             validation = tool.validate_parameters(dict(call.arguments))
         except Exception:
@@ -811,16 +844,19 @@ class _ToolCallRun:
             result["retries"] = self.attempts - 1
         if status is None:
             status = SUCCESS if success else TOOL_ERROR
-        shaped = shape_result(result, tool.name, ctx.max_result_bytes)
-        if shaped.not_serialisable:
-            status, success = INVALID_RESULT, False
+        content = plain_content(result, ctx.max_result_bytes)
+        if content is None:  # not JSON, or too big: shaped
+            shaped = shape_result(result, tool.name, ctx.max_result_bytes)
+            result, content = shaped.result, shaped.content
+            if shaped.not_serialisable:
+                status, success = INVALID_RESULT, False
         if success:
             ctx.state.activity_since_wake += 1
             if ctx.cache is not None:
                 if tool.category is _DANGEROUS:
                     ctx.cache.invalidate(ctx.cache_namespace)
                 if tool.cacheable and not from_cache and self.key is not None:
-                    self._store(shaped.result)
+                    self._store(result)
         call = self.call
         assert call is not None
         duration_ms = (ctx.clock.seconds() - self.started) * 1000.0
@@ -831,9 +867,10 @@ class _ToolCallRun:
                  assistant=ctx.cache_namespace)
         current = ctx.state.current_tool_call
         if current is not None and current.get("id") == call_id:
-            current.update(status=status, success=success, duration_ms=duration_ms)
-        self._record(status, shaped.result, shaped.content, from_cache=from_cache,
-                     duration_ms=duration_ms)
+            current["status"] = status
+            current["success"] = success
+            current["duration_ms"] = duration_ms
+        self._record(status, result, content, from_cache, duration_ms)
 
     def _store(self, result: dict[str, Any]) -> None:
         """Cache a success under the validated key and the model's own arguments."""
@@ -863,10 +900,9 @@ class _ToolCallRun:
         log.info("Function call refused: {name} ({status})", name=self._name(), status=status,
                  tool_call_id=self.call_id(), assistant=self.ctx.cache_namespace)
         shaped = shape_result(result, self._name() or "", self.ctx.max_result_bytes)
-        self._record(status, shaped.result, shaped.content, from_cache=False,
-                     duration_ms=self._elapsed_ms())
+        self._record(status, shaped.result, shaped.content, False, self._elapsed_ms())
 
-    def _record(self, status: str, result: dict[str, Any], content: str, *,
+    def _record(self, status: str, result: dict[str, Any], content: str,
                 from_cache: bool, duration_ms: float) -> None:
         ctx = self.ctx
         call = self.call
@@ -884,11 +920,12 @@ class _ToolCallRun:
                 assistant_content=self.assistant_content,
             )
         self.finished = True  # (what _finish does; checked above)
+        tool = self.tool
+        # (positional: kind, status, result, call, category, attempts, duration_ms,
+        # from_cache, history_entries, recorded)
         self._deliver(ToolCallOutcome(
-            kind=HISTORY, status=status, result=result, call=call,
-            category=self.tool.category if self.tool else None, attempts=self.attempts,
-            duration_ms=duration_ms, from_cache=from_cache, history_entries=entries,
-            recorded=not ctx.reflection_mode,
+            HISTORY, status, result, call, tool.category if tool else None, self.attempts,
+            duration_ms, from_cache, entries, not ctx.reflection_mode,
         ))
 
     def _record_current(self, status: str) -> None:

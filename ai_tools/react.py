@@ -501,6 +501,14 @@ def _tool_schema(tool: Any) -> dict[str, Any]:
     return schema
 
 
+def _engine_gate(gate: GatePolicy) -> GatePolicy | None:
+    """The gate handed to the engine: None (no check per call) when it allows every tool."""
+    if (type(gate) is GatePolicy and gate.allowed_categories is None
+            and gate.allowed_names is None):
+        return None
+    return gate
+
+
 def _stop_requested(ctx: LoopContext) -> bool:
     """Whether a kill or stop of ``ctx``'s loop was asked for."""
     control = ctx.control
@@ -603,7 +611,7 @@ class _LoopRun:
             cache=ctx.cache,
             cache_namespace=ctx.cache_namespace or ctx.actor.owner,
             state=ctx.execution_state or execution.ExecutionState(),
-            gate=ctx.gate,
+            gate=_engine_gate(ctx.gate),
             native_tools=self.native,
             # bound to the context, not to this run: the run holds the execution
             # context, so a method of the run here would make a reference cycle

@@ -287,6 +287,15 @@ class ParameterValidator:
                              stage=STAGE_INTERNAL)
         return result
 
+    def accepts_as_is(self, params: dict[Any, Any]) -> bool:
+        """Whether :meth:`validate` would give ``params`` back unchanged and valid.
+
+        Then its result is ``ValidationResult(cleaned_params=dict(params))``; a
+        caller that needs only the clean parameters can skip building it.  May
+        raise where :meth:`validate` would report a crash: ask :meth:`validate` then.
+        """
+        return self._accepts_as_is(params)
+
     def _accepts_as_is(self, params: dict[Any, Any]) -> bool:
         """Whether ``params`` need nothing done: one schema check instead of the stages.
 

@@ -71,3 +71,27 @@ def test_usage_counted_from_exchanges_equals_a_full_count(native: bool) -> None:
     counter = default_counter()
     if native and counter.exact is False:
         assert run._estimating is counter  # the exchanges were counted from their lengths
+
+
+def test_a_gate_allowing_everything_is_not_checked_per_call() -> None:
+    """The engine gets no gate for a policy without restrictions (the same answers:
+    every tool allowed, every name listed); any restriction or other policy is kept."""
+    from ai_tools.react import GatePolicy, _engine_gate
+    from ai_tools.tools.base import ToolCategory
+
+    assert _engine_gate(GatePolicy()) is None
+    by_name = GatePolicy(allowed_names=frozenset({"look"}))
+    by_category = GatePolicy(allowed_categories=frozenset({ToolCategory.SAFE_CHAIN}))
+    assert _engine_gate(by_name) is by_name
+    assert _engine_gate(by_category) is by_category
+
+    class Strict(GatePolicy):
+        def allows(self, name: str, category: ToolCategory) -> bool:
+            return False
+
+    strict = Strict()
+    assert _engine_gate(strict) is strict
+    llm = ScriptedLLM([answer(call("look", {"at": "x"}, "c1")), text("done")])
+    ctx = make_ctx(llm, gate=strict)
+    result = execute_react_loop(ctx, LoopConfig()).result
+    assert result.results[0]["status"] == "blocked_by_tool_mode"
