@@ -46,16 +46,18 @@ class EventLogger(Logger):
         observer(event)
 
     def info(self, format: str | None = None, **kwargs: object) -> None:
-        """Emit an event at info level (``Logger.info``, one call less: two per tool call)."""
+        """Emit an event at info level (``Logger.info``, one call less: two per tool call).
+
+        The same keys are added in the same order as ``emit`` adds them, one by
+        one (no keyword dict to build and merge).
+        """
         event: Any = kwargs
-        event.update(
-            log_logger=self,
-            log_level=_INFO,
-            log_namespace=self.namespace,
-            log_source=self.source,
-            log_format=format,
-            log_time=time(),
-        )
+        event["log_logger"] = self
+        event["log_level"] = _INFO
+        event["log_namespace"] = self.namespace
+        event["log_source"] = self.source
+        event["log_format"] = format
+        event["log_time"] = time()
         observer: Any = self.observer
         if "log_trace" in event:
             event["log_trace"].append((self, observer))

@@ -93,9 +93,12 @@ def build_tool_exchange(
     fallback format it goes before the JSON call.
     """
     if native:
-        return (
-            {"role": "assistant", "content": assistant_content, "tool_calls": [call.native()]},
-            {"role": "tool", "tool_call_id": call.id, "content": result_content},
+        call_id = call.id
+        return (  # (the tool_calls entry is call.native(), built here: one call per exchange)
+            {"role": "assistant", "content": assistant_content, "tool_calls": [
+                {"id": call_id, "type": "function",
+                 "function": {"name": call.name, "arguments": call.arguments_json}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": result_content},
         )
     text = call.fallback_text()
     if assistant_content:

@@ -532,6 +532,8 @@ class _LoopRun:
     exec_ctx: Any = None
     started: float = 0.0
     iteration: int = 0
+    max_iterations: int = 1
+    """``config.effective_max_iterations`` (read once)."""
     results: list[dict[str, Any]] = attrs.field(factory=list)
     signals: list[dict[str, Any]] = attrs.field(factory=list)
     texts: list[str] = attrs.field(factory=list)
@@ -563,6 +565,8 @@ class _LoopRun:
     _usage_counted: tuple[str, int | None, float] | None = None
     """(system text, history version, percentage) of the last count."""
     _window: int | None = None
+    _history_version: int | None = None
+    """History version whose every message ``_history_total`` counts."""
     _estimating: Any = None
     """The counter, once it is known to count by the estimate."""
     _request_tools: list[dict[str, Any]] | None = None
@@ -576,6 +580,7 @@ class _LoopRun:
         """Choose the history, deliver pending events, select the offered tools."""
         ctx, config = self.ctx, self.config
         self.started = ctx.clock.seconds()
+        self.max_iterations = config.effective_max_iterations
         self.budget = config.tool_budget
         self.native = _native_tools(config, ctx.llm)
         # Reflection works on a copy: the model sees its own calls, the history stays clean.
@@ -738,7 +743,12 @@ class _LoopRun:
         if self._system_counted is not system_text:
             self._system_tokens = self._system_prompt_tokens(system_text)
             self._system_counted = system_text
-        tokens = self._fixed_tokens + self._system_tokens + self._history_tokens()
+        if version is not None and version == self._history_version:
+            history_tokens = self._history_total  # counted already (see _count_exchange)
+        else:
+            history_tokens = self._history_tokens()
+            self._history_version = version
+        tokens = self._fixed_tokens + self._system_tokens + history_tokens
         pct = usage_percentage(tokens, self.context_window())
         self._usage_counted = (system_text, version, pct)
         usage = self.usage
@@ -763,18 +773,25 @@ class _LoopRun:
             self._estimating = counter
         n, last = self._counted
         entries = outcome.history_entries
-        if not n or len(entries) != 2:
+        if len(entries) != 2:
             return
-        tail = self.history.since(n - 1)
-        if (len(tail) != 3 or tail[0] is not last or tail[1] is not entries[0]
-                or tail[2] is not entries[1]):
-            return
+        if n:
+            tail = self.history.since(n - 1)
+            if (len(tail) != 3 or tail[0] is not last or tail[1] is not entries[0]
+                    or tail[2] is not entries[1]):
+                return
+        else:  # nothing counted (an empty history): the exchange must be all of it
+            tail = self.history.since(0)
+            if len(tail) != 2 or tail[0] is not entries[0] or tail[1] is not entries[1]:
+                return
         call = outcome.call
         assert call is not None
         assistant, answer = entries
         self._history_total += estimate_native_exchange(
             call.id, call.name, call.arguments_json, assistant["content"], answer["content"])
         self._counted = (n + 2, answer)
+        # the history ends with these: its every message is counted at this version
+        self._history_version = getattr(self.history, "version", None)
 
     # -- building the request --------------------------------------------------
 
@@ -823,7 +840,7 @@ class _LoopRun:
 
     def build_messages(self, persona: Any, advisory: TokenAdvisory) -> list[dict[str, Any]]:
         """The regenerated system prompt, then the history (fresh results advised)."""
-        status = system_prompt_status(self.iteration, self.config.effective_max_iterations,
+        status = system_prompt_status(self.iteration, self.max_iterations,
                                       self.budget, advisory)
         self.system_text = f"{self.prompt_head(persona)}\n\n{status}"
         messages = self.history.messages

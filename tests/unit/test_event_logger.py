@@ -74,4 +74,5 @@ def test_info_builds_the_event_logger_info_builds() -> None:
     assert len(ours) == len(theirs) == 1
     assert _comparable(ours[0]) == _comparable(theirs[0])
     assert set(ours[0]) == set(theirs[0])
+    assert list(ours[0]) == list(theirs[0])  # the same order too
     assert ours[0]["log_level"] is LogLevel.info

@@ -131,3 +131,13 @@ def test_any_own_validation_takes_the_general_path() -> None:
     assert not _plain_validation(patched)
     outcome, _ = _run(Custom, {"text": "hi"})
     assert outcome.status == "invalid_parameters"
+
+
+def test_the_native_exchange_carries_the_calls_own_entry() -> None:
+    """The assistant message's tool_calls entry is what ToolCall.native() gives."""
+    from ai_tools.history import ToolCall, build_tool_exchange
+
+    call = ToolCall(id="c9", name="look", arguments={"at": "é"}, reasoning="why")
+    assistant, answer = build_tool_exchange(call, "{}", native=True, assistant_content="hm")
+    assert assistant == {"role": "assistant", "content": "hm", "tool_calls": [call.native()]}
+    assert answer == {"role": "tool", "tool_call_id": "c9", "content": "{}"}

@@ -44,8 +44,10 @@ def _full_count(run: Any) -> int:
                + sum(counter.count_message(m) for m in run.history.messages))
 
 
+@pytest.mark.parametrize("greeting", [True, False])
 @pytest.mark.parametrize("native", [True, False])
-def test_usage_counted_from_exchanges_equals_a_full_count(native: bool) -> None:
+def test_usage_counted_from_exchanges_equals_a_full_count(native: bool, greeting: bool
+                                                          ) -> None:
     """After every iteration the context usage equals counting every message again,
     whether the exchanges were counted from their lengths or message by message."""
     llm = ScriptedLLM([answer(call("look", {"at": "x" * 37}, "c1"), content="Let me look."),
@@ -54,7 +56,8 @@ def test_usage_counted_from_exchanges_equals_a_full_count(native: bool) -> None:
                        answer(call("look", {}, "c5"), content=""),
                        text("done")])
     history = ConversationHistory()
-    history.add_user("hello " * 11)
+    if greeting:
+        history.add_user("hello " * 11)
     ctx = make_ctx(llm, history=history, system_prompt="You are Ada.")
     run = react._LoopRun(ctx, LoopConfig(max_iterations=6, native_tools=native))
     checked: list[int] = []
