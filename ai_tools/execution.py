@@ -750,8 +750,14 @@ class _ToolCallRun:
             return
         self.attempts += 1
         if self.attempts == 1:
-            ctx.state.calls += 1
-            self._record_current("running")
+            state = ctx.state
+            state.calls += 1
+            call = self.call
+            assert call is not None
+            state.current_tool_call = {  # (what _record_current("running") does)
+                "id": call.id, "tool": call.name, "parameters": self.params,
+                "status": "running", "started_at": self.started,
+            }
         else:
             ctx.state.retries += 1
         # maybeDeferred, without a Deferred for the common synchronous tool.

@@ -1022,6 +1022,18 @@ def _start_calls(run: _LoopRun, calls: Sequence[ToolCall], content: str | None,
     return None
 
 
+def _ends_loop(kind: str, dispatched: bool, category: ToolCategory | None, success: bool
+              ) -> str | None:
+    """``ToolCallOutcome.ends_loop`` from the figures the loop has at hand already."""
+    if kind != execution.HISTORY or not dispatched:
+        return None
+    if category is ToolCategory.DANGEROUS:
+        return DANGEROUS_TOOL
+    if category is ToolCategory.TERMINAL and success:
+        return TERMINAL_TOOL
+    return None
+
+
 def _after_call(run: _LoopRun, calls: Sequence[ToolCall], index: int,
                 outcome: execution.ToolCallOutcome, content: str | None) -> bool:
     """Take the outcome of ``calls[index]``; True when the answer's other calls must
@@ -1040,7 +1052,8 @@ def _after_call(run: _LoopRun, calls: Sequence[ToolCall], index: int,
         if content:
             run.history.add_assistant(content)
         return True
-    if run.budget is not None and outcome.dispatched:
+    dispatched = outcome.attempts > 0 or outcome.from_cache  # (outcome.dispatched)
+    if run.budget is not None and dispatched:
         run.budget -= 1
     run.add_result(outcome)
     if kind == execution.RESTART:
@@ -1048,8 +1061,9 @@ def _after_call(run: _LoopRun, calls: Sequence[ToolCall], index: int,
         run.consecutive_errors = 0
         run.skip_rest(calls[index + 1:], None, "the context was refreshed; ask again if needed")
         return True
-    run.consecutive_errors = 0 if outcome.success else run.consecutive_errors + 1
-    ends = outcome.ends_loop
+    success = outcome.result.get("success") is not False  # (outcome.success: not an abort)
+    run.consecutive_errors = 0 if success else run.consecutive_errors + 1
+    ends = _ends_loop(kind, dispatched, outcome.category, success)
     if ends is not None:
         run.skip_rest(calls[index + 1:], None, f"an earlier call ended the turn ({ends})")
         run.end(ends)

@@ -7,11 +7,14 @@ import weakref
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ai_tools import react
 from ai_tools.history import ConversationHistory
 from ai_tools.llm.tokens import default_counter
 from ai_tools.react import LoopConfig, LoopResult, execute_react_loop
+from ai_tools.tools.base import ToolCategory
 from tests.unit.react_fakes import ScriptedLLM, answer, call, make_ctx, text
 
 
@@ -98,3 +101,21 @@ def test_a_gate_allowing_everything_is_not_checked_per_call() -> None:
     ctx = make_ctx(llm, gate=strict)
     result = execute_react_loop(ctx, LoopConfig()).result
     assert result.results[0]["status"] == "blocked_by_tool_mode"
+
+
+@given(kind=st.sampled_from(["history", "abort", "restart"]), attempts=st.integers(0, 2),
+       from_cache=st.booleans(), category=st.none() | st.sampled_from(list(ToolCategory)),
+       success=st.none() | st.booleans())
+def test_ends_loop_is_the_outcomes_own(kind: Any, attempts: int, from_cache: bool,
+                                       category: Any, success: bool | None) -> None:
+    """What the loop works out from an outcome's fields is the outcome's ends_loop."""
+    from ai_tools.execution import ToolCallOutcome
+    from ai_tools.react import _ends_loop
+
+    result: dict[str, Any] = {} if success is None else {"success": success}
+    outcome = ToolCallOutcome(kind, "s", result, None, category, attempts, 0.0, from_cache)
+    dispatched = attempts > 0 or from_cache
+    assert dispatched == outcome.dispatched
+    if kind != "abort":
+        assert (result.get("success") is not False) == outcome.success
+    assert _ends_loop(kind, dispatched, category, outcome.success) == outcome.ends_loop
