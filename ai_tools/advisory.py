@@ -229,7 +229,8 @@ def check_loop_continuation(
             and usage_pct < thresholds.stop and iteration < max_iterations):
         # the usual answer, when one was made already (what the steps below return)
         shown = round(usage_pct, 1)
-        if _memo_key(shown):
+        # (_memo_key(shown): not NaN, as usage_pct is below a threshold)
+        if type(shown) is float and (shown or str(shown) == "0.0"):
             normal = _NORMAL_CONTINUATIONS.get((shown, max_iterations - iteration))
             if normal is not None:
                 return normal

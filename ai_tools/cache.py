@@ -48,9 +48,10 @@ _CANONICAL = prebuilt_encode(
     json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False))
 
 
-def canonical_json(value: Any) -> str:
-    """Compact JSON with sorted keys (one text per value); TypeError/ValueError if not JSON."""
-    return _CANONICAL(value)
+canonical_json = _CANONICAL
+"""Compact JSON with sorted keys (one text per value); TypeError/ValueError if not JSON.
+
+(The prebuilt encoder itself: every tool call's arguments are encoded with it.)"""
 
 
 def cache_key(tool_name: str, params: Mapping[str, Any]) -> str:

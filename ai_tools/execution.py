@@ -929,10 +929,15 @@ class _ToolCallRun:
         tool = self.tool
         # (positional: kind, status, result, call, category, attempts, duration_ms,
         # from_cache, history_entries, recorded)
-        self._deliver(ToolCallOutcome(
+        outcome = ToolCallOutcome(
             HISTORY, status, result, call, tool.category if tool else None, self.attempts,
             duration_ms, from_cache, entries, not ctx.reflection_mode,
-        ))
+        )
+        d = self.outcome_d  # (what _deliver does)
+        if d is None:
+            self.outcome = outcome
+        else:
+            d.callback(outcome)
 
     def _record_current(self, status: str) -> None:
         call = self.call

@@ -488,6 +488,12 @@ _HEADS_KEPT = 256
 
 
 @functools.lru_cache(maxsize=32)
+def _noop_schema(name: str) -> dict[str, Any]:
+    """The noop tool's function schema, built once per name (shared like the tools' own)."""
+    return ExitTool(name, _NOOP_DESCRIPTION).schema()
+
+
+@functools.lru_cache(maxsize=32)
 def _noop_schema_text(name: str) -> str:
     """:func:`_schema_text` of the noop tool's schema (the same for every loop)."""
     return _schema_text(ExitTool(name, _NOOP_DESCRIPTION).schema())
@@ -600,7 +606,7 @@ class _LoopRun:
         self.tool_schemas = [_tool_schema(t) for t in offered]
         self._schema_texts = [_tool_schema_text(t) for t in offered]
         if config.noop_tool not in self.categories:
-            self.tool_schemas.append(ExitTool(config.noop_tool, _NOOP_DESCRIPTION).schema())
+            self.tool_schemas.append(_noop_schema(config.noop_tool))
             self._schema_texts.append(_noop_schema_text(config.noop_tool))
         self.normal_names = [n for n in ctx.registry.list_tools() if n not in exit_names]
         if config.noop_tool not in self.normal_names:
@@ -620,8 +626,11 @@ class _LoopRun:
             native_tools=self.native,
             # bound to the context, not to this run: the run holds the execution
             # context, so a method of the run here would make a reference cycle
-            # (every loop's objects left for the garbage collector to find)
-            stop_requested=functools.partial(_stop_requested, ctx),
+            # (every loop's objects left for the garbage collector to find).  Without
+            # an extra check a stop is the control's flag: read without a Python frame.
+            stop_requested=(functools.partial(getattr, ctx.control, "stopped")
+                            if ctx.stop_check is None
+                            else functools.partial(_stop_requested, ctx)),
             **dict(ctx.execution_options),
         )
 
@@ -749,7 +758,8 @@ class _LoopRun:
             history_tokens = self._history_tokens()
             self._history_version = version
         tokens = self._fixed_tokens + self._system_tokens + history_tokens
-        pct = usage_percentage(tokens, self.context_window())
+        window = self._window
+        pct = usage_percentage(tokens, self.context_window() if window is None else window)
         self._usage_counted = (system_text, version, pct)
         usage = self.usage
         usage["context_tokens"] = tokens
@@ -996,7 +1006,7 @@ def _start_calls(run: _LoopRun, calls: Sequence[ToolCall], content: str | None,
             content = run.skip_rest(calls[index + 1:], content, "the turn ended (noop)")
             run.end(NOOP)
             break
-        if _stop_requested(ctx):
+        if control.stopped or (ctx.stop_check is not None and _stop_requested(ctx)):
             content = run.skip_rest(calls[index:], content, "the turn was stopped")
             run.end(STOPPED_BY_USER, control.reason)
             break
@@ -1164,9 +1174,10 @@ def _run_loop(run: _LoopRun) -> Any:
     max_iterations = config.effective_max_iterations
     try:
         run.prepare()
+        request_tools = run.request_tools()  # (the same list for every request)
         while run.reason is None:
             # 1. continuation check
-            if _stop_requested(ctx):
+            if control.stopped or (ctx.stop_check is not None and _stop_requested(ctx)):
                 run.end(STOPPED_BY_USER, control.reason)
                 break
             pct = run.usage_pct()
@@ -1195,7 +1206,7 @@ def _run_loop(run: _LoopRun) -> Any:
                              "tool_budget_remaining": run.budget})
             # 3. call the model
             run.deltas = []
-            asked = _ask_model(ctx.llm, messages, run.request_tools(), config.stream,
+            asked = _ask_model(ctx.llm, messages, request_tools, config.stream,
                                run.on_llm_event)
             if asked.called and type(asked.result) is ChatResponse:
                 response = asked.result  # answered already: no round through inlineCallbacks
@@ -1208,7 +1219,7 @@ def _run_loop(run: _LoopRun) -> Any:
                 run.end(LLM_ERROR, f"the model client returned {type(response).__name__}")
                 break
             run.add_usage(response.usage)
-            if _stop_requested(ctx):
+            if control.stopped or (ctx.stop_check is not None and _stop_requested(ctx)):
                 run.add_text(response.content)
                 run.end(STOPPED_BY_USER, control.reason)
                 break

@@ -287,15 +287,6 @@ class ParameterValidator:
                              stage=STAGE_INTERNAL)
         return result
 
-    def accepts_as_is(self, params: dict[Any, Any]) -> bool:
-        """Whether :meth:`validate` would give ``params`` back unchanged and valid.
-
-        Then its result is ``ValidationResult(cleaned_params=dict(params))``; a
-        caller that needs only the clean parameters can skip building it.  May
-        raise where :meth:`validate` would report a crash: ask :meth:`validate` then.
-        """
-        return self._accepts_as_is(params)
-
     def _accepts_as_is(self, params: dict[Any, Any]) -> bool:
         """Whether ``params`` need nothing done: one schema check instead of the stages.
 
@@ -321,6 +312,14 @@ class ParameterValidator:
         if fast is not None and fast(params):
             return True
         return bool(self._instance_is_valid(params))
+
+
+    accepts_as_is = _accepts_as_is
+    """Whether :meth:`validate` would give ``params`` back unchanged and valid.
+
+    Then its result is ``ValidationResult(cleaned_params=dict(params))``; a caller
+    that needs only the clean parameters can skip building it.  May raise where
+    :meth:`validate` would report a crash: ask :meth:`validate` then."""
 
     def _drop_undeclared(self, params: dict[Any, Any], result: ValidationResult
                          ) -> dict[Any, Any]:

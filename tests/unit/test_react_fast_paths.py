@@ -119,3 +119,34 @@ def test_ends_loop_is_the_outcomes_own(kind: Any, attempts: int, from_cache: boo
     if kind != "abort":
         assert (result.get("success") is not False) == outcome.success
     assert _ends_loop(kind, dispatched, category, outcome.success) == outcome.ends_loop
+
+
+@pytest.mark.parametrize("with_check", [False, True])
+def test_a_stop_while_a_tool_runs_is_seen_by_the_engine(with_check: bool) -> None:
+    """The engine's stop check (the control's flag, or the context's own check too)
+    sees a stop asked for while a synchronous tool runs: the call writes nothing."""
+    from ai_tools.tools.base import Actor, Tool, ToolRegistry
+
+    holder: dict[str, Any] = {}
+
+    class Stopper(Tool):
+        name = "stopper"
+        description = "Stops its own loop."
+        parameters = {"type": "object", "properties": {}}
+
+        def execute(self, actor: Actor, **params: Any) -> dict[str, Any]:
+            if with_check:
+                holder["flag"] = True
+            else:
+                holder["ctx"].control.stop("enough")
+            return {"success": True}
+
+    llm = ScriptedLLM([answer(call("stopper", {}, "c1")), text("never")])
+    options: dict[str, Any] = {"stop_check": lambda: holder.get("flag", False)} \
+        if with_check else {}
+    ctx = make_ctx(llm, registry=ToolRegistry([Stopper]), **options)
+    holder["ctx"] = ctx
+    result = execute_react_loop(ctx, LoopConfig()).result
+    assert result.termination_reason == react.STOPPED_BY_USER
+    assert not [m for m in ctx.history.messages if m["role"] == "tool"]
+    assert len(llm.requests) == 1
