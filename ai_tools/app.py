@@ -11,7 +11,9 @@ runs (and ``python -m ai_tools.demo`` too).  Starting it, in order:
    first time);
 4. the :class:`~ai_tools.service.AssistantService` with the configured
    assistants (each restored from its saved state when it has one);
-5. the listeners: the HTTP API and, when enabled, the SSH manhole.
+5. the listeners: the HTTP API and, when enabled, the SSH manhole;
+6. opt-in (``AI_TOOLS_GC=service``): the garbage-collector settings of
+   :mod:`ai_tools.gc_tuning` for this process, restored when it stops.
 
 So nothing listens before the world and the assistants are there.  A failure
 on the way is logged as one line and handed to ``on_fatal`` (twistd stops
@@ -33,6 +35,7 @@ from twisted.python.failure import Failure
 
 from ai_tools.config import Config, ModelSpec
 from ai_tools.errors import AIToolsError
+from ai_tools.gc_tuning import GCTuning, tuning_from_environ
 
 __all__ = ["StandaloneService", "build_service", "describe_failure"]
 
@@ -79,7 +82,9 @@ class StandaloneService(MultiService):
     ``reactor`` defaults to the global one (looked up on start);
     ``on_fatal(message)`` is called when start-up fails; ``web_factory`` and
     ``manhole_factory`` replace ``ai_tools.web.api.make_web_service`` and
-    ``ai_tools.console.make_manhole_service`` (tests).  After
+    ``ai_tools.console.make_manhole_service`` (tests); ``gc_tuning`` is
+    applied once ready (default: what ``AI_TOOLS_GC`` in ``environ``, the
+    process environment by default, asks for; usually nothing).  After
     :meth:`when_ready` fires, ``assistants`` (the ``AssistantService``),
     ``world``, ``store``, ``registry``, ``scripted`` (the scripted model
     servers by profile name) and ``listeners`` (by name) are set.
@@ -93,8 +98,12 @@ class StandaloneService(MultiService):
         on_fatal: FatalHandler | None = None,
         web_factory: WebFactory | None = None,
         manhole_factory: WebFactory | None = None,
+        gc_tuning: GCTuning | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__()
+        self.gc_tuning = gc_tuning
+        self._environ = environ
         self.config = config
         self._reactor = reactor
         self.on_fatal = on_fatal
@@ -134,6 +143,9 @@ class StandaloneService(MultiService):
     @defer.inlineCallbacks
     def _start(self) -> Any:
         config = self.config
+        if self.gc_tuning is None:  # a bad value stops the start like a bad config
+            self.gc_tuning = tuning_from_environ(
+                os.environ if self._environ is None else self._environ)
         yield self._start_models()
         self.store = self._make_store()
         try:
@@ -151,6 +163,11 @@ class StandaloneService(MultiService):
             self._start_listeners()
         yield self._log_addresses()
         self._ready = True
+        if self.gc_tuning is not None and self.running:
+            self.gc_tuning.apply()
+            log.info("Garbage collector tuned for a service: thresholds {thresholds}, "
+                     "start-up objects frozen: {freeze}",
+                     thresholds=self.gc_tuning.thresholds, freeze=self.gc_tuning.freeze)
         log.info(
             "ai_tools service ready: {count} assistant(s) ({names}); store {store}; "
             "world {world}; HTTP API {http}; manhole {manhole}",
@@ -341,6 +358,8 @@ class StandaloneService(MultiService):
 
     @defer.inlineCallbacks
     def _stop(self) -> Any:
+        if self.gc_tuning is not None:
+            self.gc_tuning.restore()
         try:
             yield defer.maybeDeferred(super().stopService)
         except Exception:

@@ -243,3 +243,69 @@ async def test_memory_store_missing_character_and_leftover_assistants(tmp_path: 
     await memory.when_ready()
     assert type(memory.store).__name__ == "MemoryStore"
     await memory.stopService()
+
+
+@pytest_twisted.ensureDeferred
+async def test_gc_tuning_is_opt_in_and_undone_on_stop(tmp_path: Path) -> None:
+    """AI_TOOLS_GC=service tunes the collector once ready and restores it on stop."""
+    import gc
+
+    from ai_tools.app import StandaloneService
+    from ai_tools.gc_tuning import SERVICE_THRESHOLDS
+
+    before = gc.get_threshold()
+    plain = StandaloneService(config(tmp_path), reactor=reactor(), environ={})
+    plain.startService()
+    try:
+        await plain.when_ready()
+        assert plain.gc_tuning is None
+        assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    finally:
+        await plain.stopService()
+    tuned = StandaloneService(config(tmp_path), reactor=reactor(),
+                              environ={"AI_TOOLS_GC": "service"})
+    tuned.startService()
+    try:
+        await tuned.when_ready()
+        assert gc.get_threshold() == SERVICE_THRESHOLDS
+        assert gc.get_freeze_count() > 0
+    finally:
+        await tuned.stopService()
+        applied = gc.get_threshold()
+        gc.set_threshold(*before)  # whatever happened, leave the process as it was
+        if gc.get_freeze_count():
+            gc.unfreeze()
+    assert applied == before
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_bad_gc_setting_stops_the_start_with_one_line(tmp_path: Path) -> None:
+    import gc
+
+    from ai_tools.app import StandaloneService
+
+    before = gc.get_threshold()
+    fatal: list[str] = []
+    app = StandaloneService(config(tmp_path), reactor=reactor(), on_fatal=fatal.append,
+                            environ={"AI_TOOLS_GC": "fast"})
+    with Captured():
+        app.startService()
+        await app.stopService()
+    (message,) = fatal
+    assert "AI_TOOLS_GC" in message and "'fast'" in message
+    assert gc.get_threshold() == before
+
+
+def test_importing_and_building_the_service_leave_the_collector_alone() -> None:
+    """Only the opt-in touches the collector: not an import, not building a service."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gc; t = gc.get_threshold()\n"
+        "import ai_tools.app, ai_tools.service, ai_tools.gc_tuning\n"
+        "from ai_tools.service import AssistantService\n"
+        "AssistantService()\n"
+        "assert gc.get_threshold() == t and gc.get_freeze_count() == 0, gc.get_threshold()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
