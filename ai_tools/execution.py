@@ -437,7 +437,11 @@ def prepare_tool_call(call_id: Any, name: Any, arguments: dict[str, Any],
     if not isinstance(reasoning, str):
         reasoning = "" if reasoning is None else json.dumps(reasoning, default=repr)
     # (positional: id, name, arguments, reasoning, arguments_json)
-    return ToolCall(_call_id(call_id), name, arguments, reasoning, arguments_json)
+    if type(call_id) is str and 0 < len(text := call_id.strip()) <= _MAX_ID_LENGTH:
+        call_id = text  # (what _call_id gives for a usable text id)
+    else:
+        call_id = _call_id(call_id)
+    return ToolCall(call_id, name, arguments, reasoning, arguments_json)
 
 
 # -- dispatch helpers ----------------------------------------------------------
@@ -800,7 +804,11 @@ class _ToolCallRun:
     def _on_result(self, value: Any) -> None:
         tool = self.tool
         assert tool is not None
-        result = validate_tool_result(value, tool.name)
+        if (type(value) is dict and type(value.get("success", False)) is bool
+                and ((error := value.get("error")) is None or type(error) is str)):
+            result = value  # a valid result: what validate_tool_result gives back
+        else:
+            result = validate_tool_result(value, tool.name)
         if result is not value:  # not a dict, or a malformed one: replaced by an error
             self._complete(result, status=INVALID_RESULT)
             return

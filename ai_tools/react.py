@@ -654,8 +654,12 @@ class _LoopRun:
         try:
             observer(event)
         except Exception:
-            log.failure("Loop observer of {assistant} failed on a {kind} event",
-                        assistant=self.ctx.assistant_name, kind=event["type"])
+            self.observer_failed(event["type"])
+
+    def observer_failed(self, kind: str) -> None:
+        """Log the observer's failure on a ``kind`` event (call it in the ``except``)."""
+        log.failure("Loop observer of {assistant} failed on a {kind} event",
+                    assistant=self.ctx.assistant_name, kind=kind)
 
     def stop_requested(self) -> bool:
         """Whether a kill or stop was asked for."""
@@ -852,7 +856,10 @@ class _LoopRun:
         """The regenerated system prompt, then the history (fresh results advised)."""
         status = system_prompt_status(self.iteration, self.max_iterations,
                                       self.budget, advisory)
-        self.system_text = f"{self.prompt_head(persona)}\n\n{status}"
+        cached = self._prompt_head  # (prompt_head's own first check, one call less)
+        head = (cached[1] if cached is not None and type(persona) is str
+                and cached[0] == persona else self.prompt_head(persona))
+        self.system_text = f"{head}\n\n{status}"
         messages = self.history.messages
         if self.fresh_results and advisory.level is not AdvisoryLevel.NORMAL:
             fresh = {id(m) for m in self.fresh_results}
@@ -938,14 +945,18 @@ class _LoopRun:
         if skipped:
             entry["skipped"] = True
         self.results.append(entry)
-        if self.ctx.on_event is not None:
-            self.publish({
-                "type": "tool_result", "assistant": self.ctx.assistant_name,
-                "iteration": self.iteration, "tool": entry["tool"],
-                "tool_call_id": entry["tool_call_id"], "status": outcome.status,
-                "success": entry["success"], "skipped": skipped,
-                "duration_ms": outcome.duration_ms, "from_cache": outcome.from_cache,
-            })
+        observer = self.ctx.on_event
+        if observer is not None:  # (what publish() does, one call less)
+            try:
+                observer({
+                    "type": "tool_result", "assistant": self.ctx.assistant_name,
+                    "iteration": self.iteration, "tool": entry["tool"],
+                    "tool_call_id": entry["tool_call_id"], "status": outcome.status,
+                    "success": entry["success"], "skipped": skipped,
+                    "duration_ms": outcome.duration_ms, "from_cache": outcome.from_cache,
+                })
+            except Exception:
+                self.observer_failed("tool_result")
 
     def skip_rest(self, calls: Sequence[ToolCall], content: str | None, why: str
                   ) -> str | None:
@@ -1014,11 +1025,15 @@ def _start_calls(run: _LoopRun, calls: Sequence[ToolCall], content: str | None,
             content = run.skip_rest(calls[index:], content, "the tool budget is exhausted")
             run.end(TOOL_BUDGET_EXHAUSTED, "tool budget exhausted")
             break
-        if ctx.on_event is not None:
-            run.publish({"type": "tool_call", "assistant": ctx.assistant_name,
-                         "iteration": run.iteration, "tool": call.name,
-                         "tool_call_id": call.id, "arguments": dict(call.arguments),
-                         "category": run.categories.get(call.name)})
+        observer = ctx.on_event
+        if observer is not None:  # (what run.publish() does, one call less)
+            try:
+                observer({"type": "tool_call", "assistant": ctx.assistant_name,
+                          "iteration": run.iteration, "tool": call.name,
+                          "tool_call_id": call.id, "arguments": dict(call.arguments),
+                          "category": run.categories.get(call.name)})
+            except Exception:
+                run.observer_failed("tool_call")
         answer = execution.run_tool_call(run.exec_ctx, _engine_call(call),
                                          assistant_content=content)
         if not isinstance(answer, execution.ToolCallOutcome):  # the tool answers later
@@ -1198,12 +1213,16 @@ def _run_loop(run: _LoopRun) -> Any:
             messages = run.build_messages(persona, continuation.advisory)
             run.fresh_results = []
             run.iteration += 1
-            if ctx.on_event is not None:
-                run.publish({"type": "iteration", "assistant": ctx.assistant_name,
-                             "iteration": run.iteration, "max_iterations": max_iterations,
-                             "usage_percent": round(pct, 1),
-                             "continuation": continuation.reason,
-                             "tool_budget_remaining": run.budget})
+            observer = ctx.on_event
+            if observer is not None:  # (what run.publish() does, one call less)
+                try:
+                    observer({"type": "iteration", "assistant": ctx.assistant_name,
+                              "iteration": run.iteration, "max_iterations": max_iterations,
+                              "usage_percent": round(pct, 1),
+                              "continuation": continuation.reason,
+                              "tool_budget_remaining": run.budget})
+                except Exception:
+                    run.observer_failed("iteration")
             # 3. call the model
             run.deltas = []
             asked = _ask_model(ctx.llm, messages, request_tools, config.stream,

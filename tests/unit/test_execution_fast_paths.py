@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.internet import task
+from twisted.internet.defer import Deferred
 
 from ai_tools.execution import ExecutionContext, _plain_validation, prepare_tool_call, run_tool_call
 from ai_tools.history import ConversationHistory
@@ -141,3 +142,57 @@ def test_the_native_exchange_carries_the_calls_own_entry() -> None:
     assistant, answer = build_tool_exchange(call, "{}", native=True, assistant_content="hm")
     assert assistant == {"role": "assistant", "content": "hm", "tool_calls": [call.native()]}
     assert answer == {"role": "tool", "tool_call_id": "c9", "content": "{}"}
+
+
+# -- ids and results ---------------------------------------------------------------
+
+
+@given(st.one_of(st.text(max_size=5), st.just("x" * 256), st.just(" " + "x" * 256),
+                 st.just("x" * 257), st.integers(), st.none(), st.floats(allow_nan=False)))
+def test_a_prepared_calls_id_is_the_one_call_id_gives(raw: Any) -> None:
+    from ai_tools.execution import _ID_PREFIX, _call_id
+
+    prepared = prepare_tool_call(raw, "look", {}).id
+    expected = _call_id(raw)
+    if expected.startswith(_ID_PREFIX) and not (isinstance(raw, str) and raw.strip() == expected):
+        assert prepared.startswith(_ID_PREFIX)  # a fresh one each time
+    else:
+        assert prepared == expected
+
+
+class Returns(Tool):
+    """Returns what the test puts in ``value``."""
+
+    name = "returns"
+    description = "Returns a value."
+    parameters = {"type": "object", "properties": {}}
+    value: Any = None
+
+    def execute(self, actor: Actor, **params: Any) -> Any:
+        return self.value
+
+
+class _Text(str):
+    pass
+
+
+@given(st.dictionaries(st.sampled_from(["success", "error", "x"]),
+                       st.one_of(st.none(), st.booleans(), st.integers(0, 1),
+                                 st.text(max_size=3), st.builds(_Text, st.text(max_size=3))),
+                       max_size=3))
+def test_a_result_is_taken_as_validate_tool_result_takes_it(value: dict[str, Any]) -> None:
+    """Kept as it is exactly when validate_tool_result keeps it; else an invalid_result."""
+    from ai_tools.tools.validation import validate_tool_result
+
+    registry = ToolRegistry([Returns])
+    tool = registry.get_tool("returns")
+    assert isinstance(tool, Returns)
+    tool.value = value
+    ctx = ExecutionContext(registry=registry, actor=Actor("char-1"),
+                           history=ConversationHistory(), clock=task.Clock())
+    outcome = run_tool_call(ctx, prepare_tool_call("c1", "returns", {}))
+    assert not isinstance(outcome, Deferred)
+    if validate_tool_result(value, "returns") is value:
+        assert outcome.status != "invalid_result" and outcome.result == value
+    else:
+        assert outcome.status == "invalid_result"
