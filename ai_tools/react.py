@@ -403,6 +403,16 @@ def _with_advisory(message: Mapping[str, Any], advisory: TokenAdvisory) -> dict[
     return {**message, "content": f"{head}{sep}{text}" if sep else text}
 
 
+def _advised(result: Mapping[str, Any], pct: float, thresholds: AdvisoryThresholds
+             ) -> dict[str, Any]:
+    """``inject_token_advisory(result, pct, thresholds)``; below MODERATE without its call."""
+    if pct < thresholds.moderate:  # (NaN goes on to inject_token_advisory)
+        out = dict(result)
+        out.pop("_token_advisory", None)
+        return out
+    return inject_token_advisory(result, pct, thresholds)
+
+
 def _validate_calls(parsed: ParsedCalls) -> str | None:
     """Why the answer cannot be used at all (``parse_error``), or None.
 
@@ -446,9 +456,13 @@ def _engine_call(call: ToolCall) -> Any:
     """What the loop hands the engine for ``call``: the call prepared as the engine
     would parse it from :func:`_raw_call`, or that raw dict when preparing fails
     (the engine then reports the malformed call itself, as always)."""
+    arguments = call.arguments
     try:
-        return execution.prepare_tool_call(call.id, call.name, dict(call.arguments),
-                                           call.reasoning or "")
+        # The parsed call's own dict when it is one: neither the loop nor the engine
+        # changes a call's arguments (the tool gets a copy), so they may share it.
+        return execution.prepare_tool_call(
+            call.id, call.name, arguments if type(arguments) is dict else dict(arguments),
+            call.reasoning or "")
     except execution.ToolCallParseError:
         return _raw_call(call)
 
@@ -763,7 +777,10 @@ class _LoopRun:
             self._history_version = version
         tokens = self._fixed_tokens + self._system_tokens + history_tokens
         window = self._window
-        pct = usage_percentage(tokens, self.context_window() if window is None else window)
+        if window is None:
+            window = self.context_window()
+        # (usage_percentage(tokens, window), without the call)
+        pct = 100.0 * max(tokens, 0) / window if window > 0 else 0.0
         self._usage_counted = (system_text, version, pct)
         usage = self.usage
         usage["context_tokens"] = tokens
@@ -937,7 +954,7 @@ class _LoopRun:
             "from_cache": outcome.from_cache,
             # step 7: the advisory at this point of the loop (the model reads it in the
             # next request; it is not stored in the history, so it never goes stale)
-            "result": inject_token_advisory(result, self.usage_pct(), self.config.thresholds),
+            "result": _advised(result, self.usage_pct(), self.config.thresholds),
             "iteration": self.iteration,
             # (``_value_``: the enum's value without the ``.value`` descriptor)
             "category": category._value_ if category is not None else None,
@@ -975,7 +992,7 @@ class _LoopRun:
         return None
 
     def result(self) -> LoopResult:
-        success_count = sum(1 for r in self.results if r.get("success"))
+        success_count = len([r for r in self.results if r.get("success")])
         return LoopResult(
             iterations=self.iteration,
             results=tuple(self.results),

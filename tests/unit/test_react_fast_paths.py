@@ -150,3 +150,16 @@ def test_a_stop_while_a_tool_runs_is_seen_by_the_engine(with_check: bool) -> Non
     assert result.termination_reason == react.STOPPED_BY_USER
     assert not [m for m in ctx.history.messages if m["role"] == "tool"]
     assert len(llm.requests) == 1
+
+
+@given(result=st.dictionaries(st.sampled_from(["success", "_token_advisory", "x"]),
+                              st.integers() | st.text(max_size=3), max_size=3),
+       pct=st.floats(min_value=-5, max_value=120) | st.just(float("nan")))
+def test_the_advised_result_is_inject_token_advisorys(result: dict[str, Any], pct: float
+                                                      ) -> None:
+    from ai_tools.advisory import DEFAULT_THRESHOLDS, inject_token_advisory
+    from ai_tools.react import _advised
+
+    advised = _advised(result, pct, DEFAULT_THRESHOLDS)
+    assert advised == inject_token_advisory(result, pct, DEFAULT_THRESHOLDS)
+    assert advised is not result
