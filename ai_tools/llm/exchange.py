@@ -40,7 +40,6 @@ from ai_tools.llm.consumer import EventCallback, StreamConsumer, StreamServerErr
 from ai_tools.llm.events import (
     AssistantMessageFinal,
     ChatResponse,
-    LLMEvent,
     StreamDone,
     TextDelta,
     UsageUpdate,
@@ -440,16 +439,9 @@ def parse_completion(
     )
     if state is not None:
         state.produced = True
-        emit = state.emit
-    elif on_event is not None:
-
-        def emit(event: LLMEvent) -> None:
-            emit_event(on_event, event)
-
-    else:
-        emit = None
-    if response.content and emit is not None:
-        emit(TextDelta(response.content))
+    # ``on_event`` is the stream consumer's callback too; emit_event logs its errors.
+    if response.content and on_event is not None:
+        emit_event(on_event, TextDelta(response.content))
     if profile.repetition.enabled and response.content:  # no text: nothing can repeat
         detector = state.detector if state is not None else RepeatedLineDetector(profile.repetition)
         detector.feed(response.content)
@@ -457,9 +449,9 @@ def parse_completion(
             raise RepeatedLineLoop(
                 f"the model repeated itself ({detector.repeated!r})", response.content
             )
-    if emit is not None:
+    if on_event is not None:
         if usage:
-            emit(UsageUpdate(usage))
-        emit(AssistantMessageFinal(response.message))
-        emit(StreamDone())
+            emit_event(on_event, UsageUpdate(usage))
+        emit_event(on_event, AssistantMessageFinal(response.message))
+        emit_event(on_event, StreamDone())
     return response
