@@ -9,6 +9,8 @@
     to it, in the same run, a bare loop: 1,000 coroutines each doing 5
     sequential POSTs through a plain ``Agent``.  Targets: wall time at most
     2.5x the ideal (5 x 50 ms) and client CPU at most 1 ms per model request.
+    A third run repeats the MemoryStore case under the standalone service's
+    opt-in collector settings (``AI_TOOLS_GC=service``, ai_tools/gc_tuning.py).
 (c) 10,000 idle assistants (nothing pending) ticking every 5 s on the real
     reactor: CPU per second of ticking, next to 10,000 bare ``LoopingCall``\\s
     calling a no-op at the same rate.
@@ -196,8 +198,9 @@ async def _bare_round(agent: Agent, url: bytes, reactor: Any, count: int
 
 
 async def _bench_loops(reactor: Any, url: str, store_kind: str, tmp: str,
-                       count: int = ASSISTANTS, server_pid: int | None = None
-                       ) -> dict[str, Any]:
+                       count: int = ASSISTANTS, server_pid: int | None = None,
+                       gc_tuned: bool = False) -> dict[str, Any]:
+    from ai_tools.gc_tuning import GCTuning
     from ai_tools.llm.client import OpenAIChatClient
     from ai_tools.llm.profile import ModelProfile
     from ai_tools.retry import RetryPolicy
@@ -221,6 +224,12 @@ async def _bench_loops(reactor: Any, url: str, store_kind: str, tmp: str,
     await service.when_ready()
     await defer.gatherResults([service.add_assistant(_config(i)) for i in range(count)])
     names = service.names()
+    # The opt-in collector settings of the standalone service (AI_TOOLS_GC=service),
+    # applied as it applies them: once the assistants are loaded.  Both sides of the
+    # round share the process, so the bare loop runs under them too.
+    tuning = GCTuning() if gc_tuned else None
+    if tuning is not None:
+        tuning.apply()
 
     pool = HTTPConnectionPool(reactor, persistent=True)
     pool.maxPersistentPerHost = count
@@ -252,6 +261,8 @@ async def _bench_loops(reactor: Any, url: str, store_kind: str, tmp: str,
         transactions = writer.transactions
         states = writer.states_written
     finally:
+        if tuning is not None:
+            tuning.restore()
         await service.stopService()
         await pool.closeCachedConnections()
     requests = count * ITERATIONS
@@ -289,6 +300,8 @@ async def _bench_b(reactor: Any) -> None:
             pid = process.pid
             results = {kind: await _bench_loops(reactor, url, kind, tmp, server_pid=pid)
                        for kind in ("memory", "sqlite")}
+            results["memory, AI_TOOLS_GC=service"] = await _bench_loops(
+                reactor, url, "memory", tmp, server_pid=pid, gc_tuned=True)
             small = await _bench_loops(reactor, url, "sqlite", tmp, SMALL, server_pid=pid)
         finally:
             process.signalProcess("TERM")
