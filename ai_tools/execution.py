@@ -659,7 +659,19 @@ class _ToolCallRun:
             self.raw_key = f"{tool.name}:{call.arguments_json}"
             self._lookup(self.raw_key, self._on_raw_lookup)
             return
-        if self._validate():
+        # (what ``if self._validate(): self._dispatch()`` does, one call less for
+        # arguments valid as they are)
+        arguments = call.arguments
+        if type(arguments) is dict and _plain_validation(tool):
+            try:
+                accepted = tool.parameter_validator.accepts_as_is(arguments)
+            except Exception:  # the general path reports it
+                accepted = False
+            if accepted:
+                self.params = dict(arguments)
+                self._dispatch()
+                return
+        if self._validate_general():
             self._dispatch()
 
     def _validate(self) -> bool:
@@ -678,6 +690,13 @@ class _ToolCallRun:
             if accepted:
                 self.params = dict(arguments)
                 return True
+        return self._validate_general()
+
+    def _validate_general(self) -> bool:
+        """:meth:`_validate` through ``tool.validate_parameters`` (no shortcut)."""
+        tool = self.tool
+        call = self.call
+        assert tool is not None and call is not None
         try:
             validation = tool.validate_parameters(dict(call.arguments))
         except Exception:
@@ -774,7 +793,14 @@ class _ToolCallRun:
         if self.killed:
             return
         if type(result) is dict:  # the common synchronous tool
-            self._on_result(result)
+            # (what _on_result does, one call less, for a valid result that is no
+            # failure: one validate_tool_result keeps, with nothing to retry)
+            success = result.get("success")
+            if ((success is True or "success" not in result)
+                    and ((error := result.get("error")) is None or type(error) is str)):
+                self._complete(result)
+            else:
+                self._on_result(result)
             return
         if isinstance(result, defer.Deferred):
             d: defer.Deferred[Any] = result
@@ -884,7 +910,24 @@ class _ToolCallRun:
             current["status"] = status
             current["success"] = success
             current["duration_ms"] = duration_ms
-        self._record(status, result, content, from_cache, duration_ms)
+        if ctx.reflection_mode or self.finished:
+            self._record(status, result, content, from_cache, duration_ms)
+            return
+        # (what _record does for a call recorded in the history, one call less)
+        if result.get("success") is False:
+            ctx.state.errors += 1
+        entries = ctx.history.add_tool_exchange(
+            call, content, native=ctx.native_tools, assistant_content=self.assistant_content)
+        self.finished = True
+        outcome = ToolCallOutcome(
+            HISTORY, status, result, call, tool.category, self.attempts,
+            duration_ms, from_cache, entries, True,
+        )
+        d = self.outcome_d
+        if d is None:
+            self.outcome = outcome
+        else:
+            d.callback(outcome)
 
     def _store(self, result: dict[str, Any]) -> None:
         """Cache a success under the validated key and the model's own arguments."""

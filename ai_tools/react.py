@@ -88,6 +88,10 @@ __all__ = [
 
 log = EventLogger()
 
+_ToolCallRun = execution._ToolCallRun
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+"""The engine's run of one call (``run_tool_call`` is ``_ToolCallRun(...).run()``)."""
+
 # -- termination reasons (DESIGN §3) ------------------------------------------
 
 TERMINAL_TOOL = "terminal_tool"
@@ -449,22 +453,12 @@ def _ask_model(llm: Any, messages: list[dict[str, Any]],
         return defer.fail(Failure(captureVars=defer.Deferred.debug))
     if type(answer) is defer.Deferred:
         return answer
+    return _ask_model_later(answer)
+
+
+def _ask_model_later(answer: Any) -> defer.Deferred[Any]:
+    """What ``defer.maybeDeferred`` makes of what ``llm.complete`` returned."""
     return defer.maybeDeferred(lambda: answer)
-
-
-def _engine_call(call: ToolCall) -> Any:
-    """What the loop hands the engine for ``call``: the call prepared as the engine
-    would parse it from :func:`_raw_call`, or that raw dict when preparing fails
-    (the engine then reports the malformed call itself, as always)."""
-    arguments = call.arguments
-    try:
-        # The parsed call's own dict when it is one: neither the loop nor the engine
-        # changes a call's arguments (the tool gets a copy), so they may share it.
-        return execution.prepare_tool_call(
-            call.id, call.name, arguments if type(arguments) is dict else dict(arguments),
-            call.reasoning or "")
-    except execution.ToolCallParseError:
-        return _raw_call(call)
 
 
 def _raw_call(call: ToolCall) -> dict[str, Any]:
@@ -914,7 +908,7 @@ class _LoopRun:
         if not usage:
             return
         get = usage.get
-        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        for key in _USAGE_KEYS:
             value = get(key)
             if isinstance(value, int):
                 totals[key] += value
@@ -942,6 +936,14 @@ class _LoopRun:
             self._count_exchange(outcome)
             self.fresh_results.append(entries[1])
         category = outcome.category
+        # (_advised(result, self.usage_pct(), thresholds), one call less)
+        thresholds = self.config.thresholds
+        pct = self.usage_pct()
+        if pct < thresholds.moderate:  # (NaN goes on to inject_token_advisory)
+            advised = dict(result)
+            advised.pop("_token_advisory", None)
+        else:
+            advised = inject_token_advisory(result, pct, thresholds)
         # ``outcome.as_dict()`` and more, built at once (same keys, same order)
         entry = {
             "tool": call.name if call is not None else None,
@@ -954,7 +956,7 @@ class _LoopRun:
             "from_cache": outcome.from_cache,
             # step 7: the advisory at this point of the loop (the model reads it in the
             # next request; it is not stored in the history, so it never goes stale)
-            "result": _advised(result, self.usage_pct(), self.config.thresholds),
+            "result": advised,
             "iteration": self.iteration,
             # (``_value_``: the enum's value without the ``.value`` descriptor)
             "category": category._value_ if category is not None else None,
@@ -1051,8 +1053,19 @@ def _start_calls(run: _LoopRun, calls: Sequence[ToolCall], content: str | None,
                           "category": run.categories.get(call.name)})
             except Exception:
                 run.observer_failed("tool_call")
-        answer = execution.run_tool_call(run.exec_ctx, _engine_call(call),
-                                         assistant_content=content)
+        # What run_tool_call does, one call less: the engine gets the call prepared
+        # as it would parse it from _raw_call(call), or that raw dict when preparing
+        # fails (the engine then reports the malformed call itself, as always).  The
+        # parsed call's own dict is shared: neither the loop nor the engine changes
+        # a call's arguments (the tool gets a copy).
+        arguments = call.arguments
+        try:
+            prepared: Any = execution.prepare_tool_call(
+                call.id, call.name, arguments if type(arguments) is dict else dict(arguments),
+                call.reasoning or "")
+        except execution.ToolCallParseError:
+            prepared = _raw_call(call)
+        answer = _ToolCallRun(run.exec_ctx, prepared, content).run()
         if not isinstance(answer, execution.ToolCallOutcome):  # the tool answers later
             return answer, index, content
         if _after_call(run, calls, index, answer, content):
@@ -1105,7 +1118,15 @@ def _after_call(run: _LoopRun, calls: Sequence[ToolCall], index: int,
         return True
     success = outcome.result.get("success") is not False  # (outcome.success: not an abort)
     run.consecutive_errors = 0 if success else run.consecutive_errors + 1
-    ends = _ends_loop(kind, dispatched, outcome.category, success)
+    # (``_ends_loop(kind, dispatched, outcome.category, success)``, one call less;
+    # ``kind`` is HISTORY here: neither an abort nor a restart)
+    ends = None
+    if dispatched:
+        category = outcome.category
+        if category is ToolCategory.DANGEROUS:
+            ends = DANGEROUS_TOOL
+        elif category is ToolCategory.TERMINAL and success:
+            ends = TERMINAL_TOOL
     if ends is not None:
         run.skip_rest(calls[index + 1:], None, f"an earlier call ended the turn ({ends})")
         run.end(ends)
@@ -1242,8 +1263,15 @@ def _run_loop(run: _LoopRun) -> Any:
                     run.observer_failed("iteration")
             # 3. call the model
             run.deltas = []
-            asked = _ask_model(ctx.llm, messages, request_tools, config.stream,
-                               run.on_llm_event)
+            # (_ask_model, one call less while the client returns a Deferred)
+            llm: Any = ctx.llm  # (an ILLMClient: zope declares it, mypy cannot see it)
+            try:
+                asked = llm.complete(messages, tools=request_tools, stream=config.stream,
+                                     on_event=run.on_llm_event)
+            except BaseException:
+                asked = defer.fail(Failure(captureVars=defer.Deferred.debug))
+            if type(asked) is not defer.Deferred:
+                asked = _ask_model_later(asked)
             if asked.called and type(asked.result) is ChatResponse:
                 response = asked.result  # answered already: no round through inlineCallbacks
             else:
@@ -1254,7 +1282,14 @@ def _run_loop(run: _LoopRun) -> Any:
                 run.add_text("".join(run.deltas))
                 run.end(LLM_ERROR, f"the model client returned {type(response).__name__}")
                 break
-            run.add_usage(response.usage)
+            usage = response.usage  # (run.add_usage(response.usage), one call less)
+            totals = run.usage
+            totals["requests"] += 1
+            if usage:
+                for key in _USAGE_KEYS:
+                    value = usage.get(key)
+                    if isinstance(value, int):
+                        totals[key] += value
             if control.stopped or (ctx.stop_check is not None and _stop_requested(ctx)):
                 run.add_text(response.content)
                 run.end(STOPPED_BY_USER, control.reason)
@@ -1270,8 +1305,17 @@ def _run_loop(run: _LoopRun) -> Any:
                     yield from _finish_calls(run, plain, pending)
                 if run.reason == STOPPED_BY_USER:
                     break
-                saved = _checkpoint(run)
-                if saved is not None:
+                checkpoint = ctx.checkpoint  # (_checkpoint(run), one call less)
+                if checkpoint is None:
+                    continue
+                try:
+                    saved = checkpoint(LoopProgress(
+                        run.iteration, tuple(run.results), tuple(run.signals),
+                        "\n".join(run.texts), run.budget))
+                except Exception:
+                    _checkpoint_failed(run)
+                    continue
+                if saved is not None and isinstance(saved, defer.Deferred):
                     yield from _wait_checkpoint(run, saved)
                 continue
             parsed = parse_tool_calls(response, run.normal_names, run.exit_names,

@@ -196,3 +196,68 @@ def test_a_result_is_taken_as_validate_tool_result_takes_it(value: dict[str, Any
         assert outcome.status != "invalid_result" and outcome.result == value
     else:
         assert outcome.status == "invalid_result"
+
+
+# -- a synchronous tool's result --------------------------------------------------
+
+
+class Later(Returns):
+    """Returns the same value through a Deferred: the engine's general path."""
+
+    name = "returns"
+
+    def execute(self, actor: Actor, **params: Any) -> Any:
+        from twisted.internet.defer import succeed
+
+        return succeed(self.value)
+
+
+def _run_returning(tool_class: type[Returns], value: Any) -> tuple[Any, ExecutionContext]:
+    from ai_tools.execution import execute_tool_call
+
+    registry = ToolRegistry([tool_class])
+    tool = registry.get_tool("returns")
+    assert isinstance(tool, Returns)
+    tool.value = value
+    ctx = ExecutionContext(registry=registry, actor=Actor("char-1"),
+                           history=ConversationHistory(), clock=task.Clock(),
+                           rand=lambda: 0.0)
+    d = execute_tool_call(ctx, prepare_tool_call("c1", "returns", {}),
+                          assistant_content="hm")
+    clock = ctx.clock
+    for _ in range(10):  # (retries back off on the clock)
+        clock.advance(3600)
+    return d.result, ctx
+
+
+@given(st.dictionaries(st.sampled_from(["success", "error", "x", "retryable"]),
+                       st.one_of(st.none(), st.booleans(), st.integers(0, 1),
+                                 st.text(max_size=3), st.just("timeout")),
+                       max_size=4))
+def test_a_synchronous_result_is_taken_as_a_later_one(value: dict[str, Any]) -> None:
+    """A dict returned at once gives the outcome, history and counters of the same
+    dict returned through a Deferred (status, result, entries, attempts, errors)."""
+    fast, fast_ctx = _run_returning(Returns, dict(value))
+    general, general_ctx = _run_returning(Later, dict(value))
+    assert (fast.kind, fast.status, fast.result, fast.history_entries, fast.attempts,
+            fast.recorded, fast.from_cache, fast.category) == \
+        (general.kind, general.status, general.result, general.history_entries,
+         general.attempts, general.recorded, general.from_cache, general.category)
+    assert fast_ctx.state.counters() == general_ctx.state.counters()
+    assert fast_ctx.history.messages == general_ctx.history.messages
+    assert fast_ctx.state.current_tool_call == general_ctx.state.current_tool_call
+
+
+def test_a_reflection_call_is_not_recorded_in_the_history() -> None:
+    """The engine's shortcut for a synchronous result keeps reflection mode's rule."""
+    registry = ToolRegistry([Returns])
+    tool = registry.get_tool("returns")
+    assert isinstance(tool, Returns)
+    tool.value = {"success": True}
+    ctx = ExecutionContext(registry=registry, actor=Actor("char-1"),
+                           history=ConversationHistory(), clock=task.Clock(),
+                           reflection_mode=True)
+    outcome = run_tool_call(ctx, prepare_tool_call("c1", "returns", {}))
+    assert not isinstance(outcome, Deferred)
+    assert outcome.status == "success" and not outcome.recorded
+    assert len(outcome.history_entries) == 2 and ctx.history.messages == []
