@@ -244,6 +244,10 @@ def test_a_synchronous_result_is_taken_as_a_later_one(value: dict[str, Any]) -> 
         (general.kind, general.status, general.result, general.history_entries,
          general.attempts, general.recorded, general.from_cache, general.category)
     assert fast_ctx.state.counters() == general_ctx.state.counters()
+    # (both end in the same completion step: its figures checked on their own too)
+    assert fast_ctx.state.errors == (fast.result.get("success") is False)
+    assert [m["role"] for m in fast_ctx.history.messages] == ["assistant", "tool"]
+    assert fast_ctx.history.messages[0]["content"] == "hm"
     assert fast_ctx.history.messages == general_ctx.history.messages
     assert fast_ctx.state.current_tool_call == general_ctx.state.current_tool_call
 
