@@ -36,7 +36,6 @@ import attrs
 from hyperlink import URL
 from twisted.internet import defer
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 from twisted.web.client import URI, Agent, HTTPConnectionPool, _HTTP11ClientFactory
 from twisted.web.error import SchemeNotSupported
 from twisted.web.http_headers import Headers
@@ -65,7 +64,7 @@ from ai_tools.llm.tokens import context_window_for
 from ai_tools.retry import DEFAULT_RETRY_POLICY, RetryPolicy, is_retryable_error
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-__all__ = ["MAX_BODY_BYTES", "MAX_ERROR_BODY_BYTES", "OpenAIChatClient", "with_deadline"]
+__all__ = ["MAX_BODY_BYTES", "MAX_ERROR_BODY_BYTES", "OpenAIChatClient"]
 USER_AGENT = b"ai_tools (twisted; +openai-compatible)"
 
 
@@ -158,56 +157,6 @@ def prepared_url(url: str) -> URL:
     """``url`` as a URL object treq can use without converting it again."""
     uri = URL.from_text(url).to_uri()
     return _PreparedURL.from_text(uri.to_text())
-
-
-def with_deadline(d: defer.Deferred[Any], clock: Any, timeout: float | None) -> defer.Deferred[Any]:
-    """Wrap ``d`` so that cancellation and timeout are reported as such.
-
-    twisted.web reports a cancelled request as ``ResponseNeverReceived``;
-    through this wrapper, cancelling the result gives ``CancelledError`` and
-    running out of time gives ``defer.TimeoutError`` (``d`` is cancelled in
-    both cases, which aborts its connection).
-    """
-    return _Deadline(d, clock, timeout).result
-
-
-class _Deadline:
-    """The state of one :func:`with_deadline` (a class: fewer objects than closures)."""
-
-    __slots__ = ("call", "cancelled", "inner", "result", "timed_out")
-
-    def __init__(self, d: defer.Deferred[Any], clock: Any, timeout: float | None) -> None:
-        self.inner = d
-        self.cancelled = False
-        self.timed_out = False
-        self.result: defer.Deferred[Any] = defer.Deferred(self._cancel)
-        self.call = clock.callLater(timeout, self._expire) if timeout is not None else None
-        d.addBoth(self._done)
-
-    def _cancel(self, _: defer.Deferred[Any]) -> None:
-        self.cancelled = True
-        self.inner.cancel()
-
-    def _expire(self) -> None:
-        self.timed_out = True
-        self.inner.cancel()
-
-    def _done(self, outcome: Any) -> None:
-        call = self.call
-        if call is not None and call.active():
-            call.cancel()
-        result = self.result
-        if result.called:
-            return None
-        if self.cancelled:
-            result.errback(defer.CancelledError())
-        elif self.timed_out:
-            result.errback(defer.TimeoutError())
-        elif isinstance(outcome, Failure):
-            result.errback(outcome)
-        else:
-            result.callback(outcome)
-        return None
 
 
 @implementer(ILLMClient)

@@ -1,4 +1,4 @@
-"""BodyReader (idle timer, abort, cancel), BytesProducer, decoded_response and with_deadline."""
+"""BodyReader (idle timer, abort, cancel), BytesProducer and decoded_response."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from twisted.web.http_headers import Headers
 
 from ai_tools.errors import LLMTimeout
 from ai_tools.llm.body import BodyReader, BytesProducer, decoded_response
-from ai_tools.llm.client import with_deadline
 
 
 class FakeTransport:
@@ -125,37 +124,6 @@ def test_bytes_producer_writes_at_once() -> None:
     producer.pauseProducing()
     producer.resumeProducing()
     producer.stopProducing()
-
-
-def test_with_deadline_passes_results_through() -> None:
-    """Success and failure of the inner Deferred come out unchanged."""
-    clock = Clock()
-    inner: defer.Deferred = defer.Deferred()
-    d = with_deadline(inner, clock, 5.0)
-    inner.callback("ok")
-    assert outcome(d) == "ok" and clock.getDelayedCalls() == []
-    inner2: defer.Deferred = defer.Deferred()
-    d2 = with_deadline(inner2, clock, None)
-    inner2.errback(ValueError("no"))
-    assert outcome(d2).check(ValueError)
-
-
-def test_with_deadline_timeout_and_cancel_are_named() -> None:
-    """Whatever the inner canceller produces, timeout → TimeoutError, cancel → CancelledError."""
-
-    def odd_canceller(d: defer.Deferred) -> None:
-        d.errback(ConnectionError("ResponseNeverReceived-like"))
-
-    clock = Clock()
-    inner: defer.Deferred = defer.Deferred(odd_canceller)
-    d = with_deadline(inner, clock, 2.0)
-    clock.advance(2)
-    assert outcome(d).check(defer.TimeoutError)
-    inner2: defer.Deferred = defer.Deferred(odd_canceller)
-    d2 = with_deadline(inner2, clock, 2.0)
-    d2.cancel()
-    assert outcome(d2).check(defer.CancelledError)
-    assert clock.getDelayedCalls() == []
 
 
 @pytest.mark.parametrize("idle", [0.5, 3.0])
