@@ -10,9 +10,6 @@ what it would have had to free: none of it may be ours.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -23,6 +20,7 @@ from ai_tools.errors import LLMProtocolError, LLMServerError, LLMTimeout
 from ai_tools.llm.body import BodyReader
 from ai_tools.llm.profile import Timeouts
 from ai_tools.testing import Fault, Turn
+from tests.unit.garbage import cyclic_garbage
 from tests.unit.test_llm_client import USER, Harness
 
 
@@ -34,27 +32,6 @@ class _Listener:
 
     def on_event(self, event: Any) -> None:
         self.events.append(event)
-
-
-@contextmanager
-def cyclic_garbage() -> Iterator[list[Any]]:
-    """Collect what became cyclic garbage inside the block (the collector is off there)."""
-    found: list[Any] = []
-    gc.collect()
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield found
-    finally:
-        gc.set_debug(gc.DEBUG_SAVEALL)
-        try:
-            gc.collect()
-        finally:
-            gc.set_debug(0)
-            found.extend(gc.garbage)
-            gc.garbage.clear()
-            if enabled:
-                gc.enable()
 
 
 def ours(garbage: list[Any]) -> list[str]:

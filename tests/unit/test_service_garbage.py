@@ -10,9 +10,6 @@ would have had to free: none of it may be ours.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from twisted.internet import defer, task
@@ -21,6 +18,7 @@ from zope.interface import implementer
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.events import ChatResponse
 from ai_tools.tools.base import Actor, Tool, ToolRegistry
+from tests.unit.garbage import cyclic_garbage
 from tests.unit.service_fakes import add, make_service, settle
 
 
@@ -59,27 +57,6 @@ class SlowToolModel:
 
     def close(self) -> defer.Deferred[None]:
         return defer.succeed(None)
-
-
-@contextmanager
-def cyclic_garbage() -> Iterator[list[Any]]:
-    """Collect what became cyclic garbage inside the block (the collector is off there)."""
-    found: list[Any] = []
-    gc.collect()
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield found
-    finally:
-        gc.set_debug(gc.DEBUG_SAVEALL)
-        try:
-            gc.collect()
-        finally:
-            gc.set_debug(0)
-            found.extend(gc.garbage)
-            gc.garbage.clear()
-            if enabled:
-                gc.enable()
 
 
 def ours(garbage: list[Any]) -> list[str]:
