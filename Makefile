@@ -41,7 +41,7 @@ bench: $(STAMP)
 ## The main job: the service with Pip the innkeeper, a player talking to her, each loop
 ## step printed; the scripted stand-in model unless LLM_URL and LLM_MODEL are set.
 demo: $(STAMP)
-	$(PY) -m ai_tools.demo
+	$(PY) -m ai_tools.standalone.demo
 
 ## The same service under twistd in the foreground until Ctrl-C (HTTP API on 127.0.0.1:8080).
 CONFIG ?= examples/assistant.toml

@@ -1,9 +1,53 @@
 """ai_tools: a Twisted-native engine for LLM-driven assistants that act through tools.
 
-Start with :class:`ai_tools.service.AssistantService` (host many assistants on
-one reactor), :mod:`ai_tools.tools` (define and register tools) and
-:mod:`ai_tools.testing` (a scripted OpenAI-compatible model server for tests).
+The documented public names are importable from here::
+
+    from ai_tools import AssistantService, AssistantConfig, Tool, ToolCategory
+
+Start with :class:`AssistantService` (host many assistants on one reactor),
+:mod:`ai_tools.tools` (define and register tools) and :mod:`ai_tools.testing`
+(a scripted OpenAI-compatible model server for tests).  The names are resolved
+on first use, so importing one layer does not import the layers above it.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
-__all__ = ["__version__"]
+
+_PUBLIC = {
+    "AssistantService": "ai_tools.service.service",
+    "AssistantConfig": "ai_tools.service.assistant",
+    "TickResult": "ai_tools.service.tick",
+    "ExitTool": "ai_tools.loop.run",
+    "GatePolicy": "ai_tools.loop.run",
+    "LoopConfig": "ai_tools.loop.run",
+    "LoopContext": "ai_tools.loop.run",
+    "LoopResult": "ai_tools.loop.run",
+    "execute_react_loop": "ai_tools.loop.run",
+    "ExecutionContext": "ai_tools.execution.engine",
+    "ToolCallOutcome": "ai_tools.execution.engine",
+    "execute_tool_call": "ai_tools.execution.engine",
+    "Actor": "ai_tools.tools.base",
+    "Tool": "ai_tools.tools.base",
+    "ToolCategory": "ai_tools.tools.base",
+    "ToolRegistry": "ai_tools.tools.registry",
+    "OpenAIChatClient": "ai_tools.llm.client",
+    "ModelProfile": "ai_tools.llm.profile",
+}
+
+__all__ = ["__version__", *sorted(_PUBLIC)]
+
+
+def __getattr__(name: str) -> Any:
+    """Resolve a public name from the module that defines it (PEP 562)."""
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ai_tools' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

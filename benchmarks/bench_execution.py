@@ -38,16 +38,17 @@ import jsonschema
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
-from ai_tools.cache import ToolCache, cache_key
-from ai_tools.execution import (
+from ai_tools.execution.cache import ToolCache, cache_key
+from ai_tools.execution.engine import (
     ExecutionContext,
     ToolCallOutcome,
     execute_tool_call,
     parse_tool_call,
 )
-from ai_tools.history import ConversationHistory
-from ai_tools.tool_results import shape_result
-from ai_tools.tools.base import Actor, Tool, ToolRegistry
+from ai_tools.execution.history import ConversationHistory
+from ai_tools.execution.results import shape_result
+from ai_tools.tools.base import Actor, Tool
+from ai_tools.tools.registry import ToolRegistry
 from ai_tools.tools.validation import validate_tool_result
 
 CALLS = 1000

@@ -31,12 +31,13 @@ import jsonschema
 from twisted.internet import defer, task
 from zope.interface import implementer
 
-from ai_tools.execution import ExecutionContext, execute_tool_call
-from ai_tools.history import ConversationHistory
+from ai_tools.execution.engine import ExecutionContext, execute_tool_call
+from ai_tools.execution.history import ConversationHistory
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.events import ChatResponse
-from ai_tools.react import LoopConfig, LoopContext, execute_react_loop
-from ai_tools.tools.base import Actor, Tool, ToolRegistry
+from ai_tools.loop.run import LoopConfig, LoopContext, execute_react_loop
+from ai_tools.tools.base import Actor, Tool
+from ai_tools.tools.registry import ToolRegistry
 
 ITERATIONS_PER_LOOP = 10
 BLOCK = 10
@@ -179,7 +180,7 @@ def log_events_block() -> Callable[[], None]:
     Emitted with the engine's own logger (same namespace, same observers) and the
     fields the engine gives them, as many times as the engine side makes calls.
     """
-    from ai_tools import execution
+    from ai_tools.execution import engine as execution
 
     log = execution.log
     arguments = {"at": "room"}

@@ -10,7 +10,7 @@
     sequential POSTs through a plain ``Agent``.  Targets: wall time at most
     2.5x the ideal (5 x 50 ms) and client CPU at most 1 ms per model request.
     A third run repeats the MemoryStore case under the standalone service's
-    opt-in collector settings (``AI_TOOLS_GC=service``, ai_tools/gc_tuning.py).
+    opt-in collector settings (``AI_TOOLS_GC=service``, ai_tools/standalone/gc_tuning.py).
 (c) 10,000 idle assistants (nothing pending) ticking every 5 s on the real
     reactor: CPU per second of ticking, next to 10,000 bare ``LoopingCall``\\s
     calling a no-op at the same rate.
@@ -82,7 +82,8 @@ def _process_cpu(pid: int | None) -> float:
 
 
 def _registry() -> Any:
-    from ai_tools.tools.base import Actor, Tool, ToolRegistry
+    from ai_tools.tools.base import Actor, Tool
+    from ai_tools.tools.registry import ToolRegistry
 
     class Look(Tool):
         name = "look"
@@ -142,8 +143,8 @@ async def _service_round(service: Any, names: list[str], reactor: Any) -> tuple[
 async def _loop_only_round(client: Any, registry: Any, reactor: Any, count: int
                            ) -> tuple[float, float]:
     """The same loops run directly (no service, no store): (wall s, CPU s)."""
-    from ai_tools.history import ConversationHistory
-    from ai_tools.react import LoopConfig, LoopContext, execute_react_loop
+    from ai_tools.execution.history import ConversationHistory
+    from ai_tools.loop.run import LoopConfig, LoopContext, execute_react_loop
     from ai_tools.tools.base import Actor
 
     contexts = [
@@ -200,11 +201,11 @@ async def _bare_round(agent: Agent, url: bytes, reactor: Any, count: int
 async def _bench_loops(reactor: Any, url: str, store_kind: str, tmp: str,
                        count: int = ASSISTANTS, server_pid: int | None = None,
                        gc_tuned: bool = False) -> dict[str, Any]:
-    from ai_tools.gc_tuning import GCTuning
     from ai_tools.llm.client import OpenAIChatClient
     from ai_tools.llm.profile import ModelProfile
     from ai_tools.retry import RetryPolicy
-    from ai_tools.service import AssistantService
+    from ai_tools.service.service import AssistantService
+    from ai_tools.standalone.gc_tuning import GCTuning
     from ai_tools.store.memory import MemoryStore
     from ai_tools.store.sqlite import SQLiteStore
 
@@ -354,9 +355,9 @@ async def _sleep(reactor: Any, seconds: float) -> None:
 
 
 async def _bench_cd(reactor: Any) -> None:
-    from ai_tools.service import AssistantService
+    from ai_tools.service.service import AssistantService
     from ai_tools.store.memory import MemoryStore
-    from ai_tools.tools.base import ToolRegistry
+    from ai_tools.tools.registry import ToolRegistry
 
     # (d) memory, measured while building the service
     gc.collect()

@@ -1,6 +1,7 @@
 """The tool system: categories, the base class, registries, validation, default tools."""
 
-from ai_tools.tools.base import CACHE_SCOPES, Actor, Tool, ToolCategory, ToolRegistry
+from ai_tools.tools.base import CACHE_SCOPES, Actor, Tool, ToolCategory
+from ai_tools.tools.registry import ToolRegistry
 from ai_tools.tools.validation import (
     ParameterValidator,
     ValidationResult,

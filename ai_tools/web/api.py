@@ -108,7 +108,7 @@ class Route:
 class ApiResource(Resource):
     """The whole API as one leaf resource that routes by path and method.
 
-    ``service`` is the :class:`~ai_tools.service.AssistantService`, ``world``
+    ``service`` is the :class:`~ai_tools.service.service.AssistantService`, ``world``
     its world (None: the message and hearing endpoints answer 503).
     """
 

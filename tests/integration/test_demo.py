@@ -1,4 +1,4 @@
-"""``python -m ai_tools.demo`` (``make demo``) as a user runs it: a real process, exit 0.
+"""``python -m ai_tools.standalone.demo`` (``make demo``) as a user runs it: a real process, exit 0.
 
 Runs with the scripted stand-in model (no model server), against a model
 server named by LLM_URL/LLM_MODEL (the scripted server of ai_tools.testing,
@@ -34,7 +34,7 @@ async def run_demo(state_dir: Path, **env: str) -> tuple[str, str, int]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "AI_TOOLS_"))}
     environ.update(env)
     out, err, code = await utils.getProcessOutputAndValue(
-        sys.executable, ["-m", "ai_tools.demo", "--state-dir", str(state_dir),
+        sys.executable, ["-m", "ai_tools.standalone.demo", "--state-dir", str(state_dir),
                          "--timeout", "120"],
         env=environ, path=str(ROOT), reactor=reactor())
     return out.decode(), err.decode(), code
@@ -76,7 +76,7 @@ def assert_state_on_disk(state_dir: Path) -> None:
 async def test_demo_with_the_scripted_model(tmp_path: Path) -> None:
     out, err, code = await run_demo(tmp_path / "var")
     assert code == 0, out + err
-    assert "the scripted stand-in model (ai_tools.testing)" in out
+    assert "the scripted stand-in model (ai_tools.llm.scripted)" in out
     assert_the_whole_story(out)
     assert_state_on_disk(tmp_path / "var")
 

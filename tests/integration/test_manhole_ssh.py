@@ -26,13 +26,13 @@ from twisted.internet import defer, protocol, task
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 from twisted.python.filepath import FilePath
 
-from ai_tools.console import (
+from ai_tools.service.service import AssistantService
+from ai_tools.standalone.console import (
     ConsoleService,
     console_namespace,
     hash_password,
     make_manhole_service,
 )
-from ai_tools.service import AssistantService
 from ai_tools.world.sandbox import SandboxWorld
 from tests.unit.service_fakes import FakeLLM, FakeLoop
 

@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest_twisted
 
-from ai_tools.compaction import (
+from ai_tools.execution.history import ConversationHistory
+from ai_tools.llm.client import OpenAIChatClient
+from ai_tools.loop.compaction import (
     SUMMARY_PREFIX,
     TRUNCATION_PREFIX,
     CompactionConfig,
     compact_history,
 )
-from ai_tools.history import ConversationHistory
-from ai_tools.llm.client import OpenAIChatClient
 from ai_tools.retry import RetryPolicy
 from ai_tools.testing import Fault, Turn, start_test_server
 from tests.unit.react_fakes import check_history_valid
@@ -32,7 +32,7 @@ def long_history() -> ConversationHistory:
         history.add_user(f"Bob says: tell me about the fountain, part {i}")
         call = {"id": f"c{i}", "type": "function",
                 "function": {"name": "look", "arguments": "{}"}}
-        from ai_tools.execution import parse_tool_call
+        from ai_tools.execution.engine import parse_tool_call
 
         history.add_tool_exchange(parse_tool_call(call), '{"success": true}', native=True)
     return history

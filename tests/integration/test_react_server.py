@@ -9,11 +9,11 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer, task
 
-from ai_tools import react
-from ai_tools.history import ConversationHistory
+from ai_tools.execution.history import ConversationHistory
 from ai_tools.llm.client import OpenAIChatClient
 from ai_tools.llm.repetition import RepetitionConfig
-from ai_tools.react import ExitTool, LoopConfig, LoopContext, LoopResult, execute_react_loop
+from ai_tools.loop import run as react
+from ai_tools.loop.run import ExitTool, LoopConfig, LoopContext, LoopResult, execute_react_loop
 from ai_tools.retry import RetryPolicy
 from ai_tools.testing import Fault, TestServer, Turn, start_test_server
 from ai_tools.tools.base import Actor

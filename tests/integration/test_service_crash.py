@@ -59,9 +59,10 @@ def build(path: str, reactor: Any) -> Any:
 
     from ai_tools.interfaces import ILLMClient
     from ai_tools.llm.events import ChatResponse
-    from ai_tools.service import AssistantService
+    from ai_tools.service.service import AssistantService
     from ai_tools.store.sqlite import SQLiteStore
-    from ai_tools.tools.base import Actor, Tool, ToolCategory, ToolRegistry
+    from ai_tools.tools.base import Actor, Tool, ToolCategory
+    from ai_tools.tools.registry import ToolRegistry
 
     class Look(Tool):
         name = "look"

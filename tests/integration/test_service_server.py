@@ -19,10 +19,11 @@ from twisted.logger import LogLevel, globalLogPublisher
 
 from ai_tools.llm.client import OpenAIChatClient
 from ai_tools.retry import RetryPolicy
-from ai_tools.service import AssistantService
+from ai_tools.service.service import AssistantService
 from ai_tools.store.sqlite import SQLiteStore
 from ai_tools.testing import Fault, Turn, start_test_server
-from ai_tools.tools.base import Actor, Tool, ToolCategory, ToolRegistry
+from ai_tools.tools.base import Actor, Tool, ToolCategory
+from ai_tools.tools.registry import ToolRegistry
 
 
 class Look(Tool):
@@ -110,7 +111,7 @@ class TickLog:
         self.events: list[dict[str, Any]] = []
 
     def __call__(self, event: dict[str, Any]) -> None:
-        if (str(event.get("log_namespace", "")).startswith("ai_tools.tick")
+        if (str(event.get("log_namespace", "")).startswith("ai_tools.service.tick")
                 and event.get("log_level") in (LogLevel.warn, LogLevel.error)):
             self.events.append(event)
 

@@ -19,7 +19,7 @@ import attrs
 import pytest_twisted
 
 from ai_tools.llm.client import OpenAIChatClient
-from ai_tools.service import AssistantService
+from ai_tools.service.service import AssistantService
 from ai_tools.store.sqlite import SQLiteStore
 from ai_tools.testing import TestServer, Turn, start_test_server
 from ai_tools.world.sandbox import SandboxWorld

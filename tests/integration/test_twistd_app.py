@@ -14,9 +14,9 @@ import pytest_twisted
 from twisted.application.service import Service
 from twisted.logger import LogLevel, globalLogPublisher
 
-from ai_tools.app import StandaloneService, build_service
-from ai_tools.config import Config, parse_config
 from ai_tools.errors import AIToolsError, ConfigError
+from ai_tools.standalone.app import StandaloneService, build_service
+from ai_tools.standalone.config import Config, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 WORLD = ROOT / "examples" / "world.toml"
@@ -152,7 +152,7 @@ async def test_the_real_http_api_is_used_by_default(tmp_path: Path) -> None:
 @pytest_twisted.ensureDeferred
 async def test_a_missing_listener_module_is_logged_not_fatal(tmp_path: Path,
                                                             monkeypatch: Any) -> None:
-    import ai_tools.app as app_module
+    import ai_tools.standalone.app as app_module
 
     monkeypatch.setattr(app_module, "_optional_factory", lambda module, name: None)
     fatal: list[str] = []
@@ -250,8 +250,8 @@ async def test_gc_tuning_is_opt_in_and_undone_on_stop(tmp_path: Path) -> None:
     """AI_TOOLS_GC=service tunes the collector once ready and restores it on stop."""
     import gc
 
-    from ai_tools.app import StandaloneService
-    from ai_tools.gc_tuning import SERVICE_THRESHOLDS
+    from ai_tools.standalone.app import StandaloneService
+    from ai_tools.standalone.gc_tuning import SERVICE_THRESHOLDS
 
     before = gc.get_threshold()
     plain = StandaloneService(config(tmp_path), reactor=reactor(), environ={})
@@ -282,7 +282,7 @@ async def test_gc_tuning_is_opt_in_and_undone_on_stop(tmp_path: Path) -> None:
 async def test_a_bad_gc_setting_stops_the_start_with_one_line(tmp_path: Path) -> None:
     import gc
 
-    from ai_tools.app import StandaloneService
+    from ai_tools.standalone.app import StandaloneService
 
     before = gc.get_threshold()
     fatal: list[str] = []
@@ -303,8 +303,8 @@ def test_importing_and_building_the_service_leave_the_collector_alone() -> None:
 
     code = (
         "import gc; t = gc.get_threshold()\n"
-        "import ai_tools.app, ai_tools.service, ai_tools.gc_tuning\n"
-        "from ai_tools.service import AssistantService\n"
+        "import ai_tools.standalone.app, ai_tools.service.service, ai_tools.standalone.gc_tuning\n"
+        "from ai_tools.service.service import AssistantService\n"
         "AssistantService()\n"
         "assert gc.get_threshold() == t and gc.get_freeze_count() == 0, gc.get_threshold()\n"
     )

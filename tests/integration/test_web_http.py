@@ -23,7 +23,7 @@ from twisted.internet.protocol import Protocol
 
 from ai_tools.llm.client import OpenAIChatClient
 from ai_tools.retry import RetryPolicy
-from ai_tools.service import AssistantService
+from ai_tools.service.service import AssistantService
 from ai_tools.testing import Turn, start_test_server
 from ai_tools.web.api import WebService, make_web_service
 from ai_tools.world.sandbox import SandboxWorld

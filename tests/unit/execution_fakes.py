@@ -10,11 +10,12 @@ from twisted.internet import defer, task
 from twisted.logger import globalLogPublisher
 from zope.interface import implementer
 
-from ai_tools.cache import ToolCache
-from ai_tools.execution import ExecutionContext, ToolCallOutcome, execute_tool_call
-from ai_tools.history import ConversationHistory
+from ai_tools.execution.cache import ToolCache
+from ai_tools.execution.engine import ExecutionContext, ToolCallOutcome, execute_tool_call
+from ai_tools.execution.history import ConversationHistory
 from ai_tools.interfaces import IStore
-from ai_tools.tools.base import Actor, Tool, ToolCategory, ToolRegistry
+from ai_tools.tools.base import Actor, Tool, ToolCategory
+from ai_tools.tools.registry import ToolRegistry
 
 
 class EchoTool(Tool):

@@ -9,11 +9,12 @@ from typing import Any
 from twisted.internet import defer, task
 from zope.interface import implementer
 
-from ai_tools.history import ConversationHistory
+from ai_tools.execution.history import ConversationHistory
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.events import ChatResponse, StreamDone, TextDelta
-from ai_tools.react import LoopContext
-from ai_tools.tools.base import Actor, Tool, ToolCategory, ToolRegistry
+from ai_tools.loop.run import LoopContext
+from ai_tools.tools.base import Actor, Tool, ToolCategory
+from ai_tools.tools.registry import ToolRegistry
 
 
 def call(name: str, arguments: Any = None, call_id: str | None = None) -> dict[str, Any]:

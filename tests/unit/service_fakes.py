@@ -11,10 +11,10 @@ from zope.interface import implementer
 
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.events import ChatResponse
-from ai_tools.react import LoopConfig, LoopContext, LoopProgress, LoopResult
-from ai_tools.service import AssistantService
+from ai_tools.loop.run import LoopConfig, LoopContext, LoopProgress, LoopResult
+from ai_tools.service.service import AssistantService
 from ai_tools.store.memory import MemoryStore
-from ai_tools.tools.base import ToolRegistry
+from ai_tools.tools.registry import ToolRegistry
 
 
 @implementer(ILLMClient)

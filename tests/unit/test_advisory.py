@@ -1,4 +1,4 @@
-"""Tests for ai_tools.advisory: advisory levels, injection, loop continuation."""
+"""Tests for ai_tools.loop.advisory: advisory levels, injection, loop continuation."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ai_tools.advisory import (
+from ai_tools.loop.advisory import (
     DEFAULT_THRESHOLDS,
     AdvisoryLevel,
     AdvisoryThresholds,
@@ -150,7 +150,7 @@ def test_continuation_is_consistent(pct: float, iteration: int, max_iter: int) -
 def test_memoised_answers_are_the_ones_computed() -> None:
     """The shared NORMAL advisories and continuations equal freshly built ones,
     keep the type of the percentage and never mix 0.0 with -0.0."""
-    from ai_tools.advisory import LoopContinuation, TokenAdvisory, check_loop_continuation
+    from ai_tools.loop.advisory import LoopContinuation, TokenAdvisory, check_loop_continuation
 
     for pct in (0.0, -0.0, 12.34, 12.34, 5, float("nan")):
         for _ in range(2):  # the second time from the memo, where there is one

@@ -1,4 +1,4 @@
-"""Tests for ai_tools.assistant: configuration, state round trip, mode, events."""
+"""Tests for ai_tools.service.assistant: configuration, state round trip, mode, events."""
 
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from zope.interface.verify import verifyObject
 
-from ai_tools.assistant import (
+from ai_tools.errors import AIToolsError, ConfigError
+from ai_tools.execution.history import ConversationHistory
+from ai_tools.interfaces import IAssistantRuntime
+from ai_tools.loop.run import ExitTool
+from ai_tools.service.assistant import (
     AWAKE,
     SLEEP,
     Assistant,
@@ -18,10 +22,6 @@ from ai_tools.assistant import (
     SleepRefused,
     normalise_event,
 )
-from ai_tools.errors import AIToolsError, ConfigError
-from ai_tools.history import ConversationHistory
-from ai_tools.interfaces import IAssistantRuntime
-from ai_tools.react import ExitTool
 
 # -- configuration --------------------------------------------------------------
 

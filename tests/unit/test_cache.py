@@ -8,7 +8,7 @@ import pytest
 from twisted.internet import defer, task
 from zope.interface.verify import verifyObject
 
-from ai_tools.cache import SCOPES, CacheStats, ToolCache, cache_key
+from ai_tools.execution.cache import SCOPES, CacheStats, ToolCache, cache_key
 from ai_tools.interfaces import IStore
 from ai_tools.store.memory import MemoryStore
 from tests.unit.execution_fakes import FakeCacheStore

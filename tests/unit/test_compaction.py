@@ -1,4 +1,4 @@
-"""Tests for ai_tools.compaction: summary, truncation fallback, history validity."""
+"""Tests for ai_tools.loop.compaction: summary, truncation fallback, history validity."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet import defer
 
-from ai_tools.compaction import (
+from ai_tools.loop.compaction import (
     SUMMARY_PREFIX,
     TRUNCATION_PREFIX,
     CompactionConfig,
@@ -241,7 +241,7 @@ def test_compaction_keeps_history_valid(
 
 def test_compacts_a_conversation_history_object() -> None:
     """The engine's ConversationHistory is compacted through messages/replace and stays valid."""
-    from ai_tools.history import ConversationHistory
+    from ai_tools.execution.history import ConversationHistory
 
     history = ConversationHistory([m for i in range(12) for m in native_exchange(i, 2)])
     result = compact_history(history, FakeSummariser(), CompactionConfig(preserve_window=5)

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ai_tools.config import (
+from ai_tools.errors import ConfigError
+from ai_tools.standalone.config import (
     Config,
     Overrides,
     endpoint_is_local,
@@ -19,7 +20,6 @@ from ai_tools.config import (
     load_config,
     parse_config,
 )
-from ai_tools.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -11,9 +11,9 @@ from twisted.logger import ILogObserver, LogLevel
 from twisted.python import usage
 from twisted.scripts.twistd import ServerOptions
 
-from ai_tools import plugin
-from ai_tools.app import StandaloneService, describe_failure
 from ai_tools.errors import ConfigError
+from ai_tools.standalone import plugin
+from ai_tools.standalone.app import StandaloneService, describe_failure
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "assistant.toml"
@@ -169,5 +169,5 @@ def test_the_plugin_module_only_holds_a_service_maker() -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     maker = module.aiAssistant
-    assert (maker.tapname, maker.module) == ("ai-assistant", "ai_tools.plugin")
+    assert (maker.tapname, maker.module) == ("ai-assistant", "ai_tools.standalone.plugin")
     assert not any(name.startswith("ai_tools") for name in vars(module) if name != "__name__")

@@ -19,8 +19,9 @@ from twisted.internet import error as internet_error
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
 
-from ai_tools import console
-from ai_tools.console import (
+from ai_tools.errors import ConfigError
+from ai_tools.standalone import console
+from ai_tools.standalone.console import (
     AuthorizedKeysFile,
     ConsoleService,
     PasswordFileChecker,
@@ -33,7 +34,6 @@ from ai_tools.console import (
     run_statement,
     verify_password,
 )
-from ai_tools.errors import ConfigError
 from ai_tools.tools.base import Actor, Tool, ToolCategory
 from ai_tools.world.sandbox import SandboxWorld
 from tests.unit.sandbox_world_fixtures import EXAMPLE
@@ -446,7 +446,7 @@ def test_run_statement_failed_deferred_exits_1() -> None:
     assert proto.ended.exitCode == 1
 
 
-# -- python -m ai_tools.console hash-password ------------------------------------------------------
+# -- python -m ai_tools.standalone.console hash-password ---------------------------
 
 
 def test_hash_password_command_from_stdin(monkeypatch: pytest.MonkeyPatch,
@@ -482,7 +482,7 @@ def test_hash_password_command_prompts_twice(monkeypatch: pytest.MonkeyPatch,
 
 def test_a_host_namespace_gets_the_helpers(ns: dict[str, Any]) -> None:
     """with_helpers adds what is missing over the namespace's service, keeps the rest."""
-    from ai_tools.console import with_helpers
+    from ai_tools.standalone.console import with_helpers
 
     mine = {"service": ns["service"], "config": "cfg", "status": "my own"}
     merged = with_helpers(mine)

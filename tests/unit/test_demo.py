@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ai_tools import demo
+from ai_tools.standalone import demo
 
 
 def printed(events: list[dict[str, Any]], results: dict[str, Any] | None = None) -> list[str]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from twisted.internet import task
 
-from ai_tools.episodes import episode_record, participants_of, replies_in
+from ai_tools.service.episodes import episode_record, participants_of, replies_in
 from ai_tools.store.memory import MemoryStore
 from ai_tools.tools.records import EPISODES
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from twisted.internet import defer, task
 
-from ai_tools.cache import ToolCache
 from ai_tools.errors import PermissionDenied
-from ai_tools.execution import (
+from ai_tools.execution.cache import ToolCache
+from ai_tools.execution.engine import (
     ABORT,
     BLOCKED_BY_TOOL_MODE,
     HISTORY,
@@ -31,9 +31,10 @@ from ai_tools.execution import (
     ToolCallOutcome,
     skip_tool_call,
 )
-from ai_tools.history import ConversationHistory
+from ai_tools.execution.history import ConversationHistory
 from ai_tools.retry import RetryPolicy
-from ai_tools.tools.base import Actor, ToolCategory, ToolRegistry
+from ai_tools.tools.base import Actor, ToolCategory
+from ai_tools.tools.registry import ToolRegistry
 from tests.unit.execution_fakes import (
     EchoTool,
     FakeCacheStore,
@@ -201,7 +202,7 @@ def test_gate_blocks_without_dispatching() -> None:
 
 
 def test_gate_accepts_the_loops_gate_policy() -> None:
-    from ai_tools.react import GatePolicy
+    from ai_tools.loop.run import GatePolicy
 
     ctx = make_context(gate=GatePolicy(allowed_names=frozenset({"echo"})))
     assert run(ctx, call("echo", "c1", text="x")).status == SUCCESS

@@ -6,8 +6,8 @@ from typing import Any
 
 from twisted.internet import task
 
-from ai_tools.cache import ToolCache, cache_key
-from ai_tools.execution import SUCCESS, TOOL_ERROR, ExecutionContext
+from ai_tools.execution.cache import ToolCache, cache_key
+from ai_tools.execution.engine import SUCCESS, TOOL_ERROR, ExecutionContext
 from tests.unit.execution_fakes import FakeCacheStore, call, make_context, run
 
 

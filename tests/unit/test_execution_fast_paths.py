@@ -11,10 +11,16 @@ from hypothesis import strategies as st
 from twisted.internet import task
 from twisted.internet.defer import Deferred
 
-from ai_tools.execution import ExecutionContext, _plain_validation, prepare_tool_call, run_tool_call
-from ai_tools.history import ConversationHistory
-from ai_tools.tool_results import MIN_MAX_RESULT_BYTES, plain_content, shape_result
-from ai_tools.tools.base import Actor, Tool, ToolRegistry
+from ai_tools.execution.engine import (
+    ExecutionContext,
+    _plain_validation,
+    prepare_tool_call,
+    run_tool_call,
+)
+from ai_tools.execution.history import ConversationHistory
+from ai_tools.execution.results import MIN_MAX_RESULT_BYTES, plain_content, shape_result
+from ai_tools.tools.base import Actor, Tool
+from ai_tools.tools.registry import ToolRegistry
 from ai_tools.tools.validation import ValidationResult
 
 # -- result shaping ------------------------------------------------------------------
@@ -136,7 +142,7 @@ def test_any_own_validation_takes_the_general_path() -> None:
 
 def test_the_native_exchange_carries_the_calls_own_entry() -> None:
     """The assistant message's tool_calls entry is what ToolCall.native() gives."""
-    from ai_tools.history import ToolCall, build_tool_exchange
+    from ai_tools.execution.history import ToolCall, build_tool_exchange
 
     call = ToolCall(id="c9", name="look", arguments={"at": "é"}, reasoning="why")
     assistant, answer = build_tool_exchange(call, "{}", native=True, assistant_content="hm")
@@ -150,7 +156,7 @@ def test_the_native_exchange_carries_the_calls_own_entry() -> None:
 @given(st.one_of(st.text(max_size=5), st.just("x" * 256), st.just(" " + "x" * 256),
                  st.just("x" * 257), st.integers(), st.none(), st.floats(allow_nan=False)))
 def test_a_prepared_calls_id_is_the_one_call_id_gives(raw: Any) -> None:
-    from ai_tools.execution import _ID_PREFIX, _call_id
+    from ai_tools.execution.engine import _ID_PREFIX, _call_id
 
     prepared = prepare_tool_call(raw, "look", {}).id
     expected = _call_id(raw)
@@ -213,7 +219,7 @@ class Later(Returns):
 
 
 def _run_returning(tool_class: type[Returns], value: Any) -> tuple[Any, ExecutionContext]:
-    from ai_tools.execution import execute_tool_call
+    from ai_tools.execution.engine import execute_tool_call
 
     registry = ToolRegistry([tool_class])
     tool = registry.get_tool("returns")

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet import defer
 
-from ai_tools.execution import (
+from ai_tools.execution.engine import (
     HISTORY,
     STOPPED_BY_USER,
     SUCCESS,

@@ -9,7 +9,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from twisted.internet import task
 
-from ai_tools.execution import (
+from ai_tools.execution.engine import (
     ABORT,
     ABORT_STATUSES,
     HISTORY,
@@ -19,8 +19,8 @@ from ai_tools.execution import (
     ToolCallOutcome,
     execute_tool_call,
 )
-from ai_tools.history import ConversationHistory
-from ai_tools.tools.base import ToolRegistry
+from ai_tools.execution.history import ConversationHistory
+from ai_tools.tools.registry import ToolRegistry
 from tests.unit.execution_fakes import ALL_TOOLS, make_context
 
 REGISTRY = ToolRegistry(ALL_TOOLS)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ai_tools.tool_results import DEFAULT_MAX_RESULT_BYTES, shape_result
+from ai_tools.execution.results import DEFAULT_MAX_RESULT_BYTES, shape_result
 
 
 def test_small_result_passes_unchanged() -> None:

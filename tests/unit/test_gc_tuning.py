@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from ai_tools.errors import ConfigError
-from ai_tools.gc_tuning import ENV_GC, SERVICE_THRESHOLDS, GCTuning, tuning_from_environ
+from ai_tools.standalone.gc_tuning import ENV_GC, SERVICE_THRESHOLDS, GCTuning, tuning_from_environ
 
 
 @pytest.fixture(autouse=True)

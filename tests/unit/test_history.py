@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ai_tools.history import ConversationHistory, ToolCall, build_tool_exchange
+from ai_tools.execution.history import ConversationHistory, ToolCall, build_tool_exchange
 
 
 def a_call(call_id: str = "call_1", name: str = "look", **arguments: object) -> ToolCall:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ai_tools.testing import (
+from ai_tools.llm.scripted import (
     EXHAUSTED_TEXT,
     Fault,
     Rule,

@@ -1,4 +1,4 @@
-"""Tests for ai_tools.patterns: the three-layer execution-pattern selection."""
+"""Tests for ai_tools.service.patterns: the three-layer execution-pattern selection."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from twisted.internet import defer
 
 from ai_tools.errors import ConfigError
-from ai_tools.patterns import (
+from ai_tools.service.patterns import (
     REACT_LOOP,
     SINGLE_ACTION,
     TaskAssessment,

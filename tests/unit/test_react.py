@@ -1,4 +1,4 @@
-"""Tests for the ReAct loop (ai_tools.react) with an in-process scripted model."""
+"""Tests for the ReAct loop (ai_tools.loop.run) with an in-process scripted model."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet import defer, task
 
-from ai_tools import react
 from ai_tools.errors import LLMError, LLMUnavailable, RepeatedLineLoop
-from ai_tools.history import ConversationHistory
+from ai_tools.execution.history import ConversationHistory
 from ai_tools.llm.events import ChatResponse
-from ai_tools.react import (
+from ai_tools.loop import run as react
+from ai_tools.loop.run import (
     ExitTool,
     GatePolicy,
     LoopConfig,

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ai_tools import react
-from ai_tools.history import ConversationHistory
+from ai_tools.execution.history import ConversationHistory
 from ai_tools.llm.tokens import default_counter
-from ai_tools.react import LoopConfig, LoopResult, execute_react_loop
+from ai_tools.loop import run as react
+from ai_tools.loop.run import LoopConfig, LoopResult, execute_react_loop
 from ai_tools.tools.base import ToolCategory
 from tests.unit.react_fakes import ScriptedLLM, answer, call, make_ctx, text
 
@@ -82,7 +82,7 @@ def test_usage_counted_from_exchanges_equals_a_full_count(native: bool, greeting
 def test_a_gate_allowing_everything_is_not_checked_per_call() -> None:
     """The engine gets no gate for a policy without restrictions (the same answers:
     every tool allowed, every name listed); any restriction or other policy is kept."""
-    from ai_tools.react import GatePolicy, _engine_gate
+    from ai_tools.loop.run import GatePolicy, _engine_gate
     from ai_tools.tools.base import ToolCategory
 
     assert _engine_gate(GatePolicy()) is None
@@ -109,8 +109,8 @@ def test_a_gate_allowing_everything_is_not_checked_per_call() -> None:
 def test_ends_loop_is_the_outcomes_own(kind: Any, attempts: int, from_cache: bool,
                                        category: Any, success: bool | None) -> None:
     """What the loop works out from an outcome's fields is the outcome's ends_loop."""
-    from ai_tools.execution import ToolCallOutcome
-    from ai_tools.react import _ends_loop
+    from ai_tools.execution.engine import ToolCallOutcome
+    from ai_tools.loop.run import _ends_loop
 
     result: dict[str, Any] = {} if success is None else {"success": success}
     outcome = ToolCallOutcome(kind, "s", result, None, category, attempts, 0.0, from_cache)
@@ -125,7 +125,8 @@ def test_ends_loop_is_the_outcomes_own(kind: Any, attempts: int, from_cache: boo
 def test_a_stop_while_a_tool_runs_is_seen_by_the_engine(with_check: bool) -> None:
     """The engine's stop check (the control's flag, or the context's own check too)
     sees a stop asked for while a synchronous tool runs: the call writes nothing."""
-    from ai_tools.tools.base import Actor, Tool, ToolRegistry
+    from ai_tools.tools.base import Actor, Tool
+    from ai_tools.tools.registry import ToolRegistry
 
     holder: dict[str, Any] = {}
 
@@ -157,8 +158,8 @@ def test_a_stop_while_a_tool_runs_is_seen_by_the_engine(with_check: bool) -> Non
        pct=st.floats(min_value=-5, max_value=120) | st.just(float("nan")))
 def test_the_advised_result_is_inject_token_advisorys(result: dict[str, Any], pct: float
                                                       ) -> None:
-    from ai_tools.advisory import DEFAULT_THRESHOLDS, inject_token_advisory
-    from ai_tools.react import _advised
+    from ai_tools.loop.advisory import DEFAULT_THRESHOLDS, inject_token_advisory
+    from ai_tools.loop.run import _advised
 
     advised = _advised(result, pct, DEFAULT_THRESHOLDS)
     assert advised == inject_token_advisory(result, pct, DEFAULT_THRESHOLDS)

@@ -1,4 +1,4 @@
-"""Tests for ai_tools.prompts: system prompt variants, tool listing, events."""
+"""Tests for ai_tools.loop.prompts: system prompt variants, tool listing, events."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ai_tools.advisory import TokenAdvisory
-from ai_tools.prompts import (
+from ai_tools.loop.advisory import TokenAdvisory
+from ai_tools.loop.prompts import (
     EVENTS_PREFIX,
     TICK_PREFIX,
     PromptInputs,

@@ -6,10 +6,11 @@ from typing import Any
 
 from twisted.internet import task
 
-from ai_tools import react
-from ai_tools.history import ConversationHistory, ToolCall
+from ai_tools.execution.history import ConversationHistory, ToolCall
 from ai_tools.llm.tokens import default_counter
-from ai_tools.tools.base import Actor, ToolRegistry
+from ai_tools.loop import run as react
+from ai_tools.tools.base import Actor
+from ai_tools.tools.registry import ToolRegistry
 
 
 class _Model:

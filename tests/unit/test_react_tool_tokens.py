@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ai_tools.react import ExitTool, LoopConfig, _LoopRun
+from ai_tools.loop.run import ExitTool, LoopConfig, _LoopRun
 from tests.unit.react_fakes import ScriptedLLM, make_ctx
 
 
@@ -34,8 +34,8 @@ def test_a_list_not_built_from_the_schemas_is_dumped_whole() -> None:
 
 def test_the_kept_prompt_head_is_the_rendered_one() -> None:
     """A head taken from the ones kept across loops is the head rendered for the inputs."""
-    from ai_tools.prompts import PromptInputs, system_prompt_head
-    from ai_tools.react import GatePolicy
+    from ai_tools.loop.prompts import PromptInputs, system_prompt_head
+    from ai_tools.loop.run import GatePolicy
     from ai_tools.tools.base import ToolCategory
 
     exits = (ExitTool("page", "Page a player."),)

@@ -1,4 +1,4 @@
-"""Tests for ai_tools.scheduling: one timer, due times, no overlap, cap, fairness."""
+"""Tests for ai_tools.service.scheduling: one timer, due times, no overlap, cap, fairness."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from twisted.internet import defer, task
 from twisted.logger import LogLevel, globalLogPublisher
 
-from ai_tools.scheduling import TickScheduler
+from ai_tools.service.scheduling import TickScheduler
 
 
 class Ticks:

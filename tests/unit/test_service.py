@@ -1,4 +1,4 @@
-"""Tests for ai_tools.service: the control API, scheduling, observers, hearing, shutdown."""
+"""Tests for ai_tools.service.service: the control API, scheduling, observers, hearing, shutdown."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import pytest
 from twisted.application.service import MultiService
 from twisted.internet import defer, task
 
-from ai_tools.assistant import SLEEP, Assistant
 from ai_tools.errors import ConfigError, NotFound
-from ai_tools.react import LoopConfig, LoopContext
-from ai_tools.service import AssistantService, world_message_to_event
+from ai_tools.loop.run import LoopConfig, LoopContext
+from ai_tools.service.assistant import SLEEP, Assistant
+from ai_tools.service.service import AssistantService, world_message_to_event
+from ai_tools.service.tick import IDLE, RAN, SKIPPED, TickResult
 from ai_tools.store.memory import MemoryStore
-from ai_tools.tick import IDLE, RAN, SKIPPED, TickResult
 from tests.unit.service_fakes import (
     FakeLLM,
     FakeLoop,

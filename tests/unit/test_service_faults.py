@@ -1,7 +1,7 @@
 """Fault tests: a tool that always raises, a model that answers garbage, a store that fails.
 
 In every case the assistant keeps ticking, its guard is released, the errors of a
-tick are logged once (by ``ai_tools.tick``) with the assistant, tick number and
+tick are logged once (by ``ai_tools.service.tick``) with the assistant, tick number and
 mode, and nothing half-written reaches the store.
 """
 
@@ -16,9 +16,10 @@ from zope.interface import implementer
 from ai_tools.errors import LLMProtocolError
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.events import ChatResponse
-from ai_tools.react import LoopConfig, LoopContext
-from ai_tools.tick import ERROR, RAN
-from ai_tools.tools.base import Actor, Tool, ToolRegistry
+from ai_tools.loop.run import LoopConfig, LoopContext
+from ai_tools.service.tick import ERROR, RAN
+from ai_tools.tools.base import Actor, Tool
+from ai_tools.tools.registry import ToolRegistry
 from tests.unit.react_fakes import LookTool, answer, call, text
 from tests.unit.service_fakes import (
     FakeLLM,
@@ -85,7 +86,7 @@ class GarbageLLM:
 
 
 def tick_logs(logs: LogCapture) -> list[dict[str, Any]]:
-    return logs.from_namespace("ai_tools.tick")
+    return logs.from_namespace("ai_tools.service.tick")
 
 
 def test_a_tool_that_raises_on_every_tick() -> None:

@@ -17,7 +17,8 @@ from zope.interface import implementer
 
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.events import ChatResponse
-from ai_tools.tools.base import Actor, Tool, ToolRegistry
+from ai_tools.tools.base import Actor, Tool
+from ai_tools.tools.registry import ToolRegistry
 from tests.unit.garbage import cyclic_garbage
 from tests.unit.service_fakes import add, make_service, settle
 
@@ -101,7 +102,7 @@ def test_finished_ticks_leave_no_cycle_of_ours() -> None:
 
 def test_the_check_can_fail() -> None:
     """A tick object caught in a cycle would be reported."""
-    from ai_tools.tick import _Tick
+    from ai_tools.service.tick import _Tick
 
     clock, service, _ = make_service()
     assistant = add(service, clock, name="ada")
@@ -109,4 +110,4 @@ def test_the_check_can_fail() -> None:
         tick = _Tick(assistant, service, 1, 0.0)
         tick.errors.append(tick)  # type: ignore[arg-type]
         del tick
-    assert ours(garbage) == ["ai_tools.tick._Tick"]
+    assert ours(garbage) == ["ai_tools.service.tick._Tick"]

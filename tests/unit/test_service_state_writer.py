@@ -1,4 +1,4 @@
-"""Tests for ai_tools.state_writer: group commit of assistant state."""
+"""Tests for ai_tools.service.state_writer: group commit of assistant state."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from twisted.internet import defer, task
 
-from ai_tools.state_writer import StateWriter
+from ai_tools.service.state_writer import StateWriter
 from ai_tools.store.memory import MemoryStore
 
 

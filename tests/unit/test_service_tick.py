@@ -1,4 +1,4 @@
-"""Tests for ai_tools.tick: the steps of spec 004 §1, with a fake loop and with the real one."""
+"""Tests for ai_tools.service.tick: spec 004 §1 steps, with a fake loop and the real one."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from typing import Any
 
 from twisted.internet import defer
 
-from ai_tools.assistant import AWAKE, SLEEP
-from ai_tools.cache import ToolCache
+from ai_tools.execution.cache import ToolCache
 from ai_tools.llm.events import ChatResponse
 from ai_tools.llm.tokens import count_messages
-from ai_tools.react import LoopConfig, LoopContext
-from ai_tools.tick import IDLE, RAN, SKIPPED, SLEEPING, WOKE
+from ai_tools.loop.run import LoopConfig, LoopContext
+from ai_tools.service.assistant import AWAKE, SLEEP
+from ai_tools.service.tick import IDLE, RAN, SKIPPED, SLEEPING, WOKE
 from ai_tools.tools.base import ToolCategory
 from tests.unit.react_fakes import ScriptedLLM, SlowTool, answer, call, make_registry, text
 from tests.unit.service_fakes import FakeLLM, add, loop_result, make_service, settle
@@ -209,7 +209,7 @@ def test_sleep_compaction_from_70_percent() -> None:
 
 def test_go_to_sleep_tool_is_refused_right_after_waking() -> None:
     """The activity_since_wake safeguard as a tool sees it (SleepRefused → error result)."""
-    from ai_tools.assistant import SleepRefused
+    from ai_tools.service.assistant import SleepRefused
 
     clock, service, _ = make_service()
     ada = add(service, clock, name="ada")

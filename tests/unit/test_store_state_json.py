@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ai_tools.assistant import Assistant, AssistantConfig
+from ai_tools.service.assistant import Assistant, AssistantConfig
 from ai_tools.store import state_json
 from ai_tools.store.serialization import check_state
 from ai_tools.store.state_json import EncodedState, StateEncoder

@@ -429,8 +429,8 @@ class CmdAIAssistant(MuxCommand):
                 value = raw  # plain text (a persona)
         old = dict(script.db.config or {})
         script.set_config(key, value)
-        from ai_tools.assistant import AssistantConfig
         from ai_tools.errors import ConfigError
+        from ai_tools.service.assistant import AssistantConfig
 
         try:
             AssistantConfig.from_mapping(script.assistant_config(), f"assistant {name}")

@@ -7,7 +7,7 @@ Add this module to the game's server-services plugins::
 Evennia then calls :func:`start_plugin_services` while the Server starts, and
 an :class:`EvenniaAssistantHost` joins the Server's services.  When the
 reactor runs, the host adds every assistant found on an ``AssistantScript`` to
-one :class:`~ai_tools.service.AssistantService` (one timer for all of them),
+one :class:`~ai_tools.service.service.AssistantService` (one timer for all of them),
 hands it the events heard while it was down, and keeps the scripts and the
 service in step as builders use the ``aiassistant`` command.  On ``evennia
 reload`` or ``stop`` the Server stops its services: ticks in flight get
@@ -29,7 +29,7 @@ from ai_tools.contrib.evennia.conf import ai_setting
 from ai_tools.contrib.evennia.lookup import all_assistant_scripts, get_assistant_script
 from ai_tools.contrib.evennia.store import ScriptStore
 from ai_tools.contrib.evennia.world import EvenniaWorld
-from ai_tools.service import AssistantService
+from ai_tools.service.service import AssistantService
 
 log = Logger()
 
@@ -74,7 +74,7 @@ def build_registry() -> Any:
     from evennia.utils.utils import class_from_module
 
     from ai_tools.tools import register_default_tools
-    from ai_tools.tools.base import ToolRegistry
+    from ai_tools.tools.registry import ToolRegistry
 
     registry = register_default_tools(ToolRegistry())
     for path in ai_setting("AI_TOOLS_EXTRA_TOOLS") or ():

@@ -16,7 +16,8 @@ from twisted.internet import task
 from ai_tools.contrib.evennia.tests.base import ContribTestBase, result_of
 from ai_tools.store.memory import MemoryStore
 from ai_tools.tools import register_default_tools
-from ai_tools.tools.base import Actor, ToolRegistry
+from ai_tools.tools.base import Actor
+from ai_tools.tools.registry import ToolRegistry
 
 REGISTRY = register_default_tools(ToolRegistry())
 

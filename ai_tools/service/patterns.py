@@ -36,7 +36,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from ai_tools.errors import ConfigError
-from ai_tools.react import GatePolicy
+from ai_tools.loop.run import GatePolicy
 from ai_tools.tools.base import ToolCategory
 
 __all__ = [

@@ -15,7 +15,7 @@
    reflection loop on a copy of the history (nothing it says is kept);
 6. **idle exit** — nothing pending and not ``autonomous``: no model call;
 7. **execution-pattern selection** — context type from the pending events,
-   optional model assessment, the three layers of :mod:`ai_tools.patterns`;
+   optional model assessment, the three layers of :mod:`ai_tools.service.patterns`;
 8. **the loop** — a ReAct loop or a single action, its state persisted after
    every iteration (the loop waits for the write before its next model call).
 
@@ -34,11 +34,13 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ai_tools.assistant import AWAKE, SLEEP
-from ai_tools.compaction import compact_history, needs_compaction
-from ai_tools.episodes import EPISODES, episode_record
 from ai_tools.llm.tokens import DEFAULT_CONTEXT_WINDOW, count_messages
-from ai_tools.patterns import (
+from ai_tools.loop.compaction import compact_history, needs_compaction
+from ai_tools.loop.prompts import format_events
+from ai_tools.loop.run import GatePolicy, LoopConfig, LoopContext, LoopControl, LoopResult
+from ai_tools.service.assistant import AWAKE, SLEEP
+from ai_tools.service.episodes import EPISODES, episode_record
+from ai_tools.service.patterns import (
     ExecutionPattern,
     assess_task,
     determine_context_type,
@@ -46,12 +48,10 @@ from ai_tools.patterns import (
     select_gate,
     wants_assessment,
 )
-from ai_tools.prompts import format_events
-from ai_tools.react import GatePolicy, LoopConfig, LoopContext, LoopControl, LoopResult
 from ai_tools.tools.base import Actor, ToolCategory
 
 if TYPE_CHECKING:
-    from ai_tools.assistant import Assistant, AssistantHost
+    from ai_tools.service.assistant import Assistant, AssistantHost
 
 __all__ = [
     "CANCELLED",
@@ -584,7 +584,7 @@ def _episode_failed(failure: Failure, tick: _Tick) -> None:
 
 def _trim_history(assistant: Assistant) -> None:
     """Keep at most ``max_history`` messages (truncation never splits a tool call)."""
-    from ai_tools.compaction import CompactionConfig, truncate_messages
+    from ai_tools.loop.compaction import CompactionConfig, truncate_messages
 
     limit = assistant.config.max_history
     if len(assistant.history) <= limit:

@@ -45,18 +45,19 @@ import attrs
 from twisted.internet import defer, task
 from twisted.python.failure import Failure
 
-from ai_tools.cache import ToolCache, cache_key, canonical_json
 from ai_tools.errors import AIToolsError
 from ai_tools.event_logger import EventLogger
-from ai_tools.history import ConversationHistory, ToolCall, build_tool_exchange
-from ai_tools.retry import DEFAULT_RETRY_POLICY, RetryPolicy, is_retryable_error
-from ai_tools.tool_results import (
+from ai_tools.execution.cache import ToolCache, cache_key, canonical_json
+from ai_tools.execution.history import ConversationHistory, ToolCall, build_tool_exchange
+from ai_tools.execution.results import (
     DEFAULT_MAX_RESULT_BYTES,
     MIN_MAX_RESULT_BYTES,
     plain_content,
     shape_result,
 )
-from ai_tools.tools.base import Actor, Tool, ToolCategory, ToolRegistry
+from ai_tools.retry import DEFAULT_RETRY_POLICY, RetryPolicy, is_retryable_error
+from ai_tools.tools.base import Actor, Tool, ToolCategory
+from ai_tools.tools.registry import ToolRegistry
 from ai_tools.tools.validation import validate_tool_result
 
 __all__ = [
@@ -363,7 +364,7 @@ def _call_id(raw: Any) -> str:
 
 
 def parse_tool_call(tool_call: Any) -> ToolCall:
-    """Make a :class:`~ai_tools.history.ToolCall` of whatever the model sent.
+    """Make a :class:`~ai_tools.execution.history.ToolCall` of whatever the model sent.
 
     Accepted shapes: native ``{"id", "type": "function", "function": {"name",
     "arguments"}}`` (arguments a JSON string or an object); fallback ``{"tool"
@@ -410,7 +411,7 @@ def parse_tool_call(tool_call: Any) -> ToolCall:
 
 def prepare_tool_call(call_id: Any, name: Any, arguments: dict[str, Any],
                       reasoning: Any = "") -> ToolCall:
-    """The :class:`~ai_tools.history.ToolCall` of a call already taken apart.
+    """The :class:`~ai_tools.execution.history.ToolCall` of a call already taken apart.
 
     The checks and normalisation of :func:`parse_tool_call` (it ends here), for
     a caller that decoded the model's call itself (the loop's parser): the same
@@ -1008,7 +1009,7 @@ def execute_tool_call(
     """Run one tool call; the Deferred fires with a :class:`ToolCallOutcome`, never fails.
 
     ``tool_call`` is whatever the model produced (see :func:`parse_tool_call`), or a
-    :class:`~ai_tools.history.ToolCall` made by :func:`prepare_tool_call`.
+    :class:`~ai_tools.execution.history.ToolCall` made by :func:`prepare_tool_call`.
     ``assistant_content`` is text the model wrote along with the call; it is
     recorded in the assistant message.  Cancelling the Deferred kills the call
     (see the module docstring).

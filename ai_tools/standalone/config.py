@@ -7,7 +7,7 @@ tables (every one optional; ``examples/assistant.toml`` shows them all)::
     [store]        backend ("sqlite" or "memory"), path, synchronous
     [world]        file (the seed world file), log_size
     [models.NAME]  a model profile (ModelProfile fields), or scenario = "file"
-                   for the scripted stand-in model of ai_tools.testing
+                   for the scripted stand-in model of ai_tools.llm.scripted
     [[assistants]] AssistantConfig fields: name, character_id, persona, model,
                    tick_rate, sleep_*, reflection_interval, execution_config
                    (with allowed_tools per context), exit_tools, ...
@@ -36,10 +36,10 @@ from typing import Any
 
 import attrs
 
-from ai_tools.assistant import AssistantConfig
 from ai_tools.errors import ConfigError
 from ai_tools.llm.profile import ModelProfile
-from ai_tools.tools.base import ToolRegistry
+from ai_tools.service.assistant import AssistantConfig
+from ai_tools.tools.registry import ToolRegistry
 
 __all__ = [
     "DEFAULT_HTTP_PORT",
@@ -163,7 +163,7 @@ class ManholeConfig:
 
 @attrs.frozen
 class Config:
-    """The whole checked configuration (build the service with :mod:`ai_tools.app`)."""
+    """The whole checked configuration (build the service with :mod:`ai_tools.standalone.app`)."""
 
     source: str = "<config>"
     """Where it came from (the file path), for messages."""
@@ -503,7 +503,7 @@ def _model(name: str, data: Any, base: Path, overrides: Overrides) -> ModelSpec:
         port = table.typed("port", int, 0)
         _port(port, f"{where}.port")
         assert scenario is not None
-        from ai_tools.testing import Script
+        from ai_tools.llm.scripted import Script
 
         try:
             Script.from_file(scenario)

@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from ai_tools.cache import canonical_json
+from ai_tools.execution.cache import canonical_json
 from ai_tools.store.history_repair import (
     FALLBACK_RESULT_PREFIX,
     RepairReport,

@@ -23,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from ai_tools.advisory import AdvisoryLevel, TokenAdvisory
+from ai_tools.loop.advisory import AdvisoryLevel, TokenAdvisory
 
 __all__ = [
     "EVENTS_PREFIX",

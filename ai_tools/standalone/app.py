@@ -1,19 +1,19 @@
-"""Build and run the standalone service from a checked :class:`~ai_tools.config.Config`.
+"""Build and run the standalone service from a checked :class:`~ai_tools.standalone.config.Config`.
 
 :class:`StandaloneService` is the root of the tree ``twistd ai-assistant``
-runs (and ``python -m ai_tools.demo`` too).  Starting it, in order:
+runs (and ``python -m ai_tools.standalone.demo`` too).  Starting it, in order:
 
 1. the model clients: one :class:`~ai_tools.llm.client.OpenAIChatClient` per
    model profile; a scripted profile first starts the scripted model server of
-   :mod:`ai_tools.testing` on 127.0.0.1 and points its client there;
+   :mod:`ai_tools.llm.scripted` on 127.0.0.1 and points its client there;
 2. the store (SQLite file or memory), opened and migrated;
 3. the sandbox world, loaded from the store (seeded from the world file the
    first time);
-4. the :class:`~ai_tools.service.AssistantService` with the configured
+4. the :class:`~ai_tools.service.service.AssistantService` with the configured
    assistants (each restored from its saved state when it has one);
 5. the listeners: the HTTP API and, when enabled, the SSH manhole;
 6. opt-in (``AI_TOOLS_GC=service``): the garbage-collector settings of
-   :mod:`ai_tools.gc_tuning` for this process, restored when it stops.
+   :mod:`ai_tools.standalone.gc_tuning` for this process, restored when it stops.
 
 So nothing listens before the world and the assistants are there.  A failure
 on the way is logged as one line and handed to ``on_fatal`` (twistd stops
@@ -33,9 +33,9 @@ from twisted.internet import defer, error
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
-from ai_tools.config import Config, ModelSpec
 from ai_tools.errors import AIToolsError
-from ai_tools.gc_tuning import GCTuning, tuning_from_environ
+from ai_tools.standalone.config import Config, ModelSpec
+from ai_tools.standalone.gc_tuning import GCTuning, tuning_from_environ
 
 __all__ = ["StandaloneService", "build_service", "describe_failure"]
 
@@ -82,7 +82,7 @@ class StandaloneService(MultiService):
     ``reactor`` defaults to the global one (looked up on start);
     ``on_fatal(message)`` is called when start-up fails; ``web_factory`` and
     ``manhole_factory`` replace ``ai_tools.web.api.make_web_service`` and
-    ``ai_tools.console.make_manhole_service`` (tests); ``gc_tuning`` is
+    ``ai_tools.standalone.console.make_manhole_service`` (tests); ``gc_tuning`` is
     applied once ready (default: what ``AI_TOOLS_GC`` in ``environ``, the
     process environment by default, asks for; usually nothing).  After
     :meth:`when_ready` fires, ``assistants`` (the ``AssistantService``),
@@ -228,7 +228,7 @@ class StandaloneService(MultiService):
             self.clients[name] = OpenAIChatClient(profile, reactor=self.reactor)
 
     def _start_scripted(self, spec: ModelSpec) -> defer.Deferred[Any]:
-        from ai_tools.testing import Script, start_test_server
+        from ai_tools.llm.scripted import Script, start_test_server
 
         assert spec.scenario is not None
         try:
@@ -256,7 +256,7 @@ class StandaloneService(MultiService):
 
     @defer.inlineCallbacks
     def _start_assistants(self) -> Any:
-        from ai_tools.service import AssistantService
+        from ai_tools.service.service import AssistantService
         from ai_tools.tools import register_default_tools
 
         settings = self.config.service
@@ -295,7 +295,7 @@ class StandaloneService(MultiService):
                 self._add_listener("http", web)
         manhole = config.manhole
         if manhole.enabled:
-            factory = self._manhole_factory or _optional_factory("ai_tools.console",
+            factory = self._manhole_factory or _optional_factory("ai_tools.standalone.console",
                                                                  "make_manhole_service")
             if factory is None:
                 log.warn("The manhole is not part of this build; not listening on {endpoint}",

@@ -20,7 +20,7 @@ when it fires.
 
 Password file lines are ``user:$scrypt$n=16384,r=8,p=1$<salt>$<hash>`` or
 ``user:$pbkdf2-sha256$i=600000$<salt>$<hash>`` (base64 salt and hash); make
-one with ``python -m ai_tools.console hash-password --user admin``.  See
+one with ``python -m ai_tools.standalone.console hash-password --user admin``.  See
 ``docs/console.md``.
 """
 
@@ -460,7 +460,7 @@ def read_password_file(path: str | os.PathLike[str]) -> dict[str, str]:
         except ValueError as exc:
             raise ConfigError(
                 f"{where}:{number}: the password of {user!r} is not a hash ({exc}); make one "
-                "with 'python -m ai_tools.console hash-password'") from None
+                "with 'python -m ai_tools.standalone.console hash-password'") from None
         users[user] = encoded
     return users
 
@@ -830,16 +830,16 @@ def make_manhole_service(
     return ConsoleService(factory, endpoint, reactor=reactor)
 
 
-# -- python -m ai_tools.console hash-password --------------------------------------------
+# -- python -m ai_tools.standalone.console hash-password ---------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ai_tools.console hash-password [--user NAME] [--scheme scrypt|pbkdf2]``.
+    """``python -m ai_tools.standalone.console hash-password [--user N] [--scheme S]``.
 
     Reads the password twice from the terminal (or once from standard input
     when it is not a terminal) and prints the password-file line.
     """
-    parser = argparse.ArgumentParser(prog="python -m ai_tools.console")
+    parser = argparse.ArgumentParser(prog="python -m ai_tools.standalone.console")
     commands = parser.add_subparsers(dest="command", required=True)
     hashing = commands.add_parser("hash-password", help="print a password-file line")
     hashing.add_argument("--user", help="prefix the hash with 'USER:'")

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ai_tools.prompts import event_line
+from ai_tools.loop.prompts import event_line
 from ai_tools.tools.records import EPISODES
 
 MAX_EPISODE_CHARS = 4000

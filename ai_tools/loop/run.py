@@ -29,18 +29,9 @@ import attrs
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from ai_tools import execution
-from ai_tools.advisory import (
-    DEFAULT_THRESHOLDS,
-    AdvisoryLevel,
-    AdvisoryThresholds,
-    TokenAdvisory,
-    check_loop_continuation,
-    inject_token_advisory,
-    usage_percentage,
-)
 from ai_tools.errors import LLMError
 from ai_tools.event_logger import EventLogger
+from ai_tools.execution import engine as execution
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.events import ChatResponse, TextDelta, ToolCall
 from ai_tools.llm.parsing import ParsedCalls, parse_tool_calls, plain_native_calls
@@ -50,14 +41,24 @@ from ai_tools.llm.tokens import (
     default_counter,
     estimate_native_exchange,
 )
-from ai_tools.prompts import (
+from ai_tools.loop.advisory import (
+    DEFAULT_THRESHOLDS,
+    AdvisoryLevel,
+    AdvisoryThresholds,
+    TokenAdvisory,
+    check_loop_continuation,
+    inject_token_advisory,
+    usage_percentage,
+)
+from ai_tools.loop.prompts import (
     PromptInputs,
     format_events,
     system_prompt_head,
     system_prompt_status,
     tick_message,
 )
-from ai_tools.tools.base import Actor, ToolCategory, ToolRegistry
+from ai_tools.tools.base import Actor, ToolCategory
+from ai_tools.tools.registry import ToolRegistry
 
 __all__ = [
     "COMPLETED",
@@ -296,11 +297,11 @@ class LoopContext:
     registry: ToolRegistry
     llm: ILLMClient
     history: Any
-    """The assistant's ``ai_tools.history.ConversationHistory``."""
+    """The assistant's ``ai_tools.execution.history.ConversationHistory``."""
     clock: Any
     """An ``IReactorTime``: the reactor, or ``task.Clock`` in tests."""
     cache: Any = None
-    """The service's ``ai_tools.cache.ToolCache`` (None: no caching)."""
+    """The service's ``ai_tools.execution.cache.ToolCache`` (None: no caching)."""
     cache_namespace: str = ""
     gate: GatePolicy = GatePolicy()
     system_prompt: str | SystemPromptProvider = ""

@@ -3,7 +3,7 @@
 ``twistd -n ai-assistant --config assistant.toml [--db PATH] [--http LISTEN]
 [--manhole LISTEN] [--llm-url URL] [--model NAME] [--api-key-env VAR]
 [--log-level LEVEL]``: the options override the file (see
-:mod:`ai_tools.config`).  The configuration is read and checked while the
+:mod:`ai_tools.standalone.config`).  The configuration is read and checked while the
 command line is parsed, so a mistake stops twistd before anything starts:
 one line on standard error (``twistd ai-assistant: error: assistant.toml:
 assistants.pip.model: unknown model profile 'gpt' (declared: local)``), no
@@ -31,8 +31,8 @@ from twisted.logger import (
 )
 from twisted.python import usage
 
-from ai_tools.config import LOG_LEVELS, Config, Overrides, load_config
 from ai_tools.errors import ConfigError
+from ai_tools.standalone.config import LOG_LEVELS, Config, Overrides, load_config
 
 __all__ = ["Options", "makeService"]
 
@@ -179,8 +179,8 @@ def _exit_on_fatal(message: str) -> None:
 
 
 def makeService(options: Options) -> IService:
-    """Build the service tree from the checked options (see :mod:`ai_tools.app`)."""
-    from ai_tools.app import build_service
+    """Build the service tree from the checked options (see :mod:`ai_tools.standalone.app`)."""
+    from ai_tools.standalone.app import build_service
 
     config = options.loaded
     if config is None:  # postOptions was not run (a programmatic caller)

@@ -35,7 +35,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ai_tools.interfaces import IStore
-from ai_tools.scheduling import Clock, DelayedCall
+from ai_tools.service.scheduling import Clock, DelayedCall
 
 __all__ = ["StateWriter"]
 

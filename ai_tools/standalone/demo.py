@@ -1,4 +1,4 @@
-"""``make demo`` (``python -m ai_tools.demo``): the standalone service at work.
+"""``make demo`` (``python -m ai_tools.standalone.demo``): the standalone service at work.
 
 Starts the service of ``examples/assistant.toml`` on the embedded default (a
 fresh SQLite file in ``var/``, the sandbox world of ``examples/world.toml``),
@@ -9,7 +9,7 @@ what it returned, and why the loop ended — followed by what Bob hears.  Then
 the service stops cleanly and the demo exits 0.
 
 With no model server configured, the answers come from the scripted stand-in
-model of :mod:`ai_tools.testing` playing ``examples/demo-scenario.toml`` (no
+model of :mod:`ai_tools.llm.scripted` playing ``examples/demo-scenario.toml`` (no
 network, no API key).  With ``LLM_URL`` and ``LLM_MODEL`` set (and
 ``LLM_API_KEY`` if the server needs one), the same demo runs against that
 OpenAI-compatible server: Ollama, llama.cpp's server, vLLM, OpenAI,
@@ -41,7 +41,7 @@ __all__ = ["PLAYER_LINES", "StepPrinter", "main", "run_demo", "summarise_result"
 
 log = Logger()
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 ASSISTANT = "pip"
 PLAYER = "char:bob"
@@ -190,7 +190,7 @@ def model_overrides(environ: Mapping[str, str]) -> tuple[dict[str, str], str]:
     url = environ.get("LLM_URL", "").strip()
     model = environ.get("LLM_MODEL", "").strip()
     if not url and not model:
-        return {}, ("the scripted stand-in model (ai_tools.testing) playing "
+        return {}, ("the scripted stand-in model (ai_tools.llm.scripted) playing "
                     "examples/demo-scenario.toml: no model server, no network.\n"
                     "       Set LLM_URL and LLM_MODEL to use a real OpenAI-compatible server.")
     if not url or not model:
@@ -267,9 +267,9 @@ def run_demo(
     config_path: Path = EXAMPLES / "assistant.toml",
 ) -> Any:
     """Run the demo, printing through ``write``; fires with the exit status."""
-    from ai_tools.app import build_service, describe_failure
-    from ai_tools.config import Overrides, load_config
     from ai_tools.errors import ConfigError
+    from ai_tools.standalone.app import build_service, describe_failure
+    from ai_tools.standalone.config import Overrides, load_config
 
     try:
         llm, announced = model_overrides(environ)
@@ -395,8 +395,8 @@ def _start_logging(state_dir: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ai_tools.demo [--state-dir DIR] [--timeout SECONDS]``."""
-    parser = argparse.ArgumentParser(prog="python -m ai_tools.demo",
+    """``python -m ai_tools.standalone.demo [--state-dir DIR] [--timeout SECONDS]``."""
+    parser = argparse.ArgumentParser(prog="python -m ai_tools.standalone.demo",
                                      description="Run the ai_tools demo (see README.md).")
     parser.add_argument("--state-dir", default=str(ROOT / "var"),
                         help="where the demo's SQLite file and log go (default: var/)")

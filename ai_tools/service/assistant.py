@@ -7,7 +7,7 @@ tick bookkeeping — and implements :class:`~ai_tools.interfaces.IAssistantRunti
 so tools reach it as ``actor.assistant``.  :meth:`Assistant.to_state` and
 :meth:`Assistant.from_state` turn it into the JSON dict the store keeps.
 
-The tick itself (spec 004 §1) lives in :mod:`ai_tools.tick`; the assistant
+The tick itself (spec 004 §1) lives in :mod:`ai_tools.service.tick`; the assistant
 talks to the service that hosts it only through :class:`AssistantHost`.
 """
 
@@ -23,16 +23,16 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from ai_tools.compaction import DEFAULT_COMPACTION, CompactionConfig
 from ai_tools.errors import AIToolsError, ConfigError
-from ai_tools.execution import ExecutionState
-from ai_tools.history import ConversationHistory
+from ai_tools.execution.engine import ExecutionState
+from ai_tools.execution.history import ConversationHistory
 from ai_tools.interfaces import IAssistantRuntime
-from ai_tools.patterns import validate_execution_config
-from ai_tools.react import ExitTool, LoopContext, LoopControl, LoopResult
-from ai_tools.scheduling import Clock
+from ai_tools.loop.compaction import DEFAULT_COMPACTION, CompactionConfig
+from ai_tools.loop.run import ExitTool, LoopContext, LoopControl, LoopResult
+from ai_tools.service.patterns import validate_execution_config
+from ai_tools.service.scheduling import Clock
 from ai_tools.store.state_json import EncodedState, StateEncoder
-from ai_tools.tools.base import ToolRegistry
+from ai_tools.tools.registry import ToolRegistry
 
 __all__ = [
     "AWAKE",
@@ -187,7 +187,7 @@ class AssistantConfig:
     execution_config: Mapping[str, Any] = attrs.field(
         factory=dict, converter=_frozen_mapping, validator=_check_execution_config
     )
-    """Layers 1 and 2 of pattern selection and the gates (see :mod:`ai_tools.patterns`)."""
+    """Layers 1 and 2 of pattern selection and the gates (see :mod:`ai_tools.service.patterns`)."""
     tool_budget: int | None = attrs.field(default=None, validator=_optional_budget)
     """Tool calls allowed per tick (None: unlimited)."""
     exit_tools: tuple[ExitTool, ...] = attrs.field(default=(), converter=_to_exit_tools)
@@ -578,8 +578,8 @@ class Assistant:
         global _at_tick
         if self.host is None:
             raise AIToolsError(f"assistant {self.name!r} has no host to tick in")
-        if _at_tick is None:  # ai_tools.tick imports this module: bind it on first use
-            from ai_tools.tick import at_tick
+        if _at_tick is None:  # ai_tools.service.tick imports this module: bind it on first use
+            from ai_tools.service.tick import at_tick
 
             _at_tick = at_tick
         return _at_tick(self, self.host)

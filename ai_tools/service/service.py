@@ -2,11 +2,11 @@
 
 The service owns everything its assistants share — the tool registry, the
 tool cache (one object, a namespace per assistant), the model clients, the
-store and the world — and one :class:`~ai_tools.assistant.Assistant` state
+store and the world — and one :class:`~ai_tools.service.assistant.Assistant` state
 object per assistant.  One ``LoopingCall`` (the :class:`TickScheduler`) starts
 the assistants that are due; each tick follows spec 004 §1
-(:mod:`ai_tools.tick`).  State is persisted after every loop iteration through
-a group-committing :class:`~ai_tools.state_writer.StateWriter`.
+(:mod:`ai_tools.service.tick`).  State is persisted after every loop iteration through
+a group-committing :class:`~ai_tools.service.state_writer.StateWriter`.
 
 Embedding it::
 
@@ -37,10 +37,9 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ai_tools.assistant import AWAKE, Assistant, AssistantConfig
 from ai_tools.errors import ConfigError, NotFound
-from ai_tools.history import ConversationHistory
-from ai_tools.react import (
+from ai_tools.execution.history import ConversationHistory
+from ai_tools.loop.run import (
     GatePolicy,
     LoopConfig,
     LoopContext,
@@ -48,10 +47,12 @@ from ai_tools.react import (
     LoopResult,
     execute_react_loop,
 )
-from ai_tools.scheduling import Clock, TickScheduler
-from ai_tools.state_writer import StateWriter
-from ai_tools.tick import TickResult
-from ai_tools.tools.base import Actor, ToolRegistry
+from ai_tools.service.assistant import AWAKE, Assistant, AssistantConfig
+from ai_tools.service.scheduling import Clock, TickScheduler
+from ai_tools.service.state_writer import StateWriter
+from ai_tools.service.tick import TickResult
+from ai_tools.tools.base import Actor
+from ai_tools.tools.registry import ToolRegistry
 
 __all__ = ["AssistantService", "LoopRunner", "Observer", "world_message_to_event"]
 
@@ -61,7 +62,7 @@ Observer = Callable[[dict[str, Any]], None]
 """Receives loop and tick events: dicts with ``type`` and ``assistant``."""
 
 LoopRunner = Callable[[LoopContext, LoopConfig], "defer.Deferred[LoopResult]"]
-"""Runs one loop; :func:`ai_tools.react.execute_react_loop` unless replaced (tests)."""
+"""Runs one loop; :func:`ai_tools.loop.run.execute_react_loop` unless replaced (tests)."""
 
 _SUBAGENT_PERSONA = (
     "You are a helper sub-agent working for {name}. Your only job is the task in the "
@@ -233,7 +234,7 @@ class AssistantService(MultiService):
     def cache(self) -> Any:
         """The shared ``ToolCache`` (created on first use)."""
         if self._cache is None:
-            from ai_tools.cache import ToolCache
+            from ai_tools.execution.cache import ToolCache
 
             self._cache = ToolCache(clock=self.clock, store=self.store)
         return self._cache
@@ -596,7 +597,7 @@ class AssistantService(MultiService):
         return assistant.queue_event(event)
 
     def run_tick(self, name: str) -> defer.Deferred[TickResult]:
-        """Run one tick of ``name`` now; fires with its :class:`~ai_tools.tick.TickResult`.
+        """Run one tick of ``name`` now; fires with its :class:`~ai_tools.service.tick.TickResult`.
 
         Never overlaps a tick in flight: then the result is ``skipped`` /
         ``already_ticking``.  Raises NotFound for an unknown name.

@@ -1,0 +1,14 @@
+"""The service layer: ``AssistantService`` ticks many assistants on one reactor.
+
+Modules: :mod:`.service` (the ``MultiService``), :mod:`.assistant` (one
+assistant's configuration and state), :mod:`.tick` (one tick),
+:mod:`.scheduling` (one ``LoopingCall`` for every assistant),
+:mod:`.state_writer` (grouped state writes), :mod:`.patterns` (execution-pattern
+selection), :mod:`.episodes` (conversation episodes).  See ``docs/service.md``.
+"""
+
+from ai_tools.service.assistant import AssistantConfig
+from ai_tools.service.service import AssistantService
+from ai_tools.service.tick import TickResult
+
+__all__ = ["AssistantConfig", "AssistantService", "TickResult"]
