@@ -31,8 +31,9 @@ test-evennia:
 	$(EVENNIA_PYTHON) scripts/evennia/run_tests.py
 
 lint: $(STAMP)
-	$(PY) -m ruff check ai_tools twisted tests benchmarks
+	$(PY) -m ruff check ai_tools twisted tests benchmarks scripts
 	$(PY) -m mypy
+	$(PY) scripts/check_function_length.py --max 60 ai_tools
 
 ## Benchmarks: ratios measured side by side in one run (figures go to docs/benchmarks.md).
 bench: $(STAMP)
