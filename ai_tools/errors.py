@@ -30,6 +30,18 @@ class ConfigError(AIToolsError):
     """A configuration mistake; the message names the key and the file."""
 
 
+class LeaseLost(AIToolsError):
+    """A state write was fenced off: this worker no longer holds the assistant's lease
+    at the epoch it wrote with (another worker owns the assistant now)."""
+
+
+class WorldConflict(AIToolsError):
+    """A shared-world change was computed from rows another worker changed meanwhile.
+
+    The change was not applied; the world catches up and computes it again.
+    """
+
+
 class LLMError(AIToolsError):
     """A model request failed.
 

@@ -208,6 +208,40 @@ class IWorldStore(Interface):
         ``delete`` (``{section: [keys]}``) in one transaction; deletes apply first."""
 
 
+class ISharedWorldStore(Interface):
+    """A store several worker processes share the sandbox world through (PostgreSQL).
+
+    Rows carry a ``version``: the **world clock** value of the transaction that
+    last wrote them.  The clock rises once per world-changing transaction, in
+    commit order, and numbers the messages too (their ``seq``), so a reader
+    that has seen clock ``C`` has seen every change and message up to ``C``.
+    Every method returns a Deferred.
+    """
+
+    def change_world(put=None, delete=None, *, expect=None, touch=(), messages=()):
+        """Apply one world change in one transaction step; fires ``{"clock", "seqs"}``.
+
+        ``put``/``delete`` as :meth:`IWorldStore.write_world`; ``expect`` maps
+        ``(section, key)`` to the version the row must still have (None: must
+        not exist), else :class:`ai_tools.errors.WorldConflict` and nothing is
+        applied; ``touch`` rows get a new version without new data;
+        ``messages`` are ``{"data": {...}, "receivers": [ids], "dedupe_key"}``
+        numbered in order.  Fires once committed.
+        """
+
+    def load_shared_world(log_size):
+        """``{"clock", section: [(row, version)], "meta": {key: (value, version)},
+        "messages": [(seq, data, receivers)]}`` (what each character heard last,
+        ``log_size`` each) in one snapshot, or None when there is no world."""
+
+    def world_since(clock, dirty=(), limit=1000):
+        """What changed after ``clock`` (``{"clock", "rows", "meta", "deleted",
+        "messages", "dirty_rows"}``); ``dirty`` rows are read whatever their version."""
+
+    def listen_world(on_change, on_connect):
+        """Call ``on_change(clock)`` when any process changes the world; returns ``stop()``."""
+
+
 class ILLMClient(Interface):
     """A chat-completion model.
 

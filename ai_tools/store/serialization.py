@@ -81,13 +81,19 @@ def check_metadata(metadata: Any) -> str:
 
 
 def check_content(content: Any) -> str:
-    """Record content: a string (lone surrogates become U+FFFD)."""
+    """Record content: a string (lone surrogates and NUL characters become U+FFFD).
+
+    Neither can be stored as text (UTF-8 has no surrogates; PostgreSQL text
+    holds no NUL), and every store keeps the same content, so the rest of the
+    content is kept and only those characters are replaced.
+    """
     if not isinstance(content, str):
         raise TypeError(f"record content must be a string, not {type(content).__name__}")
+    if "\x00" in content:
+        content = content.replace("\x00", "\ufffd")
     try:
         content.encode("utf-8")
     except UnicodeEncodeError:
-        # Lone surrogates cannot be stored as text; keep the rest of the content.
         content = "".join("\ufffd" if 0xD800 <= ord(ch) <= 0xDFFF else ch for ch in content)
     return content
 

@@ -5,7 +5,9 @@ FTS5 has its own query language (``AND``, ``NEAR(...)``, ``col:``, ``*``,
 quotes), so raw text can raise a syntax error or change the query's meaning.
 :func:`fts5_match_expression` quotes every white-space separated piece of
 the text and joins them with ``OR``, so that any word may match and BM25 ranks
-records matching more (and rarer) words higher.
+records matching more (and rarer) words higher.  The PostgreSQL store turns
+the same pieces (:func:`search_pieces`) into ``phraseto_tsquery`` phrases
+joined with ``||``.
 
 :class:`BM25` scores documents the same way in pure Python for the in-memory
 store, so both stores rank alike (the memory store does no stemming).
@@ -40,15 +42,13 @@ def query_terms(text: str) -> list[str]:
     return list(seen)
 
 
-def fts5_match_expression(text: str) -> str | None:
-    """A syntactically valid FTS5 query for ``text``, or None if it has nothing to search.
+def search_pieces(text: str) -> list[str]:
+    """The distinct white-space separated pieces of ``text`` a search looks for, in order.
 
-    The text is split on white space and each piece becomes a quoted FTS5
-    string (inner quotes doubled), joined with ``OR``.  Inside quotes FTS5
-    applies the very tokenizer that indexed the records, so a piece matches
-    exactly where it occurs in a record, and no character of the input can act
-    as an operator.  Control characters (a NUL ends an FTS5 string early) and
-    lone surrogates are replaced by spaces first.
+    Control characters (a NUL ends an FTS5 string early; PostgreSQL text
+    cannot hold one) and lone surrogates are replaced by spaces first; at
+    most :data:`MAX_QUERY_TERMS` pieces are kept.  Both stores' full-text
+    searches start here, so they look for the same pieces.
     """
     if not isinstance(text, str):
         text = str(text)
@@ -58,6 +58,18 @@ def fts5_match_expression(text: str) -> str | None:
         pieces.setdefault(piece, None)
         if len(pieces) >= MAX_QUERY_TERMS:
             break
+    return list(pieces)
+
+
+def fts5_match_expression(text: str) -> str | None:
+    """A syntactically valid FTS5 query for ``text``, or None if it has nothing to search.
+
+    Each of :func:`search_pieces` becomes a quoted FTS5 string (inner quotes
+    doubled), joined with ``OR``.  Inside quotes FTS5 applies the very
+    tokenizer that indexed the records, so a piece matches exactly where it
+    occurs in a record, and no character of the input can act as an operator.
+    """
+    pieces = search_pieces(text)
     if not pieces:
         return None
     return " OR ".join('"' + piece.replace('"', '""') + '"' for piece in pieces)

@@ -1,0 +1,667 @@
+"""The scale-out store: PostgreSQL through ``twisted.enterprise.adbapi`` and psycopg 3.
+
+It keeps what :class:`~ai_tools.store.sqlite.SQLiteStore` promises — the same
+contract tests pass on both — for several worker processes sharing one
+database:
+
+* **Grouped writes.** One write transaction is in flight at a time; writes
+  asked for meanwhile share the next one, each in its own savepoint (one that
+  fails is rolled back alone and fails only its caller).  A write's Deferred
+  fires once its transaction committed; a read waits for the writes asked for
+  before it, so it sees them.  The service checkpoints an iteration this way
+  before the assistant's next model call.
+* **The same schema versioning** (:mod:`ai_tools.store.postgres_schema`),
+  safe when several workers open the database at once.
+* **Full-text search** with PostgreSQL's text search: the same pieces of the
+  query as FTS5 (:func:`~ai_tools.store.text_search.search_pieces`), stemmed
+  and unaccented like FTS5's ``porter unicode61``, ranked by ``ts_rank``.
+* **The shared world** (:mod:`ai_tools.store.postgres_world`,
+  :class:`~ai_tools.world.shared.SharedWorld`): versioned rows, one global
+  message sequence in commit order, ``LISTEN/NOTIFY`` on a connection of its
+  own (:mod:`ai_tools.store.postgres_listener`).
+* **Leases** with an epoch and fenced state writes: the seam for several
+  workers owning assistants (docs/scaling.md).
+
+The password never travels in the DSN (refused there): it comes from
+``password=`` (see :func:`database_password`: the environment or a file) or
+from libpq's own password file.  The driver is psycopg 3 (measured against
+psycopg2 in docs/scaling.md); ``driver=`` exists for that measurement.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import attrs
+from twisted.enterprise import adbapi
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from ai_tools.errors import AIToolsError, ConfigError
+from ai_tools.interfaces import ISharedWorldStore, IStore, IWorldStore
+from ai_tools.store import postgres_statements as sql
+from ai_tools.store import postgres_world as world_sql
+from ai_tools.store.clock import SecondsClock, now_seconds
+from ai_tools.store.history_repair import RepairReport, log_repair
+from ai_tools.store.postgres_schema import migrate
+from ai_tools.store.serialization import (
+    check_content,
+    check_expiry,
+    check_limit,
+    check_metadata,
+    check_name,
+    check_state,
+    encode_json,
+    encode_world_changes,
+)
+from ai_tools.store.text_search import search_pieces
+
+T = TypeVar("T")
+
+PASSWORD_ENV = "AI_TOOLS_DB_PASSWORD"
+PASSWORD_FILE_ENV = "AI_TOOLS_DB_PASSWORD_FILE"
+
+_Op = tuple[Callable[..., Any], tuple[Any, ...]]
+
+
+class StoreClosed(RuntimeError):
+    """A store method was called before ``open()`` or after ``close()``."""
+
+
+def check_dsn(dsn: str) -> dict[str, str]:
+    """The parts of a libpq DSN (``key=value ...`` or a URL); ConfigError if bad.
+
+    A password in the DSN is refused: DSNs end up in command lines, process
+    listings and logs.
+    """
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:
+        raise ConfigError("the PostgreSQL store needs psycopg 3: pip install "
+                          "'ai_tools[postgres]'") from None
+    try:
+        parts = conninfo_to_dict(dsn)
+    except Exception as exc:  # psycopg.ProgrammingError: the message says what is wrong
+        raise ConfigError(f"bad PostgreSQL DSN: {exc}") from None
+    if "password" in parts:
+        raise ConfigError(f"the PostgreSQL DSN must not hold the password: set {PASSWORD_ENV} "
+                          f"or {PASSWORD_FILE_ENV} instead")
+    return {key: str(value) for key, value in parts.items()}
+
+
+def database_password(environ: Mapping[str, str]) -> str | None:
+    """The database password from ``AI_TOOLS_DB_PASSWORD`` or ``AI_TOOLS_DB_PASSWORD_FILE``.
+
+    None when neither is set (libpq's password file or a trust rule may do).
+    The file must be a regular file readable by its owner only (like libpq's
+    ``.pgpass``); its content without the final newline is the password.
+    """
+    direct = environ.get(PASSWORD_ENV)
+    path = environ.get(PASSWORD_FILE_ENV)
+    if direct and path:
+        raise ConfigError(f"set only one of {PASSWORD_ENV} and {PASSWORD_FILE_ENV}")
+    if direct:
+        return direct
+    if not path:
+        return None
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{PASSWORD_FILE_ENV}: {path} is not a regular file")
+        if info.st_mode & 0o077:
+            raise ConfigError(f"{PASSWORD_FILE_ENV}: {path} is readable by others "
+                              f"(mode {stat.S_IMODE(info.st_mode):o}); chmod 600 it")
+        with open(path, encoding="utf-8") as handle:
+            password = handle.read().rstrip("\r\n")
+    except OSError as exc:
+        raise ConfigError(f"{PASSWORD_FILE_ENV}: cannot read {path}: {exc.strerror}") from None
+    if not password:
+        raise ConfigError(f"{PASSWORD_FILE_ENV}: {path} is empty")
+    return password
+
+
+def _rollback_quietly(cursor: Any) -> None:
+    try:
+        cursor.execute("ROLLBACK")  # only a warning when no transaction is open
+    except Exception:
+        pass  # the connection is gone; adbapi reconnects, the original error stands
+
+
+def _write_group(conn: Any, ops: Sequence[_Op]) -> list[Any]:
+    """Run writes in one transaction (each in a savepoint when several); finish the world.
+
+    Returns each write's result, or its Failure.  A single write that raises
+    rolls the transaction back and raises; so does a failing commit or world
+    clock step (every write of the group then failed).
+    """
+    cursor = conn.cursor()
+    try:
+        cursor.execute("BEGIN")
+        try:
+            if len(ops) == 1:
+                fn, args = ops[0]
+                results: list[Any] = [fn(cursor, *args)]
+            else:
+                results = [_in_savepoint(cursor, fn, args) for fn, args in ops]
+            world_sql.finish_world_changes(cursor, results)
+            cursor.execute("COMMIT")
+        except BaseException:
+            _rollback_quietly(cursor)
+            raise
+        return results
+    finally:
+        cursor.close()
+
+
+def _in_savepoint(cursor: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    cursor.execute("SAVEPOINT write")
+    try:
+        result = fn(cursor, *args)
+    except Exception:
+        result = Failure()
+        cursor.execute("ROLLBACK TO SAVEPOINT write")
+    cursor.execute("RELEASE SAVEPOINT write")
+    return result
+
+
+def _read(conn: Any, fn: Callable[..., T], *args: Any) -> T:
+    """Run ``fn(cursor, *args)`` as a read-only snapshot (one consistent view)."""
+    cursor = conn.cursor()
+    try:
+        cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        try:
+            result = fn(cursor, *args)
+            cursor.execute("COMMIT")
+        except BaseException:
+            _rollback_quietly(cursor)
+            raise
+        return result
+    finally:
+        cursor.close()
+
+
+@implementer(IStore, IWorldStore, ISharedWorldStore)
+@attrs.define(eq=False)
+class PostgreSQLStore:
+    """IStore, IWorldStore and ISharedWorldStore on a PostgreSQL database.
+
+    :param dsn: a libpq connection string or URL, without the password.
+    :param password: the password (see :func:`database_password`), or None.
+    :param clock: stamps records and saved states (default: the reactor).
+    :param reactor: the reactor adbapi and the listener schedule on.
+    :param pool_size: connections (threads) of the pool: one writes at a
+        time, the others read.
+    :param driver: the DB-API module; ``"psycopg"`` (psycopg 3) is the one
+        supported, ``"psycopg2"`` exists for the driver measurement.
+    """
+
+    dsn: str
+    password: str | None = attrs.field(default=None, repr=False)
+    clock: SecondsClock | None = None
+    reactor: Any = None
+    pool_size: int = 4
+    driver: str = "psycopg"
+    _pool: adbapi.ConnectionPool | None = attrs.field(default=None, init=False)
+    schema_version: int = attrs.field(default=0, init=False)
+    _pending: list[tuple[Callable[..., Any], tuple[Any, ...], defer.Deferred[Any]]] = (
+        attrs.field(factory=list, init=False))
+    """Writes asked for while a write transaction was in flight: the next group."""
+    _writing: bool = attrs.field(default=False, init=False)
+    _next_readers: list[defer.Deferred[None]] = attrs.field(factory=list, init=False)
+    """Reads waiting for the group the pending writes will form."""
+    _current_readers: list[defer.Deferred[None]] = attrs.field(factory=list, init=False)
+    """Reads waiting for the group in flight."""
+    _listeners: list[Any] = attrs.field(factory=list, init=False)
+    transactions: int = attrs.field(default=0, init=False)
+    """Write transactions committed or attempted (for status and benchmarks)."""
+
+    _log = Logger()
+
+    def _now(self) -> float:
+        return now_seconds(self.clock)
+
+    @property
+    def label(self) -> str:
+        """Where the store is, for people: ``PostgreSQL user@host:port/dbname``."""
+        try:
+            parts = check_dsn(self.dsn)
+        except ConfigError:
+            return "PostgreSQL (bad DSN)"
+        host = parts.get("host", "localhost")
+        port = parts.get("port", "5432")
+        user = parts.get("user", "")
+        return f"PostgreSQL {user + '@' if user else ''}{host}:{port}/{parts.get('dbname', '')}"
+
+    # -- lifecycle --------------------------------------------------------
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """What the driver's ``connect`` gets next to the DSN (the password, when given)."""
+        kwargs: dict[str, Any] = {"application_name": "ai_tools"}
+        if self.password is not None:
+            kwargs["password"] = self.password
+        return kwargs
+
+    def open(self) -> defer.Deferred[None]:
+        """Create the pool, check the connection and apply missing migrations."""
+        if self._pool is not None:
+            return defer.succeed(None)
+        try:
+            check_dsn(self.dsn)
+        except ConfigError as exc:
+            return defer.fail(exc)
+        kwargs: dict[str, Any] = {
+            "cp_min": 1, "cp_max": max(2, self.pool_size), "cp_reconnect": True,
+            "cp_noisy": False, "cp_openfun": _configure, **self.connect_kwargs(),
+        }
+        if self.reactor is not None:
+            kwargs["cp_reactor"] = self.reactor
+        try:
+            self._pool = adbapi.ConnectionPool(self.driver, self.dsn, **kwargs)
+        except ImportError:
+            return defer.fail(AIToolsError(
+                f"the PostgreSQL store needs the {self.driver} module: pip install "
+                "'ai_tools[postgres]'"))
+        d = self._pool.runWithConnection(self._migrate, self._now())
+        d.addCallback(self._opened)
+        d.addErrback(self._open_failed)
+        return d
+
+    def _migrate(self, conn: Any, now: float) -> int:
+        applied: list[Any] = []
+        version = migrate(conn, now, on_applied=applied.append)
+        for migration in applied:
+            self._log.info("{store}: applied migration {version} ({description})",
+                           store=self.label, version=migration.version,
+                           description=migration.description)
+        return version
+
+    def _opened(self, version: int) -> None:
+        self.schema_version = version
+
+    def _open_failed(self, failure: Failure) -> Failure:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+        return failure
+
+    def close(self) -> defer.Deferred[None]:
+        """Stop the listeners, finish the queued writes, then close the pool."""
+        listeners, self._listeners = self._listeners, []
+        for listener in listeners:
+            listener.stop()
+        if self._pool is None:
+            return defer.succeed(None)
+        d = self._after_writes()
+        pool = self._pool
+
+        def shut(result: Any) -> Any:
+            if self._pool is pool:
+                self._pool = None
+            pool.close()
+            return result if isinstance(result, Failure) else None
+
+        d.addBoth(shut)
+        return d
+
+    @property
+    def is_open(self) -> bool:
+        """Whether :meth:`open` succeeded and :meth:`close` was not called."""
+        return self._pool is not None
+
+    # -- the writer and readers ---------------------------------------------
+
+    def _closed(self) -> defer.Deferred[Any]:
+        return defer.fail(StoreClosed(f"{self.label} store is not open"))
+
+    def _write(self, fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+        """Run ``fn(cursor, *args)`` in a write transaction; fires once committed.
+
+        Writes asked for while another write transaction is in flight are
+        grouped into the next one (each in its own savepoint).  Order is kept.
+        """
+        if self._pool is None:
+            return self._closed()
+        d: defer.Deferred[T] = defer.Deferred()
+        self._pending.append((fn, args, d))
+        if not self._writing:
+            self._submit_pending()
+        return d
+
+    def _submit_pending(self) -> None:
+        ops, self._pending = self._pending, []
+        readers, self._next_readers = self._next_readers, []
+        if self._pool is None:
+            for _, _, d in ops:
+                d.errback(StoreClosed(f"{self.label} store is not open"))
+            for reader in readers:
+                reader.callback(None)
+            return
+        self._writing = True
+        self._current_readers = readers
+        self.transactions += 1
+        waiters = [d for _, _, d in ops]
+        group = self._pool.runWithConnection(_write_group, [(fn, args) for fn, args, _ in ops])
+        group.addBoth(self._group_done, waiters, readers)
+
+    def _group_done(self, outcome: Any, waiters: list[defer.Deferred[Any]],
+                    readers: list[defer.Deferred[None]]) -> None:
+        self._writing = False
+        self._current_readers = []
+        if self._pending:
+            self._submit_pending()  # the writer starts on the next group at once
+        if isinstance(outcome, Failure):
+            for d in waiters:
+                d.errback(outcome)
+        else:
+            for d, result in zip(waiters, outcome, strict=True):
+                if isinstance(result, Failure):
+                    d.errback(result)
+                else:
+                    d.callback(result)
+        for reader in readers:
+            reader.callback(None)
+
+    def _after_writes(self) -> defer.Deferred[None]:
+        """Fires once every write asked for so far has finished (committed or failed)."""
+        wait: defer.Deferred[None] = defer.Deferred()
+        if self._pending:
+            self._next_readers.append(wait)
+        elif self._writing:
+            self._current_readers.append(wait)
+        else:
+            wait.callback(None)
+        return wait
+
+    def _query(self, fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+        """A read that sees every write asked for before it."""
+        if self._pool is None:
+            return self._closed()
+        pool = self._pool
+        d = self._after_writes()
+        d.addCallback(lambda _: pool.runWithConnection(_read, fn, *args))
+        return d  # type: ignore[return-value]
+
+    def _snapshot(self, fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+        """A read of the committed state now, not waiting for this store's writes."""
+        if self._pool is None:
+            return self._closed()
+        return self._pool.runWithConnection(_read, fn, *args)
+
+    def run_in_transaction(self, fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+        """Run ``fn(cursor, *args)`` on a store thread in one write transaction (grouped)."""
+        return self._write(fn, *args)
+
+    # -- assistants -------------------------------------------------------
+
+    def load_assistant(self, name: str) -> defer.Deferred[dict[str, Any] | None]:
+        """The saved state of ``name`` with its history repaired, or None."""
+        try:
+            check_name(name, "assistant name")
+        except (TypeError, ValueError) as exc:
+            return defer.fail(exc)
+        return self._query(sql.load_assistant, name).addCallback(self._report_repair, name)
+
+    def _report_repair(
+        self, loaded: tuple[dict[str, Any], RepairReport] | None, name: str
+    ) -> dict[str, Any] | None:
+        if loaded is None:
+            return None
+        state, report = loaded
+        log_repair(name, report)
+        return state
+
+    def save_assistant(self, name: str, state: Mapping[str, Any]) -> defer.Deferred[None]:
+        """Replace the saved state of ``name`` in one transaction."""
+        return self.save_many({name: state})
+
+    def save_many(
+        self,
+        states: Mapping[str, Mapping[str, Any]],
+        fence: tuple[str, Mapping[str, int]] | None = None,
+    ) -> defer.Deferred[None]:
+        """Replace the saved states of several assistants in one transaction (all or none).
+
+        ``fence`` is ``(worker, {name: epoch})``: then every state is written
+        only while ``worker`` holds that assistant's lease at that epoch, and
+        the call fails with :class:`~ai_tools.errors.LeaseLost` (writing
+        nothing) otherwise.
+        """
+        try:
+            rows = [(check_name(name, "assistant name"), check_state(state))
+                    for name, state in states.items()]
+            if fence is not None:
+                fence = (check_name(fence[0], "worker"), dict(fence[1]))
+        except (TypeError, ValueError) as exc:
+            return defer.fail(exc)
+        return self._write(sql.save_states, rows, self._now(), fence)
+
+    def delete_assistant(self, name: str) -> defer.Deferred[bool]:
+        """Forget ``name``; fires True if it had saved state."""
+        return self._write(sql.delete_assistant, name)
+
+    def list_assistants(self) -> defer.Deferred[list[str]]:
+        """Sorted names of the assistants with saved state."""
+        return self._query(sql.list_assistants)
+
+    # -- persistent cache ---------------------------------------------------
+
+    def cache_get(self, namespace: str, key: str, now: float) -> defer.Deferred[Any]:
+        """The cached value, or None when absent or expired (``expires_at <= now``)."""
+        return self._query(sql.cache_get, namespace, key, now)
+
+    def cache_put(
+        self, namespace: str, key: str, value: Any, expires_at: float | None
+    ) -> defer.Deferred[None]:
+        """Store ``value`` under ``(namespace, key)`` until ``expires_at`` (None: forever)."""
+        try:
+            check_name(namespace, "cache namespace")
+            check_name(key, "cache key")
+            row = (namespace, key, encode_json(value, "cache value"), check_expiry(expires_at))
+        except (TypeError, ValueError) as exc:
+            return defer.fail(exc)
+        return self._write(sql.cache_put, row)
+
+    def cache_invalidate(self, namespace: str) -> defer.Deferred[int]:
+        """Drop every entry of ``namespace``; fires with how many were dropped."""
+        return self._write(sql.cache_invalidate, namespace)
+
+    def cache_purge_expired(self, now: float) -> defer.Deferred[int]:
+        """Drop every expired entry; fires with how many were dropped."""
+        return self._write(sql.cache_purge, now)
+
+    # -- records ------------------------------------------------------------
+
+    def add_record(
+        self,
+        owner: str,
+        collection: str,
+        content: str,
+        metadata: Mapping[str, Any] | None = None,
+        parent_id: int | None = None,
+    ) -> defer.Deferred[dict[str, Any]]:
+        """Add a record; fires with its dict (``NotFound`` if ``parent_id`` is unknown)."""
+        try:
+            check_name(owner, "record owner")
+            check_name(collection, "record collection")
+            row = (owner, collection, check_content(content), check_metadata(metadata))
+        except (TypeError, ValueError) as exc:
+            return defer.fail(exc)
+        return self._write(sql.add_record, row, parent_id, self._now())
+
+    def update_record(
+        self,
+        record_id: int,
+        content: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> defer.Deferred[dict[str, Any] | None]:
+        """Replace the content and/or metadata of a record; None if unknown."""
+        try:
+            new_content = check_content(content) if content is not None else None
+            new_metadata = check_metadata(metadata) if metadata is not None else None
+        except (TypeError, ValueError) as exc:
+            return defer.fail(exc)
+        return self._write(sql.update_record, record_id, new_content, new_metadata, self._now())
+
+    def get_record(self, record_id: int) -> defer.Deferred[dict[str, Any] | None]:
+        """One record dict, or None."""
+        return self._query(sql.get_record, record_id)
+
+    def delete_record(self, record_id: int) -> defer.Deferred[bool]:
+        """Remove a record (its children keep existing, with no parent); True if it existed."""
+        return self._write(sql.delete_record, record_id)
+
+    def list_records(
+        self,
+        owner: str,
+        collection: str | None,
+        limit: int = 20,
+        newest_first: bool = True,
+        parent_id: int | None = None,
+    ) -> defer.Deferred[list[dict[str, Any]]]:
+        """Records of one collection (None: every collection) in time order."""
+        try:
+            check_limit(limit)
+        except ValueError as exc:
+            return defer.fail(exc)
+        return self._query(sql.list_records, owner, collection, limit, newest_first, parent_id)
+
+    def search_records(
+        self, owner: str, collection: str | None, query: str, limit: int = 10
+    ) -> defer.Deferred[list[dict[str, Any]]]:
+        """Full-text search, best first; ``score`` is ``ts_rank`` (higher is better).
+
+        Any word of ``query`` may match; arbitrary text is safe (operators and
+        quotes in it are not interpreted).
+        """
+        try:
+            check_limit(limit)
+        except ValueError as exc:
+            return defer.fail(exc)
+        pieces = search_pieces(query)
+        if not pieces:
+            return defer.succeed([])
+        return self._query(sql.search_records, owner, collection, pieces, limit)
+
+    # -- leases (the seam for several workers; docs/scaling.md) ----------------
+
+    def acquire_lease(self, name: str, worker: str, ttl: float) -> defer.Deferred[int | None]:
+        """Take ``name``'s lease for ``ttl`` seconds; its epoch, or None if another holds it."""
+        return self._write(sql.acquire_lease, name, worker, self._now(), ttl)
+
+    def renew_leases(
+        self, worker: str, names: Sequence[str], ttl: float
+    ) -> defer.Deferred[dict[str, int]]:
+        """Extend the leases ``worker`` still holds; ``{name: epoch}`` of those."""
+        return self._write(sql.renew_leases, worker, list(names), self._now(), ttl)
+
+    def release_leases(
+        self, worker: str, names: Sequence[str] | None = None
+    ) -> defer.Deferred[int]:
+        """Let ``worker``'s leases (all, or ``names``) go at once; how many."""
+        return self._write(sql.release_leases, worker,
+                           None if names is None else list(names))
+
+    def list_leases(self) -> defer.Deferred[list[tuple[str, str, int, float]]]:
+        """Every lease as ``(name, worker, epoch, expires_at)``."""
+        return self._query(sql.list_leases)
+
+    def assistant_epochs(self) -> defer.Deferred[dict[str, int | None]]:
+        """The lease epoch each saved state was written under (None: unfenced)."""
+        return self._query(sql.assistant_epochs)
+
+    # -- world --------------------------------------------------------------
+
+    def load_world(self) -> defer.Deferred[dict[str, Any] | None]:
+        """The saved world sections, or None when no world was ever written."""
+        return self._query(world_sql.load_world)
+
+    def write_world(
+        self,
+        put: Mapping[str, Any] | None = None,
+        delete: Mapping[str, Sequence[str]] | None = None,
+    ) -> defer.Deferred[None]:
+        """Upsert and delete world rows in one transaction (deletes first)."""
+        d = self.change_world(put, delete)
+        d.addCallback(lambda _: None)
+        return d  # type: ignore[return-value]
+
+    def change_world(
+        self,
+        put: Mapping[str, Any] | None = None,
+        delete: Mapping[str, Sequence[str]] | None = None,
+        *,
+        expect: Mapping[tuple[str, str], int | None] | None = None,
+        touch: Sequence[tuple[str, str]] = (),
+        messages: Sequence[Mapping[str, Any]] = (),
+    ) -> defer.Deferred[dict[str, Any]]:
+        """One shared-world change (see ISharedWorldStore); fires with ``{"clock", "seqs"}``."""
+        try:
+            rows, meta, deletes = encode_world_changes(put, delete)
+            encoded = [(encode_json(dict(m["data"]), "world message"),
+                        [check_name(r, "receiver") for r in m.get("receivers", ())],
+                        m.get("dedupe_key")) for m in messages]
+        except (TypeError, ValueError) as exc:
+            return defer.fail(exc)
+        change = world_sql.WorldChange(rows=rows, meta=meta, deletes=deletes,
+                                       expect=dict(expect or {}), touch=list(touch),
+                                       messages=encoded)
+        d = self._write(world_sql.apply_world_change, change)
+        d.addCallback(world_sql.AppliedChange.outcome)
+        return d  # type: ignore[return-value]
+
+    def load_shared_world(self, log_size: int) -> defer.Deferred[dict[str, Any] | None]:
+        """The world with row versions, the clock and what each character heard last."""
+        return self._query(world_sql.load_shared_world, log_size)
+
+    def world_since(
+        self, clock: int, dirty: Sequence[tuple[str, str]] = (), limit: int = 1000
+    ) -> defer.Deferred[dict[str, Any]]:
+        """What changed after ``clock``: rows, deletions and messages (see ISharedWorldStore)."""
+        return self._snapshot(world_sql.world_since, clock, list(dirty), limit)
+
+    def prune_world_messages(self, keep: int) -> defer.Deferred[int]:
+        """Keep only the newest ``keep`` world messages; how many went."""
+        return self._write(world_sql.prune_messages, keep)
+
+    def listen_world(
+        self, on_change: Callable[[int], None], on_connect: Callable[[], None]
+    ) -> Callable[[], None]:
+        """Call ``on_change(clock)`` on every world change of any worker (LISTEN/NOTIFY).
+
+        The connection is its own, outside the pool; it reconnects by itself,
+        calling ``on_connect()`` each time it (re)starts listening (changes
+        may have been missed meanwhile).  Returns the function that stops it.
+        """
+        from ai_tools.store.postgres_listener import NotificationListener
+
+        listener = NotificationListener(
+            dsn=self.dsn, connect_kwargs=self.connect_kwargs(),
+            channel=world_sql.NOTIFY_CHANNEL, reactor=self.reactor,
+            on_notify=lambda payload: on_change(_clock_value(payload)),
+            on_connect=on_connect)
+        self._listeners.append(listener)
+        listener.start()
+
+        def stop() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+            listener.stop()
+
+        return stop
+
+
+def _clock_value(payload: str) -> int:
+    try:
+        return int(payload)
+    except ValueError:
+        return 0  # not ours: a catch-up finds nothing new
+
+
+def _configure(conn: Any) -> None:
+    """Per-connection settings: we issue BEGIN/COMMIT ourselves."""
+    conn.autocommit = True

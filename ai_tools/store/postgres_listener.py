@@ -1,0 +1,179 @@
+"""``LISTEN`` on a PostgreSQL connection of its own, read by the reactor.
+
+A notification arrives on an idle connection's socket.  The connection is
+opened (blocking) in a thread, ``LISTEN channel`` is sent there too, then the
+socket is handed to the reactor (``addReader``): when it is readable,
+psycopg's libpq-level calls (``PGconn.consume_input``, ``PGconn.notifies``)
+read without blocking, and each notification's payload goes to
+``on_notify``.  Nothing else ever runs on this connection, and it is outside
+the adbapi pool: a pool connection is busy with queries and would hear
+nothing while idle in the pool.
+
+When the connection breaks (server restart, network), the listener closes it
+and connects again after a delay that doubles up to ``max_delay``; every time
+it is listening again it calls ``on_connect`` — notifications sent meanwhile
+are lost, so the caller catches up from the database then.  TCP keepalives
+make a silently dead peer break the connection too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+from twisted.internet import threads
+from twisted.internet.interfaces import IReadDescriptor
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+               "keepalives_count": 3, "connect_timeout": 10}
+
+
+@implementer(IReadDescriptor)
+class _SocketReader:
+    """The reactor's view of the listening connection's socket."""
+
+    def __init__(self, listener: NotificationListener, fileno: int) -> None:
+        self._listener = listener
+        self._fileno = fileno
+
+    def fileno(self) -> int:
+        return self._fileno
+
+    def doRead(self) -> None:
+        self._listener.readable()
+
+    def connectionLost(self, reason: Failure) -> None:
+        self._listener.lost(reason)
+
+    def logPrefix(self) -> str:
+        return "PostgreSQL LISTEN"
+
+
+@attrs.define(eq=False)
+class NotificationListener:
+    """Calls ``on_notify(payload)`` for each NOTIFY on ``channel`` (a plain identifier)."""
+
+    dsn: str
+    connect_kwargs: dict[str, Any] = attrs.field(repr=False)
+    channel: str
+    on_notify: Callable[[str], None]
+    on_connect: Callable[[], None]
+    reactor: Any = None
+    retry_delay: float = 0.5
+    max_delay: float = 30.0
+    _conn: Any = attrs.field(default=None, init=False)
+    _reader: _SocketReader | None = attrs.field(default=None, init=False)
+    _stopped: bool = attrs.field(default=True, init=False)
+    _delay: float = attrs.field(default=0.0, init=False)
+    _retry: Any = attrs.field(default=None, init=False)
+    connects: int = attrs.field(default=0, init=False)
+    """How many times it started listening (reconnects included)."""
+
+    _log = Logger()
+
+    def __attrs_post_init__(self) -> None:
+        if not self.channel.isidentifier():
+            raise ValueError(f"channel must be a plain identifier, not {self.channel!r}")
+        if self.reactor is None:
+            from twisted.internet import reactor
+
+            self.reactor = reactor
+
+    def start(self) -> None:
+        """Connect and listen (in the background); reconnects until :meth:`stop`."""
+        if not self._stopped:
+            return
+        self._stopped = False
+        self._delay = self.retry_delay
+        self._connect()
+
+    def stop(self) -> None:
+        """Stop listening and close the connection; harmless twice."""
+        self._stopped = True
+        if self._retry is not None and self._retry.active():
+            self._retry.cancel()
+        self._retry = None
+        self._drop()
+
+    def _connect(self) -> None:
+        self._retry = None
+        d = threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), self._open)
+        d.addCallbacks(self._listening, self._failed)
+
+    def _open(self) -> Any:
+        """(In a thread.)  A new autocommit connection that listens on the channel."""
+        import psycopg
+
+        conn = psycopg.connect(self.dsn, autocommit=True, **{**_KEEPALIVES,
+                                                             **self.connect_kwargs})
+        try:
+            conn.execute(f"LISTEN {self.channel}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _listening(self, conn: Any) -> None:
+        if self._stopped:
+            conn.close()
+            return
+        self._conn = conn
+        self._reader = _SocketReader(self, conn.fileno())
+        self.reactor.addReader(self._reader)
+        self._delay = self.retry_delay
+        self.connects += 1
+        self._log.debug("Listening for {channel} notifications", channel=self.channel)
+        self._call(self.on_connect)
+
+    def _failed(self, failure: Failure) -> None:
+        if self._stopped:
+            return
+        self._log.warn("Cannot listen for {channel} notifications ({error}); retrying in "
+                       "{delay:.1f}s", channel=self.channel,
+                       error=failure.getErrorMessage(), delay=self._delay)
+        self._retry = self.reactor.callLater(self._delay, self._connect)
+        self._delay = min(self.max_delay, self._delay * 2)
+
+    def readable(self) -> None:
+        """The socket has data: take in what arrived and hand over each notification."""
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            conn.pgconn.consume_input()
+            payloads = []
+            while (notify := conn.pgconn.notifies()) is not None:
+                payloads.append(notify.extra.decode("utf-8", "replace"))
+        except Exception:
+            self.lost(Failure())
+            return
+        for payload in payloads:
+            self._call(self.on_notify, payload)
+
+    def lost(self, reason: Failure) -> None:
+        """The connection broke: drop it and connect again (unless stopped)."""
+        if self._conn is None:
+            return
+        self._drop()
+        self._failed(reason)
+
+    def _drop(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            self.reactor.removeReader(reader)
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                self._log.failure("Closing the LISTEN connection failed")
+
+    def _call(self, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            self._log.failure("A {channel} notification handler failed", channel=self.channel)

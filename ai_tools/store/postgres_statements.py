@@ -1,0 +1,306 @@
+"""The PostgreSQL store's statements for assistants, the cache, records and leases.
+
+Each function takes a DB-API cursor (``format`` parameters, psycopg) and runs
+on a store thread inside the transaction the store opened for it; none of them
+touches Twisted.  The world's statements are in
+:mod:`ai_tools.store.postgres_world`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ai_tools.errors import LeaseLost, NotFound
+from ai_tools.store.history_repair import RepairReport, repair_state
+from ai_tools.store.postgres_schema import SEARCH_CONFIG
+from ai_tools.store.serialization import RECORD_FIELDS, record_dict
+
+_RECORD_COLUMNS = ", ".join(f"r.{field}" for field in RECORD_FIELDS)
+
+# -- assistants -----------------------------------------------------------------------
+
+
+def load_assistant(cursor: Any, name: str) -> tuple[dict[str, Any], RepairReport] | None:
+    """The saved state of ``name`` decoded and repaired, or None."""
+    cursor.execute("SELECT state FROM assistants WHERE name = %s", (name,))
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    return repair_state(json.loads(row[0]))
+
+
+_SAVE = (
+    "INSERT INTO assistants (name, state, updated_at, epoch)"
+    " SELECT name, state, %s, NULL FROM unnest(%s::text[], %s::text[]) AS v (name, state)"
+    " ON CONFLICT (name) DO UPDATE SET state = excluded.state,"
+    " updated_at = excluded.updated_at, epoch = excluded.epoch"
+)
+
+# A fenced write: only where the lease is held by this worker at this epoch (the
+# lease row locked until commit, so it cannot change hands meanwhile), and never
+# over a state written under a newer epoch.
+_SAVE_FENCED = (
+    "INSERT INTO assistants (name, state, updated_at, epoch)"
+    " SELECT v.name, v.state, %s, l.epoch"
+    " FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS v (name, state, epoch)"
+    " JOIN assistant_leases l ON l.name = v.name AND l.epoch = v.epoch AND l.worker = %s"
+    " FOR SHARE OF l"
+    " ON CONFLICT (name) DO UPDATE SET state = excluded.state,"
+    " updated_at = excluded.updated_at, epoch = excluded.epoch"
+    " WHERE assistants.epoch IS NULL OR assistants.epoch <= excluded.epoch"
+    " RETURNING name"
+)
+
+
+def save_states(
+    cursor: Any,
+    rows: Sequence[tuple[str, str]],
+    now: float,
+    fence: tuple[str, Mapping[str, int]] | None,
+) -> None:
+    """Upsert ``(name, state_json)`` rows in one statement; fenced by ``(worker, epochs)``.
+
+    A fenced write of an assistant whose lease this worker no longer holds at
+    that epoch raises :class:`LeaseLost` (the store's savepoint then undoes
+    the whole call).
+    """
+    if not rows:
+        return
+    names = [name for name, _ in rows]
+    states = [state for _, state in rows]
+    if fence is None:
+        cursor.execute(_SAVE, (now, names, states))
+        return
+    worker, epochs = fence
+    missing = [name for name in names if name not in epochs]
+    if missing:
+        raise LeaseLost(f"no lease epoch given for {', '.join(missing)}")
+    cursor.execute(_SAVE_FENCED, (now, names, states, [epochs[n] for n in names], worker))
+    written = {row[0] for row in cursor.fetchall()}
+    lost = [name for name in names if name not in written]
+    if lost:
+        raise LeaseLost(f"worker {worker} no longer holds the lease of {', '.join(lost)}")
+
+
+def delete_assistant(cursor: Any, name: str) -> bool:
+    """Forget ``name``; True if it had saved state."""
+    cursor.execute("DELETE FROM assistants WHERE name = %s", (name,))
+    return bool(cursor.rowcount > 0)
+
+
+def list_assistants(cursor: Any) -> list[str]:
+    """Sorted names of the assistants with saved state."""
+    cursor.execute("SELECT name FROM assistants ORDER BY name COLLATE \"C\"")
+    return [row[0] for row in cursor.fetchall()]
+
+
+def assistant_epochs(cursor: Any) -> dict[str, int | None]:
+    """The lease epoch each saved state was last written under (None: unfenced)."""
+    cursor.execute("SELECT name, epoch FROM assistants")
+    return {name: epoch for name, epoch in cursor.fetchall()}
+
+
+# -- cache ----------------------------------------------------------------------------
+
+
+def cache_get(cursor: Any, namespace: str, key: str, now: float) -> Any:
+    """The cached value, or None when absent or expired."""
+    cursor.execute(
+        "SELECT value, expires_at FROM cache_entries WHERE namespace = %s AND key = %s",
+        (namespace, key),
+    )
+    row = cursor.fetchone()
+    if row is None or (row[1] is not None and row[1] <= now):
+        return None
+    return json.loads(row[0])
+
+
+def cache_put(cursor: Any, row: tuple[str, str, str, float | None]) -> None:
+    """Insert or replace one entry."""
+    cursor.execute(
+        "INSERT INTO cache_entries (namespace, key, value, expires_at) VALUES (%s, %s, %s, %s)"
+        " ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value,"
+        " expires_at = excluded.expires_at",
+        row,
+    )
+
+
+def cache_invalidate(cursor: Any, namespace: str) -> int:
+    """Drop a namespace; how many entries went."""
+    cursor.execute("DELETE FROM cache_entries WHERE namespace = %s", (namespace,))
+    return int(cursor.rowcount)
+
+
+def cache_purge(cursor: Any, now: float) -> int:
+    """Drop the expired entries; how many went."""
+    cursor.execute(
+        "DELETE FROM cache_entries WHERE expires_at IS NOT NULL AND expires_at <= %s", (now,))
+    return int(cursor.rowcount)
+
+
+# -- records --------------------------------------------------------------------------
+
+
+def _fetch_record(cursor: Any, record_id: int) -> dict[str, Any] | None:
+    cursor.execute(f"SELECT {_RECORD_COLUMNS} FROM records r WHERE r.id = %s", (record_id,))
+    row = cursor.fetchone()
+    return record_dict(row) if row else None
+
+
+def get_record(cursor: Any, record_id: int) -> dict[str, Any] | None:
+    """One record, or None (an id beyond bigint is simply unknown)."""
+    if not -(2**63) <= record_id < 2**63:
+        return None
+    return _fetch_record(cursor, record_id)
+
+
+def add_record(
+    cursor: Any, row: tuple[str, str, str, str], parent_id: int | None, now: float
+) -> dict[str, Any]:
+    """Insert a record (NotFound if ``parent_id`` is unknown); its dict as written."""
+    if parent_id is not None and get_record(cursor, parent_id) is None:
+        raise NotFound(f"parent record {parent_id!r} does not exist")
+    cursor.execute(
+        "INSERT INTO records (owner, collection, content, metadata, parent_id,"
+        " created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
+        (*row, parent_id, now, now),
+    )
+    record_id = int(cursor.fetchone()[0])
+    return record_dict((record_id, *row, parent_id, now, now))
+
+
+def update_record(
+    cursor: Any, record_id: int, content: str | None, metadata: str | None, now: float
+) -> dict[str, Any] | None:
+    """Replace content and/or metadata; the updated dict, or None if unknown."""
+    if get_record(cursor, record_id) is None:
+        return None
+    cursor.execute(
+        "UPDATE records SET content = COALESCE(%s, content), metadata = COALESCE(%s, metadata),"
+        " updated_at = %s WHERE id = %s",
+        (content, metadata, now, record_id),
+    )
+    return _fetch_record(cursor, record_id)
+
+
+def delete_record(cursor: Any, record_id: int) -> bool:
+    """Remove a record (children keep existing without parent); True if it existed."""
+    if get_record(cursor, record_id) is None:
+        return False
+    cursor.execute("DELETE FROM records WHERE id = %s", (record_id,))
+    return bool(cursor.rowcount > 0)
+
+
+def list_records(
+    cursor: Any,
+    owner: str,
+    collection: str | None,
+    limit: int,
+    newest_first: bool,
+    parent_id: int | None,
+) -> list[dict[str, Any]]:
+    """Records of one collection (None: all) in time order."""
+    where = ["r.owner = %s"]
+    params: list[Any] = [owner]
+    if collection is not None:
+        where.append("r.collection = %s")
+        params.append(collection)
+    if parent_id is not None:
+        where.append("r.parent_id = %s")
+        params.append(parent_id)
+    order = "DESC" if newest_first else "ASC"
+    cursor.execute(
+        f"SELECT {_RECORD_COLUMNS} FROM records r WHERE {' AND '.join(where)}"
+        f" ORDER BY r.created_at {order}, r.id {order} LIMIT %s",
+        (*params, limit),
+    )
+    return [record_dict(row) for row in cursor.fetchall()]
+
+
+def search_records(
+    cursor: Any, owner: str, collection: str | None, pieces: Sequence[str], limit: int
+) -> list[dict[str, Any]]:
+    """Full-text search: any piece may match, ranked by ``ts_rank`` (length-normalised).
+
+    Each piece becomes a ``phraseto_tsquery`` (its words, adjacent, through the
+    configuration that indexed the records), joined with ``||``: nothing in
+    the text can act as an operator, as with the FTS5 query of the SQLite store.
+    """
+    phrases = " || ".join(
+        f"phraseto_tsquery('{SEARCH_CONFIG}'::regconfig, %s)" for _ in pieces)
+    where = "r.search @@ q.query AND r.owner = %s"
+    params: list[Any] = [*pieces, owner]
+    if collection is not None:
+        where += " AND r.collection = %s"
+        params.append(collection)
+    cursor.execute(
+        f"SELECT {_RECORD_COLUMNS}, ts_rank(r.search, q.query, 1) AS rank"
+        f" FROM (SELECT {phrases} AS query) q, records r"
+        f" WHERE {where} ORDER BY rank DESC, r.created_at DESC, r.id DESC LIMIT %s",
+        (*params, limit),
+    )
+    results = []
+    for row in cursor.fetchall():
+        record = record_dict(row[:-1])
+        record["score"] = float(row[-1])
+        results.append(record)
+    return results
+
+
+# -- leases ---------------------------------------------------------------------------
+
+
+def acquire_lease(cursor: Any, name: str, worker: str, now: float, ttl: float) -> int | None:
+    """Take the lease of ``name`` for ``worker`` if free, expired or already its own.
+
+    Returns the lease's epoch (raised by one whenever the owner changes), or
+    None when another worker holds a live lease.  A lease row is never
+    deleted, so an epoch is never handed out twice.
+    """
+    cursor.execute(
+        "INSERT INTO assistant_leases (name, worker, epoch, expires_at)"
+        " VALUES (%s, %s, 1 + COALESCE((SELECT epoch FROM assistants WHERE name = %s), 0), %s)"
+        " ON CONFLICT (name) DO UPDATE SET worker = excluded.worker,"
+        " expires_at = excluded.expires_at,"
+        " epoch = CASE WHEN assistant_leases.worker = excluded.worker"
+        " THEN assistant_leases.epoch ELSE assistant_leases.epoch + 1 END"
+        " WHERE assistant_leases.worker = excluded.worker OR assistant_leases.expires_at <= %s"
+        " RETURNING epoch",
+        (name, worker, name, now + ttl, now),
+    )
+    row = cursor.fetchone()
+    return None if row is None else int(row[0])
+
+
+def renew_leases(
+    cursor: Any, worker: str, names: Sequence[str], now: float, ttl: float
+) -> dict[str, int]:
+    """Extend the leases ``worker`` still holds among ``names``; ``{name: epoch}`` of those."""
+    cursor.execute(
+        "UPDATE assistant_leases SET expires_at = %s WHERE worker = %s AND name = ANY(%s)"
+        " RETURNING name, epoch",
+        (now + ttl, worker, list(names)),
+    )
+    return {name: int(epoch) for name, epoch in cursor.fetchall()}
+
+
+def release_leases(cursor: Any, worker: str, names: Sequence[str] | None) -> int:
+    """Expire ``worker``'s leases (all, or ``names``) at once; how many.  Epochs are kept."""
+    if names is None:
+        cursor.execute("UPDATE assistant_leases SET expires_at = 0 WHERE worker = %s", (worker,))
+    else:
+        cursor.execute(
+            "UPDATE assistant_leases SET expires_at = 0 WHERE worker = %s AND name = ANY(%s)",
+            (worker, list(names)),
+        )
+    return int(cursor.rowcount)
+
+
+def list_leases(cursor: Any) -> list[tuple[str, str, int, float]]:
+    """Every lease: ``(name, worker, epoch, expires_at)`` by name."""
+    cursor.execute(
+        "SELECT name, worker, epoch, expires_at FROM assistant_leases ORDER BY name COLLATE \"C\"")
+    return [(name, worker, int(epoch), float(expires)) for name, worker, epoch, expires
+            in cursor.fetchall()]
