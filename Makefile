@@ -5,13 +5,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-core test-evennia lint bench demo run clean
+.PHONY: venv test test-core test-evennia postgres-server lint bench demo run clean
 
 $(STAMP): setup.cfg setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	# compat mode keeps twisted/plugins visible to twistd from an editable install
-	$(PY) -m pip install -q -e '.[dev,tokens]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e '.[dev,tokens,postgres]' --config-settings editable_mode=compat
 	touch $@
 
 venv: $(STAMP)
@@ -19,11 +19,23 @@ venv: $(STAMP)
 ## The whole suite: the core tests with coverage, then the Evennia contrib tests.
 test: test-core test-evennia
 
-test-core: $(STAMP)
+test-core: $(STAMP) postgres-server
 	rm -f .coverage .coverage.*
 	$(PY) -m coverage run -m pytest tests -q -p no:randomly
 	$(PY) -m coverage combine -q || true
 	$(PY) -m coverage report --format=total | sed 's/^/coverage total: /;s/$$/%/'
+
+## The PostgreSQL server the tests start throwaway clusters of (Debian's package; installed
+## when missing and we are root, as in CI).  The tests fail, never skip, without it.
+postgres-server:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null \
+		|| [ -n "$$AI_TOOLS_PG_BINDIR" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql; \
+	else \
+		echo "PostgreSQL server binaries are missing: install them (Debian: apt-get install" \
+			"postgresql) or set AI_TOOLS_PG_BINDIR" >&2; exit 1; \
+	fi
 
 ## The Evennia contrib under a real Evennia 5.0 (own virtualenv .venv-evennia, game dir in var/).
 EVENNIA_PYTHON ?= $(shell command -v python3.11 || echo python3)

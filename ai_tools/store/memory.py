@@ -19,9 +19,10 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from ai_tools.errors import NotFound
-from ai_tools.interfaces import IStore, IWorldStore
+from ai_tools.interfaces import ISharedWorldStore, IStore, IWorldStore
 from ai_tools.store.clock import SecondsClock, now_seconds
 from ai_tools.store.history_repair import log_repair, repair_state
+from ai_tools.store.memory_world import MemoryWorldRows
 from ai_tools.store.serialization import (
     check_content,
     check_expiry,
@@ -30,7 +31,6 @@ from ai_tools.store.serialization import (
     check_name,
     check_state,
     encode_json,
-    encode_world_changes,
 )
 from ai_tools.store.text_search import BM25, query_terms
 
@@ -61,10 +61,10 @@ class _Record:
         }
 
 
-@implementer(IStore, IWorldStore)
+@implementer(IStore, IWorldStore, ISharedWorldStore)
 @attrs.define(eq=False)
 class MemoryStore:
-    """IStore and IWorldStore in memory.
+    """IStore, IWorldStore and ISharedWorldStore (the world shared in one process) in memory.
 
     ``clock`` (a reactor or ``task.Clock``, default the global reactor, looked up when
     first needed) stamps records with ``created_at``/``updated_at``.
@@ -75,8 +75,7 @@ class MemoryStore:
     _cache: dict[tuple[str, str], tuple[str, float | None]] = attrs.field(factory=dict, init=False)
     _records: dict[int, _Record] = attrs.field(factory=dict, init=False)
     _next_record_id: int = attrs.field(default=1, init=False)
-    _world: dict[str, dict[str, str]] = attrs.field(factory=dict, init=False)
-    _world_meta: dict[str, str] = attrs.field(factory=dict, init=False)
+    _world: MemoryWorldRows = attrs.field(factory=MemoryWorldRows, init=False)
     _open: bool = attrs.field(default=False, init=False)
 
     _log = Logger()
@@ -316,18 +315,11 @@ class MemoryStore:
             results.append(found)
         return results
 
-    # -- world --------------------------------------------------------------
+    # -- world ------------------------------------------------------------------
 
     def load_world(self) -> defer.Deferred[dict[str, Any] | None]:
         """The saved world sections, or None when no world was ever written."""
-        if not self._world_meta and not any(self._world.values()):
-            return defer.succeed(None)
-        world: dict[str, Any] = {
-            section: [json.loads(v) for v in self._world.get(section, {}).values()]
-            for section in ("objects", "channels", "prototypes", "help")
-        }
-        world["meta"] = {k: json.loads(v) for k, v in self._world_meta.items()}
-        return defer.succeed(world)
+        return self._call(self._world.load_world)
 
     def write_world(
         self,
@@ -335,16 +327,38 @@ class MemoryStore:
         delete: Mapping[str, Sequence[str]] | None = None,
     ) -> defer.Deferred[None]:
         """Upsert and delete world rows, all or nothing."""
-        return self._call(self._write_world, put, delete)
+        d = self._call(self._world.change_world, put, delete)
+        d.addCallback(lambda _: None)
+        return d  # type: ignore[return-value]
 
-    def _write_world(
-        self, put: Mapping[str, Any] | None, delete: Mapping[str, Sequence[str]] | None
-    ) -> None:
-        rows, meta, deletes = encode_world_changes(put, delete)
-        for section, keys in deletes.items():
-            table = self._world_meta if section == "meta" else self._world.setdefault(section, {})
-            for key in keys:
-                table.pop(key, None)
-        for section, items in rows.items():
-            self._world.setdefault(section, {}).update(items)
-        self._world_meta.update(meta)
+    def change_world(
+        self,
+        put: Mapping[str, Any] | None = None,
+        delete: Mapping[str, Sequence[str]] | None = None,
+        *,
+        expect: Mapping[tuple[str, str], int | None] | None = None,
+        touch: Sequence[tuple[str, str]] = (),
+        messages: Sequence[Mapping[str, Any]] = (),
+    ) -> defer.Deferred[dict[str, Any]]:
+        """One shared-world change (ISharedWorldStore), all or nothing."""
+        return self._call(self._world.change_world, put, delete, expect, touch, messages)
+
+    def load_shared_world(self, log_size: int) -> defer.Deferred[dict[str, Any] | None]:
+        """The world with versions, the clock and what each character heard last."""
+        return self._call(self._world.load_shared_world, log_size)
+
+    def world_since(
+        self, clock: int, dirty: Sequence[tuple[str, str]] = (), limit: int = 1000
+    ) -> defer.Deferred[dict[str, Any]]:
+        """What changed after ``clock`` (ISharedWorldStore)."""
+        return self._call(self._world.world_since, clock, dirty, limit)
+
+    def prune_world_messages(self, keep: int) -> defer.Deferred[int]:
+        """Keep only the newest ``keep`` world messages; how many went."""
+        return self._call(self._world.prune_world_messages, keep)
+
+    def listen_world(
+        self, on_change: Callable[[int], None], on_connect: Callable[[], None]
+    ) -> Callable[[], None]:
+        """Call ``on_change(clock)`` after every world change; returns ``stop()``."""
+        return self._world.listen_world(on_change, on_connect)

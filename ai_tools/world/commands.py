@@ -162,24 +162,32 @@ def _describe(ctx: _Context, obj: WorldObject) -> list[str]:
     return lines
 
 
+async def _sent(result: Any) -> Any:
+    """A message method's answer: the receivers at once, or (a shared world) a Deferred
+    firing once the message is durable, which the command waits for."""
+    if isinstance(result, defer.Deferred):
+        return await result
+    return result
+
+
 async def cmd_say(ctx: _Context, args: str, switches: list[str]) -> list[str]:
     if not args:
         raise CommandError("Say what?")
-    ctx.world.message_location(ctx.char.id, args, "say")
+    await _sent(ctx.world.message_location(ctx.char.id, args, "say"))
     return [f'You say, "{args}"']
 
 
 async def cmd_pose(ctx: _Context, args: str, switches: list[str]) -> list[str]:
     if not args:
         raise CommandError("Pose what?")
-    ctx.world.message_location(ctx.char.id, args, "pose")
+    await _sent(ctx.world.message_location(ctx.char.id, args, "pose"))
     return [f"{ctx.char.key} {args}"]
 
 
 async def cmd_emit(ctx: _Context, args: str, switches: list[str]) -> list[str]:
     if not args:
         raise CommandError("Emit what?")
-    ctx.world.message_location(ctx.char.id, args, "emit")
+    await _sent(ctx.world.message_location(ctx.char.id, args, "emit"))
     return [args]
 
 
@@ -188,7 +196,7 @@ async def cmd_whisper(ctx: _Context, args: str, switches: list[str]) -> list[str
     if not who or not text:
         raise CommandError("Usage: whisper <who> = <text>")
     target = ctx.resolve(who, kind="character")
-    ctx.world.message_character(ctx.char.id, target.id, text, "whisper")
+    await _sent(ctx.world.message_character(ctx.char.id, target.id, text, "whisper"))
     return [f'You whisper to {target.key}, "{text}"']
 
 
@@ -197,7 +205,7 @@ async def cmd_page(ctx: _Context, args: str, switches: list[str]) -> list[str]:
     if not who or not text:
         raise CommandError("Usage: page <who> = <text>")
     target = ctx.resolve(who, kind="character", anywhere=True)
-    ctx.world.message_character(ctx.char.id, target.id, text, "page")
+    await _sent(ctx.world.message_character(ctx.char.id, target.id, text, "page"))
     return [f"You page {target.key}: {text}"]
 
 
@@ -351,7 +359,7 @@ async def cmd_channel(ctx: _Context, args: str, switches: list[str]) -> list[str
     key, text = _split_equals(args)
     if not text:
         raise CommandError("Usage: channel <name> = <text>")
-    ctx.world.channel_send(ctx.char.id, key, text)
+    await _sent(ctx.world.channel_send(ctx.char.id, key, text))
     return [f"[{ctx.world._channel(key).key}] {ctx.char.key}: {text}"]
 
 

@@ -96,6 +96,16 @@ def _json_copy(value: Any, what: str) -> Any:
     return json.loads(encoded)
 
 
+def seed_data(seed: str | Path | Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """The world data a store without a world starts from: a world file's, given data,
+    or (None) an empty world called Sandbox.  ConfigError for a bad world file."""
+    if seed is None:
+        return {"meta": {"name": "Sandbox"}}
+    if isinstance(seed, str | Path):
+        return load_world_file(seed)
+    return seed
+
+
 @implementer(IWorld)
 @attrs.define(eq=False)
 class SandboxWorld:
@@ -155,13 +165,7 @@ class SandboxWorld:
                     count=len(world._objects),
                 )
                 return world
-            if seed is None:
-                seeded: Mapping[str, Any] = {"meta": {"name": "Sandbox"}}
-            elif isinstance(seed, str | Path):
-                seeded = load_world_file(seed)
-            else:
-                seeded = seed
-            world.populate(seeded)
+            world.populate(seed_data(seed))
             world._log.info(
                 "Sandbox world {name} seeded: {count} objects",
                 name=world.meta.get("name"),

@@ -1,7 +1,9 @@
 """Fixtures and helpers shared by the sandbox world tests.
 
 Import the fixtures by their function names (``world_fixture``...); pytest
-registers them under their short names (``world``...).
+registers them under their short names (``world``...).  ``world`` runs each
+test on the sandbox world and on the shared world (whose messages answer with
+a Deferred: wrap calls in :func:`fired`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from twisted.python.failure import Failure
 
 from ai_tools.store.memory import MemoryStore
 from ai_tools.world.sandbox import SandboxWorld
+from ai_tools.world.shared import SharedWorld
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "world.toml"
 """The example world: Mason (Builder), Pip (Player, owns the soup slate), Alice, Bob."""
@@ -52,10 +55,18 @@ def store_fixture(clock: task.Clock) -> MemoryStore:
     return s
 
 
-@pytest.fixture(name="world")
-def world_fixture(store: MemoryStore, clock: task.Clock) -> SandboxWorld:
-    """The example world, seeded into ``store``."""
-    return fired(SandboxWorld.load(store, seed=EXAMPLE, clock=clock))
+@pytest.fixture(name="world", params=["sandbox", "shared"])
+def world_fixture(
+    request: pytest.FixtureRequest, store: MemoryStore, clock: task.Clock
+) -> Iterator[SandboxWorld]:
+    """The example world, seeded into ``store``: the sandbox world, and the shared world
+    (the replica of ai_tools.world.shared, on the memory store's shared-world rows)."""
+    if request.param == "sandbox":
+        yield fired(SandboxWorld.load(store, seed=EXAMPLE, clock=clock))
+        return
+    world = fired(SharedWorld.load(store, seed=EXAMPLE, clock=clock))
+    yield world
+    world.stop()
 
 
 @pytest.fixture(name="logged_failures")

@@ -289,7 +289,7 @@ def heard_by(world: SandboxWorld, *chars: str) -> dict[str, list[WorldMessage]]:
 def test_say_reaches_the_room_not_the_speaker(world: SandboxWorld) -> None:
     """Everyone else in the room hears a say; the speaker and other rooms do not."""
     got = heard_by(world, PIP, BOB, ALICE)
-    hearers = world.message_location(BOB, "Soup, please.")
+    hearers = fired(world.message_location(BOB, "Soup, please."))
     assert hearers == [PIP]
     assert got[BOB] == [] and got[ALICE] == []
     message = got[PIP][0]
@@ -308,44 +308,44 @@ def test_say_reaches_the_room_not_the_speaker(world: SandboxWorld) -> None:
 def test_pose_emit_and_exclude(world: SandboxWorld) -> None:
     """Poses reach the room; emit needs Builder; excluded characters hear nothing."""
     got = heard_by(world, PIP)
-    assert world.message_location(BOB, "waves.", "pose", exclude=[PIP]) == []
+    assert fired(world.message_location(BOB, "waves.", "pose", exclude=[PIP])) == []
     assert got[PIP] == []
-    world.message_location(BOB, "waves.", "pose")
+    fired(world.message_location(BOB, "waves.", "pose"))
     assert got[PIP][-1].render() == "Bob waves."
     with pytest.raises(PermissionDenied):
-        world.message_location(BOB, "Thunder rolls.", "emit")
+        fired(world.message_location(BOB, "Thunder rolls.", "emit"))
     with pytest.raises(ValueError):
-        world.message_location(BOB, "HEY", "shout")
+        fired(world.message_location(BOB, "HEY", "shout"))
 
 
 def test_whisper_and_page(world: SandboxWorld) -> None:
     """Whispers need the same room; pages reach anywhere; only characters, never oneself."""
     got = heard_by(world, PIP, MASON)
-    assert world.message_character(BOB, PIP, "a secret") == [PIP]
+    assert fired(world.message_character(BOB, PIP, "a secret")) == [PIP]
     assert got[PIP][-1].kind == "whisper"
     assert got[PIP][-1].target_id == PIP
     with pytest.raises(NotFound):
-        world.message_character(BOB, MASON, "far away", "whisper")
-    world.message_character(BOB, MASON, "from afar", "page")
+        fired(world.message_character(BOB, MASON, "far away", "whisper"))
+    fired(world.message_character(BOB, MASON, "from afar", "page"))
     assert got[MASON][-1].render() == "Bob pages: from afar"
     with pytest.raises(NotFound):
-        world.message_character(BOB, "obj:slate", "hi", "page")
+        fired(world.message_character(BOB, "obj:slate", "hi", "page"))
     with pytest.raises(ValueError):
-        world.message_character(BOB, PIP, "hi", "telepathy")
+        fired(world.message_character(BOB, PIP, "hi", "telepathy"))
     with pytest.raises(ValueError):
-        world.message_character(BOB, BOB, "hi", "page")
+        fired(world.message_character(BOB, BOB, "hi", "page"))
 
 
 def test_channels(world: SandboxWorld) -> None:
     """Posts reach subscribers but the sender; unknown channel; send permission."""
     got = heard_by(world, MASON, ALICE)
-    receivers = world.channel_send(BOB, "PUBLIC", "boat for sale")
+    receivers = fired(world.channel_send(BOB, "PUBLIC", "boat for sale"))
     assert set(receivers) == {MASON, PIP, ALICE}
     assert got[MASON][-1].channel == "public"
     assert got[MASON][-1].render() == "[public] Bob: boat for sale"
-    assert world.channel_send(ALICE, "builders", "mend the quay?") == [MASON]
+    assert fired(world.channel_send(ALICE, "builders", "mend the quay?")) == [MASON]
     with pytest.raises(NotFound):
-        world.channel_send(BOB, "gossip", "x")
+        fired(world.channel_send(BOB, "gossip", "x"))
     assert [c["key"] for c in world.list_channels()] == ["builders", "public"]
 
 
@@ -366,7 +366,7 @@ def test_channel_send_permission(store: MemoryStore, clock: task.Clock) -> None:
     }
     world = fired(SandboxWorld.load(store, seed=data, clock=clock))
     with pytest.raises(PermissionDenied):
-        world.channel_send("char:p", "staff", "let me in")
+        fired(world.channel_send("char:p", "staff", "let me in"))
 
 
 def test_unsubscribe_and_failing_listener(world: SandboxWorld, logged_failures: Any) -> None:
@@ -378,12 +378,12 @@ def test_unsubscribe_and_failing_listener(world: SandboxWorld, logged_failures: 
 
     world.subscribe(PIP, broken)
     unsubscribe = world.subscribe(PIP, got.append)
-    world.message_location(BOB, "one")
+    fired(world.message_location(BOB, "one"))
     assert [m.text for m in got] == ["one"]
     assert len(logged_failures) == 1
     unsubscribe()
     unsubscribe()
-    world.message_location(BOB, "two")
+    fired(world.message_location(BOB, "two"))
     assert [m.text for m in got] == ["one"]
     with pytest.raises(NotFound):
         world.subscribe("char:nobody", got.append)
@@ -393,7 +393,7 @@ def test_heard_log_is_bounded_and_filterable(store: MemoryStore, clock: task.Clo
     """Each character keeps the last log_size messages; after/limit select from them."""
     world = fired(SandboxWorld.load(store, seed=EXAMPLE, clock=clock, log_size=3))
     for n in range(5):
-        world.message_location(BOB, f"line {n}")
+        fired(world.message_location(BOB, f"line {n}"))
     log = world.heard(PIP)
     assert [m["text"] for m in log] == ["line 2", "line 3", "line 4"]
     assert log[0]["line"] == 'Bob says, "line 2"'
@@ -410,12 +410,12 @@ def test_observers_see_every_message(world: SandboxWorld, logged_failures: Any) 
     seen: list[tuple[str, tuple[str, ...]]] = []
     world.add_observer(lambda m, r: (_ for _ in ()).throw(RuntimeError("bad")))
     remove = world.add_observer(lambda m, r: seen.append((m.text, r)))
-    world.message_location(BOB, "hello")
-    world.message_character(BOB, MASON, "psst", "page")
+    fired(world.message_location(BOB, "hello"))
+    fired(world.message_character(BOB, MASON, "psst", "page"))
     assert seen == [("hello", (PIP,)), ("psst", (MASON,))]
     assert len(logged_failures) == 2
     remove()
-    world.message_location(BOB, "again")
+    fired(world.message_location(BOB, "again"))
     assert len(seen) == 2
 
 
@@ -455,8 +455,8 @@ def test_create_character_joins_open_channels(world: SandboxWorld) -> None:
     assert carol["id"] == "char:carol"
     assert carol["location"] == "room:plaza"
     assert carol["permissions"] == ["Player"]
-    assert "char:carol" in world.channel_send(BOB, "public", "welcome")
-    assert "char:carol" not in world.channel_send(ALICE, "builders", "hi")
+    assert "char:carol" in fired(world.channel_send(BOB, "public", "welcome"))
+    assert "char:carol" not in fired(world.channel_send(ALICE, "builders", "hi"))
     with pytest.raises(ValueError):
         fired(world.create_character("Dup", char_id="char:carol"))
     with pytest.raises(ValueError):

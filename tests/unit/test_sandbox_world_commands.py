@@ -195,7 +195,7 @@ def test_inventory_channel_help(world: SandboxWorld) -> None:
     refused(world, BOB, "channel nowhere = hello", "not_found")
     refused(world, BOB, "channel public", "usage")
     assert ok(world, BOB, "channel/join builders") == ["You joined builders."]
-    assert BOB in world.channel_send(ALICE, "builders", "hi")
+    assert BOB in fired(world.channel_send(ALICE, "builders", "hi"))
     assert ok(world, BOB, "channel/leave builders") == ["You left builders."]
     assert ok(world, BOB, "channel/leave builders") == ["Nothing to do: already left."]
     assert ok(world, BOB, "help")[0].startswith("Commands: ")

@@ -8,12 +8,12 @@ from ai_tools.tools.attributes import GetAttributesTool, ListAttributesTool, Set
 from ai_tools.tools.building import SpawnPrototypeTool
 from ai_tools.tools.tags import AddTagTool, GetTagsTool, RemoveTagTool, SearchByTagTool
 from ai_tools.world.sandbox import SandboxWorld
-from tests.unit.tool_fakes import refusals, run_tool, sandbox, world_actor
+from tests.unit.tool_fakes import WORLD_KINDS, refusals, run_tool, sandbox, world_actor
 
 
-@pytest.fixture
-def world() -> SandboxWorld:
-    return sandbox()
+@pytest.fixture(params=WORLD_KINDS)
+def world(request: pytest.FixtureRequest) -> SandboxWorld:
+    return sandbox(kind=request.param)
 
 
 # -- reading --------------------------------------------------------------------

@@ -9,12 +9,20 @@ from ai_tools.tools.building import ExecuteBatchcodeTool, SpawnPrototypeTool
 from ai_tools.tools.command import ExecuteCommandTool
 from ai_tools.tools.control import UpdateSystemPromptTool
 from ai_tools.world.sandbox import SandboxWorld
-from tests.unit.tool_fakes import FakeAssistant, fired, refusals, run_tool, sandbox, world_actor
+from tests.unit.tool_fakes import (
+    WORLD_KINDS,
+    FakeAssistant,
+    fired,
+    refusals,
+    run_tool,
+    sandbox,
+    world_actor,
+)
 
 
-@pytest.fixture
-def world() -> SandboxWorld:
-    return sandbox()
+@pytest.fixture(params=WORLD_KINDS)
+def world(request: pytest.FixtureRequest) -> SandboxWorld:
+    return sandbox(kind=request.param)
 
 
 # -- spawn_prototype ----------------------------------------------------------------

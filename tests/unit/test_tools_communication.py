@@ -7,12 +7,12 @@ import pytest
 from ai_tools.tools.channel import ChannelSendTool
 from ai_tools.tools.communication import EmitTool, PageTool, PoseTool, SayTool, WhisperTool
 from ai_tools.world.sandbox import SandboxWorld
-from tests.unit.tool_fakes import fired, refusals, run_tool, sandbox, world_actor
+from tests.unit.tool_fakes import WORLD_KINDS, fired, refusals, run_tool, sandbox, world_actor
 
 
-@pytest.fixture
-def world() -> SandboxWorld:
-    return sandbox()
+@pytest.fixture(params=WORLD_KINDS)
+def world(request: pytest.FixtureRequest) -> SandboxWorld:
+    return sandbox(kind=request.param)
 
 
 def last_heard(world: SandboxWorld, char_id: str) -> dict:

@@ -18,6 +18,7 @@ from ai_tools.interfaces import IAssistantRuntime
 from ai_tools.store.memory import MemoryStore
 from ai_tools.tools.base import Actor, Tool
 from ai_tools.world.sandbox import SandboxWorld
+from ai_tools.world.shared import SharedWorld
 
 
 @attrs.frozen
@@ -113,13 +114,22 @@ def refusals(tool: Tool, **params: Any) -> list[str]:
 EXAMPLE_WORLD = Path(__file__).resolve().parents[2] / "examples" / "world.toml"
 
 
-def sandbox(clock: Any = None) -> SandboxWorld:
+def sandbox(clock: Any = None, kind: str = "sandbox") -> SandboxWorld:
     """The example world (examples/world.toml), in memory: every call answers at once.
 
     Mason (``char:mason``, Builder) is in the workshop; Pip (``char:pip``,
     Player, owner of the soup slate) and Bob are in the inn; Alice is in the plaza.
+    ``kind="shared"`` gives the shared world (ai_tools.world.shared) on a memory
+    store instead: the same world, each change a transaction step of the store.
     """
-    return SandboxWorld.from_file(EXAMPLE_WORLD, clock=clock or task.Clock())
+    clock = clock or task.Clock()
+    if kind == "shared":
+        return fired(SharedWorld.load(MemoryStore(clock=clock), seed=EXAMPLE_WORLD, clock=clock))
+    return SandboxWorld.from_file(EXAMPLE_WORLD, clock=clock)
+
+
+WORLD_KINDS = ("sandbox", "shared")
+"""The worlds the tool tests run on (``@pytest.fixture(params=WORLD_KINDS)``)."""
 
 
 def world_actor(world: SandboxWorld, character_id: str = "char:mason", **kwargs: Any) -> Actor:
