@@ -18,15 +18,19 @@ make a silently dead peer break the connection too.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 import attrs
-from twisted.internet import threads
+from twisted.internet import defer, threads
 from twisted.internet.interfaces import IReadDescriptor
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
+
+APPLICATION_NAME = "ai_tools listen"
+"""How the listening connection shows in ``pg_stat_activity``."""
 
 _KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
                "keepalives_count": 3, "connect_timeout": 10}
@@ -70,6 +74,7 @@ class NotificationListener:
     _stopped: bool = attrs.field(default=True, init=False)
     _delay: float = attrs.field(default=0.0, init=False)
     _retry: Any = attrs.field(default=None, init=False)
+    _waiting: list[defer.Deferred[None]] = attrs.field(factory=list, init=False)
     connects: int = attrs.field(default=0, init=False)
     """How many times it started listening (reconnects included)."""
 
@@ -108,8 +113,8 @@ class NotificationListener:
         """(In a thread.)  A new autocommit connection that listens on the channel."""
         import psycopg
 
-        conn = psycopg.connect(self.dsn, autocommit=True, **{**_KEEPALIVES,
-                                                             **self.connect_kwargs})
+        conn = psycopg.connect(self.dsn, autocommit=True, **{
+            **_KEEPALIVES, **self.connect_kwargs, "application_name": APPLICATION_NAME})
         try:
             conn.execute(f"LISTEN {self.channel}")
         except BaseException:
@@ -122,12 +127,25 @@ class NotificationListener:
             conn.close()
             return
         self._conn = conn
-        self._reader = _SocketReader(self, conn.fileno())
+        # The reactor watches a duplicate of the socket: libpq closes its own
+        # descriptor when the connection breaks, before we could unregister it.
+        self._reader = _SocketReader(self, os.dup(conn.fileno()))
         self.reactor.addReader(self._reader)
         self._delay = self.retry_delay
         self.connects += 1
         self._log.debug("Listening for {channel} notifications", channel=self.channel)
         self._call(self.on_connect)
+        waiting, self._waiting = self._waiting, []
+        for waiter in waiting:
+            waiter.callback(None)
+
+    def when_listening(self) -> defer.Deferred[None]:
+        """Fires once the listener listens (at once if it does now)."""
+        if self._conn is not None:
+            return defer.succeed(None)
+        waiter: defer.Deferred[None] = defer.Deferred()
+        self._waiting.append(waiter)
+        return waiter
 
     def _failed(self, failure: Failure) -> None:
         if self._stopped:
@@ -165,6 +183,7 @@ class NotificationListener:
         reader, self._reader = self._reader, None
         if reader is not None:
             self.reactor.removeReader(reader)
+            os.close(reader.fileno())
         conn, self._conn = self._conn, None
         if conn is not None:
             try:

@@ -233,9 +233,10 @@ def _versioned_rows(cursor: Any, section: str, where: str, params: Sequence[Any]
     return [(json.loads(data), int(version)) for data, version in cursor.fetchall()]
 
 
-def _messages(cursor: Any, where: str, params: Sequence[Any]) -> list[tuple[int, Any, list[str]]]:
+def _messages(cursor: Any, where: str, params: Sequence[Any],
+              limit: int | None = None) -> list[tuple[int, Any, list[str]]]:
     cursor.execute(f"SELECT seq, data, receivers FROM world_messages WHERE {where}"
-                   " ORDER BY seq", params)
+                   " ORDER BY seq LIMIT %s", (*params, limit))
     return [(int(seq), json.loads(data), list(receivers))
             for seq, data, receivers in cursor.fetchall()]
 
@@ -275,7 +276,7 @@ def world_since(
     ``dirty_rows`` maps each to ``(row, version)`` or None when it is gone.
     """
     upto = _clock(cursor)
-    messages = _messages(cursor, "seq > %s AND seq <= %s LIMIT %s", (clock, upto, limit + 1))
+    messages = _messages(cursor, "seq > %s AND seq <= %s", (clock, upto), limit + 1)
     if len(messages) > limit:
         messages = messages[:limit]
         upto = messages[-1][0]

@@ -291,7 +291,7 @@ class SharedWorld(SandboxWorld):
             except WorldConflict as exc:
                 self.conflicts += 1
                 self._abandon(change, Failure(exc), outcome)
-                await self._catch_up()
+                await self.catch_up()
                 continue
             except Exception:
                 self._abandon(change, Failure(), outcome)
@@ -393,8 +393,12 @@ class SharedWorld(SandboxWorld):
         if not self._catching:
             self._start_catch_up()
 
-    def _catch_up(self) -> defer.Deferred[None]:
-        """Fires after a catch-up that started after this call (failures are logged)."""
+    def catch_up(self) -> defer.Deferred[None]:
+        """Fires after a catch-up that started after this call (failures are logged).
+
+        Then the replica holds every change committed before the call, and
+        the listeners got every message committed before it.
+        """
         waiter: defer.Deferred[None] = defer.Deferred()
         self._caught_up.append(waiter)
         self._poke()

@@ -1,5 +1,5 @@
 """Scenarios over the whole stack: a scripted model server, the service, the default tools,
-the sandbox world and the SQLite store.
+the sandbox world and the SQLite store — and the same on PostgreSQL with the shared world.
 
 * A building task: a player asks Mason (a Builder) for a lantern; the scripted model
   inspects, searches, spawns, sets an attribute, tags, journals and says it is done;
@@ -16,13 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import pytest_twisted
+from twisted.internet import defer
 
 from ai_tools.llm.client import OpenAIChatClient
 from ai_tools.service.service import AssistantService
+from ai_tools.store.postgres import PostgreSQLStore
 from ai_tools.store.sqlite import SQLiteStore
 from ai_tools.testing import TestServer, Turn, start_test_server
 from ai_tools.world.sandbox import SandboxWorld
+from ai_tools.world.shared import SharedWorld
 
 EXAMPLE_WORLD = Path(__file__).resolve().parents[2] / "examples" / "world.toml"
 
@@ -42,14 +46,30 @@ class Stack:
     server: TestServer
     service: AssistantService
     world: SandboxWorld
-    store: SQLiteStore
+    store: Any
 
 
-async def start_stack(tmp_path: Path, turns: Sequence[Turn], assistant: dict[str, Any]) -> Stack:
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """The store and world to run on: SQLite with the sandbox world, or PostgreSQL with
+    the shared world (a throwaway database)."""
+    if request.param == "sqlite":
+        return SQLiteStore(str(tmp_path / "state.sqlite"), clock=reactor())
+    db = request.getfixturevalue("postgres_db")
+    return PostgreSQLStore(db.dsn, password=db.password, clock=reactor())
+
+
+async def settled(world: SandboxWorld) -> None:
+    """The shared world delivers messages from the database: wait until it has."""
+    if isinstance(world, SharedWorld):
+        await world.catch_up()
+
+
+async def start_stack(store: Any, turns: Sequence[Turn], assistant: dict[str, Any]) -> Stack:
     server = await start_test_server(list(turns), reactor=reactor())
-    store = SQLiteStore(str(tmp_path / "state.sqlite"), clock=reactor())
     await store.open()
-    world = await SandboxWorld.load(store, seed=EXAMPLE_WORLD, clock=reactor())
+    kind = SharedWorld if isinstance(store, PostgreSQLStore) else SandboxWorld
+    world = await kind.load(store, seed=EXAMPLE_WORLD, clock=reactor())
     client = OpenAIChatClient(server.profile(), reactor=reactor())
     service = AssistantService(llm=client, store=store, world=world, clock=reactor())
     await service.add_assistant({"autonomous": True, **assistant})
@@ -57,6 +77,8 @@ async def start_stack(tmp_path: Path, turns: Sequence[Turn], assistant: dict[str
 
 
 async def stop_stack(stack: Stack) -> None:
+    if isinstance(stack.world, SharedWorld):
+        stack.world.stop()
     await stack.service.stopService()  # closes the model client and the store
     await stack.server.stop()
 
@@ -89,8 +111,8 @@ BUILD_TURNS = [
 
 
 @pytest_twisted.async_yield_fixture
-async def building(tmp_path: Path) -> AsyncIterator[Stack]:
-    stack = await start_stack(tmp_path, BUILD_TURNS, {
+async def building(backend: Any) -> AsyncIterator[Stack]:
+    stack = await start_stack(backend, BUILD_TURNS, {
         "name": "mason", "character_id": "char:mason",
         "persona": "You are Mason, the town's builder.",
     })
@@ -103,8 +125,10 @@ async def test_building_task(building: Stack) -> None:
     world = building.world
     await world.move_character("char:alice", "east")  # Alice walks into the workshop
     before = {row["id"]: row for row in world.snapshot()["objects"]}
-    world.message_location("char:alice", "Mason, please put a lantern in the plaza, "
-                           "with fuel 20, tagged lighting.")
+    await defer.maybeDeferred(world.message_location, "char:alice",
+                              "Mason, please put a lantern in the plaza, "
+                              "with fuel 20, tagged lighting.")
+    await settled(world)
 
     ticks = await run_until_script_played(building, "mason", len(BUILD_TURNS))
 
@@ -131,6 +155,7 @@ async def test_building_task(building: Stack) -> None:
         ("Spawned a plaza lantern for Alice, fuel 20, tagged lighting.", "Plaza lantern")]
 
     # Alice heard that it is done
+    await settled(world)
     said = [m for m in world.heard("char:alice") if m["sender_id"] == "char:mason"]
     assert [m["text"] for m in said] == ["Your lantern is up in the plaza, Alice."]
 
@@ -151,8 +176,8 @@ INJECTION_TURNS = [
 
 
 @pytest_twisted.async_yield_fixture
-async def innkeeper(tmp_path: Path) -> AsyncIterator[Stack]:
-    stack = await start_stack(tmp_path, INJECTION_TURNS, {
+async def innkeeper(backend: Any) -> AsyncIterator[Stack]:
+    stack = await start_stack(backend, INJECTION_TURNS, {
         "name": "pip", "character_id": "char:pip", "persona": "You are Pip, the innkeeper.",
     })
     yield stack
@@ -162,7 +187,8 @@ async def innkeeper(tmp_path: Path) -> AsyncIterator[Stack]:
 @pytest_twisted.ensureDeferred
 async def test_prompt_injection_is_refused_by_the_tool(innkeeper: Stack) -> None:
     world = innkeeper.world
-    world.message_location("char:bob", INJECTION)
+    await defer.maybeDeferred(world.message_location, "char:bob", INJECTION)
+    await settled(world)
 
     ticks = await run_until_script_played(innkeeper, "pip", len(INJECTION_TURNS))
 
@@ -180,5 +206,6 @@ async def test_prompt_injection_is_refused_by_the_tool(innkeeper: Stack) -> None
     assert "permission denied" in seen[0]["content"]
     assert INJECTION in json.dumps(requests[0].messages)
     assert ticks[-1].loop.termination_reason == "terminal_tool"
+    await settled(world)
     said = [m["text"] for m in world.heard("char:bob") if m["sender_id"] == "char:pip"]
     assert said == ["Sorry Bob, I am not allowed to touch the fountain."]

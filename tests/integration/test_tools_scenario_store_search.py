@@ -1,13 +1,17 @@
-"""The record tools on the SQLite store: real FTS5/BM25 searches through the store's thread."""
+"""The record tools on the SQLite and PostgreSQL stores: real full-text searches (FTS5 with
+BM25, PostgreSQL text search with ts_rank) through the stores' threads."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import pytest
 import pytest_twisted
 from twisted.internet import task
 
+from ai_tools.store.postgres import PostgreSQLStore
 from ai_tools.store.sqlite import SQLiteStore
 from ai_tools.tools.base import Actor
 from ai_tools.tools.context import SessionMemoryTool
@@ -18,11 +22,16 @@ from ai_tools.tools.memory import RecallMemoriesTool, SearchEpisodicTool, StoreM
 from tests.unit.tool_fakes import FakeAssistant
 
 
-@pytest_twisted.async_yield_fixture
-async def actor(tmp_path: Path) -> AsyncIterator[Actor]:
+@pytest_twisted.async_yield_fixture(params=["sqlite", "postgres"])
+async def actor(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Actor]:
     clock = task.Clock()
     clock.advance(1_700_000_000)
-    store = SQLiteStore(str(tmp_path / "state.sqlite"), clock=clock)
+    store: Any
+    if request.param == "sqlite":
+        store = SQLiteStore(str(tmp_path / "state.sqlite"), clock=clock)
+    else:
+        db = request.getfixturevalue("postgres_db")
+        store = PostgreSQLStore(db.dsn, password=db.password, clock=clock)
     await store.open()
     yield Actor(character_id="char:ada", store=store, assistant=FakeAssistant(name="ada"))
     await store.close()
@@ -35,7 +44,7 @@ async def call(tool: object, actor: Actor, **params: object) -> dict:
 
 
 @pytest_twisted.ensureDeferred
-async def test_memories_rank_with_bm25(actor: Actor) -> None:
+async def test_memories_rank_best_first(actor: Actor) -> None:
     await call(StoreMemoryTool(), actor, content="The market opens at dawn.")
     best = await call(StoreMemoryTool(), actor,
                       content="Bob sells brass lanterns; brass is his trade.", about="Bob")
