@@ -14,7 +14,9 @@ What differs from SQLite, and why:
 * Full-text search uses a generated ``tsvector`` column with a GIN index and
   the text search configuration ``ai_tools_search``: accents removed
   (``unaccent``, like FTS5's ``unicode61``), English Snowball stemming (like
-  FTS5's ``porter``) and, like FTS5, **no** stop words ("the" is a word).
+  FTS5's ``porter``), hyphenated words as their parts and, like FTS5, **no**
+  stop words ("the" is a word).  PostgreSQL's parser keeps e-mail addresses,
+  URLs, host names, paths and decimal numbers whole where FTS5 splits them.
 * Values stay JSON *text* (not ``jsonb``), exactly as the stores encode them:
   ``jsonb`` refuses ``\\u0000`` and lone surrogates, which model output holds.
   Read them with a cast (``state::json ->> 'mode'``).
@@ -39,8 +41,7 @@ SEARCH_CONFIG = "ai_tools_search"
 
 _MIGRATION_LOCK = 0x61695F746F6F6C73  # "ai_tools": the advisory lock key of migrations
 
-_WORD_TOKENS = ("asciiword, word, numword, asciihword, hword, numhword, "
-                "hword_asciipart, hword_part, hword_numpart")
+_WORD_TOKENS = "asciiword, word, numword, hword_asciipart, hword_part, hword_numpart"
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -54,6 +55,9 @@ MIGRATIONS: tuple[Migration, ...] = (
             f"CREATE TEXT SEARCH CONFIGURATION {SEARCH_CONFIG} (COPY = pg_catalog.simple)",
             f"ALTER TEXT SEARCH CONFIGURATION {SEARCH_CONFIG} ALTER MAPPING FOR {_WORD_TOKENS}"
             " WITH unaccent, ai_tools_stem",
+            # A hyphenated word counts as its parts only, as in FTS5 ("door-and" is "door and").
+            f"ALTER TEXT SEARCH CONFIGURATION {SEARCH_CONFIG} DROP MAPPING FOR"
+            " asciihword, hword, numhword",
             """CREATE TABLE assistants (
                 name text PRIMARY KEY,
                 state text NOT NULL,                  -- JSON: history, pending events, mode...
