@@ -6,9 +6,10 @@ runs (and ``python -m ai_tools.standalone.demo`` too).  Starting it, in order:
 1. the model clients: one :class:`~ai_tools.llm.client.OpenAIChatClient` per
    model profile; a scripted profile first starts the scripted model server of
    :mod:`ai_tools.llm.scripted` on 127.0.0.1 and points its client there;
-2. the store (SQLite file or memory), opened and migrated;
+2. the store (SQLite file, memory or PostgreSQL), opened and migrated;
 3. the sandbox world, loaded from the store (seeded from the world file the
-   first time);
+   first time) — with PostgreSQL, the shared world of
+   :mod:`ai_tools.world.shared`, which follows the database;
 4. the :class:`~ai_tools.service.service.AssistantService` with the configured
    assistants (each restored from its saved state when it has one);
 5. the listeners: the HTTP API and, when enabled, the SSH manhole;
@@ -155,9 +156,11 @@ class StandaloneService(MultiService):
                                f"{describe_failure(exc)}") from exc
         self._store_opened = True
         from ai_tools.world.sandbox import SandboxWorld
+        from ai_tools.world.shared import SharedWorld
 
-        self.world = yield SandboxWorld.load(self.store, seed=config.world.file,
-                                             clock=self.reactor, log_size=config.world.log_size)
+        world_type = SharedWorld if config.store.backend == "postgres" else SandboxWorld
+        self.world = yield world_type.load(self.store, seed=config.world.file,
+                                           clock=self.reactor, log_size=config.world.log_size)
         yield self._start_assistants()
         if self.running:
             self._start_listeners()
@@ -240,6 +243,12 @@ class StandaloneService(MultiService):
 
     def _make_store(self) -> Any:
         store = self.config.store
+        if store.backend == "postgres":
+            from ai_tools.store.postgres import PostgreSQLStore
+
+            assert store.dsn is not None
+            return PostgreSQLStore(store.dsn, password=store.password, clock=self.reactor,
+                                   reactor=self.reactor)
         if store.backend == "memory":
             from ai_tools.store.memory import MemoryStore
 
@@ -252,6 +261,8 @@ class StandaloneService(MultiService):
 
     def _store_label(self) -> str:
         store = self.config.store
+        if store.backend == "postgres":
+            return str(getattr(self.store, "label", "PostgreSQL"))
         return "in memory" if store.backend == "memory" else f"SQLite {store.path}"
 
     @defer.inlineCallbacks
@@ -360,6 +371,9 @@ class StandaloneService(MultiService):
     def _stop(self) -> Any:
         if self.gc_tuning is not None:
             self.gc_tuning.restore()
+        stop_following = getattr(self.world, "stop", None)  # a shared world follows the database
+        if stop_following is not None:
+            stop_following()
         try:
             yield defer.maybeDeferred(super().stopService)
         except Exception:

@@ -4,7 +4,8 @@
 tables (every one optional; ``examples/assistant.toml`` shows them all)::
 
     [service]      tick_interval, stop_grace, max_concurrent, log_level
-    [store]        backend ("sqlite" or "memory"), path, synchronous
+    [store]        backend ("sqlite", "memory" or "postgres"), path, synchronous,
+                   dsn (postgres; the password from AI_TOOLS_DB_PASSWORD[_FILE])
     [world]        file (the seed world file), log_size
     [models.NAME]  a model profile (ModelProfile fields), or scenario = "file"
                    for the scripted stand-in model of ai_tools.llm.scripted
@@ -99,9 +100,14 @@ class StoreConfig:
     """``[store]``: where assistant state and the sandbox world live."""
 
     backend: str = "sqlite"
-    """``sqlite`` (one file, survives restarts) or ``memory`` (gone at exit)."""
+    """``sqlite`` (one file, survives restarts), ``memory`` (gone at exit) or
+    ``postgres`` (a PostgreSQL database several workers can share)."""
     path: Path | None = None
     synchronous: str = "FULL"
+    dsn: str | None = None
+    """``postgres``: the libpq connection string or URL, without the password."""
+    password: str | None = attrs.field(default=None, repr=False)
+    """``postgres``: from AI_TOOLS_DB_PASSWORD or AI_TOOLS_DB_PASSWORD_FILE (never the file)."""
 
 
 @attrs.frozen
@@ -422,11 +428,32 @@ def _service(table: _Table, overrides: Overrides) -> ServiceSettings:
     return settings
 
 
+def _postgres(table: _Table, dsn: str | None) -> StoreConfig:
+    """``backend = "postgres"``: the DSN checked, the password from the environment."""
+    from ai_tools.store.postgres import check_dsn, database_password
+
+    if dsn is None:
+        raise ConfigError(f"{table.key('dsn')} is required with backend = \"postgres\" "
+                          f"(e.g. \"host=127.0.0.1 dbname=ai_tools user=ai_tools\")")
+    try:
+        check_dsn(dsn)
+    except ConfigError as exc:
+        raise ConfigError(f"{table.key('dsn')}: {exc}") from None
+    return StoreConfig(backend="postgres", dsn=dsn, password=database_password(os.environ))
+
+
 def _store(table: _Table, overrides: Overrides) -> StoreConfig:
-    backend = table.choice("backend", ("sqlite", "memory"), "sqlite")
+    backend = table.choice("backend", ("sqlite", "memory", "postgres"), "sqlite")
     path = table.path("path")
     synchronous = table.choice("synchronous", ("off", "normal", "full", "extra"), "full").upper()
+    dsn = table.typed("dsn", str, None)
     table.finish()
+    if backend == "postgres" and overrides.db is None:
+        if path is not None:
+            raise ConfigError(f"{table.key('path')} is only for backend = \"sqlite\"")
+        return _postgres(table, dsn)
+    if dsn is not None and backend != "postgres":  # (--db replaces a postgres store)
+        raise ConfigError(f"{table.key('dsn')} is only for backend = \"postgres\"")
     if overrides.db is not None:
         db = overrides.db.strip()
         if not db:

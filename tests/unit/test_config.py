@@ -187,7 +187,7 @@ def test_unknown_key_suggests_the_close_one() -> None:
     ("service.stop_grace", True, "service.stop_grace must be"),
     ("service.max_concurrent", 0, "service.max_concurrent must be a positive integer"),
     ("service.log_level", "loud", "service.log_level must be one of"),
-    ("store.backend", "postgres", "store.backend must be one of sqlite, memory"),
+    ("store.backend", "oracle", "store.backend must be one of sqlite, memory, postgres"),
     ("store.path", 3, "store.path must be a string"),
     ("world.log_size", "big", "world.log_size must be an integer"),
     ("http.max_body", -5, "http.max_body must be a positive integer"),
