@@ -3,9 +3,9 @@
 A notification arrives on an idle connection's socket.  The connection is
 opened (blocking) in a thread, ``LISTEN channel`` is sent there too, then the
 socket is handed to the reactor (``addReader``): when it is readable,
-psycopg's libpq-level calls (``PGconn.consume_input``, ``PGconn.notifies``)
-read without blocking, and each notification's payload goes to
-``on_notify``.  Nothing else ever runs on this connection, and it is outside
+psycopg2's ``connection.poll()`` reads what arrived without blocking and
+fills ``connection.notifies``, whose payloads go to ``on_notify``.
+Nothing else ever runs on this connection, and it is outside
 the adbapi pool: a pool connection is busy with queries and would hear
 nothing while idle in the pool.
 
@@ -111,12 +111,14 @@ class NotificationListener:
 
     def _open(self) -> Any:
         """(In a thread.)  A new autocommit connection that listens on the channel."""
-        import psycopg
+        import psycopg2
 
-        conn = psycopg.connect(self.dsn, autocommit=True, **{
+        conn = psycopg2.connect(self.dsn, **{
             **_KEEPALIVES, **self.connect_kwargs, "application_name": APPLICATION_NAME})
         try:
-            conn.execute(f"LISTEN {self.channel}")
+            conn.autocommit = True
+            with conn.cursor() as cursor:
+                cursor.execute(f"LISTEN {self.channel}")
         except BaseException:
             conn.close()
             raise
@@ -162,10 +164,9 @@ class NotificationListener:
         if conn is None:
             return
         try:
-            conn.pgconn.consume_input()
-            payloads = []
-            while (notify := conn.pgconn.notifies()) is not None:
-                payloads.append(notify.extra.decode("utf-8", "replace"))
+            conn.poll()
+            payloads = [notify.payload for notify in conn.notifies]
+            del conn.notifies[:]
         except Exception:
             self.lost(Failure())
             return

@@ -1,6 +1,6 @@
 """The PostgreSQL store's statements for assistants, the cache, records and leases.
 
-Each function takes a DB-API cursor (``format`` parameters, psycopg) and runs
+Each function takes a DB-API cursor (``format`` parameters, psycopg2) and runs
 on a store thread inside the transaction the store opened for it; none of them
 touches Twisted.  The world's statements are in
 :mod:`ai_tools.store.postgres_world`.
@@ -31,20 +31,20 @@ def load_assistant(cursor: Any, name: str) -> tuple[dict[str, Any], RepairReport
     return repair_state(json.loads(row[0]))
 
 
+# All rows in one statement (a multi-row VALUES), one round trip for a group.
 _SAVE = (
-    "INSERT INTO assistants (name, state, updated_at, epoch)"
-    " SELECT name, state, %s, NULL FROM unnest(%s::text[], %s::text[]) AS v (name, state)"
+    "INSERT INTO assistants (name, state, updated_at, epoch) VALUES %s"
     " ON CONFLICT (name) DO UPDATE SET state = excluded.state,"
     " updated_at = excluded.updated_at, epoch = excluded.epoch"
 )
 
 # A fenced write: only where the lease is held by this worker at this epoch (the
-# lease row locked until commit, so it cannot change hands meanwhile), and never
-# over a state written under a newer epoch.
+# lease rows locked until commit, so they cannot change hands meanwhile), and
+# never over a state written under a newer epoch.
 _SAVE_FENCED = (
     "INSERT INTO assistants (name, state, updated_at, epoch)"
-    " SELECT v.name, v.state, %s, l.epoch"
-    " FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS v (name, state, epoch)"
+    " SELECT v.name, v.state, v.updated_at, l.epoch"
+    " FROM (VALUES %s) AS v (name, state, updated_at, epoch)"
     " JOIN assistant_leases l ON l.name = v.name AND l.epoch = v.epoch AND l.worker = %s"
     " FOR SHARE OF l"
     " ON CONFLICT (name) DO UPDATE SET state = excluded.state,"
@@ -60,26 +60,29 @@ def save_states(
     now: float,
     fence: tuple[str, Mapping[str, int]] | None,
 ) -> None:
-    """Upsert ``(name, state_json)`` rows in one statement; fenced by ``(worker, epochs)``.
+    """Upsert ``(name, state_json)`` rows; fenced by ``(worker, {name: epoch})``.
 
     A fenced write of an assistant whose lease this worker no longer holds at
     that epoch raises :class:`LeaseLost` (the store's savepoint then undoes
     the whole call).
     """
+    from psycopg2.extras import execute_values
+
     if not rows:
         return
-    names = [name for name, _ in rows]
-    states = [state for _, state in rows]
     if fence is None:
-        cursor.execute(_SAVE, (now, names, states))
+        execute_values(cursor, _SAVE, [(name, state, now, None) for name, state in rows],
+                       template="(%s, %s, %s, %s::bigint)", page_size=len(rows))
         return
     worker, epochs = fence
-    missing = [name for name in names if name not in epochs]
+    missing = [name for name, _ in rows if name not in epochs]
     if missing:
         raise LeaseLost(f"no lease epoch given for {', '.join(missing)}")
-    cursor.execute(_SAVE_FENCED, (now, names, states, [epochs[n] for n in names], worker))
-    written = {row[0] for row in cursor.fetchall()}
-    lost = [name for name in names if name not in written]
+    sql = cursor.mogrify(_SAVE_FENCED.replace("%s", "%%s", 1), (worker,)).decode()
+    written = {row[0] for row in execute_values(
+        cursor, sql, [(name, state, now, epochs[name]) for name, state in rows],
+        template="(%s, %s, %s::float8, %s::bigint)", page_size=len(rows), fetch=True)}
+    lost = [name for name, _ in rows if name not in written]
     if lost:
         raise LeaseLost(f"worker {worker} no longer holds the lease of {', '.join(lost)}")
 
@@ -279,7 +282,8 @@ def renew_leases(
 ) -> dict[str, int]:
     """Extend the leases ``worker`` still holds among ``names``; ``{name: epoch}`` of those."""
     cursor.execute(
-        "UPDATE assistant_leases SET expires_at = %s WHERE worker = %s AND name = ANY(%s)"
+        "UPDATE assistant_leases SET expires_at = %s WHERE worker = %s"
+        " AND name = ANY(%s::text[])"
         " RETURNING name, epoch",
         (now + ttl, worker, list(names)),
     )
@@ -292,7 +296,8 @@ def release_leases(cursor: Any, worker: str, names: Sequence[str] | None) -> int
         cursor.execute("UPDATE assistant_leases SET expires_at = 0 WHERE worker = %s", (worker,))
     else:
         cursor.execute(
-            "UPDATE assistant_leases SET expires_at = 0 WHERE worker = %s AND name = ANY(%s)",
+            "UPDATE assistant_leases SET expires_at = 0 WHERE worker = %s"
+            " AND name = ANY(%s::text[])",
             (worker, list(names)),
         )
     return int(cursor.rowcount)

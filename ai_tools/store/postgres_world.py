@@ -42,6 +42,8 @@ _RETRYABLE_STATES = frozenset({"40P01", "40001", "55P03"})
 """Deadlock, serialization failure, lock not available: the change is tried again."""
 
 _TABLES: dict[str, tuple[str, str]] = {**WORLD_TABLES, "meta": ("world_meta", "key")}
+_ANY = "= ANY(%s::text[])"
+"""Matches a key against a list of keys (a typed array: an empty list is fine)."""
 _SECTION_ORDER = ("objects", "channels", "prototypes", "help", "meta")
 
 Key = tuple[str, str]
@@ -120,7 +122,7 @@ def _lock_and_check(cursor: Any, change: WorldChange) -> None:
         for mode, group in (("UPDATE", [k for k in keys if (section, k) in written]),
                             ("SHARE", [k for k in keys if (section, k) not in written])):
             if group:
-                cursor.execute(f"SELECT {column}, version FROM {table} WHERE {column} = ANY(%s)"
+                cursor.execute(f"SELECT {column}, version FROM {table} WHERE {column} {_ANY}"
                                f" ORDER BY {column} FOR {mode}", (group,))
                 found.update((key, int(version)) for key, version in cursor.fetchall())
         for key in keys:
@@ -135,7 +137,7 @@ def _write_rows(cursor: Any, change: WorldChange) -> set[str]:
     for section, keys in change.deletes.items():
         if keys:
             table, column = _TABLES[section]
-            cursor.execute(f"DELETE FROM {table} WHERE {column} = ANY(%s)", (list(keys),))
+            cursor.execute(f"DELETE FROM {table} WHERE {column} {_ANY}", (list(keys),))
             cursor.executemany(
                 "INSERT INTO world_deleted (section, key, version) VALUES (%s, %s, %s)"
                 " ON CONFLICT (section, key) DO UPDATE SET version = excluded.version",
@@ -154,14 +156,14 @@ def _write_rows(cursor: Any, change: WorldChange) -> set[str]:
             f"INSERT INTO {table} ({column}, {data}, version) VALUES (%s, %s, {CHANGED})"
             f" ON CONFLICT ({column}) DO UPDATE SET {data} = excluded.{data},"
             f" version = {CHANGED}", list(rows))
-        cursor.execute("DELETE FROM world_deleted WHERE section = %s AND key = ANY(%s)",
+        cursor.execute(f"DELETE FROM world_deleted WHERE section = %s AND key {_ANY}",
                        (section, [key for key, _ in rows]))
         sections.add(section)
     for section in _SECTION_ORDER:
         keys = [key for sec, key in change.touch if sec == section]
         if keys:
             table, column = _TABLES[section]
-            cursor.execute(f"UPDATE {table} SET version = {CHANGED} WHERE {column} = ANY(%s)",
+            cursor.execute(f"UPDATE {table} SET version = {CHANGED} WHERE {column} {_ANY}",
                            (keys,))
             sections.add(section)
     return sections
@@ -300,7 +302,7 @@ def _dirty_rows(cursor: Any, dirty: Iterable[Key]) -> dict[Key, tuple[Any, int] 
             continue
         table, column = _TABLES[section]
         data = "value" if section == "meta" else "data"
-        cursor.execute(f"SELECT {column}, {data}, version FROM {table} WHERE {column} = ANY(%s)",
+        cursor.execute(f"SELECT {column}, {data}, version FROM {table} WHERE {column} {_ANY}",
                        (keys,))
         for key, text, version in cursor.fetchall():
             found[section, key] = (json.loads(text), int(version))

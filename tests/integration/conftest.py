@@ -10,7 +10,8 @@ skip.  Do not import the reactor here (pytest-twisted installs it).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import attrs
 import pytest
@@ -28,6 +29,10 @@ class PostgresDatabase:
     password: str
     name: str
 
+    def sql(self, statement: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Run one statement in this database (as an operator would); its rows."""
+        return run_sql(self.dsn, self.password, statement, params)
+
 
 @pytest.fixture(scope="session")
 def postgres_cluster() -> Iterator[ThrowawayCluster]:
@@ -40,11 +45,22 @@ def postgres_cluster() -> Iterator[ThrowawayCluster]:
     cluster.stop()
 
 
-def _admin(cluster: ThrowawayCluster, statement: str) -> None:
-    import psycopg
+def run_sql(dsn: str, password: str, statement: str, params: Sequence[Any] = ()) -> list[Any]:
+    """Run one statement on its own autocommit connection; the rows it returned."""
+    import psycopg2
 
-    with psycopg.connect(cluster.dsn(), password=cluster.password, autocommit=True) as conn:
-        conn.execute(statement)
+    conn = psycopg2.connect(dsn, password=password)
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cursor:
+            cursor.execute(statement, params)
+            return list(cursor.fetchall()) if cursor.description is not None else []
+    finally:
+        conn.close()
+
+
+def _admin(cluster: ThrowawayCluster, statement: str) -> None:
+    run_sql(cluster.dsn(), cluster.password, statement)
 
 
 @pytest.fixture

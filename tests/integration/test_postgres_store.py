@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
+import psycopg2
+import psycopg2.errors
 import pytest
 import pytest_twisted
 from twisted.internet import defer
@@ -74,7 +75,7 @@ async def test_a_failing_write_in_a_group_fails_alone(store: PostgreSQLStore) ->
     await first
     assert outcomes[0] == (True, "x")
     assert not outcomes[1][0] and outcomes[1][1].check(RuntimeError)
-    assert not outcomes[2][0] and outcomes[2][1].check(psycopg.errors.UniqueViolation)
+    assert not outcomes[2][0] and outcomes[2][1].check(psycopg2.errors.UniqueViolation)
     assert not outcomes[3][0] and outcomes[3][1].check(NotFound)
     assert outcomes[4] == (True, "y")
     assert await store.list_assistants() == ["first", "x", "y"]
@@ -124,9 +125,8 @@ async def test_workers_opening_a_new_database_at_once_migrate_it_once(
     await defer.gatherResults([s.open() for s in stores])
     try:
         assert [s.schema_version for s in stores] == [LATEST_VERSION] * 3
-        with psycopg.connect(postgres_db.dsn, password=postgres_db.password) as conn:
-            rows = conn.execute("SELECT version FROM schema_migrations ORDER BY version")
-            assert [r[0] for r in rows] == [m.version for m in MIGRATIONS]
+        rows = postgres_db.sql("SELECT version FROM schema_migrations ORDER BY version")
+        assert [r[0] for r in rows] == [m.version for m in MIGRATIONS]
     finally:
         for s in stores:
             await s.close()
@@ -138,9 +138,8 @@ async def test_a_newer_database_is_refused(postgres_db: PostgresDatabase) -> Non
     store = open_store(postgres_db)
     await store.open()
     await store.close()
-    with psycopg.connect(postgres_db.dsn, password=postgres_db.password) as conn:
-        conn.execute("INSERT INTO schema_migrations VALUES (%s, 'from the future', 0)",
-                     (LATEST_VERSION + 1,))
+    postgres_db.sql("INSERT INTO schema_migrations VALUES (%s, 'from the future', 0)",
+                    (LATEST_VERSION + 1,))
     newer = open_store(postgres_db)
     with pytest.raises(SchemaVersionError, match="newer than this ai_tools"):
         await newer.open()
@@ -158,12 +157,10 @@ async def test_a_failing_migration_leaves_the_previous_version(
                                      ("CREATE TABLE half_done (x int)", "NOT SQL")))
     monkeypatch.setattr(schema.migrate, "__defaults__", (broken, None))
     store = open_store(postgres_db)
-    with pytest.raises(psycopg.errors.SyntaxError):
+    with pytest.raises(psycopg2.errors.SyntaxError):
         await store.open()
-    with psycopg.connect(postgres_db.dsn, password=postgres_db.password) as conn:
-        assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone() == (
-            LATEST_VERSION,)
-        assert conn.execute("SELECT to_regclass('half_done')").fetchone() == (None,)
+    assert postgres_db.sql("SELECT max(version) FROM schema_migrations") == [(LATEST_VERSION,)]
+    assert postgres_db.sql("SELECT to_regclass('half_done')") == [(None,)]
 
 
 # -- leases and fenced writes -------------------------------------------------------------
@@ -245,7 +242,7 @@ def test_password_from_the_environment_or_a_private_file(tmp_path: Path) -> None
 async def test_a_wrong_password_fails_open_clearly(postgres_db: PostgresDatabase) -> None:
     """Authentication fails at open(), and the password is not in the message."""
     store = PostgreSQLStore(postgres_db.dsn, password="not-the-password")
-    with pytest.raises(psycopg.OperationalError, match="password authentication failed") as info:
+    with pytest.raises(psycopg2.OperationalError, match="password authentication failed") as info:
         await store.open()
     assert "not-the-password" not in str(info.value)
     assert not store.is_open

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import attrs
-import psycopg
 import pytest
 import pytest_twisted
 from twisted.internet import defer
@@ -170,10 +169,8 @@ async def test_one_message_sequence_on_every_worker(workers: Workers) -> None:
     assert seqs == sorted(seqs) and len(set(seqs)) == 20
     assert [(m.seq, m.text) for m in heard_a] == [(m.seq, m.text) for m in heard_b]
     assert a.heard(BOB) == b.heard(BOB)
-    with psycopg.connect(workers.db.dsn, password=workers.db.password) as conn:
-        rows = conn.execute("SELECT m.seq FROM world_messages m JOIN world_heard h"
-                            " ON h.seq = m.seq WHERE h.character_id = %s ORDER BY m.seq",
-                            (BOB,)).fetchall()
+    rows = workers.db.sql("SELECT m.seq FROM world_messages m JOIN world_heard h"
+                          " ON h.seq = m.seq WHERE h.character_id = %s ORDER BY m.seq", (BOB,))
     assert [row[0] for row in rows] == seqs
 
 
@@ -202,20 +199,16 @@ async def test_a_broken_listen_connection_reconnects_and_catches_up(
     meanwhile still arrives (the poll is far off: it is the reconnect that catches up)."""
     a = await workers.start()
     await workers.stores[0]._listeners[0].when_listening()
-    with psycopg.connect(postgres_db.dsn, password=postgres_db.password) as conn:
-        first_listener = [row[0] for row in conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = %s",
-            (APPLICATION_NAME,)).fetchall()]
+    first_listener = [row[0] for row in postgres_db.sql(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (APPLICATION_NAME,))]
     b = await workers.start(poll_interval=3600)
     (listener,) = workers.stores[1]._listeners
     await listener.when_listening()
     assert listener.connects == 1
-    with psycopg.connect(postgres_db.dsn, password=postgres_db.password,
-                         autocommit=True) as conn:
-        killed = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s"
-            " AND application_name = %s AND pid <> ALL(%s)",
-            (postgres_db.name, APPLICATION_NAME, first_listener)).fetchall()
+    killed = postgres_db.sql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s"
+        " AND application_name = %s AND pid <> ALL(%s::int[])",
+        (postgres_db.name, APPLICATION_NAME, first_listener))
     assert killed == [(True,)]
     heard, done = hearing(b, BOB)
     await a.message_location(PIP, "Still listening?")

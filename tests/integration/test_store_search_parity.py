@@ -105,16 +105,15 @@ def test_any_text_is_a_safe_query_on_postgres(postgres_search: Any, text: str) -
 @pytest.fixture
 def postgres_search(postgres_db: Any) -> Any:
     """A synchronous cursor on a migrated database and the store's search statement."""
-    import psycopg
+    import psycopg2
 
     from ai_tools.store import postgres_statements
     from ai_tools.store.postgres_schema import migrate
     from ai_tools.store.text_search import search_pieces
 
-    conn = psycopg.connect(postgres_db.dsn, password=postgres_db.password, autocommit=True)
+    conn = psycopg2.connect(postgres_db.dsn, password=postgres_db.password)
+    conn.autocommit = True
     migrate(conn, 0.0)
-    conn.execute("INSERT INTO records (owner, collection, content, created_at, updated_at)"
-                 " VALUES ('ada', 'memory', 'the door', 0, 0)")
 
     def search(cursor: Any, owner: str, collection: str, text: str, limit: int) -> Any:
         pieces = search_pieces(text)
@@ -123,5 +122,7 @@ def postgres_search(postgres_db: Any) -> Any:
         return postgres_statements.search_records(cursor, owner, collection, pieces, limit)
 
     with conn.cursor() as cursor:
+        cursor.execute("INSERT INTO records (owner, collection, content, created_at,"
+                       " updated_at) VALUES ('ada', 'memory', 'the door', 0, 0)")
         yield cursor, search
     conn.close()
