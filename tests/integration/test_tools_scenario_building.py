@@ -49,8 +49,8 @@ class Stack:
     store: Any
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+@pytest.fixture(name="backend", params=["sqlite", "postgres"])
+def backend_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     """The store and world to run on: SQLite with the sandbox world, or PostgreSQL with
     the shared world (a throwaway database)."""
     if request.param == "sqlite":

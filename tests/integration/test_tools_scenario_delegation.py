@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
+from typing import Any
 
 import pytest_twisted
 from twisted.internet import task
 
 from ai_tools.testing import Turn
-from tests.integration.test_tools_scenario_building import (
+from tests.integration.test_tools_scenario_building import (  # noqa: F401 (fixture)
     Stack,
+    backend_fixture,
     call,
     reactor,
     start_stack,
@@ -41,8 +42,8 @@ TURNS = [
 
 
 @pytest_twisted.async_yield_fixture
-async def mason(tmp_path: Path) -> AsyncIterator[Stack]:
-    stack = await start_stack(tmp_path, TURNS, {
+async def mason(backend: Any) -> AsyncIterator[Stack]:
+    stack = await start_stack(backend, TURNS, {
         "name": "mason", "character_id": "char:mason", "autonomous": False,
         "execution_config": {"sub_agents_enabled": True, "sub_agent_budget": 3},
     })
