@@ -12,6 +12,14 @@ the next one, each in its own savepoint (see :meth:`SQLiteStore._write`).
 Values are encoded to JSON in the reactor thread before the write is queued
 (a caller mutating its dict afterwards cannot change what is written);
 decoding and the history repair run on the store thread.
+
+The file is this process's alone while the store is open, and a file deleted
+or moved under it stops the writes instead of losing them (see
+:mod:`ai_tools.store.sqlite_file`).  Opening checks the file (``PRAGMA
+quick_check``, and that it can be written) so that a damaged or read-only
+database stops the start with one line saying what to do; SQLite's errors
+about the file (disk full, read-only, damaged) reach the callers as a
+:class:`~ai_tools.store.sqlite_file.DatabaseFileError` in words.
 """
 
 from __future__ import annotations
@@ -46,6 +54,14 @@ from ai_tools.store.serialization import (
     encode_world_changes,
     record_dict,
 )
+from ai_tools.store.sqlite_file import (
+    DISK_FULL,
+    GONE,
+    DatabaseFileError,
+    DatabaseFileGuard,
+    damaged,
+    explain,
+)
 from ai_tools.store.text_search import fts5_match_expression
 
 T = TypeVar("T")
@@ -62,32 +78,27 @@ class StoreClosed(RuntimeError):
 _Op = tuple[Callable[..., Any], tuple[Any, ...]]
 
 
-def _write_group(conn: Any, ops: Sequence[_Op]) -> list[Any]:
+def _write_group(
+    conn: Any, ops: Sequence[_Op], guard: DatabaseFileGuard | None = None
+) -> list[Any]:
     """Run several writes in one BEGIN IMMEDIATE … COMMIT; each one's result or Failure.
 
-    With more than one, each write runs in its own savepoint: a write that
-    raises is rolled back alone (its Failure is its result) and the others
-    are committed.  A single write that raises rolls the transaction back and
-    raises.  If the commit itself fails, everything is rolled back and the
-    error raised (every write of the group then failed).
+    First the file is checked (``guard``): a database deleted or moved away
+    fails the whole group before anything is written.  With more than one
+    write, each runs in its own savepoint: a write that raises is rolled back
+    alone (its Failure is its result) and the others are committed.  A
+    single write that raises rolls the transaction back and raises.  If the
+    file fails (disk full, I/O error: SQLite then rolls the whole transaction
+    back) or the commit itself fails, the error is raised and every write of
+    the group failed.
     """
+    if guard is not None:
+        guard.check()
     cursor = conn.cursor()
     try:
         cursor.execute("BEGIN IMMEDIATE")
         try:
-            if len(ops) == 1:
-                fn, args = ops[0]
-                results: list[Any] = [fn(cursor, *args)]
-            else:
-                results = []
-                for fn, args in ops:
-                    cursor.execute("SAVEPOINT write")
-                    try:
-                        results.append(fn(cursor, *args))
-                    except Exception:
-                        results.append(Failure())
-                        cursor.execute("ROLLBACK TO write")
-                    cursor.execute("RELEASE write")
+            results = _run_writes(conn, cursor, ops)
             cursor.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -96,6 +107,27 @@ def _write_group(conn: Any, ops: Sequence[_Op]) -> list[Any]:
         return results
     finally:
         cursor.close()
+
+
+def _run_writes(conn: Any, cursor: Any, ops: Sequence[_Op]) -> list[Any]:
+    """The writes of one transaction: alone, or each in a savepoint (see :func:`_write_group`)."""
+    if len(ops) == 1:
+        fn, args = ops[0]
+        return [fn(cursor, *args)]
+    results: list[Any] = []
+    for fn, args in ops:
+        cursor.execute("SAVEPOINT write")
+        try:
+            results.append(fn(cursor, *args))
+        except Exception as exc:
+            # An error about the file (or one after which SQLite ended the
+            # transaction itself) fails the group: the savepoint is gone too.
+            if not conn.in_transaction or explain(exc, "") is not None:
+                raise
+            results.append(Failure())
+            cursor.execute("ROLLBACK TO write")
+        cursor.execute("RELEASE write")
+    return results
 
 
 def _read(conn: Any, fn: Callable[..., T], *args: Any) -> T:
@@ -118,13 +150,22 @@ class SQLiteStore:
     :param synchronous: SQLite ``PRAGMA synchronous``.  ``"FULL"`` (default)
         makes every commit durable against power loss; ``"NORMAL"`` is
         faster and still survives a killed process (WAL mode).
+    :param quick_check: run ``PRAGMA quick_check`` when opening (it reads the
+        whole file: about 2 s per GB), so a damaged file stops the start
+        instead of failing some later read.
     """
 
     path: str
     clock: SecondsClock | None = None
     reactor: Any = None
     synchronous: str = attrs.field(default="FULL")
+    quick_check: bool = True
     _pool: adbapi.ConnectionPool | None = attrs.field(default=None, init=False)
+    _guard: DatabaseFileGuard | None = attrs.field(default=None, init=False)
+    _problem: str | None = attrs.field(default=None, init=False)
+    """What :meth:`health` last found wrong with the file (logged when it changes)."""
+    last_write_error: str | None = attrs.field(default=None, init=False)
+    """Why the last write transaction failed; None once one succeeds again."""
     schema_version: int = attrs.field(default=0, init=False)
     _pending: list[tuple[Callable[..., Any], tuple[Any, ...], defer.Deferred[Any]]] = (
         attrs.field(factory=list, init=False))
@@ -147,15 +188,21 @@ class SQLiteStore:
     # -- lifecycle --------------------------------------------------------
 
     def open(self) -> defer.Deferred[None]:
-        """Open the connection, enable WAL and apply missing migrations."""
+        """Claim the file, open the connection, check the file and apply missing migrations.
+
+        Fails with :class:`~ai_tools.store.sqlite_file.DatabaseFileError` when
+        another process holds the file, or it is damaged or read-only.
+        """
         if self._pool is not None:
             return defer.succeed(None)
         if self.path != ":memory:":
-            directory = os.path.dirname(os.path.abspath(self.path))
             try:
-                os.makedirs(directory, exist_ok=True)
-            except OSError as exc:
+                os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+                guard = DatabaseFileGuard(self.path)
+                guard.claim()
+            except (OSError, DatabaseFileError) as exc:
                 return defer.fail(exc)
+            self._guard = guard
         kwargs: dict[str, Any] = {
             "cp_min": 1,
             "cp_max": 1,
@@ -167,7 +214,7 @@ class SQLiteStore:
         if self.reactor is not None:
             kwargs["cp_reactor"] = self.reactor
         self._pool = adbapi.ConnectionPool("sqlite3", self.path, **kwargs)
-        d = self._pool.runWithConnection(self._migrate, self._now())
+        d = self._pool.runWithConnection(self._prepare, self._now())
         d.addCallback(self._opened)
         d.addErrback(self._open_failed)
         return d
@@ -178,6 +225,20 @@ class SQLiteStore:
         conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA busy_timeout=30000")
+
+    def _prepare(self, conn: Any, now: float) -> int:
+        """On the store thread: check the file, migrate, check it can be written."""
+        if self.quick_check:
+            found = [str(row[0]) for row in conn.execute("PRAGMA quick_check(3)")]
+            if found != ["ok"]:
+                lines = [line.strip() for text in found for line in text.splitlines()]
+                said = [line for line in lines if line and not line.startswith("***")]
+                raise damaged(self.path, "quick_check: " + "; ".join(said))
+        version = self._migrate(conn, now)
+        _check_writable(conn)
+        if self._guard is not None:
+            self._guard.remember()
+        return version
 
     def _migrate(self, conn: Any, now: float) -> int:
         applied: list[Migration] = []
@@ -194,14 +255,25 @@ class SQLiteStore:
     def _opened(self, version: int) -> None:
         self.schema_version = version
 
-    def _open_failed(self, failure: Any) -> Any:
+    def _open_failed(self, failure: Failure) -> Failure:
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
-        return failure
+        self._release()
+        return self._explained(failure)
+
+    def _explained(self, failure: Failure) -> Failure:
+        """``failure``, or the DatabaseFileError in words when it is about the file."""
+        explained = explain(failure.value, self.path) if failure.value else None
+        return failure if explained is None else Failure(explained)
+
+    def _release(self) -> None:
+        guard, self._guard = self._guard, None
+        if guard is not None:
+            guard.release()
 
     def close(self) -> defer.Deferred[None]:
-        """Finish the queued work, then close the connection and its thread."""
+        """Finish the queued work, then close the connection and its thread, and the lock."""
         self._submit_pending()
         pool, self._pool = self._pool, None
         if pool is None:
@@ -210,10 +282,37 @@ class SQLiteStore:
 
         def shut(result: Any) -> Any:
             pool.close()
+            self._release()
             return result if isinstance(result, Failure) else None
 
         d.addBoth(shut)
         return d
+
+    def health(self) -> dict[str, Any]:
+        """The file's state for status pages (checked now: one ``stat``).
+
+        ``problem`` is None while the file is where it was opened; else what
+        happened to it (deleted, moved, replaced, its lock file lost), and
+        writes fail until it is back.  ``last_write_error`` is why the last
+        write transaction failed (None once one succeeds again).
+        """
+        self._note_problem()
+        return {"backend": "sqlite", "path": self.path, "problem": self._problem,
+                "last_write_error": self.last_write_error}
+
+    def _note_problem(self) -> None:
+        """Look at the file; log once when a problem appears, and when it goes away."""
+        problem = self._guard.problem() if self._guard is not None else None
+        if problem == self._problem:
+            return
+        if problem is not None:
+            self._log.error("SQLite store: {problem}; writes are refused until the file is "
+                            "back (put it back, or stop the service and restore a backup)",
+                            problem=problem)
+        else:
+            self._log.info("SQLite store {path}: the database file is back; writes go on",
+                           path=self.path)
+        self._problem = problem
 
     @property
     def is_open(self) -> bool:
@@ -246,7 +345,8 @@ class SQLiteStore:
         self._writing += 1
         self.transactions += 1
         waiters = [d for _, _, d in ops]
-        group = self._pool.runWithConnection(_write_group, [(fn, args) for fn, args, _ in ops])
+        group = self._pool.runWithConnection(
+            _write_group, [(fn, args) for fn, args, _ in ops], self._guard)
         group.addBoth(self._group_done, waiters)
 
     def _group_done(self, outcome: Any, waiters: list[defer.Deferred[Any]]) -> None:
@@ -254,20 +354,33 @@ class SQLiteStore:
         if self._pending and not self._writing:
             self._submit_pending()  # the thread starts on the next group at once
         if isinstance(outcome, Failure):
-            for d in waiters:
-                d.errback(outcome)
+            self._group_failed(self._explained(outcome), waiters)
             return
+        self.last_write_error = None
+        if self._problem is not None:
+            self._note_problem()
         for d, result in zip(waiters, outcome, strict=True):
             if isinstance(result, Failure):
                 d.errback(result)
             else:
                 d.callback(result)
 
+    def _group_failed(self, failure: Failure, waiters: list[defer.Deferred[Any]]) -> None:
+        """Every write of the group failed: say why in the status, and to each caller."""
+        self.last_write_error = failure.getErrorMessage()
+        problem = getattr(failure.value, "problem", None)
+        if problem == GONE:
+            self._note_problem()
+        elif problem == DISK_FULL:
+            self._log.error("SQLite store: {error}", error=self.last_write_error)
+        for d in waiters:
+            d.errback(failure)
+
     def _query(self, fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
         if self._pool is None:
             return defer.fail(StoreClosed(f"SQLite store {self.path} is not open"))
         self._submit_pending()  # a read sees every write asked for before it
-        return self._pool.runWithConnection(_read, fn, *args)
+        return self._pool.runWithConnection(_read, fn, *args).addErrback(self._explained)
 
     def run_in_transaction(self, fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
         """Run ``fn(cursor, *args)`` on the store thread in one write transaction.
@@ -447,6 +560,22 @@ class SQLiteStore:
 
 
 # -- statements (run on the store thread) --------------------------------------
+
+
+def _check_writable(conn: Any) -> None:
+    """Raise SQLite's own error when the file cannot be written (a read-only file or disk).
+
+    SQLite opens a file it may not write read-only, without a word, and
+    fails only at the first write; this writes the header's ``user_version``
+    (unused by ai_tools) back unchanged and rolls it back.
+    """
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(f"PRAGMA user_version = {int(version)}")
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
 
 
 def _load_assistant(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from twisted.internet import defer
 
 from ai_tools.store.schema import LATEST_VERSION, SchemaVersionError
 from ai_tools.store.sqlite import SQLiteStore, StoreClosed
+from ai_tools.store.sqlite_file import DatabaseFileError
 
 
 def direct(path: Path) -> sqlite3.Connection:
@@ -115,11 +117,11 @@ async def test_newer_schema_is_refused_and_pool_released(tmp_path: Path) -> None
 
 @pytest_twisted.ensureDeferred
 async def test_not_a_database_fails_open(tmp_path: Path) -> None:
-    """A file that is not SQLite fails open() with the driver's error, store closed."""
+    """A file that is not SQLite fails open() saying so, naming the file; store closed."""
     path = tmp_path / "junk.sqlite"
     path.write_bytes(b"this is not a database, just some text" * 100)
     store = SQLiteStore(str(path))
-    with pytest.raises(sqlite3.DatabaseError):
+    with pytest.raises(DatabaseFileError, match=re.escape(f"{path} is damaged or not a database")):
         await store.open()
     assert not store.is_open
 
