@@ -114,6 +114,12 @@ def _observe(d: defer.Deferred[Any]) -> defer.Deferred[None]:
     return waiter
 
 
+def _store_health(store: Any) -> dict[str, Any] | None:
+    """The store's report on itself when it keeps one (the SQLite store's file), else None."""
+    health = getattr(store, "health", None)
+    return health() if callable(health) else None
+
+
 @defer.inlineCallbacks
 def _within(d: defer.Deferred[Any], seconds: float, clock: Clock) -> Any:
     """Wait for ``d`` at most ``seconds``; returns True if it fired in time."""
@@ -683,6 +689,7 @@ class AssistantService(MultiService):
             "states_written": writer.states_written if writer else 0,
             "state_write_failures": writer.failures if writer else 0,
             "models": sorted(self._llms),
+            "store": _store_health(self.store),
         }
 
     def counters(self, name: str) -> dict[str, int]:

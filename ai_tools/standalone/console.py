@@ -4,7 +4,12 @@ Whoever logs in runs arbitrary Python as the service's user — treat access as
 root on the service.  So: SSH only (no telnet), bound to 127.0.0.1 by default,
 logins by public key (an ``authorized_keys`` file) and/or by password (a file
 of salted scrypt or PBKDF2 hashes, never plain text), and a host key we create
-ourselves with mode 0600.
+ourselves with mode 0600.  Those files are refused, at start and at every
+login, when another local user could change them (or read the secret ones),
+as OpenSSH's ``StrictModes`` does (:mod:`ai_tools.standalone.file_modes`).
+Text from the world (what players said, what the model wrote) is printed
+without its control characters, so nobody can send escape sequences to the
+operator's terminal.
 
 Two ways in::
 
@@ -32,8 +37,8 @@ import getpass
 import hashlib
 import hmac
 import os
+import re
 import secrets
-import stat
 import struct
 import sys
 import traceback
@@ -60,6 +65,11 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ai_tools.errors import ConfigError, NotFound
+from ai_tools.standalone.file_modes import (
+    check_directories,
+    check_login_file,
+    make_private_directories,
+)
 from ai_tools.web.listen import ListeningService, binds_locally
 
 __all__ = [
@@ -81,11 +91,28 @@ log = Logger()
 # -- tables -----------------------------------------------------------------------
 
 
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` without C0 and C1 control characters (no terminal escapes get through)."""
+    return _CONTROLS.sub("", text)
+
+
 class Table(str):
-    """Text that the console shows as is (its repr is the text, not a quoted string)."""
+    """Text that the console shows as is (its repr is the text, not a quoted string).
+
+    Build it with :meth:`build` or :meth:`of_lines`, which drop the control
+    characters of what they are given: a Table is printed raw.
+    """
 
     def __repr__(self) -> str:
         return str(self)
+
+    @classmethod
+    def of_lines(cls, lines: Iterable[str]) -> Table:
+        """Lines (each may hold several) joined, every one without control characters."""
+        return cls("\n".join(printable(part) for line in lines for part in line.split("\n")))
 
     @classmethod
     def build(
@@ -100,7 +127,7 @@ class Table(str):
     ) -> Table:
         """Columns padded to their widest cell (cells cut at ``width`` characters)."""
         cells = [[_cell(value, width) for value in row] for row in rows]
-        lines = [title] if title else []
+        lines = [printable(title)] if title else []
         if not cells:
             lines.append(empty)
         else:
@@ -111,7 +138,7 @@ class Table(str):
             lines.extend("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
                          .rstrip() for row in cells)
         if footer:
-            lines.append(footer)
+            lines.extend(printable(line) for line in footer.split("\n"))
         return cls("\n".join(lines))
 
     def later(self) -> Table:
@@ -128,7 +155,7 @@ def _cell(value: Any, width: int) -> str:
         text = "yes" if value else "no"
     else:
         text = str(value)
-    text = " ".join(text.split())
+    text = printable(" ".join(text.split()))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -183,7 +210,7 @@ class ConsoleHelpers:
         if name in self.service:
             return None
         known = ", ".join(self.service.names()) or "none"
-        return Table(f"no assistant named {name!r} (assistants: {known})")
+        return Table.of_lines([f"no assistant named {name!r} (assistants: {known})"])
 
     def helpers(self) -> Table:
         """What the helpers do."""
@@ -200,31 +227,27 @@ class ConsoleHelpers:
         return Table.build(("helper", "what it does"), rows, width=70)
 
     def status(self) -> Table:
-        """Every assistant: mode, enabled, ticking, pending events, history, last tick."""
+        """Every assistant: mode, enabled, ticking, pending events, history, last tick.
+
+        The footer adds the service's figures, and what is wrong with the
+        store when something is (its file gone, its last write failed).
+        """
         now = self.service.clock.seconds()
-        rows = []
-        for name in self.service.names():
-            st = self.service.status(name)
-            last = st.get("last_tick") or {}
-            last_text = (f"#{last.get('tick')} {last.get('status')}"
-                         f"{'/' + last['reason'] if last.get('reason') else ''}"
-                         if last else "-")
-            due = st.get("next_tick_at")
-            state = ("EMERGENCY STOP" if st["emergency_stopped"]
-                     else "ticking" if st["ticking"] else "idle")
-            rows.append((
-                name, st.get("character_id"), st["mode"], st["enabled"], state,
-                st["pending_events"], st["history_length"], st["tick_number"], last_text,
-                f"{max(0.0, due - now):.0f}s" if isinstance(due, int | float) else "-",
-            ))
+        rows = [_status_row(name, self.service.status(name), now)
+                for name in self.service.names()]
         stats = self.service.stats()
-        footer = (f"{stats['assistants']} assistant(s), {stats['ticks_in_flight']} tick(s) "
+        footer = [f"{stats['assistants']} assistant(s), {stats['ticks_in_flight']} tick(s) "
                   f"running, {stats['states_written']} state write(s), "
-                  f"{stats['state_write_failures']} failed")
+                  f"{stats['state_write_failures']} failed"]
+        store = stats.get("store") or {}
+        if store.get("problem"):
+            footer.append(f"STORE PROBLEM: {store['problem']}")
+        if store.get("last_write_error"):
+            footer.append(f"last store write failed: {store['last_write_error']}")
         return Table.build(
             ("name", "character", "mode", "enabled", "state", "pending", "history", "ticks",
              "last tick", "next in"),
-            rows, footer=footer, empty="(no assistants)")
+            rows, footer="\n".join(footer), empty="(no assistants)")
 
     def history(self, name: str, n: int = 20) -> Table:
         """The last ``n`` messages of ``name``'s history, oldest first."""
@@ -246,7 +269,7 @@ class ConsoleHelpers:
             return unknown
         d: defer.Deferred[Any] = self.service.send(
             name, {"type": "say", "from": "console", "text": str(text)})
-        d.addCallback(lambda _: Table(f"queued for {name}: {text!r}").later())
+        d.addCallback(lambda _: Table.of_lines([f"queued for {name}: {text!r}"]).later())
         return d
 
     def tick(self, name: str) -> Table | defer.Deferred[Table]:
@@ -264,8 +287,8 @@ class ConsoleHelpers:
         if unknown is not None:
             return unknown
         if self.service.stop_assistant(name, "stopped from the console"):
-            return Table(f"{name}: stopped what was running")
-        return Table(f"{name}: nothing was running")
+            return Table.of_lines([f"{name}: stopped what was running"])
+        return Table.of_lines([f"{name}: nothing was running"])
 
     def tools(self) -> Table:
         """The registered tools: name, category, cacheable, description."""
@@ -295,14 +318,30 @@ class ConsoleHelpers:
         """The last ``n`` lines ``character_id`` heard in the world."""
         reader = getattr(self.world, "heard", None)
         if reader is None:
-            return Table("this world keeps no hearing log")
+            return Table.of_lines(["this world keeps no hearing log"])
         try:
             messages = reader(character_id, limit=max(0, n))
         except NotFound as exc:
-            return Table(str(exc))
+            return Table.of_lines([str(exc)])
         rows = [(m.get("seq"), m.get("kind"), m.get("line") or m.get("text")) for m in messages]
         return Table.build(("seq", "kind", "line"), rows, width=100,
                            title=f"{character_id} heard:", empty="(nothing)")
+
+
+def _status_row(name: str, st: Mapping[str, Any], now: float) -> tuple[Any, ...]:
+    """One assistant's row of :meth:`ConsoleHelpers.status`."""
+    last = st.get("last_tick") or {}
+    last_text = (f"#{last.get('tick')} {last.get('status')}"
+                 f"{'/' + last['reason'] if last.get('reason') else ''}"
+                 if last else "-")
+    due = st.get("next_tick_at")
+    state = ("EMERGENCY STOP" if st["emergency_stopped"]
+             else "ticking" if st["ticking"] else "idle")
+    return (
+        name, st.get("character_id"), st["mode"], st["enabled"], state,
+        st["pending_events"], st["history_length"], st["tick_number"], last_text,
+        f"{max(0.0, due - now):.0f}s" if isinstance(due, int | float) else "-",
+    )
 
 
 def _message_text(message: Mapping[str, Any]) -> str:
@@ -338,7 +377,7 @@ def _tick_table(result: Any) -> Table:
             lines.append(f"said: {_cell(loop['text'], 300)}")
     for err in data.get("errors") or ():
         lines.append(f"error: {err}")
-    return Table("\n".join(lines))
+    return Table.of_lines(lines)
 
 
 # -- passwords ------------------------------------------------------------------------
@@ -440,9 +479,11 @@ def read_password_file(path: str | os.PathLike[str]) -> dict[str, str]:
     """``{user: hash}`` from a password file; ConfigError naming the line for a bad one.
 
     Blank lines and ``#`` comments are skipped.  A line holding a plain-text
-    password (anything that is not a recognised hash) is refused.
+    password (anything that is not a recognised hash) is refused, and so is a
+    file other users could read or change (:func:`check_login_file`).
     """
     where = Path(path).expanduser()
+    check_login_file(where, "manhole password file", secret=True)
     try:
         text = where.read_text(encoding="utf-8")
     except OSError as exc:
@@ -509,7 +550,9 @@ class AuthorizedKeysFile:
     """The public keys of one ``authorized_keys`` file, for any user name (re-read each login).
 
     Lines with options (``from="..." ssh-ed25519 ...``) are not understood and
-    are skipped (logged), so no option is silently ignored.
+    are skipped (logged), so no option is silently ignored.  A file other
+    users could change (or one in a directory they could write) is refused,
+    at start and at each login (:func:`check_login_file`).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -519,6 +562,7 @@ class AuthorizedKeysFile:
                               "usable public key")
 
     def _keys(self) -> list[keys.Key]:
+        check_login_file(self.path, "manhole authorized keys file")
         try:
             with self.path.open("rb") as handle:
                 return list(readAuthorizedKeyFile(handle))
@@ -541,19 +585,17 @@ class AuthorizedKeysFile:
 def load_or_create_host_key(path: str | os.PathLike[str] | None) -> keys.Key:
     """The server's host key: read from ``path``, or created there with mode 0600.
 
-    A key file readable by group or others is refused (ConfigError), like
-    OpenSSH does.  With no path, a key is made in memory for this run only
-    (clients then see a new host key at every start).
+    A key file readable by group or others, or in a directory they may
+    write, is refused (ConfigError), like OpenSSH does.  With no path, a key
+    is made in memory for this run only (clients then see a new host key at
+    every start).
     """
     if path is None:
         log.warn("Manhole host key kept in memory only: clients will see a new key each start")
         return _new_host_key()
     where = Path(path).expanduser()
     if where.exists():
-        mode = stat.S_IMODE(where.stat().st_mode)
-        if mode & 0o077:
-            raise ConfigError(f"manhole host key {str(where)!r} is readable by others "
-                              f"(mode {mode:04o}); run: chmod 600 {where}")
+        check_login_file(where, "manhole host key", secret=True)
         try:
             return keys.Key.fromFile(str(where))
         except (keys.BadKeyError, ValueError, OSError) as exc:
@@ -562,7 +604,8 @@ def load_or_create_host_key(path: str | os.PathLike[str] | None) -> keys.Key:
     key = _new_host_key()
     data = key.toString("openssh")
     try:
-        where.parent.mkdir(parents=True, exist_ok=True)
+        make_private_directories(where.parent)
+        check_directories(where.parent, "manhole host key")
         fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as exc:
         raise ConfigError(f"cannot create the manhole host key {str(where)!r}: "
@@ -705,55 +748,61 @@ def run_statement(namespace: dict[str, Any], source: str, proto: Any) -> None:
 
     A Deferred value is waited for.  Exit status 0, or 1 after an exception.
     """
+    output = _StatementOutput(proto)
+    try:
+        value = _evaluate(namespace, source, output)
+    except BaseException:
+        output.write(traceback.format_exc())
+        output.finish(1)
+        return
+    if isinstance(value, defer.Deferred):
+        value.addCallbacks(output.show, output.failed)
+    else:
+        output.show(value)
 
-    def write(text: str) -> None:
-        if text:
-            proto.write(text.encode("utf-8"))
 
-    def finish(code: int) -> None:
-        reason = (internet_error.ProcessDone(0) if code == 0
-                  else internet_error.ProcessTerminated(exitCode=code))
-        proto.processEnded(Failure(reason))
-
-    class Output:
-        def write(self, text: str) -> int:
-            write(text)
-            return len(text)
-
-        def flush(self) -> None:
-            pass
-
+def _evaluate(namespace: dict[str, Any], source: str, output: _StatementOutput) -> Any:
+    """The value of ``source`` (None for statements), with ``print`` going to ``output``."""
     stdout = sys.stdout
-    sys.stdout = Output()
+    sys.stdout = output
     try:
         try:
             code = compile(source, "<ssh command>", "eval")
         except SyntaxError:
             exec(compile(source, "<ssh command>", "exec"), namespace)
-            value = None
-        else:
-            value = eval(code, namespace)
-    except BaseException:
-        sys.stdout = stdout
-        write(traceback.format_exc())
-        finish(1)
-        return
+            return None
+        return eval(code, namespace)
     finally:
         sys.stdout = stdout
 
-    def show(result: Any) -> None:
+
+class _StatementOutput:
+    """What one ``ssh host CMD`` prints, and its exit status (a file-like for ``print``)."""
+
+    def __init__(self, proto: Any) -> None:
+        self.proto = proto
+
+    def write(self, text: str) -> int:
+        if text:
+            self.proto.write(text.encode("utf-8"))
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing is buffered."""
+
+    def finish(self, code: int) -> None:
+        reason = (internet_error.ProcessDone(0) if code == 0
+                  else internet_error.ProcessTerminated(exitCode=code))
+        self.proto.processEnded(Failure(reason))
+
+    def show(self, result: Any) -> None:
         if result is not None:
-            write(repr(result).lstrip("\n") + "\n")
-        finish(0)
+            self.write(repr(result).lstrip("\n") + "\n")
+        self.finish(0)
 
-    def failed(failure: Failure) -> None:
-        write("".join(failure.getTraceback()))
-        finish(1)
-
-    if isinstance(value, defer.Deferred):
-        value.addCallbacks(show, failed)
-    else:
-        show(value)
+    def failed(self, failure: Failure) -> None:
+        self.write("".join(failure.getTraceback()))
+        self.finish(1)
 
 
 class ConsoleUserAuth(userauth.SSHUserAuthServer):

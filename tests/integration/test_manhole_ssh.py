@@ -72,6 +72,7 @@ class Manhole:
             self.key.public().toString("openssh").decode() + " tester@test\n")
         (tmp_path / "passwords").write_text(
             f"admin:{hash_password('letmein', 'pbkdf2', cost=1000)}\n")
+        (tmp_path / "passwords").chmod(0o600)
         self.host_key_file = tmp_path / "var" / "host_key"
         self.service: AssistantService | None = None
         self.manhole: ConsoleService | None = None
@@ -178,6 +179,37 @@ async def test_a_wrong_password_is_refused(manhole: Manhole) -> None:
 
     with pytest.raises(AuthenticationFailed):
         await run_command(manhole, b"status()", password=b"letmeout")
+
+
+@pytest_twisted.ensureDeferred
+async def test_login_files_others_could_change_let_nobody_in(manhole: Manhole) -> None:
+    """StrictModes at login: a key file made group-writable, a password file made
+    world-readable after the start refuse the logins they held; fixed again, they work."""
+    from twisted.conch.endpoints import AuthenticationFailed
+
+    keys_file, passwords = manhole.dir / "authorized_keys", manhole.dir / "passwords"
+    keys_file.chmod(0o664)
+    with pytest.raises(AuthenticationFailed):
+        await run_command(manhole, b"status()", key=manhole.key)
+    passwords.chmod(0o644)
+    with pytest.raises(AuthenticationFailed):
+        await run_command(manhole, b"service.names()", password=b"letmein")
+    keys_file.chmod(0o644)
+    passwords.chmod(0o600)
+    assert await run_command(manhole, b"service.names()", key=manhole.key) == b"['pip']\n"
+    assert await run_command(manhole, b"service.names()", password=b"letmein") == b"['pip']\n"
+
+
+@pytest_twisted.ensureDeferred
+async def test_terminal_escapes_never_reach_the_operator(manhole: Manhole) -> None:
+    """A player's escape sequences, shown by heard() over SSH, arrive without their controls."""
+    assert manhole.service is not None
+    manhole.service.world.message_location(
+        "char:bob", "hi\x1b]0;owned\x07\x1b[2J\x9b1m there", kind="say")
+    out = await run_command(manhole, b"heard('char:pip')", key=manhole.key)
+    assert b'Bob says, "hi]0;owned[2J1m there"' in out
+    assert not any(byte < 0x20 and byte != 0x0A for byte in out)
+    assert "\x9b" not in out.decode("utf-8")
 
 
 @pytest_twisted.ensureDeferred

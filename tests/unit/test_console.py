@@ -34,6 +34,7 @@ from ai_tools.standalone.console import (
     run_statement,
     verify_password,
 )
+from ai_tools.store.memory import MemoryStore
 from ai_tools.tools.base import Actor, Tool, ToolCategory
 from ai_tools.world.sandbox import SandboxWorld
 from tests.unit.sandbox_world_fixtures import EXAMPLE
@@ -62,11 +63,12 @@ def namespace_fixture() -> dict[str, Any]:
 
     clock = task.Clock()
     world = SandboxWorld.from_file(EXAMPLE, clock=clock)
-    clock, service, _ = make_service(clock, world=world)
+    clock, service, loop = make_service(clock, world=world)
     add(service, clock, name="pip", character_id="char:pip")
     add(service, clock, name="mason", character_id="char:mason")
     namespace = console_namespace(service, world, service.registry)
     namespace["_clock"] = clock
+    namespace["_loop"] = loop
     return namespace
 
 
@@ -187,6 +189,70 @@ def test_heard_and_helpers(ns: dict[str, Any]) -> None:
         assert name in text
 
 
+# -- terminal escapes ------------------------------------------------------------------------
+
+ESCAPES = "\x1b[2J\x1b]0;owned\x07\x9b31m\x00\x7f\x85"
+"""Clear the screen, set the window title, a C1 CSI, NUL, DEL, NEL: none may reach the terminal."""
+
+
+def printed_controls(text: str) -> list[str]:
+    """The control characters in ``text`` other than the newlines between its lines."""
+    return [ch for ch in text if ch != "\n" and (ord(ch) < 0x20 or 0x7f <= ord(ch) <= 0x9f)]
+
+
+def test_terminal_escapes_from_players_are_not_printed(ns: dict[str, Any]) -> None:
+    """What players said reaches heard(), history() and tick() without its control characters."""
+    from tests.unit.service_fakes import loop_result
+
+    ns["world"].message_location("char:bob", f"evening{ESCAPES}!", kind="say")
+    heard = ns["heard"]("char:pip")
+    assert 'Bob says, "evening[2J]0;owned31m !"' in heard  # NEL is a space in a cell
+    ns["service"].get("pip").history.replace([
+        {"role": "user", "content": f"hello{ESCAPES}"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c1{ESCAPES}", "type": "function",
+             "function": {"name": f"say{ESCAPES}", "arguments": f'{{"text": "{ESCAPES}"}}'}}]},
+        {"role": "tool", "tool_call_id": f"c1{ESCAPES}", "content": ESCAPES},
+    ])
+    history = ns["history"]("pip")
+    assert "hello[2J]0;owned31m" in history
+    fake = ns["_loop"]
+    fake.behaviour = lambda ctx, config: loop_result(
+        "completed", 1, text=f"Pip says{ESCAPES}", error=f"bad{ESCAPES}")
+    ns["service"].get("pip").pending_events.append({"type": "say", "text": "hi"})
+    d = ns["tick"]("pip")
+    settle(ns["_clock"])
+    tick = result_of(d)
+    assert "said: Pip says[2J]0;owned31m" in tick
+    for text in (heard, history, tick, ns["status"]()):
+        assert printed_controls(text) == [], text
+
+
+class AilingStore(MemoryStore):
+    """A store reporting on its file as the SQLite store does, with something wrong."""
+
+    def health(self) -> dict[str, Any]:
+        return {"backend": "sqlite", "path": "db.sqlite",
+                "problem": f"db.sqlite was deleted{ESCAPES}",
+                "last_write_error": "the disk holding db.sqlite is full"}
+
+
+def test_status_shows_what_is_wrong_with_the_store() -> None:
+    """A store that reports a problem (the SQLite file gone) says so under the table."""
+    from twisted.internet import task
+
+    clock = task.Clock()
+    clock, service, _ = make_service(clock, store=AilingStore(clock=clock))
+    status = console_namespace(service, None, service.registry)["status"]
+    footer = status().splitlines()[-2:]
+    assert footer == ["STORE PROBLEM: db.sqlite was deleted[2J]0;owned31m",
+                      "last store write failed: the disk holding db.sqlite is full"]
+    assert service.stats()["store"]["problem"].startswith("db.sqlite was deleted")
+    _, healthy, _ = make_service(task.Clock())
+    assert healthy.stats()["store"] is None  # the memory store keeps no file
+    assert "STORE" not in console_namespace(healthy, None, healthy.registry)["status"]()
+
+
 # -- passwords ---------------------------------------------------------------------------
 
 
@@ -225,8 +291,10 @@ def test_hash_password_refusals() -> None:
         hash_password("x", "md5")
 
 
-def write(path: Path, text: str) -> Path:
+def write(path: Path, text: str, mode: int = 0o600) -> Path:
+    """A login file as an operator would keep it (private unless ``mode`` says otherwise)."""
     path.write_text(text)
+    path.chmod(mode)
     return path
 
 
