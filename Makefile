@@ -57,11 +57,15 @@ demo: $(STAMP)
 	$(PY) -m ai_tools.standalone.demo
 
 ## The same service under twistd in the foreground until Ctrl-C (HTTP API on 127.0.0.1:8080).
+## twistd ends by the signal that stopped it, as Twisted intends (status 130 for Ctrl-C, 143
+## for SIGTERM): after its clean stop that is no make error.  The trap keeps the shell alive
+## through Ctrl-C (twistd still gets the default handler) to read the status.
 CONFIG ?= examples/assistant.toml
 run: $(STAMP)
-	$(VENV)/bin/twistd -n --pidfile= ai-assistant --config $(CONFIG) \
+	trap 'true' INT; $(VENV)/bin/twistd -n --pidfile= ai-assistant --config $(CONFIG) \
 		$(if $(LLM_URL),--llm-url "$(LLM_URL)") $(if $(LLM_MODEL),--model "$(LLM_MODEL)") \
-		$(if $(LLM_API_KEY),--api-key-env LLM_API_KEY)
+		$(if $(LLM_API_KEY),--api-key-env LLM_API_KEY); \
+	status=$$?; [ $$status -eq 130 ] || [ $$status -eq 143 ] || exit $$status
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .coverage .coverage.* var

@@ -148,13 +148,7 @@ class StandaloneService(MultiService):
             self.gc_tuning = tuning_from_environ(
                 os.environ if self._environ is None else self._environ)
         yield self._start_models()
-        self.store = self._make_store()
-        try:
-            yield self.store.open()
-        except Exception as exc:
-            raise AIToolsError(f"cannot open the store ({self._store_label()}): "
-                               f"{describe_failure(exc)}") from exc
-        self._store_opened = True
+        yield self._open_store()
         from ai_tools.world.sandbox import SandboxWorld
         from ai_tools.world.shared import SharedWorld
 
@@ -241,6 +235,21 @@ class StandaloneService(MultiService):
         return start_test_server(script, self.reactor, interface="127.0.0.1", port=spec.port,
                                  model_name=spec.model_name)
 
+    @defer.inlineCallbacks
+    def _open_store(self) -> Any:
+        """Open the store; a failure is one line naming it (the SQLite errors name the file)."""
+        from ai_tools.store.sqlite_file import DatabaseFileError
+
+        self.store = self._make_store()
+        try:
+            yield self.store.open()
+        except DatabaseFileError as exc:
+            raise AIToolsError(f"cannot open the store: {exc}") from exc
+        except Exception as exc:
+            raise AIToolsError(f"cannot open the store ({self._store_label()}): "
+                               f"{describe_failure(exc)}") from exc
+        self._store_opened = True
+
     def _make_store(self) -> Any:
         store = self.config.store
         if store.backend == "postgres":
@@ -257,7 +266,7 @@ class StandaloneService(MultiService):
 
         assert store.path is not None
         return SQLiteStore(os.fspath(store.path), clock=self.reactor, reactor=self.reactor,
-                           synchronous=store.synchronous)
+                           synchronous=store.synchronous, quick_check=store.quick_check)
 
     def _store_label(self) -> str:
         store = self.config.store

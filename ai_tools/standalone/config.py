@@ -5,7 +5,8 @@ tables (every one optional; ``examples/assistant.toml`` shows them all)::
 
     [service]      tick_interval, stop_grace, max_concurrent, log_level
     [store]        backend ("sqlite", "memory" or "postgres"), path, synchronous,
-                   dsn (postgres; the password from AI_TOOLS_DB_PASSWORD[_FILE])
+                   quick_check, dsn (postgres; the password from
+                   AI_TOOLS_DB_PASSWORD[_FILE])
     [world]        file (the seed world file), log_size
     [models.NAME]  a model profile (ModelProfile fields), or scenario = "file"
                    for the scripted stand-in model of ai_tools.llm.scripted
@@ -108,6 +109,8 @@ class StoreConfig:
     """``postgres``: the libpq connection string or URL, without the password."""
     password: str | None = attrs.field(default=None, repr=False)
     """``postgres``: from AI_TOOLS_DB_PASSWORD or AI_TOOLS_DB_PASSWORD_FILE (never the file)."""
+    quick_check: bool = True
+    """``PRAGMA quick_check`` of the SQLite file at start (a damaged file stops the start)."""
 
 
 @attrs.frozen
@@ -447,6 +450,7 @@ def _store(table: _Table, overrides: Overrides) -> StoreConfig:
     path = table.path("path")
     synchronous = table.choice("synchronous", ("off", "normal", "full", "extra"), "full").upper()
     dsn = table.typed("dsn", str, None)
+    quick_check = table.typed("quick_check", bool, True)
     table.finish()
     if backend == "postgres" and overrides.db is None:
         if path is not None:
@@ -469,7 +473,8 @@ def _store(table: _Table, overrides: Overrides) -> StoreConfig:
             raise ConfigError(f"{table.key('path')}: {path} is a directory, not a database file")
     elif path is not None:
         raise ConfigError(f"{table.key('path')} is only for backend = \"sqlite\"")
-    return StoreConfig(backend=backend, path=path, synchronous=synchronous)
+    return StoreConfig(backend=backend, path=path, synchronous=synchronous,
+                       quick_check=quick_check)
 
 
 def _world(table: _Table) -> WorldConfig:
@@ -517,37 +522,49 @@ def _model(name: str, data: Any, base: Path, overrides: Overrides) -> ModelSpec:
         raise ConfigError(f"{where} must be a table, not {_type_name(data)}")
     values = dict(data)
     values.setdefault("name", name)
-    scenario_value = values.pop("scenario", None)
-    port_value = values.pop("port", None)
-    if scenario_value is not None and overrides.llm_url is None:
+    scenario = values.pop("scenario", None)
+    port = values.pop("port", None)
+    if scenario is not None and overrides.llm_url is None:
         if "base_url" in values:
             raise ConfigError(f"{where}: give either 'scenario' (scripted model) or 'base_url'")
-        raw = {"scenario": scenario_value}
-        if port_value is not None:
-            raw["port"] = port_value
-        table = _Table(raw, where, base)
-        scenario = table.path("scenario", must_exist=True)
-        port = table.typed("port", int, 0)
-        _port(port, f"{where}.port")
-        assert scenario is not None
-        from ai_tools.llm.scripted import Script
-
-        try:
-            Script.from_file(scenario)
-        except (OSError, ValueError, TypeError) as exc:
-            raise ConfigError(f"{where}.scenario: cannot load {scenario}: {exc}") from None
-        options = {k: v for k, v in values.items() if k != "model"}
-        _profile({"base_url": "http://127.0.0.1:1/v1", "model": "scripted", **options}, where)
-        model_name = values.get("model")
-        if model_name is not None and not isinstance(model_name, str):
-            raise ConfigError(f"{where}.model must be a string, not {model_name!r}")
-        return ModelSpec(name=name, scenario=scenario, port=port, model_name=model_name,
-                         options=options)
-    if port_value is not None:
+        return _scripted_model(name, where, values, scenario, port, base)
+    if port is not None:
         raise ConfigError(f"{where}.port is only for the scripted model (with 'scenario')")
+    return _served_model(name, where, values, overrides, scripted=scenario is not None)
+
+
+def _scripted_model(name: str, where: str, values: dict[str, Any], scenario_value: Any,
+                    port_value: Any, base: Path) -> ModelSpec:
+    """``[models.NAME]`` with ``scenario``: the scripted stand-in model, its script loaded."""
+    raw = {"scenario": scenario_value}
+    if port_value is not None:
+        raw["port"] = port_value
+    table = _Table(raw, where, base)
+    scenario = table.path("scenario", must_exist=True)
+    port = table.typed("port", int, 0)
+    _port(port, f"{where}.port")
+    assert scenario is not None
+    from ai_tools.llm.scripted import Script
+
+    try:
+        Script.from_file(scenario)
+    except (OSError, ValueError, TypeError) as exc:
+        raise ConfigError(f"{where}.scenario: cannot load {scenario}: {exc}") from None
+    options = {k: v for k, v in values.items() if k != "model"}
+    _profile({"base_url": "http://127.0.0.1:1/v1", "model": "scripted", **options}, where)
+    model_name = values.get("model")
+    if model_name is not None and not isinstance(model_name, str):
+        raise ConfigError(f"{where}.model must be a string, not {model_name!r}")
+    return ModelSpec(name=name, scenario=scenario, port=port, model_name=model_name,
+                     options=options)
+
+
+def _served_model(name: str, where: str, values: dict[str, Any], overrides: Overrides, *,
+                  scripted: bool) -> ModelSpec:
+    """``[models.NAME]`` of a model server (``scripted``: a scenario the overrides replace)."""
     if overrides.llm_url is not None:
         values["base_url"] = overrides.llm_url
-        if scenario_value is not None and overrides.model is None:
+        if scripted and overrides.model is None:
             values.pop("model", None)
     if overrides.model is not None:
         values["model"] = overrides.model
@@ -600,29 +617,39 @@ def _assistant(index: int, data: Any, models: Mapping[str, ModelSpec],
     where = (f"assistants.{name}" if isinstance(name, str) and _PLAIN_NAME.match(name)
              else f"assistants[{index}]")
     values = dict(data)
-    model = values.get("model")
-    if model is None:
-        if len(models) == 1:
-            values["model"] = next(iter(models))
-        elif "default" in models:
-            values["model"] = "default"
-        elif not models:
-            raise ConfigError(f"{where}: no model profile is declared (add a [models.NAME] "
-                              f"table, or pass --llm-url and --model)")
-        else:
-            raise ConfigError(f"{where}.model is required: several model profiles are "
-                              f"declared ({', '.join(sorted(models))})")
-    elif not isinstance(model, str):
-        raise ConfigError(f"{where}.model must be a string, not {model!r}")
-    elif model not in models:
-        declared = ", ".join(_label(m) for m in sorted(models)) or "none"
-        raise ConfigError(f"{where}.model: unknown model profile {model!r} "
-                          f"(declared: {declared})")
+    values["model"] = _assistant_model(values.get("model"), where, models)
     known = sorted(f.name for f in attrs.fields(AssistantConfig))
     unknown = sorted(str(k) for k in set(values) - set(known))
     if unknown:
         raise ConfigError(_unknown(where, unknown, known))
     config = AssistantConfig.from_mapping(values, where)
+    _check_assistant_tools(config, where, registry)
+    return config
+
+
+def _assistant_model(model: Any, where: str, models: Mapping[str, ModelSpec]) -> str:
+    """The model profile an assistant uses: the one named, else the only or ``default`` one."""
+    if model is None:
+        if len(models) == 1:
+            return next(iter(models))
+        if "default" in models:
+            return "default"
+        if not models:
+            raise ConfigError(f"{where}: no model profile is declared (add a [models.NAME] "
+                              f"table, or pass --llm-url and --model)")
+        raise ConfigError(f"{where}.model is required: several model profiles are "
+                          f"declared ({', '.join(sorted(models))})")
+    if not isinstance(model, str):
+        raise ConfigError(f"{where}.model must be a string, not {model!r}")
+    if model not in models:
+        declared = ", ".join(_label(m) for m in sorted(models)) or "none"
+        raise ConfigError(f"{where}.model: unknown model profile {model!r} "
+                          f"(declared: {declared})")
+    return model
+
+
+def _check_assistant_tools(config: AssistantConfig, where: str, registry: ToolRegistry) -> None:
+    """Every allowed tool exists; no exit tool takes a real tool's name."""
     for key, tools in _tool_lists(config.execution_config, f"{where}.execution_config"):
         for tool in tools:
             if tool not in registry:
@@ -631,7 +658,6 @@ def _assistant(index: int, data: Any, models: Mapping[str, ModelSpec],
         if exit_tool.name in registry:
             raise ConfigError(f"{where}.exit_tools: {exit_tool.name!r} is already a tool "
                               f"name; an exit tool needs a name of its own")
-    return config
 
 
 def _listener_token(table: _Table) -> str | None:

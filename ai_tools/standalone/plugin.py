@@ -12,6 +12,12 @@ usage text on standard output, which buries the one line that matters.)
 
 If start-up fails later (the store cannot be opened, a port is taken), the
 service logs one line, stops the reactor, and the process exits with status 1.
+
+A SIGTERM (or Ctrl-C's SIGINT) stops the service cleanly — state saved, store
+closed, pid file removed — and then twistd ends the process by that same
+signal, as Twisted intends: a supervisor sees "killed by SIGTERM" (status
+143 in a shell), which systemd, supervisord and Docker count as the stop
+they asked for.  ``make run`` reads a Ctrl-C stop as clean.
 """
 
 from __future__ import annotations
@@ -22,7 +28,6 @@ import sys
 from typing import Any, cast
 
 from twisted.application.service import IService, MultiService
-from twisted.internet import defer
 from twisted.logger import (
     FilteringLogObserver,
     ILogObserver,
@@ -100,12 +105,6 @@ class _Root(MultiService):
         self.level = level
         self.server_options = server_options
 
-    def stopService(self) -> Any:
-        """Stop everything; a clean stop after SIGTERM/SIGINT then exits with status 0."""
-        d = defer.maybeDeferred(super().stopService)
-        d.addCallback(_exit_zero_after_signal)
-        return d
-
     def setServiceParent(self, parent: Any) -> None:
         """Give the twistd application our filtered log observer, then join it."""
         observer = _filtered_observer(self.level, self.server_options)
@@ -136,21 +135,6 @@ def _filtered_observer(level: str, server_options: Any) -> Any:
         base = LegacyLogObserverWrapper(base)
     predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.levelWithName(level))
     return FilteringLogObserver(base, [cast(Any, predicate)])
-
-
-def _exit_zero_after_signal(result: Any) -> Any:
-    """Forget the signal that stopped the reactor, so twistd exits 0 after a clean stop.
-
-    twistd re-raises SIGTERM/SIGINT on itself once the reactor has stopped
-    (exit status 143/130); a service that saved its state and closed its
-    ports has shut down as asked, which ``make run``, supervisors and tests
-    read as status 0.
-    """
-    from twisted.internet import reactor
-
-    if getattr(reactor, "_exitSignal", None) is not None:
-        cast(Any, reactor)._exitSignal = None
-    return result
 
 
 def _exit_on_fatal(message: str) -> None:

@@ -206,7 +206,8 @@ async def test_a_store_that_cannot_open(tmp_path: Path) -> None:
         app.startService()
         await app.stopService()
     (message,) = fatal
-    assert message.startswith(f"cannot open the store (SQLite {tmp_path / 'state.sqlite'}):")
+    assert message.startswith(f"cannot open the store: {tmp_path / 'state.sqlite'} is damaged "
+                              "or not a database (SQLite: file is not a database)")
     assert app.assistants is None  # never built
     assert app.scripted["default"].open_connections == 0
 
