@@ -189,6 +189,7 @@ def test_unknown_key_suggests_the_close_one() -> None:
     ("service.log_level", "loud", "service.log_level must be one of"),
     ("store.backend", "oracle", "store.backend must be one of sqlite, memory, postgres"),
     ("store.path", 3, "store.path must be a string"),
+    ("store.quick_check", "yes", "store.quick_check must be true or false"),
     ("world.log_size", "big", "world.log_size must be an integer"),
     ("http.max_body", -5, "http.max_body must be a positive integer"),
     ("http.enabled", "yes", "http.enabled must be true or false"),
@@ -407,6 +408,14 @@ def test_endpoint_is_local(endpoint: str, local: bool) -> None:
 
 
 # -- command-line overrides --------------------------------------------------------------------
+
+
+def test_store_quick_check_is_on_unless_turned_off() -> None:
+    """The SQLite file is checked at start by default; ``quick_check = false`` skips it."""
+    data = with_change("store", {"path": "var/x.sqlite"})
+    assert parse_config(data, base=ROOT).store.quick_check is True
+    data["store"]["quick_check"] = False
+    assert parse_config(data, base=ROOT).store.quick_check is False
 
 
 def test_db_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
