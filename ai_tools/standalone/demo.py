@@ -283,63 +283,19 @@ def run_demo(
     except ConfigError as exc:
         write(f"demo: {exc}")
         return 2
-
-    write("ai_tools demo: Pip, the innkeeper of the Drowned Lantern, is an LLM assistant")
-    write("acting in a small sandbox world through tools.")
-    write("")
-    write(f"Model: {announced}")
-    write(f"State: {shown(db)} (a fresh SQLite file; the service's log is "
-          f"{shown(state_dir / 'demo.log')})")
+    _introduce(write, announced, db, state_dir)
     yield seed_memory(db, reactor)
-    content, _ = SEED_MEMORY
-    write(f"Pip remembers one thing already: {content!r}")
+    write(f"Pip remembers one thing already: {SEED_MEMORY[0]!r}")
 
     app = build_service(config, reactor=reactor)
     app.startService()
-    status = 0
     try:
         try:
             yield app.when_ready()
         except Exception as exc:
             write(f"demo: the service did not start: {describe_failure(exc)}")
             return 1
-        service, world = app.assistants, app.world
-        write(f"Service: {len(service.names())} assistants hosted ({', '.join(service.names())}) "
-              f"in the world {world.meta.get('name', 'sandbox')}.")
-        printer = StepPrinter(write, _result_lookup(service, ASSISTANT))
-        stop_observing = service.add_observer(printer, ASSISTANT)
-        heard: list[str] = []
-
-        def bob_hears(message: Any) -> None:
-            if getattr(message, "sender_id", None) == f"char:{ASSISTANT}":
-                line = message.render()
-                heard.append(line)
-                write(f"  Bob hears: {line}")
-
-        stop_hearing = world.subscribe(PLAYER, bob_hears)
-        try:
-            for line in PLAYER_LINES:
-                write("")
-                write(f'Bob, in {world.describe_location(PLAYER)["room"]["key"]}, says: '
-                      f'"{line}"')
-                before, said_before = printer.finished, len(heard)
-                world.message_location(PLAYER, line)
-                done = yield _wait_for(_answered(printer, service, before), reactor, timeout)
-                if not done:
-                    write(f"  (no answer within {timeout:.0f} s)")
-                    status = 1
-                    break
-                if printer.failures:
-                    write("  The model did not answer; check LLM_URL, LLM_MODEL (and LLM_API_KEY)."
-                          if llm else "  The scripted model did not answer as scripted.")
-                    status = 1
-                    break
-                if len(heard) == said_before:
-                    reply = _last_text(service.history(ASSISTANT))
-                    write(f"  Pip said nothing in the room{': ' + repr(reply) if reply else '.'}")
-        finally:
-            stop_hearing()
-            stop_observing()
+        status = yield _converse(app, write, reactor, timeout, real_model=bool(llm))
         yield _print_summary(app, write)
     finally:
         yield app.stopService()
@@ -347,6 +303,64 @@ def run_demo(
     write("The service stopped cleanly (state saved, store closed)." if status == 0
           else "The service stopped.")
     return status
+
+
+def _introduce(write: Write, model: str, db: Path, state_dir: Path) -> None:
+    """What the demo is, which model plays Pip, where the state goes."""
+    write("ai_tools demo: Pip, the innkeeper of the Drowned Lantern, is an LLM assistant")
+    write("acting in a small sandbox world through tools.")
+    write("")
+    write(f"Model: {model}")
+    write(f"State: {shown(db)} (a fresh SQLite file; the service's log is "
+          f"{shown(state_dir / 'demo.log')})")
+
+
+@defer.inlineCallbacks
+def _converse(app: Any, write: Write, reactor: Any, timeout: float, *,
+              real_model: bool) -> Any:
+    """Bob says each of his lines and waits for Pip; fires with the exit status."""
+    service, world = app.assistants, app.world
+    write(f"Service: {len(service.names())} assistants hosted ({', '.join(service.names())}) "
+          f"in the world {world.meta.get('name', 'sandbox')}.")
+    printer = StepPrinter(write, _result_lookup(service, ASSISTANT))
+    stop_observing = service.add_observer(printer, ASSISTANT)
+    heard: list[str] = []
+
+    def bob_hears(message: Any) -> None:
+        if getattr(message, "sender_id", None) == f"char:{ASSISTANT}":
+            line = message.render()
+            heard.append(line)
+            write(f"  Bob hears: {line}")
+
+    stop_hearing = world.subscribe(PLAYER, bob_hears)
+    try:
+        for line in PLAYER_LINES:
+            write("")
+            write(f'Bob, in {world.describe_location(PLAYER)["room"]["key"]}, says: "{line}"')
+            before, said_before = printer.finished, len(heard)
+            world.message_location(PLAYER, line)
+            done = yield _wait_for(_answered(printer, service, before), reactor, timeout)
+            problem = _no_answer(done, printer, timeout, real_model)
+            if problem:
+                write(problem)
+                return 1
+            if len(heard) == said_before:
+                reply = _last_text(service.history(ASSISTANT))
+                write(f"  Pip said nothing in the room{': ' + repr(reply) if reply else '.'}")
+    finally:
+        stop_hearing()
+        stop_observing()
+    return 0
+
+
+def _no_answer(done: bool, printer: StepPrinter, timeout: float, real_model: bool) -> str:
+    """Why Bob got no answer (empty when he got one)."""
+    if not done:
+        return f"  (no answer within {timeout:.0f} s)"
+    if printer.failures:
+        return ("  The model did not answer; check LLM_URL, LLM_MODEL (and LLM_API_KEY)."
+                if real_model else "  The scripted model did not answer as scripted.")
+    return ""
 
 
 def _answered(printer: StepPrinter, service: Any, before: int) -> Callable[[], bool]:

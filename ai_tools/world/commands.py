@@ -36,17 +36,62 @@ A leading ``@`` or ``+`` is ignored (``@dig`` works as in Evennia).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol
 
 from twisted.internet import defer
 
 from ai_tools.errors import NotFound, PermissionDenied
 from ai_tools.world.model import WorldObject
+from ai_tools.world.objects import WorldObjects
 from ai_tools.world.permissions import BUILDER, holds, may_edit
 
-if TYPE_CHECKING:
-    from ai_tools.world.sandbox import SandboxWorld
+Sent = list[str] | defer.Deferred[list[str]]
+"""Who received a message: at once, or (a shared world) once the message is durable."""
+
+
+class CommandWorld(Protocol):
+    """What the commands use of a world (the sandbox world is one).
+
+    Its objects (:class:`~ai_tools.world.objects.WorldObjects`, to find what a
+    command names) and the public methods a command calls — each as the acting
+    character, so a command has exactly that character's rights.
+    """
+
+    objects: WorldObjects
+
+    def message_location(self, char_id: str, text: str, kind: str = ...,
+                         exclude: Iterable[str] = ...) -> Sent: ...
+    def message_character(self, char_id: str, target_id: str, text: str,
+                          kind: str = ...) -> Sent: ...
+    def move_character(self, char_id: str, destination: str) -> defer.Deferred[dict[str, Any]]: ...
+    def create_object(self, char_id: str, key: str, description: str = ...,
+                      aliases: Iterable[str] = ...,
+                      location: str | None = ...) -> defer.Deferred[dict[str, Any]]: ...
+    def dig(self, char_id: str, room_key: str, room_aliases: Iterable[str] = ...,
+            exit_key: str | None = ..., exit_aliases: Iterable[str] = ...,
+            back_key: str | None = ...,
+            back_aliases: Iterable[str] = ...) -> defer.Deferred[dict[str, Any]]: ...
+    def set_attribute(self, char_id: str, obj_id: str, name: str,
+                      value: Any) -> defer.Deferred[dict[str, Any]]: ...
+    def delete_attribute(self, char_id: str, obj_id: str, name: str) -> defer.Deferred[bool]: ...
+    def add_tag(self, char_id: str, obj_id: str, tag: str,
+                category: str | None = ...) -> defer.Deferred[dict[str, Any]]: ...
+    def remove_tag(self, char_id: str, obj_id: str, tag: str,
+                   category: str | None = ...) -> defer.Deferred[bool]: ...
+    def set_description(self, char_id: str, obj_id: str,
+                        text: str) -> defer.Deferred[dict[str, Any]]: ...
+    def list_prototypes(self) -> list[dict[str, Any]]: ...
+    def spawn_prototype(self, char_id: str, prototype_key: str, location: str | None = ...,
+                        overrides: Mapping[str, Any] | None = ...,
+                        ) -> defer.Deferred[dict[str, Any]]: ...
+    def channel_subscribe(self, char_id: str, channel: str,
+                          subscribe: bool = ...) -> defer.Deferred[bool]: ...
+    def list_channels(self) -> list[dict[str, Any]]: ...
+    def channel_send(self, char_id: str, channel: str, text: str) -> Sent: ...
+    def channel_key(self, channel: str) -> str: ...
+    def help_topics(self) -> list[str]: ...
+    def help_search(self, query: str, limit: int = ...) -> list[dict[str, Any]]: ...
 
 
 class CommandError(Exception):
@@ -60,16 +105,17 @@ class CommandError(Exception):
 class _Context:
     """One command run: the world, the acting character, and name resolution."""
 
-    def __init__(self, world: SandboxWorld, char: WorldObject) -> None:
+    def __init__(self, world: CommandWorld, char: WorldObject) -> None:
         self.world = world
+        self.objects = world.objects
         self.char = char
 
     @property
     def room(self) -> WorldObject:
-        return self.world._room_of(self.char)
+        return self.objects.room_of(self.char)
 
     def obj(self, obj_id: str) -> WorldObject:
-        return self.world._require(obj_id)
+        return self.objects.require(obj_id)
 
     def resolve(
         self, reference: str, kind: str | None = None, anywhere: bool = False
@@ -83,16 +129,16 @@ class _Context:
             return self.char
         if folded == "here":
             return self.room
-        world = self.world
-        direct = world._objects.get(ref)
+        objects = self.objects
+        direct = objects.get(ref)
         if direct is not None and (kind is None or direct.kind == kind):
             return direct
         scopes: list[str | None] = [s for s in (self.char.location, self.char.id) if s]
         found: list[WorldObject] = []
         for scope in scopes:
-            found.extend(world._search(ref, self.char.id, scope, kind, 20))
+            found.extend(objects.search(ref, self.char.id, scope, kind, 20))
         if not found and anywhere:
-            found = world._search(ref, self.char.id, None, kind, 20)
+            found = objects.search(ref, self.char.id, None, kind, 20)
         if not found:
             raise NotFound(f"Could not find '{ref}'.")
         exact = [o for o in found if folded in o.names()]
@@ -134,11 +180,11 @@ def _describe_room(ctx: _Context, room: WorldObject) -> list[str]:
     if room.description:
         lines.append(room.description)
     exits, things, people = [], [], []
-    for obj in ctx.world._inside(room.id):
+    for obj in ctx.objects.inside(room.id):
         if obj.id == ctx.char.id:
             continue
         if obj.kind == "exit":
-            target = ctx.world._objects.get(obj.destination or "")
+            target = ctx.objects.get(obj.destination)
             exits.append(f"{obj.key} (to {target.key})" if target else obj.key)
         elif obj.kind == "character":
             people.append(obj.key)
@@ -157,7 +203,7 @@ def _describe(ctx: _Context, obj: WorldObject) -> list[str]:
         return _describe_room(ctx, obj)
     lines = [_label(obj), obj.description or "You see nothing special."]
     if obj.kind == "exit":
-        target = ctx.world._objects.get(obj.destination or "")
+        target = ctx.objects.get(obj.destination)
         lines.append(f"It leads to {target.key}." if target else "It leads nowhere.")
     return lines
 
@@ -337,7 +383,7 @@ async def cmd_spawn(ctx: _Context, args: str, switches: list[str]) -> list[str]:
 
 
 async def cmd_inventory(ctx: _Context, args: str, switches: list[str]) -> list[str]:
-    carried = ctx.world._inside(ctx.char.id)
+    carried = ctx.objects.inside(ctx.char.id)
     if not carried:
         return ["You are not carrying anything."]
     return ["You are carrying: " + ", ".join(o.key for o in carried)]
@@ -360,7 +406,7 @@ async def cmd_channel(ctx: _Context, args: str, switches: list[str]) -> list[str
     if not text:
         raise CommandError("Usage: channel <name> = <text>")
     await _sent(ctx.world.channel_send(ctx.char.id, key, text))
-    return [f"[{ctx.world._channel(key).key}] {ctx.char.key}: {text}"]
+    return [f"[{ctx.world.channel_key(key)}] {ctx.char.key}: {text}"]
 
 
 async def cmd_help(ctx: _Context, args: str, switches: list[str]) -> list[str]:
@@ -436,13 +482,13 @@ def _parse(line: str) -> tuple[str, list[str], str]:
     return verb, [s for s in switches if s], rest.strip()
 
 
-async def _run(world: SandboxWorld, char: WorldObject, line: str) -> dict[str, Any]:
+async def _run(world: CommandWorld, char: WorldObject, line: str) -> dict[str, Any]:
     text = line.strip()
     if not text:
         return _result(line, ["What do you want to do? Type 'help' for the commands."], "usage")
     verb, switches, args = _parse(text)
     handler = COMMANDS.get(verb)
-    if handler is None and world._find_exit(char, text) is not None:
+    if handler is None and world.objects.find_exit(char, text) is not None:
         handler, args, switches = cmd_go, text, []
     if handler is None:
         return _result(
@@ -467,7 +513,7 @@ def _result(line: str, output: list[str], error: str) -> dict[str, Any]:
     return {"command": line, "output": output, "success": False, "error": error}
 
 
-def run_command(world: SandboxWorld, char_id: str, line: str) -> defer.Deferred[dict[str, Any]]:
+def run_command(world: CommandWorld, char_id: str, line: str) -> defer.Deferred[dict[str, Any]]:
     """Run ``line`` as ``char_id``; NotFound if the character does not exist."""
-    char = world._character(char_id)
+    char = world.objects.character(char_id)
     return defer.ensureDeferred(_run(world, char, str(line)))

@@ -43,6 +43,7 @@ from zope.interface import implementer
 
 from ai_tools.errors import NotFound, PermissionDenied
 from ai_tools.interfaces import IWorld
+from ai_tools.world.commands import run_command
 from ai_tools.world.help_index import rank_help
 from ai_tools.world.messages import DIRECT_KINDS, ROOM_KINDS, WorldMessage
 from ai_tools.world.model import (
@@ -52,6 +53,7 @@ from ai_tools.world.model import (
     WorldObject,
     normalise_tag,
 )
+from ai_tools.world.objects import WorldObjects
 from ai_tools.world.permissions import (
     BUILDER,
     DEVELOPER,
@@ -106,6 +108,59 @@ def seed_data(seed: str | Path | Mapping[str, Any] | None) -> Mapping[str, Any]:
     return seed
 
 
+@attrs.define
+class _Spawned:
+    """What a spawn makes of a prototype: its fields, then each override applied."""
+
+    key: str
+    description: str
+    aliases: list[str]
+    attributes: dict[str, Any]
+    tags: list[tuple[str, str | None]]
+
+    @classmethod
+    def of(cls, proto: Prototype) -> _Spawned:
+        return cls(
+            key=proto.name or proto.key,
+            description=proto.desc if proto.desc is not None else proto.description,
+            aliases=list(proto.aliases),
+            attributes=copy.deepcopy(proto.attributes),
+            tags=list(proto.tags),
+        )
+
+    def override(self, name: str, value: Any, developer: bool) -> None:
+        """Apply one override; ``developer``: may add tags of the system category."""
+        if name in FORBIDDEN_OVERRIDES:
+            raise PermissionDenied(f"a spawn may not override {name!r}")
+        if name == "key":
+            self.key = str(value).strip() or self.key
+        elif name == "aliases":
+            self.aliases = [str(a) for a in value]
+        elif name in ("description", "desc"):
+            self.description = str(value)
+        elif name == "tags":
+            self.add_tags(value, developer)
+        elif name == "attributes":
+            if not isinstance(value, Mapping):
+                raise ValueError("attributes must be a mapping of name to value")
+            for attr, attr_value in value.items():
+                self.set_attribute(attr, attr_value)
+        else:
+            self.set_attribute(name, value)
+
+    def add_tags(self, tags: Iterable[Any], developer: bool) -> None:
+        for tag in tags:
+            pair = (normalise_tag(tag) if isinstance(tag, str)
+                    else normalise_tag(tag.get("tag"), tag.get("category")))
+            if pair[1] == SYSTEM_TAG_CATEGORY and not developer:
+                raise PermissionDenied("tags in category 'system' need Developer rights")
+            if pair not in self.tags:
+                self.tags.append(pair)
+
+    def set_attribute(self, name: Any, value: Any) -> None:
+        self.attributes[_check_attribute_name(name)] = _json_copy(value, f"attribute {name!r}")
+
+
 @implementer(IWorld)
 @attrs.define(eq=False)
 class SandboxWorld:
@@ -122,8 +177,8 @@ class SandboxWorld:
     log_size: int = 200
     name: str = attrs.field(default="sandbox", init=False)
     meta: dict[str, Any] = attrs.field(factory=dict, init=False)
-    _objects: dict[str, WorldObject] = attrs.field(factory=dict, init=False)
-    _contents: dict[str, list[str]] = attrs.field(factory=dict, init=False)
+    objects: WorldObjects = attrs.field(factory=WorldObjects, init=False)
+    """Every object and where it is (the internal API the commands share)."""
     _channels: dict[str, Channel] = attrs.field(factory=dict, init=False)
     _prototypes: dict[str, Prototype] = attrs.field(factory=dict, init=False)
     _help: dict[str, HelpEntry] = attrs.field(factory=dict, init=False)
@@ -162,14 +217,14 @@ class SandboxWorld:
                 world._log.info(
                     "Sandbox world {name} loaded: {count} objects",
                     name=world.meta.get("name"),
-                    count=len(world._objects),
+                    count=len(world.objects),
                 )
                 return world
             world.populate(seed_data(seed))
             world._log.info(
                 "Sandbox world {name} seeded: {count} objects",
                 name=world.meta.get("name"),
-                count=len(world._objects),
+                count=len(world.objects),
             )
             return world._persist_all().addCallback(lambda _: world)
 
@@ -186,21 +241,14 @@ class SandboxWorld:
 
     def populate(self, data: Mapping[str, Any]) -> None:
         """Replace the in-memory world with world data (rows), without writing anything."""
-        self._objects = {}
-        self._contents = {}
-        for row in data.get("objects") or ():
-            obj = WorldObject.from_row(row)
-            self._objects[obj.id] = obj
-        for obj in self._objects.values():
-            if obj.location is not None and obj.location not in self._objects:
-                self._log.warn(
-                    "Object {id} is in missing location {location}; it is now nowhere",
-                    id=obj.id,
-                    location=obj.location,
-                )
-                obj.location = None
-            if obj.location is not None:
-                self._contents.setdefault(obj.location, []).append(obj.id)
+        rows = data.get("objects") or ()
+        locations = {row.get("id"): row.get("location") for row in rows}
+        for obj in self.objects.replace(WorldObject.from_row(row) for row in rows):
+            self._log.warn(
+                "Object {id} is in missing location {location}; it is now nowhere",
+                id=obj.id,
+                location=locations.get(obj.id),
+            )
         self._channels = {
             c.key.casefold(): c for c in map(Channel.from_row, data.get("channels") or ())
         }
@@ -213,7 +261,7 @@ class SandboxWorld:
     def snapshot(self) -> dict[str, Any]:
         """The whole world as world data (rows), e.g. to export it."""
         return {
-            "objects": [o.to_row() for o in self._objects.values()],
+            "objects": [o.to_row() for o in self.objects.values()],
             "channels": [c.to_row() for c in self._channels.values()],
             "prototypes": [p.to_row() for p in self._prototypes.values()],
             "help": [h.to_row() for h in self._help.values()],
@@ -254,46 +302,24 @@ class SandboxWorld:
     # lookups
     # ------------------------------------------------------------------
 
-    def _require(self, obj_id: Any, what: str = "object") -> WorldObject:
-        obj = self._objects.get(obj_id) if isinstance(obj_id, str) else None
-        if obj is None:
-            raise NotFound(f"no {what} with id {obj_id!r}")
-        return obj
-
-    def _character(self, char_id: Any) -> WorldObject:
-        char = self._require(char_id, "character")
-        if char.kind != "character":
-            raise NotFound(f"{char_id!r} is a {char.kind}, not a character")
-        return char
-
-    def _room_of(self, char: WorldObject) -> WorldObject:
-        if char.location is None:
-            raise NotFound(f"{char.key} ({char.id}) is not in any room")
-        return self._objects[char.location]
-
     def contents(self, location_id: str) -> list[dict[str, Any]]:
         """Object dicts of what is directly in ``location_id`` (NotFound if unknown)."""
-        self._require(location_id, "location")
-        return [self._objects[i].as_dict() for i in self._contents.get(location_id, ())]
-
-    def _inside(self, location_id: str | None) -> list[WorldObject]:
-        if location_id is None:
-            return []
-        return [self._objects[i] for i in self._contents.get(location_id, ())]
+        self.objects.require(location_id, "location")
+        return [obj.as_dict() for obj in self.objects.inside(location_id)]
 
     def get_object(self, obj_id: Any) -> dict[str, Any] | None:
         """The object dict of ``obj_id``, or None."""
-        obj = self._objects.get(obj_id) if isinstance(obj_id, str) else None
+        obj = self.objects.get(obj_id)
         return obj.as_dict() if obj is not None else None
 
     def describe_location(self, char_id: str, detail: str = "normal") -> dict[str, Any]:
         """The room ``char_id`` stands in, its exits, things and other characters."""
         if detail not in ("brief", "normal", "detailed"):
             raise ValueError(f"detail must be brief, normal or detailed, not {detail!r}")
-        char = self._character(char_id)
-        room = self._room_of(char)
+        char = self.objects.character(char_id)
+        room = self.objects.room_of(char)
         exits, contents, characters = [], [], []
-        for obj in self._inside(room.id):
+        for obj in self.objects.inside(room.id):
             if obj.id == char.id:
                 continue
             if obj.kind == "exit":
@@ -330,48 +356,7 @@ class SandboxWorld:
         An exact id finds that object.  Ties go to what is in ``char_id``'s
         room (or carried), then to the oldest object.
         """
-        return [o.as_dict() for o in self._search(query, char_id, location, kind, limit)]
-
-    def _search(
-        self,
-        query: Any,
-        char_id: str | None,
-        location: str | None,
-        kind: str | None,
-        limit: int,
-    ) -> list[WorldObject]:
-        text = str(query or "").strip()
-        if not text or limit <= 0:
-            return []
-        if location is not None:
-            self._require(location, "location")
-        direct = self._objects.get(text)
-        if direct is not None:
-            found = [direct] if location is None or direct.location == location else []
-            return [o for o in found if kind is None or o.kind == kind][:limit]
-        folded = text.casefold()
-        nearby: set[str] = set()
-        looker = self._objects.get(char_id) if isinstance(char_id, str) else None
-        if looker is not None:
-            nearby = {o.id for o in self._inside(looker.location)}
-            nearby.update(o.id for o in self._inside(looker.id))
-        candidates = self._inside(location) if location is not None else self._objects.values()
-        ranked: list[tuple[int, int, int, WorldObject]] = []
-        for order, obj in enumerate(candidates):
-            if kind is not None and obj.kind != kind:
-                continue
-            names = obj.names()
-            if folded in names:
-                rank = 0
-            elif any(n.startswith(folded) for n in names):
-                rank = 1
-            elif any(folded in n for n in names):
-                rank = 2
-            else:
-                continue
-            ranked.append((rank, 0 if obj.id in nearby else 1, order, obj))
-        ranked.sort(key=lambda item: item[:3])
-        return [item[3] for item in ranked[:limit]]
+        return [o.as_dict() for o in self.objects.search(query, char_id, location, kind, limit)]
 
     # ------------------------------------------------------------------
     # attributes and tags
@@ -379,7 +364,7 @@ class SandboxWorld:
 
     def get_attributes(self, obj_id: str, names: Iterable[str] | None = None) -> dict[str, Any]:
         """``{name: value}`` of the object's attributes (all, or those in ``names``)."""
-        obj = self._require(obj_id)
+        obj = self.objects.require(obj_id)
         wanted = set(names) if names is not None else None
         return {
             k: copy.deepcopy(v) for k, v in obj.attributes.items() if wanted is None or k in wanted
@@ -387,7 +372,7 @@ class SandboxWorld:
 
     def can_edit(self, char_id: str, obj_id: str) -> bool:
         """Whether ``char_id`` may change ``obj_id`` (see :mod:`ai_tools.world.permissions`)."""
-        return may_edit(self._character(char_id), self._require(obj_id))
+        return may_edit(self.objects.character(char_id), self.objects.require(obj_id))
 
     def _check_edit(self, char: WorldObject, obj: WorldObject, action: str) -> None:
         if not may_edit(char, obj):
@@ -406,8 +391,8 @@ class SandboxWorld:
     def _set_attribute(
         self, char_id: str, obj_id: str, name: str, value: Any
     ) -> defer.Deferred[dict[str, Any]]:
-        char = self._character(char_id)
-        obj = self._require(obj_id)
+        char = self.objects.character(char_id)
+        obj = self.objects.require(obj_id)
         name = _check_attribute_name(name)
         self._check_edit(char, obj, f"set attribute {name!r}")
         obj.attributes[name] = _json_copy(value, f"attribute {name!r}")
@@ -419,8 +404,8 @@ class SandboxWorld:
         return defer.maybeDeferred(self._delete_attribute, char_id, obj_id, name)
 
     def _delete_attribute(self, char_id: str, obj_id: str, name: str) -> defer.Deferred[bool]:
-        char = self._character(char_id)
-        obj = self._require(obj_id)
+        char = self.objects.character(char_id)
+        obj = self.objects.require(obj_id)
         name = _check_attribute_name(name)
         self._check_edit(char, obj, f"delete attribute {name!r}")
         if name not in obj.attributes:
@@ -430,7 +415,7 @@ class SandboxWorld:
 
     def get_tags(self, obj_id: str, category: str | None = None) -> list[dict[str, Any]]:
         """``[{"tag", "category"}]`` on ``obj_id`` (only ``category``'s when given)."""
-        obj = self._require(obj_id)
+        obj = self.objects.require(obj_id)
         cat = category.casefold() if category else None
         return [{"tag": t, "category": c} for t, c in obj.tags if cat is None or c == cat]
 
@@ -454,8 +439,8 @@ class SandboxWorld:
     def _add_tag(
         self, char_id: str, obj_id: str, tag: str, category: str | None
     ) -> defer.Deferred[dict[str, Any]]:
-        char = self._character(char_id)
-        obj = self._require(obj_id)
+        char = self.objects.character(char_id)
+        obj = self.objects.require(obj_id)
         pair = self._check_tag(char, obj, tag, category)
         if pair in obj.tags:
             return defer.succeed(obj.as_dict())
@@ -471,8 +456,8 @@ class SandboxWorld:
     def _remove_tag(
         self, char_id: str, obj_id: str, tag: str, category: str | None
     ) -> defer.Deferred[bool]:
-        char = self._character(char_id)
-        obj = self._require(obj_id)
+        char = self.objects.character(char_id)
+        obj = self.objects.require(obj_id)
         pair = self._check_tag(char, obj, tag, category)
         if pair not in obj.tags:
             return defer.succeed(False)
@@ -486,7 +471,7 @@ class SandboxWorld:
         name, cat = normalise_tag(tag, category)
         found = [
             o.as_dict()
-            for o in self._objects.values()
+            for o in self.objects.values()
             if any(t == name and (cat is None or c == cat) for t, c in o.tags)
         ]
         return found[: max(limit, 0)]
@@ -497,7 +482,7 @@ class SandboxWorld:
 
     def has_permission(self, char_id: str, permission: str) -> bool:
         """Whether ``char_id`` holds ``permission`` or one above it in the hierarchy."""
-        char = self._objects.get(char_id) if isinstance(char_id, str) else None
+        char = self.objects.get(char_id)
         if char is None or char.kind != "character":
             return False
         return holds(char.permissions, str(permission))
@@ -541,62 +526,32 @@ class SandboxWorld:
         location: str | None,
         overrides: Mapping[str, Any] | None,
     ) -> defer.Deferred[dict[str, Any]]:
-        char = self._character(char_id)
+        char = self.objects.character(char_id)
         self._check_builder(char, "spawn prototypes")
         proto = self._prototypes.get(str(prototype_key or "").strip().casefold())
         if proto is None:
             raise NotFound(f"no prototype called {prototype_key!r}")
         self._check_builder(char, f"spawn {proto.key!r}", proto.permission)
-        target = self._require(location, "location") if location else self._room_of(char)
+        target = self._place_for(char, location)
         if target.kind == "exit":
             raise ValueError("an exit cannot hold objects")
-        key = proto.name or proto.key
-        description = proto.desc if proto.desc is not None else proto.description
-        aliases = list(proto.aliases)
-        attributes = copy.deepcopy(proto.attributes)
-        tags = list(proto.tags)
+        spawned = _Spawned.of(proto)
+        developer = holds(char.permissions, DEVELOPER)
         for name, value in (overrides or {}).items():
-            if name in FORBIDDEN_OVERRIDES:
-                raise PermissionDenied(f"a spawn may not override {name!r}")
-            if name == "key":
-                key = str(value).strip() or key
-            elif name == "aliases":
-                aliases = [str(a) for a in value]
-            elif name in ("description", "desc"):
-                description = str(value)
-            elif name == "tags":
-                for tag in value:
-                    pair = (
-                        normalise_tag(tag)
-                        if isinstance(tag, str)
-                        else normalise_tag(tag.get("tag"), tag.get("category"))
-                    )
-                    if pair[1] == SYSTEM_TAG_CATEGORY and not holds(char.permissions, DEVELOPER):
-                        raise PermissionDenied("tags in category 'system' need Developer rights")
-                    if pair not in tags:
-                        tags.append(pair)
-            elif name == "attributes":
-                if not isinstance(value, Mapping):
-                    raise ValueError("attributes must be a mapping of name to value")
-                for attr, attr_value in value.items():
-                    attributes[_check_attribute_name(attr)] = _json_copy(
-                        attr_value, f"attribute {attr!r}"
-                    )
-            else:
-                attributes[_check_attribute_name(name)] = _json_copy(value, f"attribute {name!r}")
+            spawned.override(name, value, developer)
         prefix = "char" if proto.kind == "character" else "obj"
         obj = WorldObject(
-            id=unique_id(f"{prefix}:{slug(key)}", self._objects),
-            key=key,
+            id=unique_id(f"{prefix}:{slug(spawned.key)}", self.objects),
+            key=spawned.key,
             kind=proto.kind,
-            description=description,
-            aliases=aliases,
-            attributes=attributes,
-            tags=tags,
+            description=spawned.description,
+            aliases=spawned.aliases,
+            attributes=spawned.attributes,
+            tags=spawned.tags,
             owner=char.id,
             created_at=self._now(),
         )
-        self._add(obj, target.id)
+        self.objects.add(obj, target.id)
         self._log.info(
             "{char} spawned {proto} as {obj} in {location}",
             char=char.id,
@@ -606,20 +561,11 @@ class SandboxWorld:
         )
         return self._persist(obj).addCallback(lambda _: obj.as_dict())
 
-    def _add(self, obj: WorldObject, location: str | None) -> None:
-        self._objects[obj.id] = obj
-        obj.location = location
-        if location is not None:
-            self._contents.setdefault(location, []).append(obj.id)
-
-    def _place(self, obj: WorldObject, location: str | None) -> None:
-        if obj.location is not None:
-            siblings = self._contents.get(obj.location, [])
-            if obj.id in siblings:
-                siblings.remove(obj.id)
-        obj.location = location
-        if location is not None:
-            self._contents.setdefault(location, []).append(obj.id)
+    def _place_for(self, char: WorldObject, location: str | None) -> WorldObject:
+        """Where a new thing goes: ``location``, or else the character's room."""
+        if location:
+            return self.objects.require(location, "location")
+        return self.objects.room_of(char)
 
     # ------------------------------------------------------------------
     # building (used by the commands; also callable directly)
@@ -646,14 +592,14 @@ class SandboxWorld:
         aliases: Iterable[str],
         location: str | None,
     ) -> defer.Deferred[dict[str, Any]]:
-        char = self._character(char_id)
+        char = self.objects.character(char_id)
         self._check_builder(char, "create objects")
         name = str(key or "").strip()
         if not name:
             raise ValueError("an object needs a name")
-        target = self._require(location, "location") if location else self._room_of(char)
+        target = self._place_for(char, location)
         obj = WorldObject(
-            id=unique_id(f"obj:{slug(name)}", self._objects),
+            id=unique_id(f"obj:{slug(name)}", self.objects),
             key=name,
             kind="object",
             description=str(description),
@@ -661,7 +607,7 @@ class SandboxWorld:
             owner=char.id,
             created_at=self._now(),
         )
-        self._add(obj, target.id)
+        self.objects.add(obj, target.id)
         return self._persist(obj).addCallback(lambda _: obj.as_dict())
 
     def dig(
@@ -700,22 +646,22 @@ class SandboxWorld:
         back_key: str | None,
         back_aliases: Iterable[str],
     ) -> defer.Deferred[dict[str, Any]]:
-        char = self._character(char_id)
+        char = self.objects.character(char_id)
         self._check_builder(char, "dig rooms")
         name = str(room_key or "").strip()
         if not name:
             raise ValueError("a room needs a name")
-        here = self._room_of(char) if (exit_key or back_key) else None
+        here = self.objects.room_of(char) if (exit_key or back_key) else None
         now = self._now()
         room = WorldObject(
-            id=unique_id(f"room:{slug(name)}", self._objects),
+            id=unique_id(f"room:{slug(name)}", self.objects),
             key=name,
             kind="room",
             aliases=[a.strip() for a in room_aliases if a.strip()],
             owner=char.id,
             created_at=now,
         )
-        self._add(room, None)
+        self.objects.add(room, None)
         created = [room]
         if here is not None and exit_key:
             created.append(self._new_exit(char, here, room, exit_key, exit_aliases, now))
@@ -735,7 +681,7 @@ class SandboxWorld:
         now: float,
     ) -> WorldObject:
         exit_ = WorldObject(
-            id=unique_id(f"exit:{slug(source.id.split(':')[-1])}-{slug(key)}", self._objects),
+            id=unique_id(f"exit:{slug(source.id.split(':')[-1])}-{slug(key)}", self.objects),
             key=key.strip(),
             kind="exit",
             destination=destination.id,
@@ -743,7 +689,7 @@ class SandboxWorld:
             owner=char.id,
             created_at=now,
         )
-        self._add(exit_, source.id)
+        self.objects.add(exit_, source.id)
         return exit_
 
     def set_description(
@@ -755,8 +701,8 @@ class SandboxWorld:
     def _set_description(
         self, char_id: str, obj_id: str, text: str
     ) -> defer.Deferred[dict[str, Any]]:
-        char = self._character(char_id)
-        obj = self._require(obj_id)
+        char = self.objects.character(char_id)
+        obj = self.objects.require(obj_id)
         self._check_edit(char, obj, "describe")
         obj.description = str(text)
         return self._persist(obj).addCallback(lambda _: obj.as_dict())
@@ -789,22 +735,22 @@ class SandboxWorld:
         name = str(key or "").strip()
         if not name:
             raise ValueError("a character needs a name")
-        if char_id is not None and char_id in self._objects:
+        if char_id is not None and char_id in self.objects:
             raise ValueError(f"id {char_id!r} is taken")
         place = location or self.meta.get("start_room")
         if place is not None:
-            target = self._require(place, "location")
+            target = self.objects.require(place, "location")
             if target.kind != "room":
                 raise ValueError(f"{place!r} is not a room")
         char = WorldObject(
-            id=char_id or unique_id(f"char:{slug(name)}", self._objects),
+            id=char_id or unique_id(f"char:{slug(name)}", self.objects),
             key=name,
             kind="character",
             description=str(description),
             permissions=list(permissions),
             created_at=self._now(),
         )
-        self._add(char, place)
+        self.objects.add(char, place)
         joined = [c for c in self._channels.values() if c.auto_join]
         for channel in joined:
             channel.subscribers.append(char.id)
@@ -819,35 +765,27 @@ class SandboxWorld:
 
     def find_exit(self, char_id: str, name: str) -> dict[str, Any] | None:
         """The exit of ``char_id``'s room called ``name`` (id, key or alias), or None."""
-        exit_ = self._find_exit(self._character(char_id), name)
+        exit_ = self.objects.find_exit(self.objects.character(char_id), name)
         return exit_.as_dict() if exit_ is not None else None
 
-    def _find_exit(self, char: WorldObject, name: str) -> WorldObject | None:
-        folded = str(name or "").strip().casefold()
-        if not folded or char.location is None:
-            return None
-        for obj in self._inside(char.location):
-            if obj.kind == "exit" and (obj.id == name or folded in obj.names()):
-                return obj
-        return None
-
     def _move_character(self, char_id: str, destination: str) -> defer.Deferred[dict[str, Any]]:
-        char = self._character(char_id)
-        self._room_of(char)
-        exit_ = self._find_exit(char, destination)
+        char = self.objects.character(char_id)
+        self.objects.room_of(char)
+        exit_ = self.objects.find_exit(char, destination)
         if exit_ is None:
             raise NotFound(f"there is no exit {destination!r} here")
-        target = self._objects.get(exit_.destination or "")
+        target = self.objects.get(exit_.destination or "")
         if target is None:
             raise NotFound(f"the exit {exit_.key!r} leads nowhere")
         old_room = char.location
         self._announce(char, old_room, f"{char.key} leaves {exit_.key}.")
-        self._place(char, target.id)
+        self.objects.place(char, target.id)
         self._announce(char, target.id, f"{char.key} arrives.")
         return self._persist(char).addCallback(lambda _: target.as_dict())
 
     def _announce(self, char: WorldObject, room_id: str | None, text: str) -> None:
-        hearers = [o.id for o in self._inside(room_id) if o.kind == "character" and o.id != char.id]
+        hearers = [o.id for o in self.objects.inside(room_id)
+                   if o.kind == "character" and o.id != char.id]
         message = self._message("system", text, char, location_id=room_id)
         self._deliver(message, hearers)
 
@@ -865,8 +803,6 @@ class SandboxWorld:
         acting character (``NotFound``) or a failed store write fails the Deferred.  See
         :mod:`ai_tools.world.commands` for the commands.
         """
-        from ai_tools.world.commands import run_command
-
         return defer.maybeDeferred(run_command, self, char_id, command)
 
     # ------------------------------------------------------------------
@@ -925,14 +861,14 @@ class SandboxWorld:
         """
         if kind not in ROOM_KINDS:
             raise ValueError(f"unknown message kind {kind!r} (say, pose or emit)")
-        char = self._character(char_id)
-        room = self._room_of(char)
+        char = self.objects.character(char_id)
+        room = self.objects.room_of(char)
         if kind == "emit":
             self._check_builder(char, "emit")
         skip = set(exclude)
         hearers = [
             o.id
-            for o in self._inside(room.id)
+            for o in self.objects.inside(room.id)
             if o.kind == "character" and o.id != char.id and o.id not in skip
         ]
         self._deliver(self._message(kind, str(text), char, location_id=room.id), hearers)
@@ -947,8 +883,8 @@ class SandboxWorld:
         """
         if kind not in DIRECT_KINDS:
             raise ValueError(f"unknown message kind {kind!r} (whisper or page)")
-        char = self._character(char_id)
-        target = self._character(target_id)
+        char = self.objects.character(char_id)
+        target = self.objects.character(target_id)
         if target.id == char.id:
             raise ValueError(f"{char.key} cannot {kind} to itself")
         if kind == "whisper" and (target.location is None or target.location != char.location):
@@ -965,15 +901,19 @@ class SandboxWorld:
             raise NotFound(f"no channel called {key!r}")
         return channel
 
+    def channel_key(self, channel: str) -> str:
+        """The name of the channel ``channel`` names (any case); NotFound if there is none."""
+        return self._channel(channel).key
+
     def channel_send(self, char_id: str, channel: str, text: str) -> list[str]:
         """Post ``text`` on a channel as ``char_id``; returns the subscribers who received it."""
-        char = self._character(char_id)
+        char = self.objects.character(char_id)
         chan = self._channel(channel)
         if chan.send_permission and not holds(char.permissions, chan.send_permission):
             raise PermissionDenied(
                 f"{char.key} may not post on {chan.key}: needs {chan.send_permission} rights"
             )
-        receivers = [s for s in chan.subscribers if s != char.id and s in self._objects]
+        receivers = [s for s in chan.subscribers if s != char.id and s in self.objects]
         message = self._message("channel", str(text), char, channel=chan.key)
         self._deliver(message, receivers)
         return receivers
@@ -997,7 +937,7 @@ class SandboxWorld:
     def _channel_subscribe(
         self, char_id: str, channel: str, subscribe: bool
     ) -> defer.Deferred[bool]:
-        char = self._character(char_id)
+        char = self.objects.character(char_id)
         chan = self._channel(channel)
         if (char.id in chan.subscribers) == subscribe:
             return defer.succeed(False)
@@ -1013,7 +953,7 @@ class SandboxWorld:
         Returns the function that unsubscribes (calling it twice is harmless).
         A listener that raises is logged; delivery to the others goes on.
         """
-        char = self._character(char_id)
+        char = self.objects.character(char_id)
         self._listeners.setdefault(char.id, []).append(listener)
 
         def unsubscribe() -> None:
@@ -1044,7 +984,7 @@ class SandboxWorld:
         The log keeps the last ``log_size`` messages; ``after`` keeps only
         messages with a larger ``seq``; ``limit`` keeps the newest ``limit``.
         """
-        self._character(char_id)
+        self.objects.character(char_id)
         messages = [m for m in self._logs.get(char_id, ()) if after is None or m.seq > after]
         if limit is not None:
             messages = messages[-limit:] if limit > 0 else []

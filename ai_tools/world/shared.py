@@ -165,7 +165,7 @@ class SharedWorld(SandboxWorld):
             if data is not None:
                 self._take(data)
                 self._log.info("Shared world {name} loaded: {count} objects at clock {clock}",
-                               name=self.meta.get("name"), count=len(self._objects),
+                               name=self.meta.get("name"), count=len(self.objects),
                                clock=self._clock)
                 self._follow()
                 return self
@@ -189,7 +189,7 @@ class SharedWorld(SandboxWorld):
                           for row, version in data[s]}
         self._versions.update((("meta", key), version)
                               for key, (_, version) in data["meta"].items())
-        self._placed = {obj.id: obj.location for obj in self._objects.values()}
+        self._placed = {obj.id: obj.location for obj in self.objects.values()}
         self._clock = self._delivered = self._pruned = int(data["clock"])
         self._logs.clear()
         for seq, message, receivers in data["messages"]:
@@ -226,23 +226,16 @@ class SharedWorld(SandboxWorld):
     # capturing what an operation does
     # ------------------------------------------------------------------
 
+    def __attrs_post_init__(self) -> None:
+        # Every object lookup an operation (or a command) relies on is one of its reads.
+        self.objects.on_read = self._depend_object
+
     def _depend(self, section: str, key: str | None) -> None:
         if self._change is not None and key is not None:
             self._change.reads.add((section, key))
 
-    def _require(self, obj_id: Any, what: str = "object") -> WorldObject:
-        obj = super()._require(obj_id, what)
-        self._depend("objects", obj.id)
-        return obj
-
-    def _room_of(self, char: WorldObject) -> WorldObject:
-        room = super()._room_of(char)
-        self._depend("objects", room.id)
-        return room
-
-    def _inside(self, location_id: str | None) -> list[WorldObject]:
-        self._depend("objects", location_id)
-        return super()._inside(location_id)
+    def _depend_object(self, obj_id: str | None) -> None:
+        self._depend("objects", obj_id)
 
     def _channel(self, key: Any) -> Channel:
         channel = super()._channel(key)
@@ -474,29 +467,16 @@ class SharedWorld(SandboxWorld):
         return tables[section]
 
     def _replace_object(self, obj: WorldObject) -> None:
-        old = self._objects.get(obj.id)
-        self._objects[obj.id] = obj
+        self.objects.put(obj)
         self._placed[obj.id] = obj.location
-        if old is not None and old.location == obj.location:
-            return
-        if old is not None and old.location is not None:
-            siblings = self._contents.get(old.location, [])
-            if obj.id in siblings:
-                siblings.remove(obj.id)
-        if obj.location is not None:
-            self._contents.setdefault(obj.location, []).append(obj.id)
 
     def _remove_row(self, section: str, key: str) -> None:
         self._versions.pop((section, key), None)
         if section == "meta":
             self.meta.pop(key, None)
         elif section == "objects":
-            obj = self._objects.pop(key, None)
+            self.objects.remove(key)
             self._placed.pop(key, None)
-            if obj is not None and obj.location is not None:
-                siblings = self._contents.get(obj.location, [])
-                if key in siblings:
-                    siblings.remove(key)
         else:
             self._table(section).pop(key.casefold(), None)
 

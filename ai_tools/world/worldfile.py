@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +143,7 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.casefold()).strip("-") or "thing"
 
 
-def unique_id(base: str, taken: Mapping[str, Any] | set[str]) -> str:
+def unique_id(base: str, taken: Container[str]) -> str:
     """``base``, or ``base-2``, ``base-3``… whichever is not in ``taken``."""
     if base not in taken:
         return base
@@ -226,22 +226,8 @@ class _Reader:
             raise self.fail(where, f"{ref!r} is a {target.kind}, not a {' or '.join(kinds)}")
 
     def build(self) -> dict[str, Any]:
-        known = {"world", *SECTIONS}
-        for name in self.data:
-            if name not in known:
-                raise self.fail(name, f"unknown section (allowed: {', '.join(sorted(known))})")
-        world = self.data.get("world", {})
-        if not isinstance(world, dict):
-            raise self.fail("world", "must be a table ([world])")
-        for name, value in world.items():
-            check = WORLD_TABLE.get(name)
-            if check is None:
-                raise self.fail(
-                    f"world.{name}", "unknown key (allowed: description, name, start_room)"
-                )
-            if not check(value):
-                raise self.fail(f"world.{name}", f"must be {_TYPE_NAMES[check]}")
-
+        """The world data (rows) of the file, every reference checked."""
+        world = self.world_table()
         rooms = self.entries("rooms")
         objects = self.entries("objects")
         characters = self.entries("characters")
@@ -253,61 +239,10 @@ class _Reader:
         start_room = world.get("start_room") or (next(iter(self.objects)) if rooms else None)
         if world.get("start_room"):
             self.require("world.start_room", world["start_room"], ("room",))
-        placed = [
-            ("characters", characters, ("room",)),
-            ("objects", objects, ("room", "object", "character")),
-        ]
-        added: dict[str, list[WorldObject]] = {}
-        for section, entries, _ in placed:
-            added[section] = [
-                self.add_object(section, index, entry) for index, entry in enumerate(entries)
-            ]
-        for section, entries, kinds in placed:
-            for obj, (index, entry) in zip(added[section], enumerate(entries), strict=True):
-                if "location" in entry:
-                    self.require(f"{section}[{index}].location", entry["location"], kinds)
-                    obj.location = entry["location"]
-                elif section == "characters":
-                    obj.location = start_room
-        for obj in self.objects.values():
-            seen = {obj.id}
-            here = obj.location
-            while here is not None:
-                if here in seen:
-                    raise self.fail(f"{obj.id}.location", "objects contain each other in a loop")
-                seen.add(here)
-                here = self.objects[here].location
+        self.place_things(characters, objects, start_room)
+        self.check_no_containment_loop()
         for index, entry in enumerate(exits):
-            where = f"exits[{index}]"
-            self.require(f"{where}.from", entry["from"], ("room",))
-            self.require(f"{where}.to", entry["to"], ("room",))
-            if "id" not in entry:
-                entry = {
-                    **entry,
-                    "id": unique_id(
-                        f"exit:{slug(entry['from'].split(':')[-1])}-{slug(entry['key'])}",
-                        self.objects,
-                    ),
-                }
-            exit_ = self.add_object("exits", index, entry)
-            exit_.location, exit_.destination = entry["from"], entry["to"]
-            if "back" in entry:
-                back = self.add_object(
-                    "exits",
-                    index,
-                    {
-                        "id": entry.get("back_id")
-                        or unique_id(
-                            f"exit:{slug(entry['to'].split(':')[-1])}-{slug(entry['back'])}",
-                            self.objects,
-                        ),
-                        "key": entry["back"],
-                        "aliases": entry.get("back_aliases", []),
-                    },
-                )
-                back.location, back.destination = entry["to"], entry["from"]
-            elif "back_aliases" in entry or "back_id" in entry:
-                raise self.fail(where, "back_aliases/back_id need 'back' (the return exit's name)")
+            self.add_exits(index, entry)
         characters_ids = [o.id for o in self.objects.values() if o.kind == "character"]
         for obj in self.objects.values():
             if obj.owner is not None and obj.owner not in characters_ids:
@@ -324,6 +259,80 @@ class _Reader:
                 "seeded_from": Path(self.source).name,
             },
         }
+
+    def world_table(self) -> dict[str, Any]:
+        """The ``[world]`` table, checked (and the file's sections are all known ones)."""
+        known = {"world", *SECTIONS}
+        for name in self.data:
+            if name not in known:
+                raise self.fail(name, f"unknown section (allowed: {', '.join(sorted(known))})")
+        world = self.data.get("world", {})
+        if not isinstance(world, dict):
+            raise self.fail("world", "must be a table ([world])")
+        for name, value in world.items():
+            check = WORLD_TABLE.get(name)
+            if check is None:
+                raise self.fail(
+                    f"world.{name}", "unknown key (allowed: description, name, start_room)"
+                )
+            if not check(value):
+                raise self.fail(f"world.{name}", f"must be {_TYPE_NAMES[check]}")
+        return world
+
+    def place_things(self, characters: list[dict[str, Any]], objects: list[dict[str, Any]],
+                     start_room: str | None) -> None:
+        """Add the characters and objects, then put each where it says (characters
+        without a location in the start room); locations may name things added later."""
+        placed = [
+            ("characters", characters, ("room",)),
+            ("objects", objects, ("room", "object", "character")),
+        ]
+        added: dict[str, list[WorldObject]] = {}
+        for section, entries, _ in placed:
+            added[section] = [
+                self.add_object(section, index, entry) for index, entry in enumerate(entries)
+            ]
+        for section, entries, kinds in placed:
+            for obj, (index, entry) in zip(added[section], enumerate(entries), strict=True):
+                if "location" in entry:
+                    self.require(f"{section}[{index}].location", entry["location"], kinds)
+                    obj.location = entry["location"]
+                elif section == "characters":
+                    obj.location = start_room
+
+    def check_no_containment_loop(self) -> None:
+        """No object is (through others) inside itself."""
+        for obj in self.objects.values():
+            seen = {obj.id}
+            here = obj.location
+            while here is not None:
+                if here in seen:
+                    raise self.fail(f"{obj.id}.location", "objects contain each other in a loop")
+                seen.add(here)
+                here = self.objects[here].location
+
+    def add_exits(self, index: int, entry: dict[str, Any]) -> None:
+        """One ``[[exits]]`` entry: the exit, and its way back when ``back`` names one."""
+        where = f"exits[{index}]"
+        self.require(f"{where}.from", entry["from"], ("room",))
+        self.require(f"{where}.to", entry["to"], ("room",))
+        if "id" not in entry:
+            entry = {**entry, "id": self.exit_id(entry["from"], entry["key"])}
+        exit_ = self.add_object("exits", index, entry)
+        exit_.location, exit_.destination = entry["from"], entry["to"]
+        if "back" in entry:
+            back = self.add_object("exits", index, {
+                "id": entry.get("back_id") or self.exit_id(entry["to"], entry["back"]),
+                "key": entry["back"],
+                "aliases": entry.get("back_aliases", []),
+            })
+            back.location, back.destination = entry["to"], entry["from"]
+        elif "back_aliases" in entry or "back_id" in entry:
+            raise self.fail(where, "back_aliases/back_id need 'back' (the return exit's name)")
+
+    def exit_id(self, room: str, key: str) -> str:
+        """A new exit's id from its room and name (``exit:inn-east``), unique in the file."""
+        return unique_id(f"exit:{slug(room.split(':')[-1])}-{slug(key)}", self.objects)
 
     def channels(self, characters: list[str]) -> list[dict[str, Any]]:
         rows: dict[str, Channel] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -201,3 +202,18 @@ def test_inventory_channel_help(world: SandboxWorld) -> None:
     assert ok(world, BOB, "help")[0].startswith("Commands: ")
     assert ok(world, BOB, "help dig")[0] == "== building =="
     refused(world, BOB, "help qwertyuiop", "not_found")
+
+
+def test_the_commands_need_only_the_world_they_are_given() -> None:
+    """commands does not import the sandbox module, not even for type checking (no import
+    cycle): it works on any world with the CommandWorld methods and the objects' API."""
+    import ast
+
+    import ai_tools.world.commands as commands
+
+    tree = ast.parse(Path(commands.__file__).read_text(encoding="utf-8"))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                 for alias in node.names}
+    assert "ai_tools.world.sandbox" not in imported
+    assert not [name for name in imported if name and name.endswith(".sandbox")]
