@@ -14,11 +14,12 @@ the file goes away under a running service:
   the pid of its holder, for the message the second process prints.  It is
   never deleted: deleting it would let a third process lock a new file while
   the second still waits on the old one.
-* **the file's identity.**  The (device, inode) of the database and of the
-  lock file are remembered once open.  Before every write transaction (one
-  ``stat`` each, on the store thread) they are compared with what the paths
-  name now: a database deleted or moved away would otherwise take every
-  later write into an unlinked file, all of it gone at the next start.
+* **the file's identity.**  The (device, inode) of the database is
+  remembered once open.  Before every write transaction (on the store
+  thread: one ``stat`` of the path, one ``fstat`` of the lock) it is compared
+  with what the path names now, and the lock file must still be linked: a
+  database deleted or moved away would otherwise take every later write into
+  an unlinked file, all of it gone at the next start.
 
 :func:`explain` turns SQLite's errors about the file (read-only, damaged,
 full, cannot open, I/O) into a :class:`DatabaseFileError` whose one-line
@@ -140,7 +141,6 @@ class DatabaseFileGuard:
     lock_path: str = attrs.field(init=False)
     _lock_fd: int | None = attrs.field(default=None, init=False)
     _database: FileIdentity | None = attrs.field(default=None, init=False)
-    _lock: FileIdentity | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.lock_path = self.path + ".lock"
@@ -167,8 +167,6 @@ class DatabaseFileGuard:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode("ascii"))
         self._lock_fd = fd
-        st = os.fstat(fd)
-        self._lock = FileIdentity(st.st_dev, st.st_ino)
 
     def remember(self) -> None:
         """Note which file the database path names (call once SQLite has opened it)."""
@@ -183,7 +181,7 @@ class DatabaseFileGuard:
             return f"{self.path} was deleted or moved away while the service ran"
         if now != self._database:
             return f"{self.path} is no longer the file the service opened (it was replaced)"
-        if self._lock is not None and FileIdentity.of(self.lock_path) != self._lock:
+        if self._lock_fd is not None and os.fstat(self._lock_fd).st_nlink == 0:
             return (f"the lock file {self.lock_path} was deleted or replaced while the service "
                     "ran, so another service could open the database too")
         return None
@@ -200,7 +198,7 @@ class DatabaseFileGuard:
     def release(self) -> None:
         """Drop the lock (the lock file stays; see the module)."""
         fd, self._lock_fd = self._lock_fd, None
-        self._database = self._lock = None
+        self._database = None
         if fd is not None:
             os.close(fd)
 
