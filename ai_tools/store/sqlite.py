@@ -55,7 +55,6 @@ from ai_tools.store.serialization import (
     record_dict,
 )
 from ai_tools.store.sqlite_file import (
-    DISK_FULL,
     GONE,
     DatabaseFileError,
     DatabaseFileGuard,
@@ -366,12 +365,16 @@ class SQLiteStore:
                 d.callback(result)
 
     def _group_failed(self, failure: Failure, waiters: list[defer.Deferred[Any]]) -> None:
-        """Every write of the group failed: say why in the status, and to each caller."""
-        self.last_write_error = failure.getErrorMessage()
+        """Every write of the group failed: say why in the status, and to each caller.
+
+        A problem with the file (a full disk...) is also logged, once until it
+        changes or a write succeeds again: each caller logs its own failure.
+        """
+        previous, self.last_write_error = self.last_write_error, failure.getErrorMessage()
         problem = getattr(failure.value, "problem", None)
         if problem == GONE:
             self._note_problem()
-        elif problem == DISK_FULL:
+        elif problem is not None and self.last_write_error != previous:
             self._log.error("SQLite store: {error}", error=self.last_write_error)
         for d in waiters:
             d.errback(failure)
