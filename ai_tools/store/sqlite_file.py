@@ -19,7 +19,10 @@ the file goes away under a running service:
   thread: one ``stat`` of the path, one ``fstat`` of the lock) it is compared
   with what the path names now, and the lock file must still be linked: a
   database deleted or moved away would otherwise take every later write into
-  an unlinked file, all of it gone at the next start.
+  an unlinked file, all of it gone at the next start.  Cost, counted with
+  callgrind: about 14,500 instructions per transaction, 5% of the cheapest
+  one (``synchronous=OFF``, one small write; 311k against 297k instructions);
+  a commit under the default ``FULL`` waits for the disk far longer.
 
 :func:`explain` turns SQLite's errors about the file (read-only, damaged,
 full, cannot open, I/O) into a :class:`DatabaseFileError` whose one-line
