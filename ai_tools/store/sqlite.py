@@ -60,6 +60,7 @@ from ai_tools.store.sqlite_file import (
     DatabaseFileGuard,
     damaged,
     explain,
+    file_problem,
 )
 from ai_tools.store.text_search import fts5_match_expression
 
@@ -121,7 +122,7 @@ def _run_writes(conn: Any, cursor: Any, ops: Sequence[_Op]) -> list[Any]:
         except Exception as exc:
             # An error about the file (or one after which SQLite ended the
             # transaction itself) fails the group: the savepoint is gone too.
-            if not conn.in_transaction or explain(exc, "") is not None:
+            if not conn.in_transaction or file_problem(exc) is not None:
                 raise
             results.append(Failure())
             cursor.execute("ROLLBACK TO write")

@@ -43,7 +43,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no flock; the service is POSIX-hosted
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["DatabaseFileError", "DatabaseFileGuard", "FileIdentity", "explain"]
+__all__ = ["DatabaseFileError", "DatabaseFileGuard", "FileIdentity", "explain", "file_problem"]
 
 LOCKED = "locked"
 GONE = "gone"
@@ -53,13 +53,20 @@ DISK_FULL = "disk_full"
 CANNOT_OPEN = "cannot_open"
 IO_ERROR = "io_error"
 
-# SQLite primary result codes (the low byte of sqlite3.Error.sqlite_errorcode).
-_SQLITE_IOERR = 10
-_SQLITE_READONLY = 8
-_SQLITE_CORRUPT = 11
-_SQLITE_FULL = 13
-_SQLITE_CANTOPEN = 14
-_SQLITE_NOTADB = 26
+_PROBLEMS = {13: DISK_FULL, 8: READ_ONLY, 11: DAMAGED, 26: DAMAGED, 14: CANNOT_OPEN, 10: IO_ERROR}
+"""SQLite's primary result codes about the file (FULL, READONLY, CORRUPT, NOTADB,
+CANTOPEN, IOERR: the low byte of ``sqlite3.Error.sqlite_errorcode``) → the problem."""
+
+_REMEDIES = {
+    DISK_FULL: ("the disk holding {path} is full {said}: nothing of this write was saved; "
+                "free some space (the service goes on, its next writes try again)"),
+    READ_ONLY: ("{path} is read-only for this process {said}: the service writes it and the "
+                "-wal, -shm and .lock files next to it; give the user running the service "
+                "write access to them and to their directory"),
+    CANNOT_OPEN: ("cannot open {path} {said}: check that its directory exists and that the "
+                  "user running the service may write there"),
+    IO_ERROR: "reading or writing {path} failed {said}: check the disk (and the system log)",
+}
 
 
 class DatabaseFileError(AIToolsError):
@@ -92,36 +99,27 @@ class FileIdentity:
         return cls(st.st_dev, st.st_ino)
 
 
-def explain(exc: BaseException, path: str) -> DatabaseFileError | None:
-    """A :class:`DatabaseFileError` for an SQLite error about the file itself, else None.
+def file_problem(exc: BaseException) -> str | None:
+    """Which problem with the file an SQLite error reports (``disk_full``...), else None.
 
     Errors about one statement (a constraint, a syntax error) are not the
-    file's and stay as they are.
+    file's: None.
     """
     code = getattr(exc, "sqlite_errorcode", None)
-    if not isinstance(exc, sqlite3.Error) or code is None:
+    if not isinstance(exc, sqlite3.Error) or not isinstance(code, int):
         return None
-    said = f"(SQLite: {exc})"
-    primary = code & 0xFF
-    if primary == _SQLITE_FULL:
-        return DatabaseFileError(DISK_FULL, (
-            f"the disk holding {path} is full {said}: nothing of this write was saved; "
-            "free some space (the service goes on, its next writes try again)"))
-    if primary == _SQLITE_READONLY:
-        return DatabaseFileError(READ_ONLY, (
-            f"{path} is read-only for this process {said}: the service writes it and the "
-            "-wal, -shm and .lock files next to it; give the user running the service write "
-            "access to them and to their directory"))
-    if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+    return _PROBLEMS.get(code & 0xFF)
+
+
+def explain(exc: BaseException, path: str) -> DatabaseFileError | None:
+    """A :class:`DatabaseFileError` for an SQLite error about the file itself, else None."""
+    problem = file_problem(exc)
+    if problem is None:
+        return None
+    if problem == DAMAGED:
         return damaged(path, str(exc))
-    if primary == _SQLITE_CANTOPEN:
-        return DatabaseFileError(CANNOT_OPEN, (
-            f"cannot open {path} {said}: check that its directory exists and that the user "
-            "running the service may write there"))
-    if primary == _SQLITE_IOERR:
-        return DatabaseFileError(IO_ERROR, (
-            f"reading or writing {path} failed {said}: check the disk (and the system log)"))
-    return None
+    return DatabaseFileError(problem, _REMEDIES[problem].format(path=path,
+                                                                said=f"(SQLite: {exc})"))
 
 
 def damaged(path: str, detail: str) -> DatabaseFileError:
