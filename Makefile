@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-core test-evennia postgres-server lint bench demo run clean
+.PHONY: venv test test-core test-evennia postgres-server llama-server lint bench demo run clean
 
 $(STAMP): setup.cfg setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,9 +19,9 @@ venv: $(STAMP)
 ## The whole suite: the core tests with coverage, then the Evennia contrib tests.
 test: test-core test-evennia
 
-test-core: $(STAMP) postgres-server
+test-core: $(STAMP) postgres-server llama-server
 	rm -f .coverage .coverage.*
-	$(PY) -m coverage run -m pytest tests -q -p no:randomly
+	AI_TOOLS_LLAMA_REQUIRED=1 $(PY) -m coverage run -m pytest tests -q -p no:randomly
 	$(PY) -m coverage combine -q || true
 	$(PY) -m coverage report --format=total | sed 's/^/coverage total: /;s/$$/%/'
 
@@ -36,6 +36,12 @@ postgres-server:
 		echo "PostgreSQL server binaries are missing: install them (Debian: apt-get install" \
 			"postgresql) or set AI_TOOLS_PG_BINDIR" >&2; exit 1; \
 	fi
+
+## The real model server of the llama.cpp interoperability test: llama-cpp-python built
+## portable (own virtualenv .venv-llama) and the SmolLM2-135M model, both cached in
+## .cache/llama/; a few minutes once, then a fraction of a second.
+llama-server:
+	$(PYTHON) scripts/llama/prepare.py
 
 ## The Evennia contrib under a real Evennia 5.0 (own virtualenv .venv-evennia, game dir in var/).
 EVENNIA_PYTHON ?= $(shell command -v python3.11 || echo python3)
