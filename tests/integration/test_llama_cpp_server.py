@@ -133,15 +133,22 @@ async def clients() -> AsyncIterator[Any]:
         await client.close()
 
 
-async def raw(method: str, url: str, body: dict[str, Any] | None = None) -> tuple[int, bytes]:
-    """One request through a bare treq client (what the server sends, unparsed)."""
+async def raw(method: str, url: str, data: dict[str, Any] | None = None) -> tuple[int, bytes]:
+    """One request through a bare treq client: what the server sends, unparsed
+    (at most BODY_LIMIT bytes)."""
     pool = HTTPConnectionPool(reactor(), persistent=False)
     http = treq.client.HTTPClient(cast(Any, Agent(reactor(), pool=pool)))
+    body_bytes = bytearray()
+
+    def keep(data: bytes) -> None:
+        body_bytes.extend(data)
+        if len(body_bytes) > BODY_LIMIT:
+            raise ValueError(f"{url} sent more than {BODY_LIMIT} bytes")
+
     try:
-        response = await http.request(method, url, json=body)
-        data: bytes = await response.content()
-        assert len(data) < BODY_LIMIT
-        return response.code, data
+        response = await http.request(method, url, json=data)
+        await treq.collect(response, keep)
+        return response.code, bytes(body_bytes)
     finally:
         await pool.closeCachedConnections()
 
@@ -288,23 +295,33 @@ async def test_native_tool_call(servers: dict[str, LlamaServer], clients: Any,
 @pytest_twisted.ensureDeferred
 async def test_auto_tool_choice_keeps_the_tools(servers: dict[str, LlamaServer],
                                                 clients: Any) -> None:
-    """With ``tool_choice: "auto"`` the server puts the tools in the prompt.
-
-    The model may call one or answer in text (its choice, not checked); the
-    answer is well formed either way.  ``"none"`` is the baseline without tools.
-    """
+    """With ``tool_choice: "auto"`` the server puts the tools in the prompt (``"none"``
+    is the baseline without them); for this prompt the model calls the tool."""
     client = clients(servers["native"])
     messages = [{"role": "system", "content": "You act through tools."},
                 {"role": "user", "content": "Look at the sky."}]
     without = await client.complete(messages, tools=[LOOK], tool_choice="none", stream=False)
     auto = await client.complete(messages, tools=[LOOK], tool_choice="auto", stream=False)
     assert (auto.usage or {})["prompt_tokens"] >= (without.usage or {})["prompt_tokens"] + 50
-    if auto.tool_calls:
-        assert auto.finish_reason == "tool_calls"
-        assert [c.name for c in auto.tool_calls] == ["look"] * len(auto.tool_calls)
-        assert all(c.arguments_error is None for c in auto.tool_calls)
-    else:
-        assert auto.finish_reason in ("stop", "length") and auto.content
+    assert auto.finish_reason == "tool_calls"
+    assert [c.name for c in auto.tool_calls] == ["look"] * len(auto.tool_calls) != []
+    assert all(c.arguments_error is None for c in auto.tool_calls)
+
+
+@pytest_twisted.ensureDeferred
+async def test_auto_tool_choice_text_answer_is_empty(servers: dict[str, LlamaServer],
+                                                     clients: Any) -> None:
+    """A limitation of this server, which docs/models.md warns about: when the model
+    chooses to answer in text under ``tool_choice: "auto"``, the server constrains
+    the text by its grammar for further calls, and the answer comes back empty.
+    If this fails, the server was fixed: update the docs."""
+    response = await clients(servers["native"]).complete(
+        [{"role": "system", "content": "You are a guide in a small town."},
+         {"role": "user", "content": "Say hi to Bob."}],
+        tools=[LOOK], tool_choice="auto", stream=False)
+    assert response.tool_calls == ()
+    assert response.finish_reason == "stop"
+    assert response.content == ""
 
 
 @pytest_twisted.ensureDeferred
