@@ -7,9 +7,9 @@ server and a real model on any machine.  From a fresh clone it:
 1. downloads llama-cpp-python's source release from PyPI (checked against its
    SHA-256) and builds it *portable* -- ``CMAKE_ARGS="-DGGML_NATIVE=OFF
    -DLLAVA_BUILD=OFF"``: the default native build was seen to crash in AMX code
-   on the CPUs of our machines, and the multimodal library is not needed -- into
+   on some CPUs, and the multimodal library is not needed -- into
    ``.cache/llama/`` (git-ignored), where every later run finds the wheel
-   (about 3 minutes on two quiet cores, once);
+   (once: 10 to 13 minutes of CPU time, about 5 minutes on two quiet cores);
 2. creates the virtualenv ``.venv-llama`` with that wheel and its ``server``
    extra at the versions pinned in ``constraints.txt``: the server's
    FastAPI/uvicorn/numpy stack stays out of the project's ``.venv``, where
@@ -19,14 +19,13 @@ server and a real model on any machine.  From a fresh clone it:
    fetched at test time -- into ``.cache/llama/`` and checks its SHA-256.
 
 Each step is skipped when its result is there, so a prepared checkout costs
-a fraction of a second.  Standard library only: this runs before any
-virtualenv exists.  ``--print-paths`` prints the server's Python and the
-model file, as the test looks for them.
+a fraction of a second.  ``AI_TOOLS_LLAMA_CACHE`` names another cache
+directory (one that several checkouts share, say) instead of ``.cache/llama/``.
+Standard library only: this runs before any virtualenv exists.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import shutil
@@ -39,7 +38,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-CACHE = ROOT / ".cache" / "llama"
+CACHE = Path(os.environ.get("AI_TOOLS_LLAMA_CACHE") or ROOT / ".cache" / "llama").absolute()
+"""The wheel and the model; ``AI_TOOLS_LLAMA_CACHE`` may name a directory that several
+checkouts share (each still has its own ``.venv-llama``)."""
 VENV = ROOT / ".venv-llama"
 VENV_STAMP = VENV / ".installed"
 CONSTRAINTS = HERE / "constraints.txt"
@@ -177,16 +178,8 @@ def ensure_model() -> None:
     log(f"model ready in {time.monotonic() - started:.0f}s")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main() -> int:
     """Entry point of ``make llama-server``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--print-paths", action="store_true",
-                        help="print the server's Python and the model file, then exit")
-    args = parser.parse_args(argv)
-    if args.print_paths:
-        print(VENV / "bin" / "python")
-        print(MODEL)
-        return 0
     CACHE.mkdir(parents=True, exist_ok=True)
     ensure_venv(ensure_wheel())
     ensure_model()

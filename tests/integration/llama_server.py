@@ -51,7 +51,7 @@ def _prepared_paths() -> tuple[Path, Path]:
 def require_prepared() -> tuple[Path, Path]:
     """The prepared server and model; skip (or fail, when required) if they are missing."""
     python, model = _prepared_paths()
-    missing = [str(p.relative_to(ROOT)) for p in (python, model) if not p.exists()]
+    missing = [str(p) for p in (python, model) if not p.exists()]
     if missing:
         why = (f"the llama.cpp test server is not prepared ({', '.join(missing)} missing): "
                "run `make llama-server` (a few minutes, once)")
@@ -139,13 +139,14 @@ class LlamaServer(protocol.ProcessProtocol):
             self.transport.signalProcess(signal.SIGKILL)
 
 
-def start_server(name: str, n_ctx: int, options: Sequence[str] = ()) -> LlamaServer:
-    """Spawn a server for the prepared model: one thread, greedy, on a free port of 127.0.0.1.
+def start_server(prepared: tuple[Path, Path], name: str, n_ctx: int,
+                 options: Sequence[str] = ()) -> LlamaServer:
+    """Spawn a server (``prepared``: its Python and the model) on a free port of 127.0.0.1.
 
     One thread each and OpenMP's passive wait, so that idle servers leave the
     machine's cores to the rest of the test run.
     """
-    python, model = require_prepared()
+    python, model = prepared
     server = LlamaServer(name, n_ctx)
     args = [str(python), str(SERVE), "--ping", str(PING_INTERVAL),
             "--model", str(model), "--model_alias", MODEL_ALIAS,
@@ -157,10 +158,11 @@ def start_server(name: str, n_ctx: int, options: Sequence[str] = ()) -> LlamaSer
     return server
 
 
-async def start_servers(specs: dict[str, tuple[int, Sequence[str]]]
+async def start_servers(prepared: tuple[Path, Path],
+                        specs: dict[str, tuple[int, Sequence[str]]]
                         ) -> tuple[dict[str, LlamaServer], Callable[[], Any]]:
     """Start the servers ``{name: (n_ctx, options)}`` at once; returns them and a stopper."""
-    servers = {name: start_server(name, n_ctx, options)
+    servers = {name: start_server(prepared, name, n_ctx, options)
                for name, (n_ctx, options) in specs.items()}
 
     async def stop_all() -> None:
