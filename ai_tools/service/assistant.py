@@ -427,17 +427,20 @@ class Assistant:
     def _now(self) -> float:
         return self.host.clock.seconds() if self.host is not None else 0.0
 
-    def _save(self) -> defer.Deferred[None]:
+    def _save(self, *, report: bool = False) -> defer.Deferred[None]:
+        """Save this state (grouped with others); a failure is logged and counted, and
+        with ``report`` also passed on (for callers that acknowledge what they saved)."""
         if self.host is None:
             return defer.succeed(None)
         d = self.host.save_state(self.name)
-        d.addErrback(self._save_failed)
+        d.addErrback(self._save_failed, report)
         return d
 
-    def _save_failed(self, failure: Any) -> None:
+    def _save_failed(self, failure: Any, report: bool = False) -> Any:
         self.count("store_errors")
         log.error("Could not save {assistant}: {error}", assistant=self.name,
                   error=failure.getErrorMessage())
+        return failure if report else None
 
     def _publish(self, event: dict[str, Any]) -> None:
         if self.host is not None:
@@ -494,7 +497,7 @@ class Assistant:
         return True
 
     def queue_event(self, event: Any) -> defer.Deferred[None]:
-        """Queue a pending event for the next tick; fires once it is saved.
+        """Queue a pending event for the next tick; fires once it is saved (fails if not).
 
         A string becomes ``{"type": "message", "text": ...}``.  Beyond
         ``max_pending_events`` the oldest events are dropped (counted as
@@ -511,7 +514,7 @@ class Assistant:
         self.count("events_received")
         if self.host is not None:
             self.host.events_queued(self, _addressed(data, self.config))
-        return self._save()
+        return self._save(report=True)
 
     def has_addressed_event(self) -> bool:
         """Whether a pending event is addressed to this assistant."""

@@ -120,6 +120,14 @@ def _store_health(store: Any) -> dict[str, Any] | None:
     return health() if callable(health) else None
 
 
+def _first_failure(failure: Failure) -> Failure:
+    """The failure inside ``gatherResults``' ``FirstError``."""
+    failure.trap(defer.FirstError)
+    first: Any = failure.value
+    sub: Failure = first.subFailure
+    return sub
+
+
 @defer.inlineCallbacks
 def _within(d: defer.Deferred[Any], seconds: float, clock: Clock) -> Any:
     """Wait for ``d`` at most ``seconds``; returns True if it fired in time."""
@@ -741,7 +749,9 @@ class AssistantService(MultiService):
                     return
                 live = self._assistants.get(name)
                 if live is not None:
-                    live.queue_event(event).addErrback(lambda f: None)
+                    # A failed write is logged and counted by the assistant; whoever
+                    # acknowledges the message learns it through when_heard_saved().
+                    live.queue_event(event).addErrback(lambda _: None)
             except Exception:
                 log.failure("Hearing of {assistant} failed on {message!r}",
                             assistant=name, message=message)
@@ -754,6 +764,26 @@ class AssistantService(MultiService):
             return False
         self._hearing[name] = unsubscribe if callable(unsubscribe) else (lambda: None)
         return True
+
+    def when_heard_saved(self, character_ids: Iterable[str]) -> defer.Deferred[None]:
+        """Fires once what the assistants of ``character_ids`` have heard so far is durable.
+
+        The acknowledgement of a message spoken in the world (``POST /messages``
+        answers only after it): the world calls the hearing listeners while it
+        delivers, so once the delivery returned, the next state write of each
+        hearing assistant whose character is among ``character_ids`` holds
+        what it heard.  Those writes join the ones the hearing already asked
+        for (no extra transaction).  Fails with the store's error when a write
+        fails (a full disk, a missing file): the message may then be lost.
+        """
+        wanted = set(character_ids)
+        saves = [self.save_state(name) for name, assistant in self._assistants.items()
+                 if name in self._hearing and assistant.config.character_id in wanted]
+        if not saves:
+            return defer.succeed(None)
+        saved: defer.Deferred[Any] = defer.gatherResults(saves, consumeErrors=True)
+        saved.addCallbacks(lambda _: None, _first_failure)
+        return saved
 
     def _unhear(self, name: str) -> None:
         unsubscribe = self._hearing.pop(name, None)
