@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote
 
@@ -40,24 +40,27 @@ from twisted.web import server
 from twisted.web.resource import Resource
 
 from ai_tools.errors import ConfigError, NotFound, PermissionDenied
-from ai_tools.web.body import DEFAULT_MAX_BODY, LimitedRequest, parse_json_body
-from ai_tools.web.errors import ApiError, error_body, json_type
+from ai_tools.web.body import (
+    DEFAULT_MAX_BODY,
+    LimitedRequest,
+    check_content_type,
+    parse_json_body,
+)
+from ai_tools.web.connections import ConnectionLimits, GuardedChannel
+from ai_tools.web.errors import ApiError, error_body
+from ai_tools.web.event_hub import EventHub, assistants_by_character
+from ai_tools.web.limits import HttpLimits
 from ai_tools.web.listen import ListeningService, binds_locally
+from ai_tools.web.messages import DIRECT_KINDS, MAX_TEXT, MESSAGE_KINDS, parse_message, speak
+from ai_tools.web.origin import OriginPolicy
 from ai_tools.web.results import LoopRecorder
 from ai_tools.web.sse import EventStream
 
-__all__ = ["ApiResource", "ApiSite", "WebService", "make_web_service"]
+__all__ = ["MAX_TEXT", "MESSAGE_KINDS", "ApiResource", "ApiSite", "WebService",
+           "make_web_service"]
 
 log = Logger()
 
-MESSAGE_KINDS = ("say", "pose", "whisper", "page", "channel")
-"""What ``POST /messages`` may send (``kind``)."""
-
-_ROOM_KINDS = ("say", "pose")
-_DIRECT_KINDS = ("whisper", "page")
-_MESSAGE_FIELDS = frozenset({"character", "text", "kind", "target"})
-MAX_TEXT = 4000
-"""Longest ``text`` a posted message may have (characters)."""
 MAX_LIMIT = 1000
 """Largest ``limit`` a list endpoint answers."""
 
@@ -109,7 +112,9 @@ class ApiResource(Resource):
     """The whole API as one leaf resource that routes by path and method.
 
     ``service`` is the :class:`~ai_tools.service.service.AssistantService`, ``world``
-    its world (None: the message and hearing endpoints answer 503).
+    its world (None: the message and hearing endpoints answer 503).  Every
+    request first passes the ``policy`` (Host, Origin), then the ``token``;
+    ``limits`` bound the event streams.
     """
 
     isLeaf = True
@@ -124,6 +129,8 @@ class ApiResource(Resource):
         clock: Any = None,
         keepalive: float = 15.0,
         recorder: LoopRecorder | None = None,
+        limits: HttpLimits | None = None,
+        policy: OriginPolicy | None = None,
     ) -> None:
         super().__init__()
         self.service = service
@@ -132,10 +139,15 @@ class ApiResource(Resource):
         self.max_body = max_body
         self._clock = clock
         self.keepalive = keepalive
+        self.limits = limits if limits is not None else HttpLimits()
+        self.policy = policy if policy is not None else OriginPolicy()
         self.recorder = recorder if recorder is not None else LoopRecorder()
-        self.streams: set[EventStream] = set()
+        self._hub: EventHub | None = None
         self._remove_recorder: Callable[[], None] | None = None
-        self.routes = [
+        self.routes = self._routes()
+
+    def _routes(self) -> list[Route]:
+        return [
             Route("GET", (), self.index, "what this is, the endpoints"),
             Route("GET", ("assistants",), self.list_assistants, "every assistant's status"),
             Route("GET", ("assistants", "{name}"), self.assistant_status,
@@ -170,16 +182,28 @@ class ApiResource(Resource):
             self._clock = reactor
         return self._clock
 
+    @property
+    def hub(self) -> EventHub:
+        """The event streams' fan-out (created on first use)."""
+        if self._hub is None:
+            self._hub = EventHub(self.service, self.world, self.clock, self.limits,
+                                 keepalive=self.keepalive)
+        return self._hub
+
+    @property
+    def streams(self) -> set[EventStream]:
+        """The open event streams."""
+        return self.hub.streams
+
     def start(self) -> None:
-        """Start recording loop results from the service's events."""
+        """Start recording loop results and observing events for the streams."""
         if self._remove_recorder is None:
             self._remove_recorder = self.service.add_observer(self.recorder)
+        self.hub.start()
 
     def shutdown(self) -> None:
-        """Close every event stream and stop recording."""
-        for stream in list(self.streams):
-            stream.close()
-        self.streams.clear()
+        """Close every event stream and stop observing."""
+        self.hub.stop()
         if self._remove_recorder is not None:
             self._remove_recorder()
             self._remove_recorder = None
@@ -187,14 +211,14 @@ class ApiResource(Resource):
     # -- dispatch --------------------------------------------------------------------
 
     def render(self, request: Any) -> bytes | int:
-        """Check the token, route, run the handler; answer JSON (or stream events)."""
+        """Check the request, route, run the handler; answer JSON (or stream events)."""
         request.setHeader(b"content-type", b"application/json")
         request.setHeader(b"cache-control", b"no-store")
+        request.setHeader(b"x-content-type-options", b"nosniff")
         gone: list[bool] = []
         request.notifyFinish().addErrback(lambda _: gone.append(True))
         try:
-            self._check_token(request)
-            route, params = self._route(request)
+            route, params = self._admit(request)
             if route.handler == self.events:
                 self.events(request)
                 return server.NOT_DONE_YET
@@ -205,6 +229,15 @@ class ApiResource(Resource):
                        errbackArgs=(request, gone))
         d.addErrback(lambda f: log.failure("Answering {uri} failed", f, uri=request.uri))
         return server.NOT_DONE_YET
+
+    def _admit(self, request: Any) -> tuple[Route, dict[str, str]]:
+        """The checks every request passes, in this order: Host and Origin (403), the
+        token (401), the route (404/405), a JSON body's content type (415)."""
+        self.policy.check(request)
+        self._check_token(request)
+        route, params = self._route(request)
+        check_content_type(request)
+        return route, params
 
     def _check_token(self, request: Any) -> None:
         if self._token is None:
@@ -328,15 +361,6 @@ class ApiResource(Resource):
                            field=key)
         return value
 
-    def _character_ids(self) -> dict[str, str]:
-        """``{character_id: assistant name}`` of the hosted assistants."""
-        ids: dict[str, str] = {}
-        for name, assistant in self.service.assistants.items():
-            char_id = assistant.config.character_id
-            if char_id:
-                ids[char_id] = name
-        return ids
-
     # -- handlers ------------------------------------------------------------------------
 
     def index(self, request: Any) -> dict[str, Any]:
@@ -406,61 +430,48 @@ class ApiResource(Resource):
 
     @defer.inlineCallbacks
     def post_message(self, request: Any) -> Any:
-        """``POST /messages``: deliver a player's message through the world's hearing."""
+        """``POST /messages``: a player's message, answered once its hearers saved it."""
         world = self._world()
-        body = parse_json_body(request, self.max_body)
-        unknown = sorted(set(body) - _MESSAGE_FIELDS)
-        if unknown:
-            raise ApiError(422, f"unknown field {unknown[0]!r}; the fields are "
-                           f"{', '.join(sorted(_MESSAGE_FIELDS))}", field=unknown[0])
-        character = _required_text(body, "character", 200)
-        text = _required_text(body, "text", MAX_TEXT)
-        kind = body.get("kind", "say")
-        if kind not in MESSAGE_KINDS:
-            raise ApiError(422, f"kind must be one of {', '.join(MESSAGE_KINDS)}, not "
-                           f"{kind!r}", field="kind")
-        target = body.get("target")
-        if kind in _ROOM_KINDS:
-            if target is not None:
-                raise ApiError(422, f"a {kind} has no target (whisper, page and channel do)",
-                               field="target")
-        else:
-            target = _required_text(body, "target", 200)
-        sender = yield defer.maybeDeferred(world.get_object, character)
-        if not isinstance(sender, Mapping) or sender.get("kind") != "character":
-            raise ApiError(404, f"no character with id {character!r}", field="character")
-        if kind in _DIRECT_KINDS:
-            target = yield self._target_character(world, str(target))
-
-        def send() -> Any:
-            if kind in _ROOM_KINDS:
-                return world.message_location(character, text, kind=kind)
-            if kind in _DIRECT_KINDS:
-                return world.message_character(character, target, text, kind=kind)
-            return world.channel_send(character, target, text)
-
-        try:
-            heard_by = yield defer.maybeDeferred(send)
-        except PermissionDenied as exc:
-            raise ApiError(403, str(exc)) from None
-        except NotFound as exc:
-            # whisper: the target is elsewhere; say/pose: the speaker is in no room
-            if kind in ("channel", "page"):
-                raise ApiError(404, str(exc), field="target") from None
-            raise ApiError(422, str(exc), field="target" if kind == "whisper" else None
-                           ) from None
-        except ValueError as exc:
-            raise ApiError(422, str(exc)) from None
-        assistants = self._character_ids()
-        heard = list(heard_by or ())
+        message = parse_message(parse_json_body(request, self.max_body))
+        yield self._check_speaker(world, message.character)
+        if message.kind in DIRECT_KINDS:
+            target = yield self._target_character(world, str(message.target))
+            message = attrs.evolve(message, target=target)
+        heard = yield speak(world, message)
+        yield self._heard_saved(heard)
+        assistants = assistants_by_character(self.service)
         return {
-            "character": character,
-            "kind": kind,
-            "target": target,
-            "text": text,
+            "character": message.character,
+            "kind": message.kind,
+            "target": message.target,
+            "text": message.text,
             "heard_by": heard,
             "assistants": sorted({assistants[c] for c in heard if c in assistants}),
         }
+
+    @defer.inlineCallbacks
+    def _check_speaker(self, world: Any, character: str) -> Any:
+        """A player character: it exists, and no assistant here speaks through it."""
+        sender = yield defer.maybeDeferred(world.get_object, character)
+        if not isinstance(sender, Mapping) or sender.get("kind") != "character":
+            raise ApiError(404, f"no character with id {character!r}", field="character")
+        owner = assistants_by_character(self.service).get(character)
+        if owner is not None:
+            raise ApiError(403, f"{character} is the character of assistant {owner!r}; "
+                           "the API speaks only as players", field="character")
+
+    @defer.inlineCallbacks
+    def _heard_saved(self, heard: Sequence[str]) -> Any:
+        """Wait until what the hearing assistants heard is durable (else 503)."""
+        try:
+            yield self.service.when_heard_saved(heard)
+        except Exception as exc:
+            log.error("POST /messages answered 503: what its hearers heard was not saved "
+                      "({error})", error=str(exc) or type(exc).__name__)
+            raise ApiError(503, "the message was spoken, but what the assistants heard could "
+                           f"not be saved ({str(exc) or type(exc).__name__}); it may be "
+                           "lost if the service stops", headers={"Retry-After": "10"}
+                           ) from None
 
     @defer.inlineCallbacks
     def _target_character(self, world: Any, target: str) -> Any:
@@ -495,64 +506,30 @@ class ApiResource(Resource):
         if only is not None:
             self._assistant(only)
         types_text = self._query(request, "types")
-        types = ({t.strip() for t in types_text.split(",") if t.strip()}
+        types = (frozenset(t.strip() for t in types_text.split(",") if t.strip())
                  if types_text else None)
-        stream = EventStream(request, self.clock, keepalive=self.keepalive)
-        self._subscribe(stream, only, types)
-        self.streams.add(stream)
-        stream.on_close(lambda: self.streams.discard(stream))
-        stream.start()
-
-    def _subscribe(self, stream: EventStream, only: str | None,
-                   types: set[str] | None) -> None:
-        def loop_event(event: dict[str, Any]) -> None:
-            kind = str(event.get("type", "event"))
-            if types is None or kind in types:
-                stream.send(kind, event)
-
-        stream.on_close(self.service.add_observer(loop_event, only))
-        add_world_observer = getattr(self.world, "add_observer", None)
-        if add_world_observer is None or (types is not None and "world_message" not in types):
-            return
-
-        def world_message(message: Any, receivers: tuple[str, ...]) -> None:
-            characters = self._character_ids()
-            hearers = sorted({characters[c] for c in receivers if c in characters})
-            data = message.to_dict() if hasattr(message, "to_dict") else dict(message)
-            sender = characters.get(data.get("sender_id") or "")
-            if only is not None and only not in hearers and sender != only:
-                return
-            data.update({"type": "world_message", "receivers": list(receivers),
-                         "assistants": hearers, "from_assistant": sender,
-                         "time": self.clock.seconds()})
-            stream.send("world_message", data)
-
-        stream.on_close(add_world_observer(world_message))
-
-
-def _required_text(body: Mapping[str, Any], key: str, longest: int) -> str:
-    if key not in body or body[key] is None:
-        raise ApiError(422, f"{key} is required", field=key)
-    value = body[key]
-    if not isinstance(value, str):
-        raise ApiError(422, f"{key} must be a string, not {json_type(value)}", field=key)
-    if not value.strip():
-        raise ApiError(422, f"{key} must not be empty", field=key)
-    if len(value) > longest:
-        raise ApiError(422, f"{key} is too long ({len(value)} > {longest} characters)",
-                       field=key)
-    return value
+        self.hub.open(request, only, types)
 
 
 class ApiSite(server.Site):
-    """A ``Site`` whose requests enforce ``max_body`` while reading, and no tracebacks sent."""
+    """The API's ``Site``: body limit while reading, connection caps, request deadlines.
+
+    Requests are :class:`~ai_tools.web.body.LimitedRequest` (``max_body``),
+    connections :class:`~ai_tools.web.connections.GuardedChannel` counted by
+    ``connections`` under ``limits``; no traceback is ever sent.
+    """
 
     requestFactory = LimitedRequest
+    protocol = GuardedChannel  # type: ignore[assignment]
 
-    def __init__(self, resource: ApiResource, *, max_body: int, clock: Any) -> None:
-        super().__init__(resource)
+    def __init__(self, resource: ApiResource, *, max_body: int, clock: Any,
+                 limits: HttpLimits | None = None) -> None:
+        # no idle timer of twisted.web's own: the channel's deadlines replace it
+        super().__init__(resource, timeout=None, reactor=clock)
         self.max_body = max_body
         self.clock = clock
+        self.limits = limits if limits is not None else HttpLimits()
+        self.connections = ConnectionLimits(self.limits)
         self.displayTracebacks = False
 
 
@@ -569,8 +546,11 @@ class WebService(MultiService):
         self.listener.setServiceParent(self)
 
     def startService(self) -> None:
-        """Start recording loop results, then listen."""
+        """Start recording loop results, then listen (the Host rule learns the port)."""
         self.resource.start()
+        bound = self.listener.when_listening()
+        bound.addCallbacks(lambda port: self.resource.policy.bind(port.getHost()),
+                           lambda _: None)  # a failed listen is raised to the starter
         try:
             super().startService()
         except BaseException:
@@ -596,6 +576,8 @@ def make_web_service(
     token: str | None = None,
     max_body: int = DEFAULT_MAX_BODY,
     clock: Any = None,
+    limits: HttpLimits | Mapping[str, Any] | None = None,
+    allowed_hosts: Sequence[str] = (),
 ) -> WebService:
     """The HTTP API of ``service`` (and ``world``) listening on ``endpoint`` (strports).
 
@@ -605,7 +587,11 @@ def make_web_service(
     A ``token`` is required when the endpoint is reachable from other machines
     (an interface that is not a loopback address, or no interface at all);
     with a token, every request needs ``Authorization: Bearer <token>``.
-    ``max_body`` bounds request bodies in bytes.  ``clock`` is the reactor
+    ``max_body`` bounds request bodies in bytes; ``limits`` (an
+    :class:`~ai_tools.web.limits.HttpLimits` or a mapping of its settings)
+    the connections, request deadlines and event streams.  ``allowed_hosts``
+    names this service has besides localhost and its address (``name`` or
+    ``name:port``: a reverse proxy, a tunnel).  ``clock`` is the reactor
     (default: the global one).  Raises ConfigError for a bad combination.
     """
     if token is not None and (not isinstance(token, str) or not token.strip()):
@@ -617,7 +603,11 @@ def make_web_service(
         )
     if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
         raise ConfigError(f"the HTTP API max_body must be a positive integer, not {max_body!r}")
-    resource = ApiResource(service, world, token=token, max_body=max_body, clock=clock)
-    site = ApiSite(resource, max_body=max_body, clock=resource.clock)
+    if not isinstance(limits, HttpLimits):
+        limits = HttpLimits.from_mapping(limits or {}, "http")
+    policy = OriginPolicy(allowed_hosts=tuple(allowed_hosts))
+    resource = ApiResource(service, world, token=token, max_body=max_body, clock=clock,
+                           limits=limits, policy=policy)
+    site = ApiSite(resource, max_body=max_body, clock=resource.clock, limits=limits)
     reactor = clock if clock is not None and hasattr(clock, "listenTCP") else None
     return WebService(resource, site, endpoint, reactor=reactor)

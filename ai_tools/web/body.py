@@ -18,9 +18,9 @@ from typing import Any
 from twisted.logger import Logger
 from twisted.web import server
 
-from ai_tools.web.errors import ApiError, error_body, json_type
+from ai_tools.web.errors import ApiError, json_type, raw_error_answer
 
-__all__ = ["DEFAULT_MAX_BODY", "LimitedRequest", "parse_json_body"]
+__all__ = ["DEFAULT_MAX_BODY", "LimitedRequest", "check_content_type", "parse_json_body"]
 
 log = Logger()
 
@@ -97,18 +97,11 @@ class LimitedRequest(server.Request):
         # No "100 Continue" after our final answer (the channel would send it next).
         self.requestHeaders.removeHeader(b"Expect")
         limit = self.max_body
-        body = json.dumps(error_body(413, _too_large_message(limit))).encode()
-        head = (
-            b"HTTP/1.1 413 Content Too Large\r\n"
-            b"Content-Type: application/json\r\n"
-            b"Content-Length: " + str(len(body)).encode() + b"\r\n"
-            b"Connection: close\r\n\r\n"
-        )
         log.info("Refused a request body over {limit} bytes", limit=limit)
         transport: Any = self.channel.transport
         if transport is None:
             return
-        transport.write(head + body)
+        transport.write(raw_error_answer(413, _too_large_message(limit)))
         clock: Any = getattr(getattr(self.channel, "site", None), "clock", None)
         if clock is None:
             from twisted.internet import reactor as clock
@@ -152,6 +145,37 @@ def parse_json_body(request: Any, max_body: int) -> dict[str, Any]:
         raise ApiError(400, "the request body is not UTF-8 text") from None
     except ValueError as exc:
         raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        # json's C scanner recurses once per level: '[' x 30,000 ends here, not in a 500
+        raise ApiError(400, "the request body nests too deeply") from None
     if not isinstance(data, dict):
         raise ApiError(400, f"the request body must be a JSON object, not {json_type(data)}")
     return data
+
+
+def _body_size(request: Any) -> int:
+    content = request.content
+    if content is None:
+        return 0
+    position = content.tell()
+    size: int = content.seek(0, 2)
+    content.seek(position)
+    return size
+
+
+def check_content_type(request: Any) -> None:
+    """Refuse (415) a request that has a body which is not declared ``application/json``.
+
+    A browser page may send a "simple" cross-origin POST (``text/plain``, a
+    form) without asking first; it can never send ``application/json``
+    without a preflight this API does not answer.  A request without a body
+    (``curl -X POST .../tick``) needs no content type.
+    """
+    if _body_size(request) == 0:
+        return
+    declared = request.getHeader(b"content-type") or b""
+    media_type = declared.split(b";", 1)[0].strip().lower()
+    if media_type != b"application/json":
+        shown = declared.decode("latin-1") or "none"
+        raise ApiError(415, f"a request body must be sent as 'Content-Type: "
+                       f"application/json' (this one was {shown!r})")

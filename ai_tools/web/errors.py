@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from http import HTTPStatus
 from typing import Any
 
-__all__ = ["ApiError", "error_body", "json_type"]
+__all__ = ["ApiError", "error_body", "json_type", "raw_error_answer"]
 
 
 class ApiError(Exception):
@@ -34,6 +36,22 @@ def error_body(status: int, message: str, field: str | None = None) -> dict[str,
     if field is not None:
         body["field"] = field
     return body
+
+
+def raw_error_answer(status: int, message: str,
+                     headers: Mapping[str, str] | None = None) -> bytes:
+    """A whole ``Connection: close`` error answer, for writing straight to a connection.
+
+    For answers given outside a request's normal path: a connection refused
+    at once, a body refused while it arrives, a request too slow to arrive.
+    """
+    body = json.dumps(error_body(status, message)).encode("utf-8")
+    lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
+             "Content-Type: application/json",
+             f"Content-Length: {len(body)}",
+             "Connection: close"]
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
 def json_type(value: Any) -> str:

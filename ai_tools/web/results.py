@@ -17,11 +17,16 @@ from typing import Any
 
 import attrs
 
-__all__ = ["LoopRecorder"]
+__all__ = ["LoopRecorder", "event_owner"]
 
 _TOOL_FIELDS = ("tool", "tool_call_id", "status", "success", "skipped", "duration_ms",
                 "from_cache", "iteration")
 _END_FIELDS = ("reason", "error", "success", "iterations", "duration_ms")
+
+
+def event_owner(event: dict[str, Any]) -> str:
+    """The assistant a service event belongs to (a sub-agent's ``ada/sub-1`` is Ada's)."""
+    return str(event.get("assistant", "")).split("/", 1)[0]
 
 
 @attrs.define(eq=False)
@@ -35,7 +40,7 @@ class LoopRecorder:
     def __call__(self, event: dict[str, Any]) -> None:
         """Take one service event."""
         kind = event.get("type")
-        owner = str(event.get("assistant", "")).split("/", 1)[0]
+        owner = event_owner(event)
         if not owner:
             return
         subagent = event.get("subagent")

@@ -1,13 +1,14 @@
-"""Server-sent events: one :class:`EventStream` per client of ``GET /events``.
+"""Server-sent events: the frames, and one :class:`EventStream` per client of ``GET /events``.
 
-A stream writes ``id:``/``event:``/``data:`` frames (the data is one line of
-JSON), a ``: keep-alive`` comment every ``keepalive`` seconds so proxies and
-clients see the connection is alive, and follows the connection's flow
-control: while the client does not read (the transport paused us) frames wait
-in a bounded queue, the oldest dropped first, and the client is told how many
-it missed with a ``dropped`` event when it catches up.  When the client goes
-away the stream runs its ``on_close`` callbacks (the observers unsubscribe)
-and stops its timer.
+Every event is encoded once, as a :class:`Frame` (``id:``/``event:``/``data:``
+bytes, the data one line of JSON), and the same bytes go to every stream that
+wants it (:mod:`ai_tools.web.event_hub` does the fan-out).  A stream follows
+its connection's flow control: while the client does not read (the transport
+paused us) frames wait, bounded by bytes (``buffer_limit``); past it the
+oldest are dropped, and when the client reads again it first gets a
+``dropped`` event saying how many it missed.  A stream that stays paused
+(:meth:`EventStream.stalled`) is closed by the hub.  When the client goes
+away the stream runs its ``on_close`` callbacks.
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
-from twisted.internet import task
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-__all__ = ["EventStream", "format_comment", "format_event"]
+__all__ = ["EventStream", "Frame", "format_comment", "format_event"]
 
 log = Logger()
+
+OPENING = b"retry: 3000\n: connected\n\n"
 
 
 def _default(value: Any) -> Any:
@@ -37,11 +39,12 @@ def _default(value: Any) -> Any:
     return repr(value)
 
 
-def format_event(event_id: int, event_type: str, data: Any) -> bytes:
-    """One SSE frame: ``id``, ``event`` and the JSON ``data`` on one line."""
+def format_event(event_id: int | None, event_type: str, data: Any) -> bytes:
+    """One SSE frame: ``id`` (unless None), ``event`` and the JSON ``data`` on one line."""
     payload = json.dumps(data, default=_default, separators=(",", ":"))
     kind = "".join(c for c in str(event_type) if c not in "\r\n") or "message"
-    return f"id: {event_id}\nevent: {kind}\ndata: {payload}\n\n".encode()
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {kind}\ndata: {payload}\n\n".encode()
 
 
 def format_comment(text: str) -> bytes:
@@ -50,30 +53,49 @@ def format_comment(text: str) -> bytes:
     return f": {clean}\n\n".encode()
 
 
+KEEP_ALIVE = format_comment("keep-alive")
+
+
+@attrs.frozen
+class Frame:
+    """One encoded event, shared by every stream it goes to.
+
+    ``owners`` are the assistants it concerns (for ``?assistant=``): the one
+    whose loop it is, or those who heard or said a world message.
+    """
+
+    type: str
+    owners: frozenset[str]
+    data: bytes
+
+
 @implementer(IPushProducer)
 @attrs.define(eq=False)
 class EventStream:
     """One open ``text/event-stream`` response.
 
-    ``request`` is the twisted.web request, ``clock`` drives the keep-alive
-    timer, ``max_queue`` bounds the frames held while the client is slow.
+    ``only``/``types`` are the client's filters; ``buffer_limit`` bounds the
+    bytes held while the client does not read; ``address`` is the client's
+    address when it counts against a per-address cap (None on loopback).
     """
 
     request: Any
     clock: Any
-    keepalive: float = 15.0
-    max_queue: int = 1000
-    sent: int = attrs.field(default=0, init=False)
+    only: str | None = None
+    types: frozenset[str] | None = None
+    buffer_limit: int = 256 * 1024
+    address: str | None = None
     dropped: int = attrs.field(default=0, init=False)
+    """Events dropped in all (the client was told each time it read again)."""
     closed: bool = attrs.field(default=False, init=False)
-    _paused: bool = attrs.field(default=False, init=False)
-    _queue: deque[bytes] = attrs.field(factory=deque, init=False)
+    _paused_since: float | None = attrs.field(default=None, init=False)
+    _queue: deque[Frame] = attrs.field(factory=deque, init=False)
+    _queued_bytes: int = attrs.field(default=0, init=False)
     _unreported_drops: int = attrs.field(default=0, init=False)
-    _timer: task.LoopingCall | None = attrs.field(default=None, init=False)
     _on_close: list[Callable[[], Any]] = attrs.field(factory=list, init=False)
 
     def start(self) -> None:
-        """Send the headers and an opening comment; start the keep-alive timer."""
+        """Send the headers and an opening comment; follow the connection's flow control."""
         request = self.request
         request.setResponseCode(200)
         request.setHeader(b"content-type", b"text/event-stream; charset=utf-8")
@@ -81,13 +103,7 @@ class EventStream:
         request.setHeader(b"x-accel-buffering", b"no")
         request.registerProducer(self, True)
         request.notifyFinish().addBoth(self._finished)
-        self._write(b"retry: 3000\n" + format_comment("connected"))
-        if self.keepalive > 0:
-            timer = task.LoopingCall(self._keep_alive)
-            timer.clock = self.clock
-            self._timer = timer
-            timer.start(self.keepalive, now=False).addErrback(
-                lambda f: log.failure("SSE keep-alive timer failed", f))
+        self._write(OPENING)
 
     def on_close(self, callback: Callable[[], Any]) -> None:
         """Call ``callback()`` once when the stream ends (client gone or :meth:`close`)."""
@@ -96,20 +112,40 @@ class EventStream:
         else:
             self._on_close.append(callback)
 
-    def send(self, event_type: str, data: Any) -> None:
-        """Send one event (queued while the client is not reading)."""
+    def wants(self, kind: str, owners: frozenset[str]) -> bool:
+        """Whether this client's filters keep an event of ``kind`` concerning ``owners``."""
+        if self.types is not None and kind not in self.types:
+            return False
+        return self.only is None or self.only in owners
+
+    def send(self, frame: Frame) -> None:
+        """Send one frame (held back, within the byte budget, while the client does not read)."""
         if self.closed:
             return
-        self.sent += 1
-        frame = format_event(self.sent, event_type, data)
-        if self._paused:
-            self._queue.append(frame)
-            if len(self._queue) > self.max_queue:
-                self._queue.popleft()
-                self.dropped += 1
-                self._unreported_drops += 1
+        if self._paused_since is None:
+            self._write(frame.data)
             return
-        self._write(frame)
+        self._queue.append(frame)
+        self._queued_bytes += len(frame.data)
+        while self._queued_bytes > self.buffer_limit and self._queue:
+            oldest = self._queue.popleft()
+            self._queued_bytes -= len(oldest.data)
+            self.dropped += 1
+            self._unreported_drops += 1
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of events held back now."""
+        return self._queued_bytes
+
+    def keep_alive(self) -> None:
+        """Send a keep-alive comment (not into a paused connection)."""
+        if self._paused_since is None:
+            self._write(KEEP_ALIVE)
+
+    def stalled(self, now: float, limit: float) -> bool:
+        """Whether the client has read nothing for ``limit`` seconds while we wait on it."""
+        return self._paused_since is not None and now - self._paused_since >= limit
 
     def close(self) -> None:
         """End the response (the server is stopping)."""
@@ -122,31 +158,41 @@ class EventStream:
             log.failure("Closing an event stream failed")
         self._cleanup()
 
+    def abort(self) -> None:
+        """Drop the connection of a client that does not read (nothing more can reach it)."""
+        if self.closed:
+            return
+        transport = getattr(self.request, "transport", None)
+        self._cleanup()
+        abort = getattr(transport, "abortConnection", None)
+        if abort is not None:
+            abort()
+        elif transport is not None:
+            transport.loseConnection()
+
     # -- IPushProducer (the connection's flow control) -------------------------
 
     def pauseProducing(self) -> None:
         """The client is not keeping up: hold frames back."""
-        self._paused = True
+        if self._paused_since is None:
+            self._paused_since = self.clock.seconds()
 
     def resumeProducing(self) -> None:
-        """The client reads again: send what waited (and how much was dropped)."""
-        self._paused = False
+        """The client reads again: say how many were dropped, then send what waited."""
+        self._paused_since = None
         if self._unreported_drops:
             missed, self._unreported_drops = self._unreported_drops, 0
-            self.sent += 1
-            self._write(format_event(self.sent, "dropped", {"missed": missed}))
-        while self._queue and not self._paused and not self.closed:
-            self._write(self._queue.popleft())
+            self._write(format_event(None, "dropped", {"missed": missed}))
+        while self._queue and self._paused_since is None and not self.closed:
+            frame = self._queue.popleft()
+            self._queued_bytes -= len(frame.data)
+            self._write(frame.data)
 
     def stopProducing(self) -> None:
         """The connection is going away."""
         self._cleanup()
 
     # -- internals ------------------------------------------------------------------
-
-    def _keep_alive(self) -> None:
-        if not self._paused:
-            self._write(format_comment("keep-alive"))
 
     def _write(self, data: bytes) -> None:
         if self.closed:
@@ -168,9 +214,7 @@ class EventStream:
             return
         self.closed = True
         self._queue.clear()
-        if self._timer is not None and self._timer.running:
-            self._timer.stop()
-        self._timer = None
+        self._queued_bytes = 0
         callbacks, self._on_close = self._on_close, []
         for callback in callbacks:
             self._run(callback)

@@ -255,7 +255,8 @@ def test_permission_refusal_is_403(api: ApiHarness) -> None:
 ])
 def test_bad_bodies_are_400(api: ApiHarness, data: bytes, fragment: str) -> None:
     """Bodies that are not a JSON object are 400 with a JSON error."""
-    answer = api.call("POST", "/messages", data=data)
+    answer = api.call("POST", "/messages", data=data,
+                      headers={"Content-Type": "application/json"})
     assert answer.code == 400
     assert fragment in answer.json["error"]
     assert api.call("GET", "/assistants").code == 200

@@ -2,35 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 from twisted.internet import defer, task
 from twisted.internet.protocol import Protocol
 
-from ai_tools.web.sse import EventStream, format_comment, format_event
-from tests.unit.web_fakes import ApiHarness, result_of
-
-
-def parse(raw: bytes) -> list[dict[str, Any]]:
-    """SSE frames as dicts (``comment`` for ``:`` lines)."""
-    frames = []
-    for block in raw.decode().split("\n\n"):
-        if not block.strip():
-            continue
-        frame: dict[str, Any] = {}
-        for line in block.split("\n"):
-            key, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if key == "":
-                frame["comment"] = value
-            elif key == "data":
-                frame["data"] = json.loads(value)
-            else:
-                frame[key] = value
-        frames.append(frame)
-    return frames
+from ai_tools.web.sse import EventStream, Frame, format_comment, format_event
+from tests.unit.web_fakes import ApiHarness, FakeRequest, parse, result_of
 
 
 class Reader(Protocol):
@@ -127,8 +106,8 @@ def test_filter_by_assistant(api: ApiHarness) -> None:
     api.call("POST", "/messages", body={"character": "char:bob", "text": "for pip"})
     api.call("POST", "/messages", body={"character": "char:alice", "text": "shed?",
                                         "kind": "page", "target": "mason"})
-    api.call("POST", "/messages", body={"character": "char:mason", "text": "on my way",
-                                        "kind": "page", "target": "char:alice"})
+    assert api.world is not None  # Mason answers through the world, as its tools do
+    api.world.message_character("char:mason", "char:alice", "on my way", kind="page")
     events = [e for e in stream.events() if e["event"] in ("iteration", "world_message")]
     assert [(e["event"], e["data"].get("text")) for e in events] == [
         ("iteration", None), ("world_message", "shed?"), ("world_message", "on my way")]
@@ -159,19 +138,20 @@ def test_keep_alive_comments(api: ApiHarness) -> None:
 
 
 def test_disconnect_unsubscribes_everything(api: ApiHarness) -> None:
-    """A client that leaves removes its observers and its timer."""
+    """A client that leaves is forgotten; the last one to leave stops the streams' timer."""
     observers = len(api.service._observers)
     assert api.world is not None
     world_observers = len(api.world._observers)
     calls = len(api.clock.getDelayedCalls())
-    stream = Stream(api)
-    assert len(api.service._observers) == observers + 1
-    assert len(api.world._observers) == world_observers + 1
-    assert len(api.resource.streams) == 1
-    assert len(api.clock.getDelayedCalls()) == calls + 1
-    stream.close()
+    stream, other = Stream(api), Stream(api)
+    # one observer of the service and of the world for every stream, one timer
     assert len(api.service._observers) == observers
     assert len(api.world._observers) == world_observers
+    assert len(api.resource.streams) == 2
+    assert len(api.clock.getDelayedCalls()) == calls + 1
+    stream.close()
+    assert len(api.resource.streams) == 1
+    other.close()
     assert api.resource.streams == set()
     assert len(api.clock.getDelayedCalls()) == calls
     api.service.publish("pip", {"type": "iteration"})  # nothing to deliver to: no error
@@ -188,85 +168,83 @@ def test_shutdown_ends_open_streams(api: ApiHarness) -> None:
     assert stream.done.called
     assert api.resource.streams == set()
     assert len(api.service._observers) == 0
+    assert api.world is not None and len(api.world._observers) == 0
 
 
 # -- EventStream alone -------------------------------------------------------------------
 
 
-class FakeRequest:
-    """Just what EventStream uses of a request."""
-
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-        self.code: int | None = None
-        self.headers: dict[bytes, bytes] = {}
-        self.producer: Any = None
-        self.finished = False
-        self._finish: defer.Deferred[None] = defer.Deferred()
-
-    def setResponseCode(self, code: int) -> None:
-        self.code = code
-
-    def setHeader(self, name: bytes, value: bytes) -> None:
-        self.headers[name] = value
-
-    def registerProducer(self, producer: Any, streaming: bool) -> None:
-        self.producer = producer
-
-    def unregisterProducer(self) -> None:
-        self.producer = None
-
-    def notifyFinish(self) -> defer.Deferred[None]:
-        return self._finish
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
-
-    def finish(self) -> None:
-        self.finished = True
-        self._finish.callback(None)
-
-    def events(self) -> list[dict[str, Any]]:
-        return [f for f in parse(b"".join(self.written)) if "event" in f]
+def frame(n: int, size: int = 0, kind: str = "tick") -> Frame:
+    """An encoded event ``{"n": n}`` (padded to about ``size`` bytes)."""
+    data = {"n": n, "pad": "x" * size} if size else {"n": n}
+    return Frame(kind, frozenset({"pip"}), format_event(n, kind, data))
 
 
 def test_a_slow_client_gets_queued_frames_then_a_drop_count() -> None:
-    """Paused: frames wait (the oldest dropped past max_queue); resumed: 'dropped', then them."""
+    """Paused: frames wait within the byte budget (the oldest dropped past it); resumed:
+    'dropped' with the count, then the frames that waited."""
     request = FakeRequest()
-    stream = EventStream(request, task.Clock(), keepalive=0, max_queue=2)
+    frames = [frame(i, 100) for i in range(5)]
+    budget = 2 * len(frames[0].data) + 10  # two frames fit, not three
+    stream = EventStream(request, task.Clock(), buffer_limit=budget)
     stream.start()
     assert request.producer is stream
     stream.pauseProducing()
-    for i in range(5):
-        stream.send("tick", {"n": i})
+    for f in frames:
+        stream.send(f)
+        assert stream.buffered <= budget
     assert request.events() == []
     stream.resumeProducing()
     events = request.events()
     assert [e["event"] for e in events] == ["dropped", "tick", "tick"]
-    assert events[0]["data"] == {"missed": 3}
+    assert events[0]["data"] == {"missed": 3} and "id" not in events[0]
     assert [e["data"]["n"] for e in events[1:]] == [3, 4]
-    assert stream.dropped == 3
+    assert stream.dropped == 3 and stream.buffered == 0
+
+
+def test_one_huge_frame_is_dropped_not_kept() -> None:
+    """A frame larger than the whole budget never stays queued."""
+    request = FakeRequest()
+    stream = EventStream(request, task.Clock(), buffer_limit=50)
+    stream.start()
+    stream.pauseProducing()
+    stream.send(frame(1, 500))
+    assert stream.buffered == 0 and stream.dropped == 1
 
 
 def test_keep_alive_waits_while_paused() -> None:
     """No keep-alive is pushed into a paused connection."""
     request = FakeRequest()
-    clock = task.Clock()
-    stream = EventStream(request, clock, keepalive=5)
+    stream = EventStream(request, task.Clock())
     stream.start()
     stream.pauseProducing()
-    clock.advance(5)
+    stream.keep_alive()
     assert b"keep-alive" not in b"".join(request.written)
     stream.resumeProducing()
-    clock.advance(5)
+    stream.keep_alive()
     assert b"keep-alive" in b"".join(request.written)
+
+
+def test_stalled_counts_from_the_pause() -> None:
+    """A stream is stalled once paused for the limit; reading again resets it."""
+    clock = task.Clock()
+    stream = EventStream(FakeRequest(), clock)
+    stream.start()
+    assert not stream.stalled(clock.seconds(), 60)
+    stream.pauseProducing()
+    clock.advance(59)
+    stream.pauseProducing()  # a second pause does not restart the count
+    assert not stream.stalled(clock.seconds(), 60)
+    clock.advance(1)
+    assert stream.stalled(clock.seconds(), 60)
+    stream.resumeProducing()
+    assert not stream.stalled(clock.seconds(), 60)
 
 
 def test_close_runs_callbacks_once_and_stops_sending() -> None:
     """close() finishes the request, runs on_close once; later sends are ignored."""
     request = FakeRequest()
-    clock = task.Clock()
-    stream = EventStream(request, clock)
+    stream = EventStream(request, task.Clock())
     calls: list[str] = []
     stream.on_close(lambda: calls.append("a"))
     stream.start()
@@ -274,9 +252,8 @@ def test_close_runs_callbacks_once_and_stops_sending() -> None:
     stream.close()
     stream.stopProducing()
     assert request.finished and calls == ["a"]
-    stream.send("tick", {})
+    stream.send(frame(1))
     assert request.events() == []
-    assert clock.getDelayedCalls() == []
     stream.on_close(lambda: calls.append("late"))  # already closed: runs at once
     assert calls == ["a", "late"]
 
@@ -284,21 +261,22 @@ def test_close_runs_callbacks_once_and_stops_sending() -> None:
 def test_a_failing_write_closes_the_stream() -> None:
     """A write that raises ends the stream instead of raising into the publisher."""
     request = FakeRequest()
-    stream = EventStream(request, task.Clock(), keepalive=0)
+    stream = EventStream(request, task.Clock())
     stream.start()
 
     def broken(data: bytes) -> None:
         raise RuntimeError("gone")
 
     request.write = broken  # type: ignore[method-assign]
-    stream.send("tick", {})
+    stream.send(frame(1))
     assert stream.closed
 
 
 def test_frames_are_well_formed() -> None:
     """Event names lose newlines; odd values still encode; comments stay one line."""
-    frame = format_event(3, "bad\nname", {"when": {1, 2}, "obj": object()})
-    text = frame.decode()
+    encoded = format_event(3, "bad\nname", {"when": {1, 2}, "obj": object()})
+    text = encoded.decode()
     assert text.startswith("id: 3\nevent: badname\ndata: {")
     assert text.endswith("\n\n") and text.count("\n") == 4
+    assert format_event(None, "dropped", {}).startswith(b"event: dropped\n")
     assert format_comment("a\nb") == b": a b\n\n"

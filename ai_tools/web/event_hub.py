@@ -1,0 +1,176 @@
+"""The fan-out behind ``GET /events``: one subscription, each event encoded once.
+
+:class:`EventHub` observes the service's loop events and the world's messages
+once for every client; an event becomes one :class:`~ai_tools.web.sse.Frame`
+(encoded only if some stream wants it), and the same bytes go to each stream
+whose filters keep it.  Event ids are global and rise with every event, so
+a client can tell what it missed.  The hub caps the streams (in total, and
+per address beyond loopback), bounds each stream's backlog by bytes, and
+runs one timer for all of them: a keep-alive comment to each, and closing
+those whose client has read nothing for ``stream_stall_timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+from twisted.internet import task
+from twisted.logger import Logger
+
+from ai_tools.web.connections import remote_host
+from ai_tools.web.errors import ApiError
+from ai_tools.web.limits import HttpLimits
+from ai_tools.web.results import event_owner
+from ai_tools.web.sse import EventStream, Frame, format_event
+
+__all__ = ["EventHub", "assistants_by_character"]
+
+log = Logger()
+
+
+def assistants_by_character(service: Any) -> dict[str, str]:
+    """``{character_id: assistant name}`` of the assistants ``service`` hosts."""
+    ids: dict[str, str] = {}
+    for name, assistant in service.assistants.items():
+        char_id = assistant.config.character_id
+        if char_id:
+            ids[char_id] = name
+    return ids
+
+
+@attrs.define(eq=False)
+class EventHub:
+    """Every open event stream of one API, fed from one observer of the service and world."""
+
+    service: Any
+    world: Any
+    clock: Any
+    limits: HttpLimits = attrs.field(factory=HttpLimits)
+    keepalive: float = 15.0
+    streams: set[EventStream] = attrs.field(factory=set, init=False)
+    last_id: int = attrs.field(default=0, init=False)
+    """The id of the newest event encoded."""
+    _per_address: Counter[str] = attrs.field(factory=Counter, init=False)
+    _unsubscribe: list[Callable[[], Any]] = attrs.field(factory=list, init=False)
+    _timer: task.LoopingCall | None = attrs.field(default=None, init=False)
+
+    def start(self) -> None:
+        """Observe the service's events and the world's messages."""
+        if self._unsubscribe:
+            return
+        self._unsubscribe.append(self.service.add_observer(self._loop_event))
+        add_world_observer = getattr(self.world, "add_observer", None)
+        if add_world_observer is not None:
+            self._unsubscribe.append(add_world_observer(self._world_message))
+
+    def stop(self) -> None:
+        """Close every stream and stop observing."""
+        for stream in list(self.streams):
+            stream.close()
+        callbacks, self._unsubscribe = self._unsubscribe, []
+        for unsubscribe in callbacks:
+            unsubscribe()
+
+    def open(self, request: Any, only: str | None, types: frozenset[str] | None
+             ) -> EventStream:
+        """Start a stream on ``request``; ApiError 503 when the caps are reached."""
+        address = remote_host(request.getClientAddress())
+        limits = self.limits
+        if len(self.streams) >= limits.max_streams:
+            raise ApiError(503, f"too many event streams are open (the limit is "
+                           f"{limits.max_streams}); try again later",
+                           headers={"Retry-After": "10"})
+        if address is not None and self._per_address[address] >= limits.max_streams_per_address:
+            raise ApiError(503, f"too many event streams are open from {address} (the limit "
+                           f"is {limits.max_streams_per_address})",
+                           headers={"Retry-After": "10"})
+        stream = EventStream(request, self.clock, only=only, types=types,
+                             buffer_limit=limits.stream_buffer, address=address)
+        self.streams.add(stream)
+        if address is not None:
+            self._per_address[address] += 1
+        stream.on_close(lambda: self._closed(stream))
+        self._start_timer()
+        stream.start()
+        return stream
+
+    def _closed(self, stream: EventStream) -> None:
+        self.streams.discard(stream)
+        if stream.address is not None:
+            self._per_address[stream.address] -= 1
+            if self._per_address[stream.address] <= 0:
+                del self._per_address[stream.address]
+        if not self.streams and self._timer is not None:
+            if self._timer.running:
+                self._timer.stop()
+            self._timer = None
+
+    # -- one timer for every stream --------------------------------------------------
+
+    def _start_timer(self) -> None:
+        if self._timer is not None:
+            return
+        interval = self.keepalive if self.keepalive > 0 else self.limits.stream_stall_timeout
+        timer = task.LoopingCall(self._sweep)
+        timer.clock = self.clock
+        self._timer = timer
+        timer.start(interval, now=False).addErrback(
+            lambda f: log.failure("The event streams' timer failed", f))
+
+    def _sweep(self) -> None:
+        """Keep-alives to the streams that read; close those stalled too long."""
+        now = self.clock.seconds()
+        limit = self.limits.stream_stall_timeout
+        for stream in list(self.streams):
+            if stream.stalled(now, limit):
+                log.info("Closing an event stream whose client read nothing for {limit}s "
+                         "({dropped} events dropped)", limit=limit, dropped=stream.dropped)
+                stream.abort()
+            elif self.keepalive > 0:
+                stream.keep_alive()
+
+    # -- events in, frames out ------------------------------------------------------
+
+    def _broadcast(self, kind: str, owners: frozenset[str], data: Mapping[str, Any]) -> None:
+        frame: Frame | None = None
+        for stream in tuple(self.streams):
+            if not stream.wants(kind, owners):
+                continue
+            if frame is None:
+                frame = self._encode(kind, owners, data)
+            stream.send(frame)
+
+    def _encode(self, kind: str, owners: frozenset[str], data: Mapping[str, Any]) -> Frame:
+        """The one encoding of an event; an oversized one becomes a notice of its size."""
+        self.last_id += 1
+        encoded = format_event(self.last_id, kind, data)
+        if len(encoded) > self.limits.max_event_bytes:
+            notice = {"type": kind, "assistant": data.get("assistant"), "omitted": True,
+                      "bytes": len(encoded), "time": data.get("time"),
+                      "reason": f"larger than the stream's event limit "
+                                f"({self.limits.max_event_bytes} bytes)"}
+            encoded = format_event(self.last_id, kind, notice)
+        return Frame(kind, owners, encoded)
+
+    def _loop_event(self, event: dict[str, Any]) -> None:
+        if not self.streams:
+            return
+        owner = event_owner(event)
+        owners = frozenset((owner,)) if owner else frozenset()
+        self._broadcast(str(event.get("type", "event")), owners, event)
+
+    def _world_message(self, message: Any, receivers: tuple[str, ...]) -> None:
+        if not self.streams:
+            return
+        characters = assistants_by_character(self.service)
+        hearers = sorted({characters[c] for c in receivers if c in characters})
+        data = message.to_dict() if hasattr(message, "to_dict") else dict(message)
+        sender = characters.get(data.get("sender_id") or "")
+        data.update({"type": "world_message", "receivers": list(receivers),
+                     "assistants": hearers, "from_assistant": sender,
+                     "time": self.clock.seconds()})
+        owners = frozenset(hearers) | (frozenset((sender,)) if sender else frozenset())
+        self._broadcast("world_message", owners, data)

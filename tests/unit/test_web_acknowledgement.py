@@ -1,0 +1,123 @@
+"""``POST /messages`` answers once what its hearers heard is durable, or 503; never as an assistant.
+
+The store here holds every write until the test lets it finish, so the tests
+can see what is answered before and after the hearers' state is saved.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet import defer
+
+from ai_tools.store.memory import MemoryStore
+from tests.unit.service_fakes import FlakyStore, LogCapture
+from tests.unit.web_fakes import Answer, ApiHarness, result_of
+
+HELLO = {"character": "char:bob", "text": "Evening, Pip!"}
+
+
+class HeldStore(MemoryStore):
+    """A MemoryStore whose writes wait until :meth:`release` (while ``holding``)."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.holding = False
+        self.held: list[tuple[defer.Deferred[None], Any]] = []
+
+    def save_many(self, states: Any) -> defer.Deferred[None]:
+        if not self.holding:
+            return super().save_many(states)
+        d: defer.Deferred[None] = defer.Deferred()
+        self.held.append((d, dict(states)))
+        return d
+
+    def release(self) -> None:
+        """Let the held writes happen."""
+        held, self.held = self.held, []
+        for d, states in held:
+            super().save_many(states).chainDeferred(d)
+
+
+def saved_texts(store: MemoryStore, name: str = "pip") -> list[str]:
+    state = result_of(store.load_assistant(name)) or {}
+    return [e.get("text") for e in state.get("pending_events", [])]
+
+
+def test_the_answer_waits_until_the_hearers_state_is_saved() -> None:
+    """No 200 while Pip's state write is in flight; 200 once it is on disk."""
+    store = HeldStore()
+    api = ApiHarness(store=store)
+    api.call("POST", "/assistants/pip/disable")  # what Pip hears stays pending
+    store.holding = True
+    response = api.start("POST", "/messages", body=HELLO)
+    answered: list[Any] = []
+
+    def seen(result: Any) -> Any:
+        answered.append(result)
+        return result
+
+    response.addBoth(seen)
+    api.pump()
+    assert store.held, "the hearing asked for a write"
+    assert answered == [], "answered before the event was durable"
+    assert saved_texts(store) == []
+    store.release()
+    answer = api.finish(response)
+    assert answer.code == 200 and answer.json["assistants"] == ["pip"]
+    assert saved_texts(store) == ["Evening, Pip!"]
+
+
+def test_one_write_carries_the_event_and_the_acknowledgement() -> None:
+    """Waiting for durability costs no extra transaction: it joins the hearing's write."""
+    store = FlakyStore()
+    api = ApiHarness(store=store)
+    before = store.writes
+    assert api.call("POST", "/messages", body=HELLO).code == 200
+    assert store.writes == before + 1
+
+
+def test_a_write_that_fails_is_a_503_with_the_reason() -> None:
+    """Disk full (or any store failure): 503 saying so, logged; the service goes on."""
+    store = FlakyStore()
+    api = ApiHarness(store=store)
+    api.call("POST", "/assistants/pip/disable")  # what Pip hears stays pending
+    store.failing = True
+    with LogCapture() as logs:
+        answer = api.call("POST", "/messages", body=HELLO)
+    assert answer.code == 503
+    assert "could not be saved" in answer.json["error"]
+    assert "disk I/O error" in answer.json["error"]
+    assert answer.header("retry-after") == "10"
+    texts = [e.get("log_format", "") for e in logs.events]
+    assert any("Could not save {assistant}" in t for t in texts)
+    assert not [e for e in logs.events if e.get("log_failure") is not None]  # no traceback
+    store.failing = False
+    assert api.call("POST", "/messages", body=HELLO).code == 200
+    # both events are kept (the first was only in memory until this write)
+    assert saved_texts(store) == ["Evening, Pip!", "Evening, Pip!"]
+
+
+def test_a_message_no_assistant_hears_answers_at_once() -> None:
+    """Nobody to save for (Alice alone in the plaza): the answer waits for no write."""
+    store = HeldStore()
+    api = ApiHarness(store=store)
+    store.holding = True
+    answer = api.call("POST", "/messages", body={"character": "char:alice", "text": "hm"})
+    assert answer.code == 200 and answer.json["assistants"] == []
+    assert store.held == []
+
+
+def test_the_api_does_not_speak_as_an_assistant() -> None:
+    """An assistant's own character is refused (403); nothing is said."""
+    api = ApiHarness()
+    for kind, target in (("say", None), ("page", "char:bob")):
+        body: dict[str, Any] = {"character": "char:pip", "text": "I quit.", "kind": kind}
+        if target:
+            body["target"] = target
+        answer: Answer = api.call("POST", "/messages", body=body)
+        assert answer.code == 403, answer
+        assert answer.json["field"] == "character"
+        assert "assistant 'pip'" in answer.json["error"]
+    heard = api.call("GET", "/characters/char:bob/heard").json["messages"]
+    assert heard == []
