@@ -311,7 +311,9 @@ class StandaloneService(MultiService):
                          endpoint=config.http.endpoint)
             else:
                 web = factory(self.assistants, self.world, endpoint=config.http.endpoint,
-                              token=config.http.token, max_body=config.http.max_body)
+                              token=config.http.token, max_body=config.http.max_body,
+                              allowed_hosts=config.http.allowed_hosts,
+                              limits=config.http.limits)
                 self._add_listener("http", web)
         manhole = config.manhole
         if manhole.enabled:

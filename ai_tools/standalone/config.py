@@ -13,7 +13,8 @@ tables (every one optional; ``examples/assistant.toml`` shows them all)::
     [[assistants]] AssistantConfig fields: name, character_id, persona, model,
                    tick_rate, sleep_*, reflection_interval, execution_config
                    (with allowed_tools per context), exit_tools, ...
-    [http]         enabled, listen, token / token_env / token_file, max_body
+    [http]         enabled, listen, token / token_env / token_file, max_body,
+                   allowed_hosts, and the limits of ``ai_tools.web.limits.HttpLimits``
     [manhole]      enabled, listen, authorized_keys, password_file, host_key
 
 Relative paths in the file are relative to the file's directory; paths given
@@ -42,6 +43,8 @@ from ai_tools.errors import ConfigError
 from ai_tools.llm.profile import ModelProfile
 from ai_tools.service.assistant import AssistantConfig
 from ai_tools.tools.registry import ToolRegistry
+from ai_tools.web.limits import HttpLimits
+from ai_tools.web.origin import parse_allowed_hosts
 
 __all__ = [
     "DEFAULT_HTTP_PORT",
@@ -156,6 +159,10 @@ class HttpConfig:
     """The bearer token clients must send (required off localhost); never logged."""
     max_body: int = 64 * 1024
     """Largest request body accepted, in bytes."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Names (``name`` or ``name:port``) this service answers to besides localhost."""
+    limits: HttpLimits = attrs.field(factory=HttpLimits)
+    """Connections, request deadlines, event streams (the keys of ``HttpLimits``)."""
 
 
 @attrs.frozen
@@ -689,6 +696,11 @@ def _http(table: _Table, overrides: Overrides) -> HttpConfig:
     endpoint = listen_endpoint(table.get("listen", DEFAULT_HTTP_PORT), table.key("listen"))
     token = _listener_token(table)
     max_body = table.positive_int("max_body", 64 * 1024)
+    allowed_hosts = parse_allowed_hosts(table.get("allowed_hosts", []),
+                                        table.key("allowed_hosts"))
+    given = {name: table.get(name) for name in HttpLimits.setting_names()}
+    limits = HttpLimits.from_mapping({k: v for k, v in given.items() if v is not None},
+                                     table.where)
     table.finish()
     key = table.key("listen")
     if overrides.http is not None:
@@ -701,7 +713,8 @@ def _http(table: _Table, overrides: Overrides) -> HttpConfig:
     if enabled and token is None and not endpoint_is_local(endpoint):
         raise ConfigError(f"{key}: the HTTP API listens beyond this machine ({endpoint}); "
                           f"set http.token_env or http.token_file so clients need a token")
-    return HttpConfig(enabled=enabled, endpoint=endpoint, token=token, max_body=max_body)
+    return HttpConfig(enabled=enabled, endpoint=endpoint, token=token, max_body=max_body,
+                      allowed_hosts=allowed_hosts, limits=limits)
 
 
 def _manhole(table: _Table, overrides: Overrides, store: StoreConfig) -> ManholeConfig:

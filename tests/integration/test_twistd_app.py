@@ -17,6 +17,7 @@ from twisted.logger import LogLevel, globalLogPublisher
 from ai_tools.errors import AIToolsError, ConfigError
 from ai_tools.standalone.app import StandaloneService, build_service
 from ai_tools.standalone.config import Config, parse_config
+from ai_tools.web.limits import HttpLimits
 
 ROOT = Path(__file__).resolve().parents[2]
 WORLD = ROOT / "examples" / "world.toml"
@@ -111,7 +112,8 @@ async def test_start_order_and_what_the_listeners_get(tmp_path: Path) -> None:
         assert web.started_with == {"assistants": ["pip"], "world": True}
         assert web.args == (app.assistants, app.world)
         assert web.kwargs == {"endpoint": "tcp:0:interface=127.0.0.1", "token": None,
-                              "max_body": 65536}
+                              "max_body": 65536, "allowed_hosts": (),
+                              "limits": HttpLimits()}
         (namespace,) = manhole.args
         assert {"service", "world", "registry", "store", "config"} <= set(namespace)
         assert namespace["service"] is app.assistants
