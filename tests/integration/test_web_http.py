@@ -31,6 +31,7 @@ from ai_tools.world.sandbox import SandboxWorld
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "world.toml"
 REPLY = "Welcome to the Drowned Lantern, Bob!"
 TOKEN = "integration-token"
+JSON = {"Content-Type": "application/json"}
 
 
 def reactor() -> Any:
@@ -188,8 +189,10 @@ async def test_a_player_speaks_and_the_stream_shows_the_loop(harness: Harness) -
 
     stream.hang_up()
     await stream.lost
-    await until(lambda: len(harness.service._observers) == observers, "the stream unsubscribed")
-    assert harness.webs[0].resource.streams == set()
+    await until(lambda: harness.webs[0].resource.streams == set(), "the stream closed")
+    # the API's observers stay (one for every stream) until it stops
+    assert len(harness.service._observers) == observers
+    await harness.webs[0].stopService()
     assert harness.world._observers == []
 
 
@@ -214,7 +217,7 @@ async def test_bad_requests_get_json_errors_and_serving_goes_on(harness: Harness
     """Each bad request gets its status and a JSON error; GET / works after each."""
     base = await harness.start()
     cases: list[tuple[str, str, dict[str, Any], int]] = [
-        ("POST", "/messages", {"data": b"{nope"}, 400),
+        ("POST", "/messages", {"data": b"{nope", "headers": JSON}, 400),
         ("POST", "/messages", {"json": [1, 2]}, 400),
         ("POST", "/messages", {"json": {"character": "char:bob"}}, 422),
         ("POST", "/messages", {"json": {"character": 7, "text": "x"}}, 422),
@@ -222,7 +225,8 @@ async def test_bad_requests_get_json_errors_and_serving_goes_on(harness: Harness
         ("GET", "/assistants/zed", {}, 404),
         ("DELETE", "/assistants/pip", {}, 405),
         ("GET", "/assistants/pip/history?limit=lots", {}, 400),
-        ("POST", "/messages", {"data": b'{"text": "' + b"x" * 5000 + b'"}'}, 413),
+        ("POST", "/messages", {"data": b'{"text": "' + b"x" * 5000 + b'"}',
+                               "headers": JSON}, 413),
     ]
     for method, path, kw, status in cases:
         code, body = await get_json(base + path, method, **kw)
