@@ -16,9 +16,14 @@ Endpoints (see ``docs/http-api.md`` for each with a curl example)::
     GET  /events?assistant=&types=           server-sent events: loop steps, world messages
 
 Every error is a JSON object ``{"error", "status", "field"?}`` with its
-status code; the service goes on serving.  When built with a ``token`` every
-request needs ``Authorization: Bearer <token>``; a token is required when the
-endpoint is reachable from other machines.
+status code; the service goes on serving.  Every request passes, in order:
+the Host and Origin rule (:mod:`~ai_tools.web.origin`, 403), the token when
+there is one (``Authorization: Bearer <token>``, 401; a token is required
+when the endpoint is reachable from other machines), the route (404/405),
+and a body's content type (``application/json``, 415).  ``POST /messages``
+answers once what its hearers heard is durable (else 503).  Connections,
+request deadlines and event streams are bounded by
+:class:`~ai_tools.web.limits.HttpLimits`.
 
 Build it with :func:`make_web_service` and add it to the application.
 """

@@ -121,3 +121,45 @@ def test_the_api_does_not_speak_as_an_assistant() -> None:
         assert "assistant 'pip'" in answer.json["error"]
     heard = api.call("GET", "/characters/char:bob/heard").json["messages"]
     assert heard == []
+
+
+# -- the service side: one durable path for every host ------------------------------------
+
+
+def test_when_heard_saved_waits_for_the_hearers_only() -> None:
+    """Only hearing assistants among the receivers are waited for; a store error comes
+    through as itself (not wrapped)."""
+    store = FlakyStore()
+    api = ApiHarness(store=store)
+    service = api.service
+    assert result_of(service.when_heard_saved(["char:bob", "char:nobody"])) is None
+    writes = store.writes
+    saved = service.when_heard_saved(["char:pip", "char:bob"])
+    api.pump()
+    assert result_of(saved) is None
+    assert store.writes == writes + 1  # Pip's state, once
+    store.failing = True
+    failed = service.when_heard_saved(["char:pip", "char:mason"])
+    failure: list[Any] = []
+    failed.addErrback(failure.append)
+    api.pump()
+    assert isinstance(failure[0].value, OSError)
+
+
+def test_send_fails_when_its_event_could_not_be_saved() -> None:
+    """The library's acknowledgement: send() fires only once the event is durable."""
+    store = FlakyStore()
+    api = ApiHarness(store=store)
+    api.call("POST", "/assistants/pip/disable")
+    store.failing = True
+    sent = api.service.send("pip", "are you there?")
+    outcome: list[Any] = []
+    sent.addBoth(outcome.append)
+    api.pump()
+    assert isinstance(outcome[0].value, OSError)
+    assert api.service.get("pip").counters["store_errors"] >= 1
+    store.failing = False
+    sent = api.service.send("pip", "again")
+    api.pump()
+    assert result_of(sent) is None
+    assert saved_texts(store) == ["are you there?", "again"]
