@@ -183,7 +183,12 @@ class GuardedChannel(HTTPChannel):
     def make_room(self) -> None:
         """Close this idle connection: a new one needs its place."""
         self._set_deadline(None)
-        self._connection.loseConnection()
+        self._close()
+
+    def _close(self) -> None:
+        # twisted.web's own timeout path: close, and abort if the peer does not take
+        # what is still unsent (an answer it never read) within abortTimeout seconds.
+        self.timeoutConnection()
 
     def _wait_for_request(self) -> None:
         self._receiving = False
@@ -199,11 +204,7 @@ class GuardedChannel(HTTPChannel):
 
     def _deadline_passed(self) -> None:
         self._deadline = None
-        if not self._receiving:
-            self._connection.loseConnection()  # idle: nothing to answer
-            return
-        log.info("Closing a connection whose request did not arrive in time ({peer})",
-                 peer=str(self._connection.getPeer()))
-        self._connection.write(raw_error_answer(
-            408, "the request did not arrive in time; send it whole, at once"))
-        self.timeoutConnection()
+        if self._receiving:  # a request under way gets an answer; an idle one, none
+            self._connection.write(raw_error_answer(
+                408, "the request did not arrive in time; send it whole, at once"))
+        self._close()

@@ -18,6 +18,16 @@ from tests.unit.web_fakes import ApiHarness
 GET = b"GET /assistants HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
 
+class Transport(StringTransport):
+    """A StringTransport that records an abort (a peer that never takes our bytes)."""
+
+    aborted = False
+
+    def abortConnection(self) -> None:
+        self.aborted = True
+        super().abortConnection()
+
+
 class Site:
     """An ApiSite over the harness, and connections to it."""
 
@@ -29,7 +39,7 @@ class Site:
     def connect(self, host: str = "127.0.0.1") -> tuple[Any, StringTransport]:
         address = IPv4Address("TCP", host, 50000)
         protocol = self.site.buildProtocol(address)
-        transport = StringTransport(peerAddress=address)
+        transport = Transport(peerAddress=address)
         protocol.makeConnection(transport)
         return protocol, transport
 
@@ -67,6 +77,19 @@ def test_an_idle_connection_is_closed_quietly() -> None:
     assert not closed(transport)
     s.advance(0.1)
     assert closed(transport) and transport.value() == b""
+
+
+def test_a_close_the_peer_does_not_take_becomes_an_abort() -> None:
+    """A client that never reads its last answer cannot hold the socket: the polite
+    close at the deadline turns into an abort 15 s later (twisted.web's abortTimeout)."""
+    s = Site(header_timeout=10)
+    protocol, transport = s.connect()
+    protocol.dataReceived(GET)
+    s.api.pump()
+    s.advance(10)
+    assert closed(transport) and not transport.aborted  # the answer still waits unread
+    s.advance(15)
+    assert transport.aborted
 
 
 def test_a_slow_body_meets_its_deadline() -> None:
