@@ -13,6 +13,7 @@ write, and each kill lost the messages acknowledged since the last write.
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,6 +25,7 @@ from twisted.web.client import Agent, HTTPConnectionPool
 
 from tests.integration.web_processes import (
     TWISTD,
+    assert_stopped_by,
     disabled_pip,
     reactor,
     read_state,
@@ -123,7 +125,7 @@ async def test_no_acknowledged_message_is_lost_to_sigkill(
     proc, base = await start_and_wait(twistd_processes, tmp_path, config)
     proc.signal("TERM")
     await proc.wait_ended()
-    assert proc.exit_code == 0, proc.stdout + proc.stderr
+    assert_stopped_by(proc, signal.SIGTERM)
 
     missing = [text for text in acknowledged if text not in saved_texts(db)]
     assert len(acknowledged) >= ROUNDS * ACKS_BEFORE_KILL

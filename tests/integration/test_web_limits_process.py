@@ -16,6 +16,7 @@ timing the test depends on.
 from __future__ import annotations
 
 import json
+import signal
 import socket
 from pathlib import Path
 from typing import Any, cast
@@ -28,6 +29,7 @@ from twisted.web.client import Agent, HTTPConnectionPool
 
 from tests.integration.web_processes import (
     TWISTD,
+    assert_stopped_by,
     disabled_pip,
     pid_of,
     reactor,
@@ -119,7 +121,7 @@ async def test_streams_that_never_read_keep_memory_bounded(
             sock.close()
     proc.signal("TERM")
     await proc.wait_ended()
-    assert proc.exit_code == 0, proc.stdout + proc.stderr
+    assert_stopped_by(proc, signal.SIGTERM)
 
 
 def closed_by_server(sockets: list[socket.socket]) -> int:
@@ -171,4 +173,4 @@ async def test_idle_sockets_do_not_make_the_api_unreachable(
             sock.close()
     proc.signal("TERM")
     await proc.wait_ended()
-    assert proc.exit_code == 0, proc.stdout + proc.stderr
+    assert_stopped_by(proc, signal.SIGTERM)

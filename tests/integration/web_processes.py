@@ -1,8 +1,9 @@
 """Real ``twistd ai-assistant`` processes for the HTTP API's hardening tests.
 
-The process harness of :mod:`tests.integration.test_twistd` (the ``Twistd``
-protocol, the config writer, the bounded waits) with a fixture of its own,
-plus what these tests add: a process's resident memory, a raw client socket.
+The process harness of :mod:`tests.integration.twistd_process` (the ``Twistd``
+protocol, the bounded waits) with what these tests add: a fixture that can
+lower a process's file-descriptor limit, a config where Pip only listens,
+the saved state read from the file, a process's resident memory.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from typing import Any
 
 import pytest_twisted
 
-from tests.integration.test_twistd import (
+from tests.integration.twistd_process import (
     SCENARIO_MODEL,
     TWISTD,
     WORLD,
     Twistd,
+    assert_stopped_by,
     clean_environment,
     reactor,
     sleep,
@@ -33,6 +35,7 @@ __all__ = [
     "TWISTD",
     "WORLD",
     "Twistd",
+    "assert_stopped_by",
     "disabled_pip",
     "pid_of",
     "reactor",
