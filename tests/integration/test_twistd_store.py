@@ -3,6 +3,7 @@ deleted while running, damaged or read-only files at start — each one clear li
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -86,7 +87,11 @@ async def test_a_database_deleted_while_running_is_noticed(tmp_path: Path, proce
     os.link(db, kept)
     db.unlink()
 
-    await post_json(http, f"{base}/messages", {"character": "char:bob", "text": "hello?"})
+    # spoken, but not acknowledged: what Pip heard cannot be saved (503, saying why)
+    said = await http.post(f"{base}/messages", headers={"Content-Type": "application/json"},
+                           data=json.dumps({"character": "char:bob", "text": "hello?"}).encode())
+    assert said.code == 503
+    assert "deleted or moved away" in (await said.json())["error"]
     await proc.wait_for(r"Could not save the state of pip: .*deleted or moved away")
     status = await get_json(http, f"{base}/assistants")
     store = status["service"]["store"]
