@@ -35,7 +35,7 @@ from ai_tools.execution.engine import ExecutionContext, execute_tool_call
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.events import ChatResponse
-from ai_tools.loop.run import LoopConfig, LoopContext, execute_react_loop
+from ai_tools.loop import LoopConfig, LoopContext, execute_react_loop
 from ai_tools.tools.base import Actor, Tool
 from ai_tools.tools.registry import ToolRegistry
 

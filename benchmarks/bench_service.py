@@ -144,7 +144,7 @@ async def _loop_only_round(client: Any, registry: Any, reactor: Any, count: int
                            ) -> tuple[float, float]:
     """The same loops run directly (no service, no store): (wall s, CPU s)."""
     from ai_tools.execution.history import ConversationHistory
-    from ai_tools.loop.run import LoopConfig, LoopContext, execute_react_loop
+    from ai_tools.loop import LoopConfig, LoopContext, execute_react_loop
     from ai_tools.tools.base import Actor
 
     contexts = [

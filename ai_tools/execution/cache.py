@@ -23,7 +23,6 @@ Values are copied (one level) in and out, so a caller adding keys to a result
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,7 +31,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ai_tools.json_encoding import prebuilt_encode
+from ai_tools.json_encoding import canonical_json
 
 __all__ = ["SCOPES", "CacheStats", "ToolCache", "cache_key", "canonical_json"]
 
@@ -44,19 +43,9 @@ SCOPES = ("tick", "session", "persistent")
 _LOCAL_SCOPES = ("tick", "session")
 
 
-_CANONICAL = prebuilt_encode(
-    json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False))
-
-
-canonical_json = _CANONICAL
-"""Compact JSON with sorted keys (one text per value); TypeError/ValueError if not JSON.
-
-(The prebuilt encoder itself: every tool call's arguments are encoded with it.)"""
-
-
 def cache_key(tool_name: str, params: Mapping[str, Any]) -> str:
     """``name`` + canonical JSON of ``params``; TypeError/ValueError if not JSON."""
-    return f"{tool_name}:{_CANONICAL(params)}"
+    return f"{tool_name}:{canonical_json(params)}"
 
 
 @attrs.frozen

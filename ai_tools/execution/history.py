@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from ai_tools.execution.cache import canonical_json
+from ai_tools.llm.events import ToolCall
 from ai_tools.store.history_repair import (
     FALLBACK_RESULT_PREFIX,
     RepairReport,
@@ -38,46 +38,30 @@ __all__ = [
     "FALLBACK_RESULT_PREFIX",
     "ROLES",
     "ConversationHistory",
-    "ToolCall",
     "build_tool_exchange",
+    "fallback_call_text",
+    "is_tool_result",
 ]
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 """Roles a chat-completion message may have."""
 
 
-@attrs.frozen
-class ToolCall:
-    """One tool call as the model asked for it (after defensive parsing).
+def is_tool_result(message: Mapping[str, Any]) -> bool:
+    """Whether ``message`` answers a tool call (native ``tool`` or fallback ``[TOOL RESULT``)."""
+    if message.get("role") == "tool":
+        return True
+    content = message.get("content")
+    return (message.get("role") == "user" and isinstance(content, str)
+            and content.startswith(FALLBACK_RESULT_PREFIX))
 
-    ``arguments`` is the JSON object of parameters the model sent (before
-    validation); ``arguments_json`` its compact serialisation, kept because
-    the native history format needs the string form (compact, sorted keys: the
-    same arguments always give the same text).
-    """
 
-    id: str
-    name: str
-    arguments: Mapping[str, Any]
-    reasoning: str = ""
-    arguments_json: str = attrs.field(
-        default=attrs.Factory(lambda self: canonical_json(self.arguments), takes_self=True)
-    )
-
-    def native(self) -> dict[str, Any]:
-        """The entry of an assistant message's ``tool_calls`` list."""
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments_json},
-        }
-
-    def fallback_text(self) -> str:
-        """The assistant content of the fallback format (a JSON call)."""
-        body: dict[str, Any] = {"tool": self.name, "parameters": self.arguments}
-        if self.reasoning:
-            body["reasoning"] = self.reasoning
-        return json.dumps(body)
+def fallback_call_text(call: ToolCall) -> str:
+    """The assistant content of the fallback format: the call as a JSON object."""
+    body: dict[str, Any] = {"tool": call.name, "parameters": dict(call.arguments)}
+    if call.reasoning:
+        body["reasoning"] = call.reasoning
+    return json.dumps(body)
 
 
 def build_tool_exchange(
@@ -93,14 +77,13 @@ def build_tool_exchange(
     fallback format it goes before the JSON call.
     """
     if native:
-        call_id = call.id
-        return (  # (the tool_calls entry is call.native(), built here: one call per exchange)
-            {"role": "assistant", "content": assistant_content, "tool_calls": [
-                {"id": call_id, "type": "function",
-                 "function": {"name": call.name, "arguments": call.arguments_json}}]},
-            {"role": "tool", "tool_call_id": call_id, "content": result_content},
+        entry = {"id": call.id, "type": "function",
+                 "function": {"name": call.name, "arguments": call.arguments_json}}
+        return (
+            {"role": "assistant", "content": assistant_content, "tool_calls": [entry]},
+            {"role": "tool", "tool_call_id": call.id, "content": result_content},
         )
-    text = call.fallback_text()
+    text = fallback_call_text(call)
     if assistant_content:
         text = f"{assistant_content}\n{text}"
     return (
@@ -188,10 +171,12 @@ class ConversationHistory:
         self._messages.append(dict(message))
         self._version += 1
 
-    def add_user(self, content: str) -> None:
-        """Add a user message."""
-        self._messages.append({"role": "user", "content": content})
+    def add_user(self, content: str) -> dict[str, Any]:
+        """Add a user message; returns it (the very object the history holds)."""
+        message = {"role": "user", "content": content}
+        self._messages.append(message)
         self._version += 1
+        return message
 
     def add_assistant(self, content: str) -> None:
         """Add an assistant text message (no tool call)."""
@@ -221,6 +206,21 @@ class ConversationHistory:
         if native:
             self._tool_call_ids.add(call.id)
         return exchange
+
+    def take_back(self, message: Mapping[str, Any]) -> bool:
+        """Remove ``message`` (this very object, a plain message); True if it was there.
+
+        For a message that turned out not to count: the pending events a loop
+        delivered but no model answer saw (they go back to pending).
+        """
+        for index in range(len(self._messages) - 1, -1, -1):
+            if self._messages[index] is message:
+                if message.get("role") == "tool" or message.get("tool_calls"):
+                    raise ValueError("a tool call or result leaves only with its exchange")
+                del self._messages[index]
+                self._version += 1
+                return True
+        return False
 
     def replace(self, messages: Iterable[Mapping[str, Any]]) -> None:
         """Replace every message (loading, compaction); the new list is taken as is."""

@@ -9,14 +9,13 @@ saying how much was cut.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import attrs
 
-from ai_tools.json_encoding import prebuilt_encode
+from ai_tools.json_encoding import model_json, model_json_ascii
 
-__all__ = ["DEFAULT_MAX_RESULT_BYTES", "ShapedResult", "plain_content", "shape_result"]
+__all__ = ["DEFAULT_MAX_RESULT_BYTES", "MIN_MAX_RESULT_BYTES", "ShapedResult", "shape_result"]
 
 DEFAULT_MAX_RESULT_BYTES = 16 * 1024
 """Default size limit of a result's JSON text in history."""
@@ -42,13 +41,8 @@ class ShapedResult:
     truncated: bool = False
 
 
-# Built once (json.dumps() builds an encoder per call), C encoder included.
-_ENCODE = prebuilt_encode(json.JSONEncoder(ensure_ascii=False, allow_nan=False))
-_ENCODE_ASCII = prebuilt_encode(json.JSONEncoder(allow_nan=False))
-
-
 def _dumps(value: Any, ascii_only: bool = False) -> str:
-    return (_ENCODE_ASCII if ascii_only else _ENCODE)(value)
+    return (model_json_ascii if ascii_only else model_json)(value)
 
 
 def _size(text: str) -> int:
@@ -77,28 +71,6 @@ def shape_result(result: dict[str, Any], tool_name: str,
     if len(content) <= max_bytes // 4 or _size(content) <= max_bytes:
         return ShapedResult(result, content)
     return _truncate(result, content, max_bytes)
-
-
-def plain_content(result: dict[str, Any], max_bytes: int = DEFAULT_MAX_RESULT_BYTES
-                  ) -> str | None:
-    """The JSON text of a result that needs no shaping, else None (ask :func:`shape_result`).
-
-    For a result that is JSON, valid UTF-8 and within ``max_bytes``,
-    :func:`shape_result` gives back the result itself and this text; the usual
-    result needs nothing else, so no :class:`ShapedResult` is built for it.
-    """
-    try:
-        content = _ENCODE(result)
-    except (TypeError, ValueError, RecursionError):
-        return None
-    if not content.isascii():
-        try:
-            content.encode("utf-8")
-        except UnicodeEncodeError:
-            return None
-    if len(content) <= max_bytes // 4 or _size(content) <= max_bytes:
-        return content
-    return None
 
 
 def _truncate(result: dict[str, Any], content: str, max_bytes: int) -> ShapedResult:

@@ -9,11 +9,14 @@ framed them.  A non-streaming request produces the same events (one
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
+
+from ai_tools.json_encoding import canonical_json
 
 
 @attrs.frozen
@@ -57,9 +60,9 @@ LLMEvent = TextDelta | AssistantMessageFinal | StreamDone | ServerError | UsageU
 """Any streamed semantic event."""
 
 
-@attrs.frozen
+@attrs.frozen(slots=False)  # (not slotted: arguments_json is cached in the instance)
 class ToolCall:
-    """One tool call asked for by the model.
+    """One tool call asked for by the model: the one call type of the whole engine.
 
     ``arguments`` is the decoded argument object; ``raw_arguments`` the text the
     model produced.  When that text is not a JSON object, ``arguments`` is
@@ -75,6 +78,16 @@ class ToolCall:
     reasoning: str | None = None
     native: bool = True
     arguments_error: str | None = None
+
+    @functools.cached_property
+    def arguments_json(self) -> str:
+        """The arguments as canonical JSON (compact, sorted keys), computed once.
+
+        The text the history records for the call: the same arguments always
+        give the same text.  Raises TypeError/ValueError when the arguments are
+        not plain JSON (NaN, a non-string key...).
+        """
+        return canonical_json(self.arguments)
 
     @classmethod
     def from_openai(cls, call: Mapping[str, Any], index: int = 0) -> ToolCall:

@@ -12,12 +12,14 @@ One configurable scale (DESIGN §3) serves two purposes:
   is reached, ``normal`` otherwise.
 
 Usage is expressed in percent of the model's context window (``0`` to ``100``;
-values above 100 are possible when a history overflows).
+values above 100 are possible when a history overflows), measured as
+:mod:`ai_tools.loop.usage` says.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,9 +31,9 @@ __all__ = [
     "AdvisoryThresholds",
     "LoopContinuation",
     "TokenAdvisory",
+    "advise_message",
     "check_loop_continuation",
     "inject_token_advisory",
-    "usage_percentage",
 ]
 
 
@@ -44,7 +46,6 @@ class AdvisoryLevel(enum.Enum):
     CRITICAL = "critical"
 
 
-_NORMAL = AdvisoryLevel.NORMAL
 _MESSAGES: dict[AdvisoryLevel, str] = {
     AdvisoryLevel.NORMAL: "Sufficient context available.",
     AdvisoryLevel.MODERATE: (
@@ -57,18 +58,6 @@ _MESSAGES: dict[AdvisoryLevel, str] = {
         "Context window {pct:.0f}% full: you must conclude now with a final response."
     ),
 }
-_NORMAL_MESSAGE = _MESSAGES[_NORMAL]  # has no {pct}: formatting it gives it back
-_NORMAL_ADVISORIES: dict[float, TokenAdvisory] = {}
-"""NORMAL advisories by rounded percentage (immutable: shared by every loop)."""
-_MEMO_SIZE = 4096
-
-
-def _memo_key(shown: float) -> bool:
-    """Whether a rounded percentage may key a memo: a float, not NaN, not -0.0
-    (which equal other keys whose value would print differently: 5 and 5.0, 0.0)."""
-    return type(shown) is float and shown == shown and (shown != 0.0 or str(shown) == "0.0")
-
-
 def _check_percent(instance: Any, attribute: attrs.Attribute[float], value: float) -> None:
     if not 0 < value <= 100:
         raise ValueError(f"{attribute.name} must be a percentage in (0, 100], got {value!r}")
@@ -113,13 +102,6 @@ class AdvisoryThresholds:
 DEFAULT_THRESHOLDS = AdvisoryThresholds()
 
 
-def usage_percentage(tokens: int, context_window: int) -> float:
-    """``tokens`` as a percentage of ``context_window`` (0 for an unknown window)."""
-    if context_window <= 0:
-        return 0.0
-    return 100.0 * max(tokens, 0) / context_window
-
-
 @attrs.frozen
 class TokenAdvisory:
     """The advisory for one usage figure."""
@@ -146,16 +128,6 @@ class TokenAdvisory:
         cls, usage_pct: float, thresholds: AdvisoryThresholds = DEFAULT_THRESHOLDS
     ) -> TokenAdvisory:
         """The advisory (level and model-facing message) for ``usage_pct``."""
-        if not usage_pct >= thresholds.moderate:  # the usual case (NaN too): no formatting
-            shown = round(usage_pct, 1)
-            if not _memo_key(shown):
-                return cls(_NORMAL, shown, _NORMAL_MESSAGE)
-            advisory = _NORMAL_ADVISORIES.get(shown)
-            if advisory is None:
-                advisory = cls(_NORMAL, shown, _NORMAL_MESSAGE)
-                if len(_NORMAL_ADVISORIES) < _MEMO_SIZE:
-                    _NORMAL_ADVISORIES[shown] = advisory
-            return advisory
         level = cls.get_level(usage_pct, thresholds)
         return cls(level, round(usage_pct, 1), _MESSAGES[level].format(pct=usage_pct))
 
@@ -180,11 +152,36 @@ def inject_token_advisory(
     results may also sit in a cache.
     """
     out = dict(result)
-    if not usage_pct >= thresholds.moderate:  # NORMAL (NaN too): nothing to build
+    advisory = TokenAdvisory.for_usage(usage_pct, thresholds)
+    if advisory.level is AdvisoryLevel.NORMAL:
         out.pop("_token_advisory", None)
-        return out
-    out["_token_advisory"] = TokenAdvisory.for_usage(usage_pct, thresholds).as_dict()
+    else:
+        out["_token_advisory"] = advisory.as_dict()
     return out
+
+
+def advise_message(message: Mapping[str, Any], advisory: TokenAdvisory) -> dict[str, Any]:
+    """A copy of a tool-result message whose JSON result carries ``_token_advisory``.
+
+    Native results are ``{"role": "tool", "content": "{json}"}``; fallback ones
+    ``{"role": "user", "content": "[TOOL RESULT: name]\n{json}"}``.  A message
+    whose content is not a JSON object is copied unchanged.
+    """
+    content = message.get("content")
+    if not isinstance(content, str):
+        return dict(message)
+    head, sep, body = "", "", content
+    if message.get("role") == "user":  # fallback format: "[TOOL RESULT: name]\n{json}"
+        head, sep, body = content.partition("\n")
+    try:
+        result = json.loads(body)
+    except ValueError:
+        return dict(message)
+    if not isinstance(result, dict):
+        return dict(message)
+    result["_token_advisory"] = advisory.as_dict()
+    text = json.dumps(result, ensure_ascii=False, default=str)
+    return {**message, "content": f"{head}{sep}{text}" if sep else text}
 
 
 @attrs.frozen
@@ -209,11 +206,6 @@ class LoopContinuation:
         }
 
 
-_NORMAL_CONTINUATIONS: dict[tuple[float, int], LoopContinuation] = {}
-"""The usual answer of :func:`check_loop_continuation`, by advisory and iterations left
-(values are immutable, so one instance serves every loop)."""
-
-
 def check_loop_continuation(
     usage_pct: float,
     iteration: int,
@@ -225,28 +217,8 @@ def check_loop_continuation(
     Token exhaustion wins over the iteration cap, because it is the more
     urgent thing to tell the operator.
     """
-    if (usage_pct < thresholds.moderate and usage_pct < thresholds.warning
-            and usage_pct < thresholds.stop and iteration < max_iterations):
-        # the usual answer, when one was made already (what the steps below return)
-        shown = round(usage_pct, 1)
-        # (_memo_key(shown): not NaN, as usage_pct is below a threshold)
-        if type(shown) is float and (shown or str(shown) == "0.0"):
-            normal = _NORMAL_CONTINUATIONS.get((shown, max_iterations - iteration))
-            if normal is not None:
-                return normal
     advisory = TokenAdvisory.for_usage(usage_pct, thresholds)
     remaining = max(max_iterations - iteration, 0)
-    if (advisory.level is _NORMAL and iteration < max_iterations
-            and usage_pct < thresholds.warning and usage_pct < thresholds.stop
-            and _memo_key(advisory.usage_percent)):
-        key = (advisory.usage_percent, remaining)
-        normal = _NORMAL_CONTINUATIONS.get(key)
-        if normal is None:
-            normal = LoopContinuation(True, "normal", "Sufficient context available.",
-                                      advisory, remaining)
-            if len(_NORMAL_CONTINUATIONS) < _MEMO_SIZE:
-                _NORMAL_CONTINUATIONS[key] = normal
-        return normal
     if usage_pct >= thresholds.stop:
         return LoopContinuation(
             False, "token_critical",

@@ -1,7 +1,8 @@
 """Compaction: keeping a conversation history inside the model's context window.
 
 When the history fills the context window past a threshold (80% awake, 70%
-during sleep — DESIGN §3 and spec 004 §1), the messages older than a preserve
+during sleep — DESIGN §3 and spec 004 §1; measured as :mod:`ai_tools.loop.usage`
+says), the messages older than a preserve
 window (the last 20) are summarised by the model into one summary message.  If
 the model fails (error, empty answer), a deterministic truncation drops them
 and leaves a short note instead.  Either way the history stays valid: the cut
@@ -22,6 +23,7 @@ import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from ai_tools.execution.history import is_tool_result
 from ai_tools.interfaces import ILLMClient
 
 __all__ = [
@@ -31,7 +33,6 @@ __all__ = [
     "CompactionResult",
     "compact_history",
     "compact_messages",
-    "context_usage",
     "needs_compaction",
     "split_point",
     "truncate_messages",
@@ -44,8 +45,6 @@ SUMMARY_PREFIX = "[CONVERSATION SUMMARY]"
 
 TRUNCATION_PREFIX = "[EARLIER CONVERSATION REMOVED]"
 """How the note left by a deterministic truncation starts."""
-
-FALLBACK_RESULT_PREFIX = "[TOOL RESULT:"
 
 _SUMMARY_INSTRUCTIONS = (
     "You compress an assistant's conversation history. Write a concise summary of the "
@@ -101,44 +100,6 @@ def needs_compaction(
     return usage_pct >= threshold
 
 
-def context_usage(
-    messages: Sequence[Mapping[str, Any]],
-    llm: Any = None,
-    context_window: int | None = None,
-    counter: Callable[[Sequence[Mapping[str, Any]]], int] | None = None,
-) -> float:
-    """Percent of the model's context window that ``messages`` fill.
-
-    The window is ``context_window``, else ``llm.context_window``; tokens are
-    counted by ``counter``, else by the model layer's counter (tiktoken or
-    about four characters per token).
-    """
-    window = context_window or getattr(llm, "context_window", None) or 0
-    if not isinstance(window, int) or window <= 0:
-        return 0.0
-    if counter is None:
-        from ai_tools.llm.tokens import count_messages
-
-        tokens = count_messages(list(messages))
-    else:
-        tokens = counter(messages)
-    return 100.0 * tokens / window
-
-
-def _is_tool_result(message: Mapping[str, Any]) -> bool:
-    if message.get("role") == "tool":
-        return True
-    content = message.get("content")
-    return (message.get("role") == "user" and isinstance(content, str)
-            and content.startswith(FALLBACK_RESULT_PREFIX))
-
-
-def _is_compaction_note(message: Mapping[str, Any]) -> bool:
-    content = message.get("content")
-    return isinstance(content, str) and (
-        content.startswith(SUMMARY_PREFIX) or content.startswith(TRUNCATION_PREFIX))
-
-
 def split_point(messages: Sequence[Mapping[str, Any]], preserve: int) -> int:
     """Index where the kept window starts: ``messages[:i]`` may be compacted.
 
@@ -146,7 +107,7 @@ def split_point(messages: Sequence[Mapping[str, Any]], preserve: int) -> int:
     with a tool result, so a tool call and its answers are never separated.
     """
     index = max(len(messages) - preserve, 0)
-    while index > 0 and _is_tool_result(messages[index]):
+    while index > 0 and is_tool_result(messages[index]):
         index -= 1
     return index
 

@@ -28,7 +28,10 @@ from ai_tools.execution.engine import ExecutionState
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.interfaces import IAssistantRuntime
 from ai_tools.loop.compaction import DEFAULT_COMPACTION, CompactionConfig
-from ai_tools.loop.run import ExitTool, LoopContext, LoopControl, LoopResult
+from ai_tools.loop.config import ExitTool
+from ai_tools.loop.context import LoopContext, LoopControl
+from ai_tools.loop.result import LoopResult
+from ai_tools.loop.usage import ContextMeter
 from ai_tools.service.patterns import validate_execution_config
 from ai_tools.service.scheduling import Clock
 from ai_tools.store.state_json import EncodedState, StateEncoder
@@ -56,9 +59,6 @@ STATE_VERSION = 1
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 _MAX_SUBAGENT_RECORDS = 20
 _DIRECT_KINDS = frozenset({"whisper", "page", "tell", "direct"})
-
-
-_at_tick: Callable[[Any, Any], defer.Deferred[Any]] | None = None
 
 
 class SleepRefused(AIToolsError):
@@ -198,7 +198,15 @@ class AssistantConfig:
     max_history: int = attrs.field(default=200, validator=_positive_int)
     """Messages kept; older ones are truncated after each tick."""
     max_pending_events: int = attrs.field(default=100, validator=_positive_int)
-    """Events kept waiting; beyond it the oldest are dropped (and counted)."""
+    """Events kept waiting; beyond it the oldest are dropped (counted, logged, in the status)."""
+    unavailable_after: int = attrs.field(default=3, validator=_non_negative_int)
+    """Failed attempts at answering pending events (the model asked and failing; a
+    refusal by an open circuit breaker is no attempt) after which the assistant
+    says ``unavailable_line`` once; the events stay pending (0: never say it)."""
+    unavailable_line: str = attrs.field(
+        default="Sorry, I can't answer right now. I'll get back to you as soon as I can.",
+        validator=_str)
+    """What the assistant says in the world when it cannot answer for now."""
     context_window: int | None = attrs.field(default=None, validator=_optional_positive_int)
     """Override of the model's context window in tokens."""
     compaction: CompactionConfig = DEFAULT_COMPACTION
@@ -368,6 +376,10 @@ class Assistant:
     sleep_maintenance_done: bool = False
     last_tick: dict[str, Any] | None = None
     subagents: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    failed_deliveries: int = 0
+    """Failed attempts at answering the pending events since they were last answered."""
+    unavailable_said: bool = False
+    """Whether ``unavailable_line`` was said since the pending events were last answered."""
     # Runtime only (never persisted):
     ticking: bool = False
     """The tick guard: True while a tick runs (released in ``finally``)."""
@@ -378,10 +390,10 @@ class Assistant:
     tick_started_at: float | None = None
     tick_errors: list[str] = attrs.field(factory=list)
     """Errors met by the tick in flight (logged once when it ends)."""
-    _usage_key: tuple[int, int] | None = None
+    meter: ContextMeter = attrs.field(factory=ContextMeter)
+    """Measures the context usage; the tick and its loops share it (counts kept)."""
     _config_dict: tuple[AssistantConfig, dict[str, Any]] | None = None
     _encoder: StateEncoder = attrs.field(factory=StateEncoder)
-    _usage_pct: float = 0.0
 
     def __repr__(self) -> str:
         return f"<Assistant {self.name} {self.mode}{' ticking' if self.ticking else ''}>"
@@ -507,14 +519,27 @@ class Assistant:
         """
         data = normalise_event(event, self._now())
         self.pending_events.append(data)
-        overflow = len(self.pending_events) - self.config.max_pending_events
-        if overflow > 0:
-            del self.pending_events[:overflow]
-            self.count("events_dropped", overflow)
+        self.cap_pending_events()
         self.count("events_received")
         if self.host is not None:
             self.host.events_queued(self, _addressed(data, self.config))
         return self._save(report=True)
+
+    def cap_pending_events(self) -> int:
+        """Drop the oldest pending events beyond ``max_pending_events``; returns how many.
+
+        Every drop is counted (``events_dropped``, shown in the status) and logged.
+        """
+        overflow = len(self.pending_events) - self.config.max_pending_events
+        if overflow <= 0:
+            return 0
+        del self.pending_events[:overflow]
+        self.count("events_dropped", overflow)
+        log.warn("{assistant} had more than {cap} pending events: the {count} oldest were "
+                 "dropped ({total} so far)", assistant=self.name,
+                 cap=self.config.max_pending_events, count=overflow,
+                 total=self.counters["events_dropped"])
+        return overflow
 
     def has_addressed_event(self) -> bool:
         """Whether a pending event is addressed to this assistant."""
@@ -566,38 +591,17 @@ class Assistant:
             "activity_since_wake": self.activity_since_wake,
             "sleep_until": self.sleep_until,
             "pending_events": len(self.pending_events),
+            "events_dropped": self.counters.get("events_dropped", 0),
+            "failed_deliveries": self.failed_deliveries,
             "history_length": len(self.history),
+            "context_percent": (round(self.meter.last.percent, 1)
+                                if self.meter.last is not None else None),
             "tool_budget": self.config.tool_budget,
             "counters": counters,
             "last_tick": dict(self.last_tick) if self.last_tick else None,
             "current_tool_call": self.execution_state.current_tool_call,
             "subagents": {k: v.get("status") for k, v in self.subagents.items()},
         }
-
-    # -- the tick ----------------------------------------------------------------
-
-    def at_tick(self) -> defer.Deferred[Any]:
-        """Run one tick (spec 004 §1); fires with a ``TickResult``, never fails."""
-        global _at_tick
-        if self.host is None:
-            raise AIToolsError(f"assistant {self.name!r} has no host to tick in")
-        if _at_tick is None:  # ai_tools.service.tick imports this module: bind it on first use
-            from ai_tools.service.tick import at_tick
-
-            _at_tick = at_tick
-        return _at_tick(self, self.host)
-
-    def usage_percent(self, counter: Callable[[Sequence[Mapping[str, Any]]], int],
-                      window: int) -> float:
-        """Context usage of persona + history in percent (cached while unchanged)."""
-        messages = self.history.messages
-        key = (len(messages), id(messages[-1]) if messages else 0)
-        if key != self._usage_key:
-            system = [{"role": "system", "content": self.persona}] if self.persona else []
-            tokens = counter(system + messages)
-            self._usage_pct = 100.0 * tokens / max(1, window)
-            self._usage_key = key
-        return self._usage_pct
 
     # -- persistence -------------------------------------------------------------
 
@@ -654,6 +658,8 @@ class Assistant:
             sleep_maintenance_done=self.sleep_maintenance_done,
             last_tick=self.last_tick,
             subagents=self.subagents,
+            failed_deliveries=self.failed_deliveries,
+            unavailable_said=self.unavailable_said,
         )
 
     @classmethod
@@ -678,57 +684,77 @@ class Assistant:
                 raise ConfigError("saved assistant state has no config; pass one")
             config = AssistantConfig.from_mapping(saved, "saved assistant config")
         assistant = cls(config=config, host=host, enabled=config.enabled)
-        if not state:
-            return assistant
+        if state:
+            saved = _SavedState(state, config.name)
+            assistant._restore(saved)
+            assistant._restore_execution(saved.get("execution", Mapping, {}) or {})
+            assistant._restore_subagents(saved.get("subagents", Mapping, {}) or {})
+        return assistant
 
-        def field(key: str, kind: type | tuple[type, ...], default: Any) -> Any:
-            value = state.get(key, default)
-            if value is not None and not isinstance(value, kind):
-                log.warn("Saved state of {assistant}: bad {key!r}, using the default",
-                         assistant=config.name, key=key)
-                return default
-            return value
+    def _restore(self, saved: _SavedState) -> None:
+        """The plain fields of a saved state (see :meth:`from_state`)."""
+        mode = saved.state.get("mode", AWAKE)
+        self.mode = mode if mode in MODES else AWAKE
+        self.mode_reason = saved.get("mode_reason", str, "") or ""
+        self.enabled = bool(saved.get("enabled", bool, self.config.enabled))
+        self.emergency_stopped = bool(saved.get("emergency_stopped", bool, False))
+        history = saved.get("history", list, [])
+        self.history = ConversationHistory.from_list(
+            [m for m in history or () if isinstance(m, Mapping)])
+        events = saved.get("pending_events", list, [])
+        self.pending_events = [dict(e) for e in events or () if isinstance(e, Mapping)]
+        self.persona_override = saved.get("persona_override", str, None)
+        counters = saved.get("counters", Mapping, {}) or {}
+        self.counters = {k: v for k, v in counters.items()
+                         if isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)}
+        self.tick_number = saved.count("tick_number")
+        self.ticks_since_reflection = saved.count("ticks_since_reflection")
+        self.failed_deliveries = saved.count("failed_deliveries")
+        self.unavailable_said = bool(saved.get("unavailable_said", bool, False))
+        sleep_until = saved.get("sleep_until", (int, float), None)
+        self.sleep_until = float(sleep_until) if sleep_until is not None else None
+        self.sleep_maintenance_done = bool(saved.get("sleep_maintenance_done", bool, False))
+        last_tick = saved.get("last_tick", Mapping, None)
+        self.last_tick = dict(last_tick) if last_tick else None
 
-        mode = state.get("mode", AWAKE)
-        assistant.mode = mode if mode in MODES else AWAKE
-        assistant.mode_reason = field("mode_reason", str, "") or ""
-        assistant.enabled = bool(field("enabled", bool, config.enabled))
-        assistant.emergency_stopped = bool(field("emergency_stopped", bool, False))
-        history = field("history", list, [])
-        assistant.history = ConversationHistory.from_list(
-            [m for m in history or () if isinstance(m, Mapping)]
-        )
-        events = field("pending_events", list, [])
-        assistant.pending_events = [dict(e) for e in events or () if isinstance(e, Mapping)]
-        assistant.persona_override = field("persona_override", str, None)
-        execution = field("execution", Mapping, {}) or {}
-        exec_state = assistant.execution_state
+    def _restore_execution(self, execution: Mapping[str, Any]) -> None:
+        state = self.execution_state
         for key in ("activity_since_wake", "calls", "retries", "cache_hits", "timeouts",
                     "errors"):
             value = execution.get(key)
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                setattr(exec_state, key, value)
+                setattr(state, key, value)
         current = execution.get("current_tool_call")
-        exec_state.current_tool_call = dict(current) if isinstance(current, Mapping) else None
-        counters = field("counters", Mapping, {}) or {}
-        assistant.counters = {
-            k: v for k, v in counters.items()
-            if isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
-        }
-        assistant.tick_number = max(0, int(field("tick_number", int, 0) or 0))
-        assistant.ticks_since_reflection = max(0, int(field("ticks_since_reflection", int, 0)
-                                                      or 0))
-        sleep_until = field("sleep_until", (int, float), None)
-        assistant.sleep_until = float(sleep_until) if sleep_until is not None else None
-        assistant.sleep_maintenance_done = bool(field("sleep_maintenance_done", bool, False))
-        last_tick = field("last_tick", Mapping, None)
-        assistant.last_tick = dict(last_tick) if last_tick else None
-        subagents = field("subagents", Mapping, {}) or {}
+        state.current_tool_call = dict(current) if isinstance(current, Mapping) else None
+
+    def _restore_subagents(self, subagents: Mapping[str, Any]) -> None:
+        """Sub-agent records; one that was running when the process stopped is interrupted."""
         for task_id, record in subagents.items():
             if isinstance(task_id, str) and isinstance(record, Mapping):
                 record = dict(record)
                 if record.get("status") == "running":
                     record["status"] = "interrupted"
                     record["error"] = "the process stopped while the task ran"
-                assistant.subagents[task_id] = record
-        return assistant
+                self.subagents[task_id] = record
+
+
+@attrs.frozen
+class _SavedState:
+    """A saved state read defensively: a malformed field falls back to its default (logged)."""
+
+    state: Mapping[str, Any]
+    name: str
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
+        """The field ``key`` if it is a ``kind`` (or None), else ``default``."""
+        value = self.state.get(key, default)
+        if value is not None and not isinstance(value, kind):
+            log.warn("Saved state of {assistant}: bad {key!r}, using the default",
+                     assistant=self.name, key=key)
+            return default
+        return value
+
+    def count(self, key: str) -> int:
+        """A non-negative integer field (0 if absent or bad)."""
+        return max(0, int(self.get(key, int, 0) or 0))
+

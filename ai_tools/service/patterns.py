@@ -36,7 +36,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from ai_tools.errors import ConfigError
-from ai_tools.loop.run import GatePolicy
+from ai_tools.loop.config import GatePolicy
 from ai_tools.tools.base import ToolCategory
 
 __all__ = [
@@ -151,46 +151,47 @@ def validate_execution_config(
         raise ConfigError(f"{where} must be a mapping, not {type(config).__name__}")
     for key, value in config.items():
         if key == "contexts":
-            if not isinstance(value, Mapping):
-                raise ConfigError(f"{where}.contexts must be a mapping of context type to config")
-            for ctx, sub in value.items():
-                validate_execution_config(sub, f"{where}.contexts.{ctx}")
-                if isinstance(sub, Mapping) and "contexts" in sub:
-                    raise ConfigError(f"{where}.contexts.{ctx} cannot nest 'contexts'")
-            continue
-        if key not in _KNOWN_KEYS:
+            _check_contexts(value, where)
+        elif key not in _KNOWN_KEYS:
             known = ", ".join(sorted(_KNOWN_KEYS | {"contexts"}))
             raise ConfigError(f"{where}: unknown key {key!r} (known: {known})")
-        if key == "pattern" and value not in PATTERNS:
-            raise ConfigError(
-                f"{where}.pattern must be one of {', '.join(PATTERNS)}, not {value!r}"
-            )
-        if key in ("max_iterations", "assessment_max_iterations") and (
-            isinstance(value, bool) or not isinstance(value, int)
-            or not MIN_ITERATIONS <= value <= MAX_ITERATIONS
-        ):
-            raise ConfigError(
-                f"{where}.{key} must be an integer from {MIN_ITERATIONS} to {MAX_ITERATIONS},"
-                f" not {value!r}"
-            )
-        if key == "sub_agent_budget" and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 1
-        ):
-            raise ConfigError(f"{where}.sub_agent_budget must be a positive integer, not {value!r}")
-        if key in ("use_llm_assessment", "lock_pattern", "sub_agents_enabled") and not isinstance(
-            value, bool
-        ):
-            raise ConfigError(f"{where}.{key} must be true or false, not {value!r}")
-        if key in ("allowed_categories", "allowed_tools"):
-            if not _is_string_list(value):
-                raise ConfigError(f"{where}.{key} must be a list of strings, not {value!r}")
-            if key == "allowed_categories":
-                bad = sorted(set(value) - set(_CATEGORY_VALUES))
-                if bad:
-                    raise ConfigError(
-                        f"{where}.allowed_categories: unknown {', '.join(bad)}"
-                        f" (known: {', '.join(_CATEGORY_VALUES)})"
-                    )
+        else:
+            _check_value(key, value, where)
+
+
+def _check_contexts(value: Any, where: str) -> None:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}.contexts must be a mapping of context type to config")
+    for ctx, sub in value.items():
+        validate_execution_config(sub, f"{where}.contexts.{ctx}")
+        if isinstance(sub, Mapping) and "contexts" in sub:
+            raise ConfigError(f"{where}.contexts.{ctx} cannot nest 'contexts'")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_value(key: str, value: Any, where: str) -> None:
+    """One known key's value (see :func:`validate_execution_config`)."""
+    if key == "pattern" and value not in PATTERNS:
+        raise ConfigError(f"{where}.pattern must be one of {', '.join(PATTERNS)}, not {value!r}")
+    if key in ("max_iterations", "assessment_max_iterations") and not (
+            _is_int(value) and MIN_ITERATIONS <= value <= MAX_ITERATIONS):
+        raise ConfigError(f"{where}.{key} must be an integer from {MIN_ITERATIONS} to "
+                          f"{MAX_ITERATIONS}, not {value!r}")
+    if key == "sub_agent_budget" and not (_is_int(value) and value >= 1):
+        raise ConfigError(f"{where}.sub_agent_budget must be a positive integer, not {value!r}")
+    if key in ("use_llm_assessment", "lock_pattern", "sub_agents_enabled") and not isinstance(
+            value, bool):
+        raise ConfigError(f"{where}.{key} must be true or false, not {value!r}")
+    if key in ("allowed_categories", "allowed_tools") and not _is_string_list(value):
+        raise ConfigError(f"{where}.{key} must be a list of strings, not {value!r}")
+    if key == "allowed_categories":
+        bad = sorted(set(value) - set(_CATEGORY_VALUES))
+        if bad:
+            raise ConfigError(f"{where}.allowed_categories: unknown {', '.join(bad)}"
+                              f" (known: {', '.join(_CATEGORY_VALUES)})")
 
 
 def _merged(

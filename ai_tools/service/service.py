@@ -39,7 +39,8 @@ from twisted.python.failure import Failure
 
 from ai_tools.errors import ConfigError, NotFound
 from ai_tools.execution.history import ConversationHistory
-from ai_tools.loop.run import (
+from ai_tools.execution.reasons import TerminationReason
+from ai_tools.loop import (
     GatePolicy,
     LoopConfig,
     LoopContext,
@@ -50,7 +51,7 @@ from ai_tools.loop.run import (
 from ai_tools.service.assistant import AWAKE, Assistant, AssistantConfig
 from ai_tools.service.scheduling import Clock, TickScheduler
 from ai_tools.service.state_writer import StateWriter
-from ai_tools.service.tick import TickResult
+from ai_tools.service.tick import TickResult, at_tick
 from ai_tools.tools.base import Actor
 from ai_tools.tools.registry import ToolRegistry
 
@@ -447,11 +448,11 @@ class AssistantService(MultiService):
     def _cancel_in_flight(self) -> None:
         for assistant in self._assistants.values():
             if assistant.control is not None:
-                assistant.control.stop("service stopping")
+                assistant.control.stop("service stopping", TerminationReason.SHUTDOWN)
         if self._scheduler is not None:
             self._scheduler.cancel_running()
         for d, control in list(self._subagents.values()):
-            control.stop("service stopping")
+            control.stop("service stopping", TerminationReason.SHUTDOWN)
             d.cancel()
 
     # -- adding and removing --------------------------------------------------------
@@ -623,7 +624,7 @@ class AssistantService(MultiService):
         assistant = self._assistants.get(name)
         if assistant is None:
             return defer.fail(NotFound(f"no assistant named {name!r}"))
-        return assistant.at_tick()
+        return at_tick(assistant, self)
 
     def stop_assistant(self, name: str, reason: str = "stopped by user") -> bool:
         """Kill what the assistant is doing: cancel its model call or tool in flight.
@@ -817,15 +818,27 @@ class AssistantService(MultiService):
             "status": "running", "started_at": self.clock.seconds(),
         }
         assistant.record_subagent(task_id, record)
-        llm = self.llm_for(assistant.config.model)
         control = LoopControl()
+        ctx = self._subagent_context(assistant, task_id, task, allowed, control)
+        config = LoopConfig(max_iterations=10, tool_budget=budget,
+                            native_tools=assistant.config.native_tools,
+                            stream=assistant.config.stream)
+        d = defer.maybeDeferred(self.run_loop, ctx, config)
+        self._subagents[(assistant.name, task_id)] = (d, control)
+        d.addBoth(self._subagent_finished, assistant, record)
+        self.publish(assistant.name, {"type": "subagent_started", "task_id": task_id})
+        return task_id
+
+    def _subagent_context(self, assistant: Assistant, task_id: str, task: str,
+                          allowed: frozenset[str], control: LoopControl) -> LoopContext:
+        """A helper loop's context: a fresh history, the task as its event, few tools."""
         name = assistant.name
-        ctx = LoopContext(
+        return LoopContext(
             assistant_name=f"{name}/{task_id}",
             actor=Actor(assistant.config.character_id, world=self.world, store=self.store,
                         assistant=assistant),  # type: ignore[arg-type]
             registry=self.registry,
-            llm=llm,
+            llm=self.llm_for(assistant.config.model),
             history=ConversationHistory(),
             clock=self.clock,
             cache=self.cache,
@@ -837,40 +850,30 @@ class AssistantService(MultiService):
             stop_check=lambda: assistant.emergency_stopped,
             control=control,
         )
-        native = assistant.config.native_tools
-        if native is None:
-            native = getattr(getattr(llm, "profile", None), "tool_calling", "native") != "fallback"
-        config = LoopConfig(max_iterations=10, tool_budget=budget, native_tools=native,
-                            stream=assistant.config.stream)
-        d = defer.maybeDeferred(self.run_loop, ctx, config)
-        key = (name, task_id)
-        self._subagents[key] = (d, control)
 
-        def finished(result: Any) -> None:
-            self._subagents.pop(key, None)
-            if isinstance(result, Failure):
-                status, text, reason = "failed", "", result.getErrorMessage()
-                used = None
-            else:
-                reason = result.termination_reason
-                status = ("stopped" if reason == "stopped_by_user"
-                          else "failed" if result.failed else "done")
-                text = result.text[-_SUBAGENT_RESULT_CHARS:]
-                remaining = result.tool_budget_remaining
-                used = budget - remaining if remaining is not None else None
-            record.update({"status": status, "result": text, "termination_reason": reason,
-                           "tool_calls": used, "finished_at": self.clock.seconds()})
-            live = self._assistants.get(name)
-            if live is assistant:
-                assistant.record_subagent(task_id, record)
-                assistant.queue_event({
-                    "type": "subagent_result", "task_id": task_id, "status": status,
-                    "text": text or f"(no report; ended with {reason})", "addressed": True,
-                }).addErrback(lambda f: None)
-
-        d.addBoth(finished)
-        self.publish(name, {"type": "subagent_started", "task_id": task_id})
-        return task_id
+    def _subagent_finished(self, result: Any, assistant: Assistant,
+                           record: dict[str, Any]) -> None:
+        """Record how a helper loop ended; its report becomes an event of its assistant."""
+        task_id = record["id"]
+        self._subagents.pop((assistant.name, task_id), None)
+        if isinstance(result, Failure):
+            status, text, reason = "failed", "", result.getErrorMessage()
+            used = None
+        else:
+            reason = result.termination_reason
+            status = ("stopped" if reason.stopped
+                      else "failed" if result.failed else "done")
+            text = result.text[-_SUBAGENT_RESULT_CHARS:]
+            remaining = result.tool_budget_remaining
+            used = record["budget"] - remaining if remaining is not None else None
+        record.update({"status": status, "result": text, "termination_reason": reason,
+                       "tool_calls": used, "finished_at": self.clock.seconds()})
+        if self._assistants.get(assistant.name) is assistant:
+            assistant.record_subagent(task_id, record)
+            assistant.queue_event({
+                "type": "subagent_result", "task_id": task_id, "status": status,
+                "text": text or f"(no report; ended with {reason})", "addressed": True,
+            }).addErrback(lambda f: None)
 
     # -- convenience ----------------------------------------------------------------------
 

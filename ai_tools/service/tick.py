@@ -17,7 +17,14 @@
 7. **execution-pattern selection** — context type from the pending events,
    optional model assessment, the three layers of :mod:`ai_tools.service.patterns`;
 8. **the loop** — a ReAct loop or a single action, its state persisted after
-   every iteration (the loop waits for the write before its next model call).
+   every iteration (the loop waits for the write before its next model call);
+9. **undelivered events** — when the loop ended before a model answer saw the
+   pending events, they are pending again (the loop gave them back); after
+   ``unavailable_after`` real failed attempts (a refusal by an open circuit
+   breaker is none) the assistant says ``unavailable_line`` once, in the world.
+
+The context usage the tick checks is the loop's own measure
+(:mod:`ai_tools.loop.usage`), taken with the assistant's meter.
 
 A tick never raises: whatever happens ends in a :class:`TickResult`, the
 errors met are logged once, at the end, with the assistant, tick number,
@@ -34,10 +41,13 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ai_tools.llm.tokens import DEFAULT_CONTEXT_WINDOW, count_messages
+from ai_tools.execution.reasons import TerminationReason
 from ai_tools.loop.compaction import compact_history, needs_compaction
+from ai_tools.loop.config import GatePolicy, LoopConfig
+from ai_tools.loop.context import LoopContext, LoopControl
 from ai_tools.loop.prompts import format_events
-from ai_tools.loop.run import GatePolicy, LoopConfig, LoopContext, LoopControl, LoopResult
+from ai_tools.loop.request import measure_context
+from ai_tools.loop.result import LoopResult
 from ai_tools.service.assistant import AWAKE, SLEEP
 from ai_tools.service.episodes import EPISODES, episode_record
 from ai_tools.service.patterns import (
@@ -258,17 +268,13 @@ def _release(assistant: Assistant) -> None:
     assistant.current_tick = None
 
 
-def _llm_window(assistant: Assistant, host: AssistantHost) -> tuple[Any, int]:
-    llm = host.llm_for(assistant.config.model)
-    window = assistant.config.context_window or getattr(llm, "context_window", None)
-    if not isinstance(window, int) or window < 1:
-        window = DEFAULT_CONTEXT_WINDOW
-    return llm, window
-
-
-def _usage(assistant: Assistant, host: AssistantHost) -> float:
-    _, window = _llm_window(assistant, host)
-    return assistant.usage_percent(count_messages, window)
+def _usage(assistant: Assistant, host: AssistantHost, mode: str) -> float:
+    """The context usage of the loop this tick would run in ``mode``, in percent."""
+    context_type = (SLEEP_CONTEXT if mode == SLEEP
+                    else determine_context_type(assistant.pending_events))
+    ctx = _loop_context(assistant, host, context_type, mode=mode)
+    config = _loop_config(assistant, None)
+    return measure_context(ctx, config, assistant.meter, assistant.persona).percent
 
 
 def _reflection_due(assistant: Assistant) -> bool:
@@ -284,7 +290,8 @@ def _is_idle(assistant: Assistant, host: AssistantHost) -> bool:
         return False
     if not len(assistant.history):
         return True
-    return not needs_compaction(_usage(assistant, host), AWAKE, assistant.config.compaction)
+    return not needs_compaction(_usage(assistant, host, AWAKE), AWAKE,
+                                assistant.config.compaction)
 
 
 @defer.inlineCallbacks
@@ -315,6 +322,8 @@ def _run(tick: _Tick) -> Any:
         events = list(assistant.pending_events)
         history_start = len(assistant.history)
         tick.loop = yield _run_loop(tick, context_type, pattern=tick.pattern)
+        # 9. events no model answer saw are pending again
+        yield _after_delivery(tick, bool(events), tick.loop)
         yield _record_episode(tick, events, history_start)
         assistant.ticks_since_reflection += 1
         _trim_history(assistant)
@@ -364,7 +373,7 @@ def _maybe_compact(tick: _Tick, mode: str) -> defer.Deferred[None] | None:
     assistant, host = tick.assistant, tick.host
     if not len(assistant.history):
         return None
-    if not needs_compaction(_usage(assistant, host), mode, assistant.config.compaction):
+    if not needs_compaction(_usage(assistant, host, mode), mode, assistant.config.compaction):
         return None
     return _compact(tick)
 
@@ -373,7 +382,7 @@ def _maybe_compact(tick: _Tick, mode: str) -> defer.Deferred[None] | None:
 def _compact(tick: _Tick) -> Any:
     assistant, host = tick.assistant, tick.host
     config = assistant.config.compaction
-    llm, _ = _llm_window(assistant, host)
+    llm = host.llm_for(assistant.config.model)
     try:
         result = yield compact_history(assistant.history, llm, config)
     except defer.CancelledError:
@@ -424,7 +433,7 @@ def _select_pattern(tick: _Tick, context_type: str) -> Any:
 def _assess_and_select(tick: _Tick, context_type: str) -> Any:
     assistant, host = tick.assistant, tick.host
     config = assistant.execution_config
-    llm, _ = _llm_window(assistant, host)
+    llm = host.llm_for(assistant.config.model)
     assessment = yield assess_task(llm, assistant.persona,
                                    format_events(assistant.pending_events))
     assistant.count("assessments")
@@ -438,24 +447,46 @@ def _gate(assistant: Assistant, context_type: str) -> GatePolicy:
     return gate
 
 
-def _native_tools(assistant: Assistant, llm: Any) -> bool:
-    if assistant.config.native_tools is not None:
-        return assistant.config.native_tools
-    profile = getattr(llm, "profile", None)
-    return getattr(profile, "tool_calling", "native") != "fallback"
-
-
-def _loop_config(assistant: Assistant, llm: Any, pattern: ExecutionPattern) -> LoopConfig:
+def _loop_config(assistant: Assistant, pattern: ExecutionPattern | None) -> LoopConfig:
+    """The loop's config from the assistant's and the execution pattern (None: defaults)."""
     config = assistant.config
+    by_pattern: dict[str, Any] = {} if pattern is None else {
+        "max_iterations": pattern.max_iterations, "pattern_mode": pattern.mode}
     return LoopConfig(
-        max_iterations=pattern.max_iterations,
-        pattern_mode=pattern.mode,
         tool_budget=config.tool_budget,
         exit_tools=config.exit_tools,  # type: ignore[arg-type]  # converter=tuple
         consecutive_error_cap=config.consecutive_error_cap,
-        native_tools=_native_tools(assistant, llm),
+        native_tools=config.native_tools,
         stream=config.stream,
         context_window=config.context_window,
+        **by_pattern,
+    )
+
+
+def _loop_context(assistant: Assistant, host: AssistantHost, context_type: str, *,
+                  mode: str = AWAKE, reflection: bool = False) -> LoopContext:
+    """What a loop of this assistant runs with (the tick adds its control and checkpoint)."""
+    quiet = reflection or mode == SLEEP
+    return LoopContext(
+        assistant_name=assistant.name,
+        actor=Actor(assistant.config.character_id, world=host.world, store=host.store,
+                    assistant=assistant),  # type: ignore[arg-type]
+        registry=host.registry,
+        llm=host.llm_for(assistant.config.model),
+        history=assistant.history,
+        clock=host.clock,
+        cache=host.cache,
+        cache_namespace=assistant.name,
+        gate=_gate(assistant, context_type),
+        system_prompt=assistant.persona,
+        # Maintenance and reflection never consume the events waiting for the awake loop.
+        pending_events=[] if quiet else assistant.pending_events,
+        mode=mode,
+        reflection=reflection,
+        stop_check=functools.partial(_emergency_stopped, assistant),
+        execution_state=assistant.execution_state,
+        # A reflection works on a copy of the history: its counts would not be kept.
+        meter=None if reflection else assistant.meter,
     )
 
 
@@ -482,13 +513,16 @@ def _emergency_stopped(assistant: Assistant) -> bool:
     return assistant.emergency_stopped
 
 
-def _checkpoint_failed(failure: Failure, tick: _Tick, control: LoopControl | None) -> None:
+def _checkpoint_failed(failure: Failure, tick: _Tick, control: LoopControl | None) -> Any:
+    if failure.check(defer.CancelledError):
+        return failure  # the tick is being cancelled: not a store error
     failure.trap(Exception)
     tick.assistant.count("store_errors")
     message = f"{_STORE_ERROR}: {failure.value}"
     tick.error(message)
     if control is not None:
         control.stop(message)
+    return None
 
 
 @defer.inlineCallbacks
@@ -502,36 +536,17 @@ def _run_loop(
 ) -> Any:
     """Build the loop context for this tick and run the loop; returns its LoopResult."""
     assistant, host = tick.assistant, tick.host
-    llm, _ = _llm_window(assistant, host)
     if pattern is None:
         pattern = select_execution_pattern(assistant.execution_config, context_type)
     control = LoopControl()
     assistant.control = control
-    quiet = reflection or mode == SLEEP
-    ctx = LoopContext(
-        assistant_name=assistant.name,
-        actor=Actor(assistant.config.character_id, world=host.world, store=host.store,
-                    assistant=assistant),  # type: ignore[arg-type]
-        registry=host.registry,
-        llm=llm,
-        history=assistant.history,
-        clock=host.clock,
-        cache=host.cache,
-        cache_namespace=assistant.name,
-        gate=_gate(assistant, context_type),
-        system_prompt=assistant.persona,
-        # Maintenance and reflection never consume the events waiting for the awake loop.
-        pending_events=[] if quiet else assistant.pending_events,
-        mode=mode,
-        reflection=reflection,
-        on_event=functools.partial(host.publish, assistant.name),
-        stop_check=functools.partial(_emergency_stopped, assistant),
-        control=control,
-        checkpoint=None if reflection else functools.partial(_checkpoint_after, tick, control),
-        execution_state=assistant.execution_state,
-    )
+    ctx = _loop_context(assistant, host, context_type, mode=mode, reflection=reflection)
+    ctx.control = control
+    ctx.on_event = functools.partial(host.publish, assistant.name)
+    if not reflection:
+        ctx.checkpoint = functools.partial(_checkpoint_after, tick, control)
     try:
-        result = yield host.run_loop(ctx, _loop_config(assistant, llm, pattern))
+        result = yield host.run_loop(ctx, _loop_config(assistant, pattern))
     finally:
         assistant.control = None
     assistant.count("loops")
@@ -547,6 +562,63 @@ def _run_loop(
     if result.failed:
         tick.error(f"{result.termination_reason}: {result.error or ''}".rstrip(": "))
     return result
+
+
+def _after_delivery(tick: _Tick, delivered: bool, result: LoopResult
+                    ) -> defer.Deferred[None] | None:
+    """Step 9: follow what became of the pending events the loop delivered.
+
+    Answered: the failure count starts again.  Given back (no model answer
+    saw them; the loop put them back in front of the pending list): the cap
+    applies again, and a real failed attempt is counted — not a stop, a
+    shutdown, nor a refusal by an open circuit breaker, where the model was
+    never asked.  At ``unavailable_after`` failed attempts the assistant says
+    its ``unavailable_line`` once; the events stay pending until a model
+    answer sees them.
+    """
+    assistant = tick.assistant
+    if not delivered:
+        return None
+    if not result.events_returned:
+        assistant.failed_deliveries = 0
+        assistant.unavailable_said = False
+        return None
+    assistant.cap_pending_events()
+    reason = result.termination_reason
+    if not reason.failed or reason is TerminationReason.LLM_UNAVAILABLE:
+        return None
+    assistant.failed_deliveries += 1
+    assistant.count("failed_deliveries")
+    limit = assistant.config.unavailable_after
+    if not limit or assistant.failed_deliveries < limit or assistant.unavailable_said:
+        return None
+    assistant.unavailable_said = True
+    return _say_unavailable(tick)
+
+
+def _say_unavailable(tick: _Tick) -> defer.Deferred[None] | None:
+    """Say ``unavailable_line`` in the world, as the assistant's character."""
+    assistant, host = tick.assistant, tick.host
+    text = assistant.config.unavailable_line
+    log.warn("{assistant} could not answer its pending events ({attempts} failed attempts); "
+             "saying so in the world", assistant=assistant.name,
+             attempts=assistant.failed_deliveries)
+    host.publish(assistant.name, {"type": "unavailable", "text": text,
+                                  "failed_attempts": assistant.failed_deliveries})
+    if host.world is None:
+        return None
+    d = defer.maybeDeferred(host.world.message_location, assistant.config.character_id, text,
+                            kind="say")
+    return d.addCallbacks(_discard, _say_failed, errbackArgs=(tick,))
+
+
+def _say_failed(failure: Failure, tick: _Tick) -> Failure | None:
+    if failure.check(defer.CancelledError):
+        return failure
+    log.failure("{assistant} could not say it is unavailable", failure,
+                assistant=tick.assistant.name)
+    tick.error(f"unavailable line not said: {failure.getErrorMessage()}")
+    return None
 
 
 def _record_episode(
@@ -574,12 +646,15 @@ def _discard(_: Any) -> None:
     return None
 
 
-def _episode_failed(failure: Failure, tick: _Tick) -> None:
+def _episode_failed(failure: Failure, tick: _Tick) -> Failure | None:
+    if failure.check(defer.CancelledError):
+        return failure  # the tick is being cancelled: not a failed write
     failure.trap(Exception)
     log.failure("Could not record the episode of {assistant}'s tick {tick}", failure,
                 assistant=tick.assistant.name, tick=tick.number)
     exc = failure.value
     tick.error(f"episode not recorded: {type(exc).__name__}: {exc}")
+    return None
 
 
 def _trim_history(assistant: Assistant) -> None:

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ai_tools.json_encoding import prebuilt_encode
+from ai_tools.json_encoding import compact_ascii_json
 
 WORLD_SECTIONS: Mapping[str, str] = {
     "objects": "id",
@@ -41,7 +41,7 @@ RECORD_FIELDS = (
 # ASCII output: lone surrogates in model text survive as \u escapes instead of
 # failing the UTF-8 encoding SQLite needs.  Prebuilt: a state is encoded after
 # every loop iteration, and json.dumps would set up a new encoder every time.
-_encode = prebuilt_encode(json.JSONEncoder(allow_nan=False, separators=(",", ":")))
+_encode = compact_ascii_json
 
 
 def encode_json(value: Any, what: str) -> str:

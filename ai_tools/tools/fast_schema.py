@@ -101,17 +101,20 @@ def _compile(schema: Any) -> FastCheck | None:
         if built is None:
             return None
         checks.extend(built)
-    if not checks:
-        if type_set is _JSON_TYPES:
+    return _typed_check(type_set, tuple(checks))
+
+
+def _typed_check(accepted: frozenset[type],
+                 constraints: tuple[Callable[[Any, type], bool], ...]) -> FastCheck:
+    """A value of an ``accepted`` type that passes every constraint."""
+    if not constraints:
+        if accepted is _JSON_TYPES:
             return _json_value
-        accepted = type_set
 
         def check_type(value: Any) -> bool:
             return type(value) in accepted
 
         return check_type
-    accepted = type_set
-    constraints = tuple(checks)
 
     def check(value: Any) -> bool:
         kind = type(value)
@@ -262,13 +265,8 @@ def _compile_arrays(schema: Mapping[str, Any]) -> list[Callable[[Any, type], boo
     return checks
 
 
-def _compile_objects(schema: Mapping[str, Any]) -> list[Callable[[Any, type], bool]] | None:
-    properties = schema.get("properties", {})
-    required = schema.get("required", [])
-    additional = schema.get("additionalProperties", True)
-    if type(properties) is not dict or type(required) is not list or type(additional) is not bool:
-        return None
-    if not all(type(name) is str for name in required):
+def _compile_properties(properties: Any) -> dict[str, FastCheck] | None:
+    if type(properties) is not dict:
         return None
     compiled: dict[str, FastCheck] = {}
     for name, subschema in properties.items():
@@ -276,6 +274,18 @@ def _compile_objects(schema: Mapping[str, Any]) -> list[Callable[[Any, type], bo
         if type(name) is not str or check is None:
             return None
         compiled[name] = check
+    return compiled
+
+
+def _compile_objects(schema: Mapping[str, Any]) -> list[Callable[[Any, type], bool]] | None:
+    required = schema.get("required", [])
+    additional = schema.get("additionalProperties", True)
+    if (type(required) is not list or type(additional) is not bool
+            or not all(type(name) is str for name in required)):
+        return None
+    compiled = _compile_properties(schema.get("properties", {}))
+    if compiled is None:
+        return None
     if not compiled and not required and additional:
         return []
     needed = tuple(required)

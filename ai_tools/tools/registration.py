@@ -57,20 +57,7 @@ def check_tool_class(tool_class: Any, existing: Mapping[str, Tool]) -> None:
 
 def tool_class_problems(tool_class: type[Tool], existing: Mapping[str, Tool]) -> list[str]:
     """Everything wrong with a Tool subclass, as short sentences (empty when fine)."""
-    problems: list[str] = []
-    name = tool_class.name
-    if not isinstance(name, str) or not name:
-        problems.append("'name' must be a non-empty string")
-    elif not NAME_PATTERN.fullmatch(name):
-        problems.append(
-            f"'name' {name!r} must be 1-64 letters, digits, '_' or '-' "
-            "(the function-name rule of model APIs)"
-        )
-    elif name in existing:
-        other = existing[name]
-        problems.append(
-            f"a tool named {name!r} is already registered ({describe_class(type(other))})"
-        )
+    problems = _name_problems(tool_class.name, existing)
     description = tool_class.description
     if not isinstance(description, str) or not description.strip():
         problems.append("'description' must be a non-empty string (the model reads it)")
@@ -98,6 +85,18 @@ def tool_class_problems(tool_class: type[Tool], existing: Mapping[str, Tool]) ->
     elif not callable(tool_class.execute):
         problems.append("'execute' must be a method")
     return problems
+
+
+def _name_problems(name: Any, existing: Mapping[str, Tool]) -> list[str]:
+    if not isinstance(name, str) or not name:
+        return ["'name' must be a non-empty string"]
+    if not NAME_PATTERN.fullmatch(name):
+        return [f"'name' {name!r} must be 1-64 letters, digits, '_' or '-' "
+                "(the function-name rule of model APIs)"]
+    if name in existing:
+        return [f"a tool named {name!r} is already registered "
+                f"({describe_class(type(existing[name]))})"]
+    return []
 
 
 def parameters_problems(parameters: Any) -> list[str]:

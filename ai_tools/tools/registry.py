@@ -23,8 +23,18 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[type[Tool]] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._version = 0
         for tool_class in tools:
             self.register(tool_class)
+
+    @property
+    def version(self) -> int:
+        """A number that changes whenever a tool is registered or removed.
+
+        What is built from the tools (a loop's offered tools and system prompt)
+        is kept by it.
+        """
+        return self._version
 
     def register(self, tool_class: type[ToolT]) -> ToolT:
         """Check ``tool_class`` and add an instance of it; returns the instance.
@@ -44,11 +54,13 @@ class ToolRegistry:
                 f"creating it failed: {type(e).__name__}: {e}"
             ) from e
         self._tools[tool.name] = tool
+        self._version += 1
         return tool
 
     def unregister(self, name: str) -> None:
         """Remove a tool (no error if absent)."""
-        self._tools.pop(name, None)
+        if self._tools.pop(name, None) is not None:
+            self._version += 1
 
     def get_tool(self, name: str) -> Tool | None:
         """The tool called ``name``, or None."""

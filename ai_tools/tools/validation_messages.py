@@ -1,11 +1,10 @@
 """Turn failed schema keywords into short errors a model can act on.
 
-Both schema checkers (jsonschema and the basic fallback) report a failure as a
-:class:`SchemaProblem`: the keyword that failed, its value, the instance and the
-(sub)schema.  :func:`describe_problem` turns one into :class:`ErrorEntry` values
-with a plain message (``Must be at least 1``), the constraint (``minimum: 1``)
-and the offending value — never a raw validator dump.  Sharing this step is
-what makes the two checkers report the same errors.
+The schema checker (jsonschema) reports a failure as a :class:`SchemaProblem`:
+the keyword that failed, its value, the instance and the (sub)schema.
+:func:`describe_problem` turns one into :class:`ErrorEntry` values with a plain
+message (``Must be at least 1``), the constraint (``minimum: 1``) and the
+offending value — never a raw validator dump.
 """
 
 from __future__ import annotations
@@ -53,7 +52,7 @@ _PREVIEW_LIMIT = 80
 
 @attrs.frozen
 class SchemaProblem:
-    """One failed schema keyword, as either checker finds it."""
+    """One failed schema keyword, as the checker finds it."""
 
     path: Path
     keyword: str
@@ -131,71 +130,127 @@ def missing_constraint(schema: Any, name: str) -> str | None:
     return None
 
 
+Entry = Callable[..., ErrorEntry]
+"""Makes an entry of one problem: ``entry(message, constraint=None, got=<the instance>,
+stage=STAGE_CONSTRAINT, where=<the parameter>)``."""
+
+
 def describe_problem(problem: SchemaProblem, is_valid: IsValid) -> list[ErrorEntry]:
     """The model-facing errors for one failed keyword (usually one entry)."""
-    keyword, value, instance, schema = (
-        problem.keyword,
-        problem.keyword_value,
-        problem.instance,
-        problem.schema,
-    )
+    keyword, value = problem.keyword, problem.keyword_value
     param = format_path(problem.path)
 
-    def entry(message: str, constraint: str | None = None, got: Any = instance,
+    def entry(message: str, constraint: str | None = None, got: Any = problem.instance,
               stage: str = STAGE_CONSTRAINT, where: str = param) -> ErrorEntry:
         return ErrorEntry(where, message, constraint, got, stage)
 
-    if keyword == "required":
-        return [
-            entry("Missing required parameter", missing_constraint(schema, name),
-                  NOT_GIVEN, STAGE_REQUIRED, _join(problem.path, name))
-            for name in value
-            if isinstance(instance, Mapping) and name not in instance
-        ]
-    if keyword == "type":
-        types = declared_types(schema) or (value,)
-        kinds = describe_types(types)
-        return [entry(f"Expected {kinds}", f"type: {kinds}", stage=STAGE_TYPE)]
-    if keyword == "enum":
-        return [entry("Must be one of the allowed values",
-                      f"one of: {preview_list(value)}")]
-    if keyword == "const":
-        return [entry(f"Must be exactly {preview(value)}", f"const: {preview(value)}")]
-    if keyword in {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}:
-        return [_bound_entry(keyword, value, schema, entry)]
-    if keyword == "multipleOf":
-        return [entry(f"Must be a multiple of {preview(value)}", f"multipleOf: {value}")]
-    if keyword == "pattern":
-        return [entry("Does not match the required pattern", f"pattern: {value}")]
-    if keyword == "format":
-        return [entry(f"Must be a valid {value}", f"format: {value}")]
-    if keyword in _COUNTS:
-        what, bound = _COUNTS[keyword]
-        unit = what if value != 1 else what.rstrip("s")
-        if keyword == "minLength" and value == 1:
-            return [entry("Must not be empty", "minLength: 1")]
-        return [entry(f"Must have {bound} {value} {unit}", f"{keyword}: {value}")]
-    if keyword == "uniqueItems":
-        return [entry("Items must be unique (no duplicates)")]
-    if keyword == "additionalProperties":
-        extra = _extra_keys(instance, schema)
-        return [entry(f"Unexpected key(s): {_names(extra)}", "additionalProperties: false",
-                      NOT_GIVEN)]
-    if keyword in {"dependentRequired", "dependencies"}:
-        return _dependency_entries(problem, entry)
-    if keyword == "not":
-        names = _required_only(value)
-        if names is not None:
-            if len(names) == 2:
-                message = f"Use either '{names[0]}' or '{names[1]}', not both"
-            else:
-                message = f"Do not use {_names(names)} all together"
-            where = ", ".join(_join(problem.path, n) for n in names)
-            return [entry(message, None, NOT_GIVEN, STAGE_DEPENDENCY, where)]
-        return [entry("Must not match the forbidden form", f"not: {preview(value)}")]
-    if keyword in {"oneOf", "anyOf"}:
-        return [_alternatives_entry(problem, is_valid, entry)]
+    simple = _SIMPLE.get(keyword)
+    if simple is not None:
+        message, constraint = simple(value)
+        return [entry(message, constraint)]
+    special = _SPECIAL.get(keyword)
+    if special is not None:
+        return special(problem, is_valid, entry)
     return [entry(f"Fails the '{keyword}' rule", f"{keyword}: {preview(value)}")]
+
+
+_SIMPLE: dict[str, Callable[[Any], tuple[str, str | None]]] = {
+    "enum": lambda v: ("Must be one of the allowed values", f"one of: {preview_list(v)}"),
+    "const": lambda v: (f"Must be exactly {preview(v)}", f"const: {preview(v)}"),
+    "multipleOf": lambda v: (f"Must be a multiple of {preview(v)}", f"multipleOf: {v}"),
+    "pattern": lambda v: ("Does not match the required pattern", f"pattern: {v}"),
+    "format": lambda v: (f"Must be a valid {v}", f"format: {v}"),
+    "uniqueItems": lambda v: ("Items must be unique (no duplicates)", None),
+}
+"""Keywords whose error depends on their value alone: (message, constraint)."""
+
+
+def _required_entries(problem: SchemaProblem, is_valid: IsValid, entry: Entry
+                      ) -> list[ErrorEntry]:
+    instance = problem.instance
+    return [entry("Missing required parameter", missing_constraint(problem.schema, name),
+                  NOT_GIVEN, STAGE_REQUIRED, _join(problem.path, name))
+            for name in problem.keyword_value
+            if isinstance(instance, Mapping) and name not in instance]
+
+
+def _type_entries(problem: SchemaProblem, is_valid: IsValid, entry: Entry) -> list[ErrorEntry]:
+    kinds = describe_types(declared_types(problem.schema) or (problem.keyword_value,))
+    return [entry(f"Expected {kinds}", f"type: {kinds}", stage=STAGE_TYPE)]
+
+
+def _bound_entries(problem: SchemaProblem, is_valid: IsValid, entry: Entry
+                   ) -> list[ErrorEntry]:
+    return [_bound_entry(problem.keyword, problem.keyword_value, problem.schema, entry)]
+
+
+def _count_entries(problem: SchemaProblem, is_valid: IsValid, entry: Entry
+                   ) -> list[ErrorEntry]:
+    keyword, value = problem.keyword, problem.keyword_value
+    what, bound = _COUNTS[keyword]
+    if keyword == "minLength" and value == 1:
+        return [entry("Must not be empty", "minLength: 1")]
+    unit = what if value != 1 else what.rstrip("s")
+    return [entry(f"Must have {bound} {value} {unit}", f"{keyword}: {value}")]
+
+
+def _additional_entries(problem: SchemaProblem, is_valid: IsValid, entry: Entry
+                        ) -> list[ErrorEntry]:
+    extra = _extra_keys(problem.instance, problem.schema)
+    return [entry(f"Unexpected key(s): {_names(extra)}", "additionalProperties: false",
+                  NOT_GIVEN)]
+
+
+def _not_entries(problem: SchemaProblem, is_valid: IsValid, entry: Entry) -> list[ErrorEntry]:
+    value = problem.keyword_value
+    names = _required_only(value)
+    if names is None:
+        return [entry("Must not match the forbidden form", f"not: {preview(value)}")]
+    if len(names) == 2:
+        message = f"Use either '{names[0]}' or '{names[1]}', not both"
+    else:
+        message = f"Do not use {_names(names)} all together"
+    where = ", ".join(_join(problem.path, n) for n in names)
+    return [entry(message, None, NOT_GIVEN, STAGE_DEPENDENCY, where)]
+
+
+def _dependency_entries(problem: SchemaProblem, is_valid: IsValid, entry: Entry
+                        ) -> list[ErrorEntry]:
+    """One entry per missing dependency: ``unit: Required when 'amount' is given``."""
+    entries: list[ErrorEntry] = []
+    instance = problem.instance
+    if not isinstance(instance, Mapping) or not isinstance(problem.keyword_value, Mapping):
+        return entries
+    for trigger, needed in problem.keyword_value.items():
+        if trigger not in instance or not isinstance(needed, list):
+            continue
+        for name in needed:
+            if name not in instance:
+                entries.append(entry(f"Required when '{trigger}' is given", None, NOT_GIVEN,
+                                     STAGE_DEPENDENCY, _join(problem.path, name)))
+    return entries
+
+
+def _alternatives_entries(problem: SchemaProblem, is_valid: IsValid, entry: Entry
+                          ) -> list[ErrorEntry]:
+    return [_alternatives_entry(problem, is_valid, entry)]
+
+
+_SPECIAL: dict[str, Callable[[SchemaProblem, IsValid, Entry], list[ErrorEntry]]] = {
+    "required": _required_entries,
+    "type": _type_entries,
+    **dict.fromkeys(("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"),
+                    _bound_entries),
+    **dict.fromkeys(("minLength", "maxLength", "minItems", "maxItems", "minProperties",
+                     "maxProperties"), _count_entries),
+    "additionalProperties": _additional_entries,
+    "dependentRequired": _dependency_entries,
+    "dependencies": _dependency_entries,
+    "not": _not_entries,
+    "oneOf": _alternatives_entries,
+    "anyOf": _alternatives_entries,
+}
+"""Keywords whose errors need the problem itself."""
 
 
 def preview_list(values: Any, limit: int = 12) -> str:
@@ -218,8 +273,7 @@ _COUNTS = {
 }
 
 
-def _bound_entry(keyword: str, value: Any, schema: Any, entry: Callable[..., ErrorEntry]
-                 ) -> ErrorEntry:
+def _bound_entry(keyword: str, value: Any, schema: Any, entry: Entry) -> ErrorEntry:
     exclusive = keyword.startswith("exclusive")
     if not exclusive and isinstance(schema, Mapping):
         # Draft 4 spells exclusive bounds as a boolean next to minimum/maximum.
@@ -252,25 +306,7 @@ def _extra_keys(instance: Any, schema: Any) -> list[str]:
     return sorted(extra)
 
 
-def _dependency_entries(problem: SchemaProblem, entry: Callable[..., ErrorEntry]
-                        ) -> list[ErrorEntry]:
-    """One entry per missing dependency: ``unit: Required when 'amount' is given``."""
-    entries: list[ErrorEntry] = []
-    instance = problem.instance
-    if not isinstance(instance, Mapping) or not isinstance(problem.keyword_value, Mapping):
-        return entries
-    for trigger, needed in problem.keyword_value.items():
-        if trigger not in instance or not isinstance(needed, list):
-            continue
-        for name in needed:
-            if name not in instance:
-                entries.append(entry(f"Required when '{trigger}' is given", None, NOT_GIVEN,
-                                     STAGE_DEPENDENCY, _join(problem.path, name)))
-    return entries
-
-
-def _alternatives_entry(problem: SchemaProblem, is_valid: IsValid,
-                        entry: Callable[..., ErrorEntry]) -> ErrorEntry:
+def _alternatives_entry(problem: SchemaProblem, is_valid: IsValid, entry: Entry) -> ErrorEntry:
     """Explain a failed ``oneOf``/``anyOf``; name the parameters for required-only forms."""
     branches = problem.keyword_value if isinstance(problem.keyword_value, list) else []
     groups = [_required_only(b) for b in branches]

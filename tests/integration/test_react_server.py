@@ -12,8 +12,14 @@ from twisted.internet import defer, task
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.llm.client import OpenAIChatClient
 from ai_tools.llm.repetition import RepetitionConfig
-from ai_tools.loop import run as react
-from ai_tools.loop.run import ExitTool, LoopConfig, LoopContext, LoopResult, execute_react_loop
+from ai_tools.loop import (
+    ExitTool,
+    LoopConfig,
+    LoopContext,
+    LoopResult,
+    TerminationReason,
+    execute_react_loop,
+)
 from ai_tools.retry import RetryPolicy
 from ai_tools.testing import Fault, TestServer, Turn, start_test_server
 from ai_tools.tools.base import Actor
@@ -74,7 +80,7 @@ async def test_streamed_loop_to_terminal_tool() -> None:
         events = [{"type": "say", "from": "Bob", "text": "Hi Ada"}]
         ctx = r.ctx(pending_events=events)
         result = await run(ctx, LoopConfig(tool_budget=4, exit_tools=[ExitTool("flag")]))
-        assert result.termination_reason == react.TERMINAL_TOOL
+        assert result.termination_reason == TerminationReason.TERMINAL_TOOL
         assert [x["tool"] for x in result.results] == ["look", "say"]
         assert result.text == "Let me look."
         assert result.signals[0]["tool_name"] == "flag"
@@ -101,7 +107,7 @@ async def test_fallback_mode_over_http() -> None:
     ], tool_calling="fallback", stream=False)
     try:
         result = await run(r.ctx())
-        assert result.termination_reason == react.COMPLETED
+        assert result.termination_reason == TerminationReason.COMPLETED
         assert result.text == "Looking.\nClear sky."
         second = r.server.requests[1]
         assert "tools" not in second.body
@@ -124,7 +130,7 @@ async def test_garbage_from_the_server_is_llm_error(fault: Fault) -> None:
                    Turn(fault=fault)])
     try:
         result = await run(r.ctx())
-        assert result.termination_reason == react.LLM_ERROR
+        assert result.termination_reason == TerminationReason.LLM_ERROR
         assert result.error
         assert result.text.startswith("First.")
         assert result.success_count == 1
@@ -139,7 +145,7 @@ async def test_truncated_stream_keeps_partial_text() -> None:
                         fault=Fault.truncated_stream(after_chunks=3))])
     try:
         result = await run(r.ctx())
-        assert result.termination_reason == react.LLM_ERROR
+        assert result.termination_reason == TerminationReason.LLM_ERROR
         assert result.text.startswith("A long a")
     finally:
         await r.stop()
@@ -152,7 +158,7 @@ async def test_repeating_model_is_cut_off() -> None:
                   repetition=RepetitionConfig(max_repeats=5))
     try:
         result = await run(r.ctx())
-        assert result.termination_reason == react.REPEATED_LINE_LOOP
+        assert result.termination_reason == TerminationReason.REPEATED_LINE_LOOP
         assert "I am stuck." in result.text
     finally:
         await r.stop()
@@ -165,9 +171,9 @@ async def test_open_circuit_is_llm_unavailable() -> None:
                   breaker_cooldown=600)
     try:
         first = await run(r.ctx())
-        assert first.termination_reason == react.LLM_ERROR
+        assert first.termination_reason == TerminationReason.LLM_ERROR
         second = await run(r.ctx())
-        assert second.termination_reason == react.LLM_UNAVAILABLE
+        assert second.termination_reason == TerminationReason.LLM_UNAVAILABLE
         assert len(r.server.requests) == 1
     finally:
         await r.stop()
@@ -186,7 +192,7 @@ async def test_kill_mid_stream_closes_the_connection() -> None:
             await deferLater(0.01)
         ctx.control.stop("operator kill")
         result = await d
-        assert result.termination_reason == react.STOPPED_BY_USER
+        assert result.termination_reason == TerminationReason.STOPPED_BY_USER
         assert result.text.startswith("Once ")
         assert ctx.history.messages == []
         await r.server.wait_for_no_connections()
@@ -206,7 +212,7 @@ async def test_kill_mid_tool_over_http() -> None:
             await deferLater(0.01)
         ctx.control.stop()
         result = await d
-        assert result.termination_reason == react.STOPPED_BY_USER
+        assert result.termination_reason == TerminationReason.STOPPED_BY_USER
         assert slow.cancelled == 1  # type: ignore[union-attr]
         assert "s1" not in json.dumps(ctx.history.messages)
     finally:

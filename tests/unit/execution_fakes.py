@@ -11,8 +11,9 @@ from twisted.logger import globalLogPublisher
 from zope.interface import implementer
 
 from ai_tools.execution.cache import ToolCache
-from ai_tools.execution.engine import ExecutionContext, ToolCallOutcome, execute_tool_call
+from ai_tools.execution.engine import ExecutionContext, execute_tool_call
 from ai_tools.execution.history import ConversationHistory
+from ai_tools.execution.outcome import ToolCallOutcome
 from ai_tools.interfaces import IStore
 from ai_tools.tools.base import Actor, Tool, ToolCategory
 from ai_tools.tools.registry import ToolRegistry

@@ -12,7 +12,7 @@ from zope.interface import implementer
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.events import ChatResponse, StreamDone, TextDelta
-from ai_tools.loop.run import LoopContext
+from ai_tools.loop import ContextMeter, LoopContext
 from ai_tools.tools.base import Actor, Tool, ToolCategory
 from ai_tools.tools.registry import ToolRegistry
 
@@ -232,3 +232,26 @@ def check_history_valid(messages: list[dict[str, Any]]) -> None:
 
 
 Observer = Callable[[dict[str, Any]], None]
+
+
+class FakeCounter:
+    """A token counter for the context measure: ``prompt`` tokens for the prompt text,
+    ``per_message(message)`` for each history message."""
+
+    def __init__(self, prompt: int = 0,
+                 per_message: Callable[[dict[str, Any]], int] = lambda m: 0) -> None:
+        self.prompt = prompt
+        self.per_message = per_message
+
+    def count_text(self, text: str) -> int:
+        return self.prompt
+
+    def count_message(self, message: dict[str, Any]) -> int:
+        return self.per_message(message)
+
+
+def fake_meter(prompt: int = 0,
+               per_message: Callable[[dict[str, Any]], int] = lambda m: 0) -> ContextMeter:
+    """A ContextMeter counting as :class:`FakeCounter` says."""
+    counter: Any = FakeCounter(prompt, per_message)
+    return ContextMeter(counter=counter)

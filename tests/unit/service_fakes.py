@@ -11,7 +11,7 @@ from zope.interface import implementer
 
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.events import ChatResponse
-from ai_tools.loop.run import LoopConfig, LoopContext, LoopProgress, LoopResult
+from ai_tools.loop import LoopConfig, LoopContext, LoopProgress, LoopResult
 from ai_tools.service.service import AssistantService
 from ai_tools.store.memory import MemoryStore
 from ai_tools.tools.registry import ToolRegistry

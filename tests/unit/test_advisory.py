@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,9 +13,9 @@ from ai_tools.loop.advisory import (
     AdvisoryLevel,
     AdvisoryThresholds,
     TokenAdvisory,
+    advise_message,
     check_loop_continuation,
     inject_token_advisory,
-    usage_percentage,
 )
 
 
@@ -128,10 +130,11 @@ def test_tokens_win_over_iteration_cap() -> None:
 
 
 def test_usage_percentage() -> None:
-    """Percent of the window; an unknown window counts as empty."""
-    assert usage_percentage(500, 1000) == 50.0
-    assert usage_percentage(500, 0) == 0.0
-    assert usage_percentage(-3, 1000) == 0.0
+    """Percent of the window (the one measure's formula)."""
+    from ai_tools.loop.usage import ContextUsage
+
+    assert ContextUsage(500, 1000).percent == 50.0
+    assert ContextUsage(-3, 1000).percent == 0.0
 
 
 @given(st.floats(min_value=0, max_value=200, allow_nan=False), st.integers(0, 12),
@@ -147,31 +150,39 @@ def test_continuation_is_consistent(pct: float, iteration: int, max_iter: int) -
     assert 0 <= c.iterations_remaining <= max_iter
 
 
-def test_memoised_answers_are_the_ones_computed() -> None:
-    """The shared NORMAL advisories and continuations equal freshly built ones,
-    keep the type of the percentage and never mix 0.0 with -0.0."""
-    from ai_tools.loop.advisory import LoopContinuation, TokenAdvisory, check_loop_continuation
+def test_normal_answers() -> None:
+    """Below every threshold: no advisory text to format, the usage rounded as shown."""
+    from ai_tools.loop.advisory import LoopContinuation
 
-    for pct in (0.0, -0.0, 12.34, 12.34, 5, float("nan")):
-        for _ in range(2):  # the second time from the memo, where there is one
-            advisory = TokenAdvisory.for_usage(pct)
-            assert repr(advisory.usage_percent) == repr(round(pct, 1))
-            assert advisory.message == "Sufficient context available."
-            cont = check_loop_continuation(pct, 2, 5)
-            assert repr(cont.advisory.usage_percent) == repr(round(pct, 1))
-            if pct == pct:
-                assert cont == LoopContinuation(True, "normal", "Sufficient context available.",
-                                                advisory, 3)
+    for pct in (0.0, 12.34, 5):
+        advisory = TokenAdvisory.for_usage(pct)
+        assert advisory.level is AdvisoryLevel.NORMAL
+        assert advisory.usage_percent == round(pct, 1)
+        assert advisory.message == "Sufficient context available."
+        assert check_loop_continuation(pct, 2, 5) == LoopContinuation(
+            True, "normal", "Sufficient context available.", advisory, 3)
     assert check_loop_continuation(12.34, 5, 5).reason == "max_iterations"
     assert check_loop_continuation(12.34, 4, 5).iterations_remaining == 1
+    nan = inject_token_advisory({"success": True, "_token_advisory": {}}, float("nan"))
+    assert nan == {"success": True}
 
 
-@given(st.floats(allow_nan=True, allow_infinity=True) | st.integers(-5, 200),
-       st.integers(0, 12), st.integers(1, 10))
-def test_the_memoised_continuation_is_the_computed_one(pct: float, iteration: int,
-                                                       max_iter: int) -> None:
-    """Asked again (from the memo), the answer equals the first one, field by field."""
-    first = check_loop_continuation(pct, iteration, max_iter)
-    again = check_loop_continuation(pct, iteration, max_iter)
-    assert repr(again) == repr(first)
-    assert repr(again.advisory.usage_percent) == repr(first.advisory.usage_percent)
+@pytest.mark.parametrize(("message", "json_part"), [
+    ({"role": "tool", "tool_call_id": "c1", "content": '{"success": true}'}, None),
+    ({"role": "user", "content": '[TOOL RESULT: look]\n{"success": true}'},
+     "[TOOL RESULT: look]"),
+])
+def test_advise_message_adds_the_advisory_to_the_json(message: dict[str, Any],
+                                                     json_part: str | None) -> None:
+    """The sent copy of a fresh tool result carries the advisory; the stored one does not."""
+    import json
+
+    advisory = TokenAdvisory.for_usage(75.0)
+    advised = advise_message(message, advisory)
+    body = advised["content"].partition("\n")[2] if json_part else advised["content"]
+    assert json.loads(body)["_token_advisory"]["level"] == "high"
+    if json_part:
+        assert advised["content"].startswith(json_part)
+    assert "_token_advisory" not in message["content"]
+    plain = {"role": "tool", "tool_call_id": "c", "content": "not json"}
+    assert advise_message(plain, advisory) == plain

@@ -13,7 +13,7 @@ from zope.interface.verify import verifyObject
 from ai_tools.errors import AIToolsError, ConfigError
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.interfaces import IAssistantRuntime
-from ai_tools.loop.run import ExitTool
+from ai_tools.loop import ExitTool
 from ai_tools.service.assistant import (
     AWAKE,
     SLEEP,
@@ -190,11 +190,6 @@ def test_subagents_without_host_and_records() -> None:
     assert assistant.subagent_status("nope") is None
 
 
-def test_at_tick_without_host_is_refused() -> None:
-    with pytest.raises(AIToolsError, match="no host"):
-        Assistant(AssistantConfig(name="ada")).at_tick()
-
-
 def test_status_is_json() -> None:
     assistant = Assistant(AssistantConfig(name="ada"))
     assistant.count("ticks", 3)
@@ -202,21 +197,27 @@ def test_status_is_json() -> None:
     json.dumps(status)
     assert status["counters"]["ticks"] == 3
     assert status["mode"] == "awake" and status["pending_events"] == 0
+    assert status["events_dropped"] == 0 and status["context_percent"] is None
 
 
-def test_usage_percent_is_cached_until_history_changes() -> None:
-    assistant = Assistant(AssistantConfig(name="ada", persona="p"))
-    calls: list[int] = []
+def test_the_pending_cap_counts_and_logs_what_it_drops() -> None:
+    """Beyond max_pending_events the oldest go: counted, logged, shown in the status."""
+    from twisted.logger import LogLevel
 
-    def counter(messages: Any) -> int:
-        calls.append(len(messages))
-        return 10 * len(messages)
+    from tests.unit.service_fakes import LogCapture
 
-    assert assistant.usage_percent(counter, 100) == 10.0  # the persona alone
-    assistant.history.add_user("hi")
-    assert assistant.usage_percent(counter, 100) == 20.0
-    assert assistant.usage_percent(counter, 100) == 20.0
-    assert calls == [1, 2]
+    assistant = Assistant(AssistantConfig(name="ada", max_pending_events=2))
+    with LogCapture() as logs:
+        for i in range(5):
+            assistant.queue_event(f"e{i}")
+    assert [e["text"] for e in assistant.pending_events] == ["e3", "e4"]
+    assert assistant.status()["events_dropped"] == 3
+    warnings = [e for e in logs.events if e["log_level"] is LogLevel.warn
+                and "pending events" in e["log_format"]]
+    assert [e["count"] for e in warnings] == [1, 1, 1]
+    assistant.pending_events[:0] = [{"text": "back"}] * 3  # (a loop gave a batch back)
+    assert assistant.cap_pending_events() == 3
+    assert assistant.status()["events_dropped"] == 6
 
 
 # -- persistence ----------------------------------------------------------------------

@@ -16,7 +16,6 @@ from ai_tools.loop.compaction import (
     CompactionConfig,
     compact_history,
     compact_messages,
-    context_usage,
     needs_compaction,
     split_point,
     transcript,
@@ -256,11 +255,3 @@ def test_compacts_a_conversation_history_object() -> None:
     assert not history.has_tool_call_id("c0_0")
 
 
-def test_context_usage() -> None:
-    """Usage in percent of the window, from the client or an explicit window."""
-    msgs = [{"role": "user", "content": "x" * 400}]
-    llm = FakeSummariser()
-    assert context_usage(msgs, llm, counter=lambda m: 250) == 25.0
-    assert context_usage(msgs, None, context_window=500, counter=lambda m: 250) == 50.0
-    assert context_usage(msgs, None) == 0.0
-    assert 5 < context_usage(msgs, llm) < 20  # the real counter: about 100 tokens of 1000

@@ -10,28 +10,10 @@ from twisted.internet import defer, task
 
 from ai_tools.errors import PermissionDenied
 from ai_tools.execution.cache import ToolCache
-from ai_tools.execution.engine import (
-    ABORT,
-    BLOCKED_BY_TOOL_MODE,
-    HISTORY,
-    INTERNAL_ERROR,
-    INVALID_PARAMETERS,
-    INVALID_RESULT,
-    PARSE_ERROR,
-    RESTART,
-    RESTART_KEY,
-    SKIPPED,
-    STOPPED_BY_USER,
-    SUCCESS,
-    TIMED_OUT,
-    TOOL_ERROR,
-    UNKNOWN_TOOL,
-    ExecutionContext,
-    ExecutionState,
-    ToolCallOutcome,
-    skip_tool_call,
-)
+from ai_tools.execution.engine import ExecutionContext, ExecutionState, skip_tool_call
 from ai_tools.execution.history import ConversationHistory
+from ai_tools.execution.outcome import RESTART_KEY, CallStatus, OutcomeKind, ToolCallOutcome
+from ai_tools.execution.reasons import TerminationReason
 from ai_tools.retry import RetryPolicy
 from ai_tools.tools.base import Actor, ToolCategory
 from ai_tools.tools.registry import ToolRegistry
@@ -70,7 +52,8 @@ def test_sync_tool_native_history() -> None:
     """A native call runs once; the call and its answer are both in the history."""
     ctx = make_context()
     outcome = run(ctx, call("echo", "call_a", text="hi"))
-    assert (outcome.kind, outcome.status, outcome.success) == (HISTORY, SUCCESS, True)
+    assert (outcome.kind, outcome.status, outcome.success) == \
+        (OutcomeKind.HISTORY, CallStatus.SUCCESS, True)
     assert outcome.result == {"success": True, "echo": "hi", "actor": "char-1"}
     assert outcome.attempts == 1 and not outcome.from_cache and outcome.recorded
     assert outcome.tool_name == "echo" and outcome.tool_call_id == "call_a"
@@ -115,7 +98,7 @@ def test_deferred_tool() -> None:
     assert results == []
     tool(ctx, "pending").deferreds[0].callback({"success": True, "n": 1})
     assert results[0].result == {"success": True, "n": 1}
-    assert results[0].status == SUCCESS
+    assert results[0].status == CallStatus.SUCCESS
 
 
 def test_async_def_tool() -> None:
@@ -149,7 +132,7 @@ def test_top_level_parameters_are_moved_with_a_warning() -> None:
     ctx = make_context()
     with captured_events() as events:
         outcome = run(ctx, {"tool": "echo", "text": "hi", "reasoning": "r"})
-    assert outcome.status == SUCCESS
+    assert outcome.status == CallStatus.SUCCESS
     assert tool(ctx, "echo").calls == [{"text": "hi"}]
     warnings = [e for e in events if "top level" in e.get("log_format", "")]
     assert warnings and warnings[0]["keys"] == ["text"]
@@ -180,7 +163,8 @@ def test_decision_and_completion_logs() -> None:
 def test_unknown_tool_lists_valid_names() -> None:
     ctx = make_context()
     outcome = run(ctx, call("fly", text="up"))
-    assert (outcome.kind, outcome.status, outcome.success) == (HISTORY, UNKNOWN_TOOL, False)
+    assert (outcome.kind, outcome.status, outcome.success) == \
+        (OutcomeKind.HISTORY, CallStatus.UNKNOWN_TOOL, False)
     assert outcome.result["valid_tools"] == ctx.registry.list_tools()
     assert "fly" in outcome.result["error"] and "echo" in outcome.result["error"]
     assert outcome.attempts == 0 and outcome.ends_loop is None
@@ -191,8 +175,8 @@ def test_unknown_tool_lists_valid_names() -> None:
 def test_gate_blocks_without_dispatching() -> None:
     ctx = make_context(gate=Gate(ToolCategory.SAFE_CHAIN))
     outcome = run(ctx, call("dig", text="hole"))
-    assert outcome.status == BLOCKED_BY_TOOL_MODE
-    assert outcome.result["status"] == BLOCKED_BY_TOOL_MODE
+    assert outcome.status == CallStatus.BLOCKED_BY_TOOL_MODE
+    assert outcome.result["status"] == CallStatus.BLOCKED_BY_TOOL_MODE
     assert outcome.result["success"] is False
     assert "dig" not in outcome.result["allowed_tools"]
     assert "echo" in outcome.result["allowed_tools"]
@@ -202,16 +186,16 @@ def test_gate_blocks_without_dispatching() -> None:
 
 
 def test_gate_accepts_the_loops_gate_policy() -> None:
-    from ai_tools.loop.run import GatePolicy
+    from ai_tools.loop import GatePolicy
 
     ctx = make_context(gate=GatePolicy(allowed_names=frozenset({"echo"})))
-    assert run(ctx, call("echo", "c1", text="x")).status == SUCCESS
-    assert run(ctx, call("look", "c2", text="x")).status == BLOCKED_BY_TOOL_MODE
+    assert run(ctx, call("echo", "c1", text="x")).status == CallStatus.SUCCESS
+    assert run(ctx, call("look", "c2", text="x")).status == CallStatus.BLOCKED_BY_TOOL_MODE
 
 
 def test_gate_allows_matching_tool() -> None:
     ctx = make_context(gate=Gate(ToolCategory.DANGEROUS))
-    assert run(ctx, call("dig", text="hole")).status == SUCCESS
+    assert run(ctx, call("dig", text="hole")).status == CallStatus.SUCCESS
 
 
 def test_unknown_tool_lists_only_allowed_names_under_a_gate() -> None:
@@ -222,7 +206,7 @@ def test_unknown_tool_lists_only_allowed_names_under_a_gate() -> None:
 def test_invalid_parameters_are_model_visible_and_not_dispatched() -> None:
     ctx = make_context()
     outcome = run(ctx, call("echo", text=5))
-    assert outcome.status == INVALID_PARAMETERS
+    assert outcome.status == CallStatus.INVALID_PARAMETERS
     assert "Parameter validation failed for 'echo'" in outcome.result["error"]
     assert tool(ctx, "echo").calls == []
 
@@ -236,13 +220,13 @@ def test_validation_that_raises_is_an_invalid_parameters_answer() -> None:
 
     echo.validate_parameters = broken
     outcome = run(ctx, call("echo", text="x"))
-    assert outcome.status == INVALID_PARAMETERS and echo.calls == []
+    assert outcome.status == CallStatus.INVALID_PARAMETERS and echo.calls == []
 
 
 def test_malformed_call_aborts_and_writes_nothing() -> None:
     ctx = make_context()
     outcome = run(ctx, {"type": "function", "function": {"arguments": "{}"}})
-    assert (outcome.kind, outcome.status) == (ABORT, PARSE_ERROR)
+    assert (outcome.kind, outcome.status) == (OutcomeKind.ABORT, TerminationReason.PARSE_ERROR)
     assert "names no tool" in outcome.result["error"]
     assert outcome.call is None and outcome.tool_name is None
     assert len(ctx.history) == 0
@@ -253,7 +237,7 @@ def test_non_object_arguments_are_a_parse_error(arguments: str) -> None:
     ctx = make_context()
     outcome = run(ctx, {"id": "x", "type": "function",
                         "function": {"name": "echo", "arguments": arguments}})
-    assert outcome.status == PARSE_ERROR
+    assert outcome.status == TerminationReason.PARSE_ERROR
     assert len(ctx.history) == 0
 
 
@@ -265,7 +249,7 @@ def test_tool_error_result_is_not_retried() -> None:
     scripted = tool(ctx, "scripted")
     scripted.script = [{"success": False, "error": "no such door"}]
     outcome = run(ctx, call("scripted"))
-    assert outcome.status == TOOL_ERROR and outcome.attempts == 1
+    assert outcome.status == CallStatus.TOOL_ERROR and outcome.attempts == 1
     assert outcome.result == {"success": False, "error": "no such door"}
     assert ctx.state.errors == 1 and ctx.state.retries == 0
 
@@ -274,7 +258,7 @@ def test_non_retryable_exception_is_tried_once() -> None:
     ctx = make_context()
     tool(ctx, "scripted").script = [PermissionDenied("you may not"), {"success": True}]
     outcome = run(ctx, call("scripted"))
-    assert outcome.status == TOOL_ERROR and outcome.attempts == 1
+    assert outcome.status == CallStatus.TOOL_ERROR and outcome.attempts == 1
     assert outcome.result == {"success": False, "error": "you may not"}
 
 
@@ -292,7 +276,7 @@ def test_non_dict_result_is_invalid_result(value: Any) -> None:
     ctx = make_context()
     tool(ctx, "scripted").script = [value]
     outcome = run(ctx, call("scripted"))
-    assert outcome.status == INVALID_RESULT and outcome.success is False
+    assert outcome.status == CallStatus.INVALID_RESULT and outcome.success is False
     assert outcome.result["success"] is False
     assert ctx.history.unanswered_tool_calls() == []
 
@@ -301,7 +285,7 @@ def test_non_serialisable_result_becomes_a_clear_error() -> None:
     ctx = make_context()
     tool(ctx, "scripted").script = [{"success": True, "items": {1, 2}}]
     outcome = run(ctx, call("scripted"))
-    assert outcome.status == INVALID_RESULT and not outcome.success
+    assert outcome.status == CallStatus.INVALID_RESULT and not outcome.success
     assert "not JSON-serialisable" in outcome.result["error"]
     assert json.loads(ctx.history.messages[1]["content"]) == outcome.result
 
@@ -321,14 +305,14 @@ def test_result_without_success_key_counts_as_success() -> None:
     ctx = make_context()
     tool(ctx, "scripted").script = [{"data": 1}]
     outcome = run(ctx, call("scripted"))
-    assert outcome.status == SUCCESS and outcome.success
+    assert outcome.status == CallStatus.SUCCESS and outcome.success
 
 
 def test_restart_outcome_writes_nothing() -> None:
     ctx = make_context()
     tool(ctx, "scripted").script = [{"success": True, RESTART_KEY: True, "context": "more"}]
     outcome = run(ctx, call("scripted"))
-    assert outcome.kind == RESTART and outcome.result["context"] == "more"
+    assert outcome.kind == OutcomeKind.RESTART and outcome.result["context"] == "more"
     assert len(ctx.history) == 0 and outcome.history_entries == ()
 
 
@@ -345,7 +329,7 @@ def test_hanging_tool_times_out_at_exactly_its_timeout_and_is_cancelled() -> Non
     clock.advance(0.001)
     assert pending.cancelled == 1
     outcome = results[0]
-    assert (outcome.kind, outcome.status) == (HISTORY, TIMED_OUT)
+    assert (outcome.kind, outcome.status) == (OutcomeKind.HISTORY, CallStatus.TIMED_OUT)
     assert outcome.result == {"success": False, "error": "timed out after 30s"}
     assert ctx.state.timeouts == 1
     assert clock.getDelayedCalls() == []
@@ -361,7 +345,7 @@ def test_retry_delays_follow_the_formula() -> None:
     clock.pump([0.5] * 30)
     assert scripted.attempt_times == [0.0, 1.0, 3.0, 7.0]
     outcome = results[0]
-    assert outcome.attempts == 4 and outcome.status == TOOL_ERROR
+    assert outcome.attempts == 4 and outcome.status == CallStatus.TOOL_ERROR
     assert outcome.result["retries"] == 3 and outcome.result["attempts"] == 4
     assert "gave up after 4 attempts" in outcome.result["error"]
     assert ctx.state.retries == 3
@@ -375,7 +359,7 @@ def test_retry_delay_uses_injected_jitter() -> None:
     _d, results = start(ctx, call("scripted"))
     clock.pump([0.25] * 20)
     assert scripted.attempt_times == [0.0, 0.5, 1.5, 3.5]
-    assert results[0].status == SUCCESS and results[0].attempts == 4
+    assert results[0].status == CallStatus.SUCCESS and results[0].attempts == 4
 
 
 def test_retry_delay_is_capped() -> None:
@@ -399,7 +383,7 @@ def test_retryable_returned_failure_then_success() -> None:
     assert results == []
     clock.advance(1.0)
     outcome = results[0]
-    assert outcome.status == SUCCESS and outcome.attempts == 2
+    assert outcome.status == CallStatus.SUCCESS and outcome.attempts == 2
     assert outcome.result == {"success": True, "ok": 1}
 
 
@@ -410,7 +394,7 @@ def test_timeouts_are_retried_then_reported_with_the_count() -> None:
     _d, results = start(ctx, call("pending"))
     clock.pump([1.0] * 200)
     outcome = results[0]
-    assert outcome.status == TIMED_OUT and outcome.attempts == 4
+    assert outcome.status == CallStatus.TIMED_OUT and outcome.attempts == 4
     assert outcome.result["error"] == "timed out after 30s (gave up after 4 attempts)"
     assert pending.cancelled == 4 and ctx.state.timeouts == 4
     assert outcome.duration_ms == pytest.approx((4 * 30 + 1 + 2 + 4) * 1000)
@@ -428,7 +412,7 @@ def test_every_attempt_gets_a_fresh_timeout() -> None:
     clock.advance(29.5)
     assert len(pending.deferreds) == 2 and pending.cancelled == 1
     pending.deferreds[1].callback({"success": True})
-    assert results[0].status == SUCCESS and results[0].attempts == 2
+    assert results[0].status == CallStatus.SUCCESS and results[0].attempts == 2
 
 
 # -- kill and stop -----------------------------------------------------------------
@@ -442,12 +426,12 @@ def test_kill_mid_call_aborts_with_no_history() -> None:
     clock.advance(5)
     d.cancel()
     outcome = results[0]
-    assert (outcome.kind, outcome.status) == (ABORT, STOPPED_BY_USER)
+    assert (outcome.kind, outcome.status) == (OutcomeKind.ABORT, TerminationReason.STOPPED_BY_USER)
     assert pending.cancelled == 1
     assert len(ctx.history) == 0
     assert clock.getDelayedCalls() == []
     assert ctx.state.current_tool_call is not None
-    assert ctx.state.current_tool_call["status"] == STOPPED_BY_USER
+    assert ctx.state.current_tool_call["status"] == TerminationReason.STOPPED_BY_USER
 
 
 def test_kill_reaches_an_async_tool_as_cancelled_error() -> None:
@@ -455,7 +439,7 @@ def test_kill_reaches_an_async_tool_as_cancelled_error() -> None:
     d, results = start(ctx, call("async_tool"))
     d.cancel()
     assert tool(ctx, "async_tool").saw_cancel
-    assert results[0].status == STOPPED_BY_USER
+    assert results[0].status == TerminationReason.STOPPED_BY_USER
 
 
 def test_kill_during_backoff_leaves_no_delayed_calls() -> None:
@@ -467,7 +451,7 @@ def test_kill_during_backoff_leaves_no_delayed_calls() -> None:
     assert len(clock.getDelayedCalls()) == 1  # the backoff
     d.cancel()
     assert clock.getDelayedCalls() == []
-    assert results[0].status == STOPPED_BY_USER
+    assert results[0].status == TerminationReason.STOPPED_BY_USER
     clock.advance(100)
     assert len(scripted.attempt_times) == 1
 
@@ -479,7 +463,7 @@ def test_a_tool_ignoring_cancellation_cannot_answer_after_a_kill() -> None:
     d, results = start(ctx, call("pending"))
     d.cancel()
     late.callback({"success": True})  # suppressed: the Deferred was cancelled
-    assert len(results) == 1 and results[0].status == STOPPED_BY_USER
+    assert len(results) == 1 and results[0].status == TerminationReason.STOPPED_BY_USER
     assert len(ctx.history) == 0
 
 
@@ -487,7 +471,7 @@ def test_cancel_after_completion_changes_nothing() -> None:
     ctx = make_context()
     d, results = start(ctx, call("echo", text="x"))
     d.cancel()
-    assert results[0].status == SUCCESS and len(ctx.history) == 2
+    assert results[0].status == CallStatus.SUCCESS and len(ctx.history) == 2
 
 
 def test_stop_requested_before_dispatch() -> None:
@@ -495,7 +479,7 @@ def test_stop_requested_before_dispatch() -> None:
     switch.on = True
     ctx = make_context(stop_requested=switch)
     outcome = run(ctx, call("echo", text="x"))
-    assert (outcome.kind, outcome.status) == (ABORT, STOPPED_BY_USER)
+    assert (outcome.kind, outcome.status) == (OutcomeKind.ABORT, TerminationReason.STOPPED_BY_USER)
     assert tool(ctx, "echo").calls == [] and len(ctx.history) == 0
 
 
@@ -505,7 +489,7 @@ def test_stop_requested_while_the_tool_runs() -> None:
     _d, results = start(ctx, call("pending"))
     switch.on = True
     tool(ctx, "pending").deferreds[0].callback({"success": True})
-    assert results[0].status == STOPPED_BY_USER and len(ctx.history) == 0
+    assert results[0].status == TerminationReason.STOPPED_BY_USER and len(ctx.history) == 0
 
 
 def test_stop_requested_during_backoff_stops_before_the_next_attempt() -> None:
@@ -516,7 +500,8 @@ def test_stop_requested_during_backoff_stops_before_the_next_attempt() -> None:
     _d, results = start(ctx, call("scripted"))
     switch.on = True
     ctx.clock.advance(1)
-    assert results[0].status == STOPPED_BY_USER and len(scripted.attempt_times) == 1
+    assert results[0].status == TerminationReason.STOPPED_BY_USER
+    assert len(scripted.attempt_times) == 1
 
 
 def test_kill_while_a_persistent_cache_read_is_pending() -> None:
@@ -527,7 +512,7 @@ def test_kill_while_a_persistent_cache_read_is_pending() -> None:
     d, results = start(ctx, call("archive", text="x"))
     assert results == [] and store.pending
     d.cancel()
-    assert results[0].status == STOPPED_BY_USER
+    assert results[0].status == TerminationReason.STOPPED_BY_USER
     assert tool(ctx, "archive").calls == []
 
 
@@ -559,7 +544,7 @@ def test_counters_and_current_tool_call() -> None:
     assert state.counters() == {"activity_since_wake": 1, "calls": 2, "retries": 0,
                                 "cache_hits": 0, "timeouts": 0, "errors": 2}
     assert state.current_tool_call == {
-        "id": "c2", "tool": "dig", "parameters": {"text": "fail"}, "status": TOOL_ERROR,
+        "id": "c2", "tool": "dig", "parameters": {"text": "fail"}, "status": CallStatus.TOOL_ERROR,
         "started_at": 0.0, "success": False, "duration_ms": 0.0,
     }
 
@@ -575,7 +560,7 @@ def test_current_tool_call_while_running() -> None:
 def test_reflection_mode_writes_nothing_but_returns_the_entries() -> None:
     ctx = make_context(reflection_mode=True)
     outcome = run(ctx, call("echo", text="x"))
-    assert outcome.status == SUCCESS and not outcome.recorded
+    assert outcome.status == CallStatus.SUCCESS and not outcome.recorded
     assert len(ctx.history) == 0
     assert [m["role"] for m in outcome.history_entries] == ["assistant", "tool"]
 
@@ -594,7 +579,7 @@ def test_internal_error_is_an_abort_not_an_exception() -> None:
 
     ctx = make_context(history=BrokenHistory())
     outcome = run(ctx, call("echo", text="x"))
-    assert (outcome.kind, outcome.status) == (ABORT, INTERNAL_ERROR)
+    assert (outcome.kind, outcome.status) == (OutcomeKind.ABORT, TerminationReason.INTERNAL_ERROR)
 
 
 def test_context_rejects_a_tiny_result_limit() -> None:
@@ -607,7 +592,7 @@ def test_namespace_defaults_to_the_actor_owner() -> None:
     ctx = ExecutionContext(ToolRegistry([EchoTool]), Actor("char-9"), ConversationHistory(),
                            clock)
     assert ctx.cache_namespace == "char-9"
-    assert run(ctx, call("echo", text="x")).status == SUCCESS
+    assert run(ctx, call("echo", text="x")).status == CallStatus.SUCCESS
 
 
 # -- skipped calls -----------------------------------------------------------------
@@ -616,7 +601,7 @@ def test_namespace_defaults_to_the_actor_owner() -> None:
 def test_skip_tool_call_answers_without_running() -> None:
     ctx = make_context()
     outcome = skip_tool_call(ctx, call("dig", "c5", text="x"), "the loop ended (terminal_tool)")
-    assert outcome.status == SKIPPED and outcome.result["status"] == SKIPPED
+    assert outcome.status == CallStatus.SKIPPED and outcome.result["status"] == CallStatus.SKIPPED
     assert "terminal_tool" in outcome.result["error"]
     assert tool(ctx, "dig").calls == []
     assert ctx.history.unanswered_tool_calls() == []
@@ -626,7 +611,7 @@ def test_skip_tool_call_answers_without_running() -> None:
 def test_skip_tool_call_with_garbage_writes_nothing() -> None:
     ctx = make_context()
     outcome = skip_tool_call(ctx, ["junk"], "whatever")
-    assert outcome.status == PARSE_ERROR and len(ctx.history) == 0
+    assert outcome.status == TerminationReason.PARSE_ERROR and len(ctx.history) == 0
 
 
 def test_every_written_id_has_exactly_one_answer_across_a_mixed_run() -> None:
@@ -649,7 +634,8 @@ def test_every_written_id_has_exactly_one_answer_across_a_mixed_run() -> None:
 
 
 def test_outcome_is_frozen() -> None:
-    outcome = ToolCallOutcome(kind=ABORT, status=PARSE_ERROR, result={})
+    outcome = ToolCallOutcome(kind=OutcomeKind.ABORT, status=TerminationReason.PARSE_ERROR,
+                              result={})
     with pytest.raises(AttributeError):
         outcome.status = "x"  # type: ignore[misc]
 
@@ -672,7 +658,7 @@ def test_a_tool_that_kills_its_own_call_writes_nothing() -> None:
     outer.append(d)
     ctx.clock.advance(1)
     assert len(attempts) == 2
-    assert len(results) == 1 and results[0].status == STOPPED_BY_USER
+    assert len(results) == 1 and results[0].status == TerminationReason.STOPPED_BY_USER
     assert len(ctx.history) == 0
     assert ctx.state.current_tool_call is not None
-    assert ctx.state.current_tool_call["status"] == STOPPED_BY_USER
+    assert ctx.state.current_tool_call["status"] == TerminationReason.STOPPED_BY_USER

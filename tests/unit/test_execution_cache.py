@@ -7,7 +7,8 @@ from typing import Any
 from twisted.internet import task
 
 from ai_tools.execution.cache import ToolCache, cache_key
-from ai_tools.execution.engine import SUCCESS, TOOL_ERROR, ExecutionContext
+from ai_tools.execution.engine import ExecutionContext
+from ai_tools.execution.outcome import CallStatus
 from tests.unit.execution_fakes import FakeCacheStore, call, make_context, run
 
 
@@ -20,7 +21,7 @@ def test_tick_scope_hit_then_cleared_by_a_new_tick() -> None:
     first = run(ctx, call("look", "c1", text="room"))
     second = run(ctx, call("look", "c2", text="room"))
     assert not first.from_cache and second.from_cache
-    assert second.result == first.result and second.status == SUCCESS
+    assert second.result == first.result and second.status == CallStatus.SUCCESS
     assert second.attempts == 0 and second.dispatched
     assert len(calls_of(ctx, "look")) == 1
     assert ctx.state.cache_hits == 1 and ctx.state.calls == 2
@@ -114,7 +115,7 @@ def test_persistent_read_failure_runs_the_tool() -> None:
     store.fail_reads = True
     clock = task.Clock()
     ctx = make_context(clock=clock, cache=ToolCache(clock, store=store))
-    assert run(ctx, call("archive", text="x")).status == SUCCESS
+    assert run(ctx, call("archive", text="x")).status == CallStatus.SUCCESS
     assert len(calls_of(ctx, "archive")) == 1
 
 
@@ -123,7 +124,7 @@ def test_failures_are_never_cached() -> None:
     look = ctx.registry.get_tool("look")
     outcomes = iter([{"success": False, "error": "too dark"}, {"success": True, "seen": 1}])
     look.execute = lambda actor, **p: next(outcomes)  # type: ignore[union-attr, method-assign]
-    assert run(ctx, call("look", "c1", text="x")).status == TOOL_ERROR
+    assert run(ctx, call("look", "c1", text="x")).status == CallStatus.TOOL_ERROR
     second = run(ctx, call("look", "c2", text="x"))
     assert not second.from_cache and second.result == {"success": True, "seen": 1}
     assert ctx.cache.stats("bot").size == 1  # type: ignore[union-attr]
@@ -202,21 +203,12 @@ def test_engine_key_matches_cache_key() -> None:
     assert found[0]["success"] is True
 
 
-def test_repeated_call_is_answered_without_validating_again() -> None:
+def test_the_key_is_the_validated_parameters() -> None:
+    """Validation comes first (spec 000 steps 5 then 6): every spelling that validates
+    to the same parameters is answered by the one cached result."""
     ctx = make_context()
-    look = ctx.registry.get_tool("look")
-    seen: list[Any] = []
-    validate = look.validate_parameters  # type: ignore[union-attr]
-
-    def counting(params: Any) -> Any:
-        seen.append(params)
-        return validate(params)
-
-    look.validate_parameters = counting  # type: ignore[union-attr, method-assign]
     run(ctx, call("look", "c1", text="a", count="3"))
     assert run(ctx, call("look", "c2", text="a", count="3")).from_cache
-    assert len(seen) == 1
-    # the validated form is a key too: the clean spelling hits without running the tool
     assert run(ctx, call("look", "c3", text="a", count=3)).from_cache
     assert len(calls_of(ctx, "look")) == 1
 
@@ -241,13 +233,12 @@ def test_cached_answer_respects_the_gate() -> None:
     assert blocked.status == "blocked_by_tool_mode" and not blocked.from_cache
 
 
-def test_persistent_scope_with_coerced_arguments_uses_both_keys() -> None:
+def test_persistent_scope_keys_by_the_validated_parameters() -> None:
     store = FakeCacheStore()
     clock = task.Clock()
     ctx = make_context(clock=clock, cache=ToolCache(clock, store=store))
     run(ctx, call("archive", "c1", text="a", count="3"))
-    assert sorted(k for _, k in store.entries) == [
-        'archive:{"count":"3","text":"a"}', 'archive:{"count":3,"text":"a"}']
+    assert sorted(k for _, k in store.entries) == ['archive:{"count":3,"text":"a"}']
     assert run(ctx, call("archive", "c2", text="a", count=3)).from_cache
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ai_tools.execution.engine import ToolCallParseError, new_tool_call_id, parse_tool_call
+from ai_tools.execution.calls import ToolCallParseError, new_tool_call_id, parse_tool_call
 from tests.unit.execution_fakes import captured_events
 
 

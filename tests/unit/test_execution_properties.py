@@ -9,17 +9,10 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from twisted.internet import task
 
-from ai_tools.execution.engine import (
-    ABORT,
-    ABORT_STATUSES,
-    HISTORY,
-    HISTORY_STATUSES,
-    INTERNAL_ERROR,
-    RESTART,
-    ToolCallOutcome,
-    execute_tool_call,
-)
+from ai_tools.execution.engine import execute_tool_call
 from ai_tools.execution.history import ConversationHistory
+from ai_tools.execution.outcome import CallStatus, OutcomeKind, ToolCallOutcome
+from ai_tools.execution.reasons import TerminationReason
 from ai_tools.tools.registry import ToolRegistry
 from tests.unit.execution_fakes import ALL_TOOLS, make_context
 
@@ -102,16 +95,17 @@ def drive(tool_call: Any, **context: Any) -> tuple[ToolCallOutcome, Any]:
 
 def check(outcome: Any, ctx: Any) -> None:
     assert isinstance(outcome, ToolCallOutcome), outcome
-    assert outcome.status != INTERNAL_ERROR, outcome.result
+    assert outcome.status != TerminationReason.INTERNAL_ERROR, outcome.result
     event(f"{outcome.kind}/{outcome.status}")
-    if outcome.kind == HISTORY:
-        assert outcome.status in HISTORY_STATUSES
+    if outcome.kind == OutcomeKind.HISTORY:
+        assert outcome.status in set(CallStatus) - {CallStatus.CONTEXT_RESTART}
         assert len(outcome.history_entries) == 2
-    elif outcome.kind == ABORT:
-        assert outcome.status in ABORT_STATUSES
+    elif outcome.kind == OutcomeKind.ABORT:
+        assert outcome.status in {TerminationReason.PARSE_ERROR,
+                                  TerminationReason.STOPPED_BY_USER}
         assert outcome.history_entries == ()
     else:
-        assert outcome.kind == RESTART
+        assert outcome.kind == OutcomeKind.RESTART
     assert isinstance(outcome.result, dict)
     json.dumps(outcome.as_dict())
     assert ctx.history.unanswered_tool_calls() == []

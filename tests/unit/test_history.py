@@ -6,38 +6,48 @@ import json
 
 import pytest
 
-from ai_tools.execution.history import ConversationHistory, ToolCall, build_tool_exchange
+from ai_tools.execution.history import (
+    ConversationHistory,
+    build_tool_exchange,
+    fallback_call_text,
+)
+from ai_tools.llm.events import ToolCall
 
 
 def a_call(call_id: str = "call_1", name: str = "look", **arguments: object) -> ToolCall:
     return ToolCall(id=call_id, name=name, arguments=arguments, reasoning="because")
 
 
+def native(call: ToolCall) -> dict[str, object]:
+    return {"id": call.id, "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments_json}}
+
+
 def test_tool_call_serialises_its_arguments_once() -> None:
-    call = a_call(text="hi")
-    assert call.arguments_json == '{"text":"hi"}'
-    assert call.native() == {"id": "call_1", "type": "function",
-                             "function": {"name": "look", "arguments": '{"text":"hi"}'}}
+    """Canonical JSON (compact, sorted keys), computed once per call."""
+    call = a_call(text="hi", at="x")
+    assert call.arguments_json == '{"at":"x","text":"hi"}'
+    assert call.arguments_json is call.arguments_json
 
 
 def test_fallback_text_is_the_json_call() -> None:
-    assert json.loads(a_call(text="hi").fallback_text()) == {
+    assert json.loads(fallback_call_text(a_call(text="hi"))) == {
         "tool": "look", "parameters": {"text": "hi"}, "reasoning": "because"}
     bare = ToolCall(id="x", name="look", arguments={})
-    assert json.loads(bare.fallback_text()) == {"tool": "look", "parameters": {}}
+    assert json.loads(fallback_call_text(bare)) == {"tool": "look", "parameters": {}}
 
 
 def test_native_exchange() -> None:
     assistant, answer = build_tool_exchange(a_call(), '{"success": true}', native=True,
                                             assistant_content="hm")
     assert assistant == {"role": "assistant", "content": "hm",
-                         "tool_calls": [a_call().native()]}
+                         "tool_calls": [native(a_call())]}
     assert answer == {"role": "tool", "tool_call_id": "call_1", "content": '{"success": true}'}
 
 
 def test_fallback_exchange() -> None:
     assistant, answer = build_tool_exchange(a_call(), '{"success": true}', native=False)
-    assert assistant == {"role": "assistant", "content": a_call().fallback_text()}
+    assert assistant == {"role": "assistant", "content": fallback_call_text(a_call())}
     assert answer == {"role": "user", "content": '[TOOL RESULT: look]\n{"success": true}'}
 
 
@@ -116,7 +126,7 @@ def test_copy_is_independent() -> None:
 def test_from_list_repairs_an_interrupted_call() -> None:
     saved = [
         {"role": "user", "content": "go"},
-        {"role": "assistant", "content": None, "tool_calls": [a_call().native()]},
+        {"role": "assistant", "content": None, "tool_calls": [native(a_call())]},
     ]
     history = ConversationHistory.from_list(saved)
     assert history.unanswered_tool_calls() == []
@@ -132,7 +142,7 @@ def test_from_list_of_nothing() -> None:
 def test_replace_reindexes_and_repair_reports() -> None:
     history = ConversationHistory()
     history.replace([{"role": "assistant", "content": None,
-                      "tool_calls": [a_call("a").native(), a_call("b").native()]},
+                      "tool_calls": [native(a_call("a")), native(a_call("b"))]},
                      {"role": "tool", "tool_call_id": "a", "content": "{}"}])
     assert history.has_tool_call_id("b")
     assert history.unanswered_tool_calls() == ["b"]
@@ -146,3 +156,16 @@ def test_clear() -> None:
     history.add_tool_exchange(a_call(), "{}", native=True)
     history.clear()
     assert len(history) == 0 and not history.has_tool_call_id("call_1")
+
+
+def test_take_back_removes_that_very_message() -> None:
+    """Events a loop delivered but no answer saw leave the history again (and only them)."""
+    history = ConversationHistory()
+    history.add_user("before")
+    events = history.add_user("[EVENTS] x")
+    version = history.version
+    assert history.take_back(events)
+    assert history.messages == [{"role": "user", "content": "before"}]
+    assert history.version != version
+    assert not history.take_back(events)
+    assert not history.take_back({"role": "user", "content": "before"})  # an equal copy

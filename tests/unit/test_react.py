@@ -13,12 +13,14 @@ from twisted.internet import defer, task
 from ai_tools.errors import LLMError, LLMUnavailable, RepeatedLineLoop
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.llm.events import ChatResponse
-from ai_tools.loop import run as react
-from ai_tools.loop.run import (
+from ai_tools.loop import (
     ExitTool,
     GatePolicy,
     LoopConfig,
+    LoopContext,
+    LoopProgress,
     LoopResult,
+    TerminationReason,
     execute_react_loop,
 )
 from ai_tools.tools.base import ToolCategory
@@ -29,13 +31,14 @@ from tests.unit.react_fakes import (
     answer,
     call,
     check_history_valid,
+    fake_meter,
     make_ctx,
     make_registry,
     text,
 )
 
 
-def run(ctx: react.LoopContext, config: LoopConfig | None = None) -> LoopResult:
+def run(ctx: LoopContext, config: LoopConfig | None = None) -> LoopResult:
     """Run a loop that completes synchronously and return its result."""
     d = execute_react_loop(ctx, config)
     assert d.called, "the loop did not finish"
@@ -45,7 +48,7 @@ def run(ctx: react.LoopContext, config: LoopConfig | None = None) -> LoopResult:
     return result
 
 
-def tool_messages(ctx: react.LoopContext) -> list[dict[str, Any]]:
+def tool_messages(ctx: LoopContext) -> list[dict[str, Any]]:
     return [m for m in ctx.history.messages if m["role"] == "tool"]
 
 
@@ -77,7 +80,7 @@ def test_every_design_reason_exists() -> None:
     design = {"terminal_tool", "dangerous_tool", "noop", "max_iterations", "critical_tokens",
               "llm_error", "parse_error", "stopped_by_user", "consecutive_errors",
               "tool_budget_exhausted", "repeated_line_loop", "llm_unavailable"}
-    assert design <= react.TERMINATION_REASONS
+    assert design <= {str(r) for r in TerminationReason}
 
 
 # -- termination reasons ------------------------------------------------------------
@@ -88,7 +91,7 @@ def test_plain_text_completes() -> None:
     llm = ScriptedLLM([text("Nothing to do.")])
     ctx = make_ctx(llm)
     result = run(ctx)
-    assert result.termination_reason == react.COMPLETED
+    assert result.termination_reason == TerminationReason.COMPLETED
     assert result.text == "Nothing to do."
     assert (result.iterations, result.success, result.success_count) == (1, False, 0)
     assert ctx.history.messages[-1] == {"role": "assistant", "content": "Nothing to do."}
@@ -100,7 +103,7 @@ def test_noop_ends_the_loop_without_running_or_recording() -> None:
     llm = ScriptedLLM([answer(call("noop", {"reason": "idle"}), content="All quiet.")])
     ctx = make_ctx(llm)
     result = run(ctx)
-    assert result.termination_reason == react.NOOP
+    assert result.termination_reason == TerminationReason.NOOP
     assert result.results == ()
     assert ctx.history.messages[-1] == {"role": "assistant", "content": "All quiet."}
     assert not any(m.get("tool_calls") for m in ctx.history.messages)
@@ -115,7 +118,7 @@ def test_terminal_tool_ends_the_loop() -> None:
                        answer(call("say", {"text": "hi"}, "c2"))])
     ctx = make_ctx(llm)
     result = run(ctx)
-    assert result.termination_reason == react.TERMINAL_TOOL
+    assert result.termination_reason == TerminationReason.TERMINAL_TOOL
     assert [r["tool"] for r in result.results] == ["look", "say"]
     assert (result.iterations, result.success, result.success_count) == (2, True, 2)
     assert result.error is None and not result.failed
@@ -127,7 +130,7 @@ def test_failed_terminal_tool_lets_the_model_retry() -> None:
                        answer(call("say", {"text": "hi"}, "c2"))])
     ctx = make_ctx(llm)
     result = run(ctx)
-    assert result.termination_reason == react.TERMINAL_TOOL
+    assert result.termination_reason == TerminationReason.TERMINAL_TOOL
     assert [r["success"] for r in result.results] == [False, True]
 
 
@@ -136,7 +139,7 @@ def test_dangerous_tool_ends_the_loop_success_or_not(at: str) -> None:
     """A dispatched DANGEROUS tool ends the loop even when it fails."""
     llm = ScriptedLLM([answer(call("dig", {"at": at}))])
     result = run(make_ctx(llm))
-    assert result.termination_reason == react.DANGEROUS_TOOL
+    assert result.termination_reason == TerminationReason.DANGEROUS_TOOL
     assert result.success == (at == "north")
 
 
@@ -145,7 +148,7 @@ def test_max_iterations() -> None:
     llm = ScriptedLLM([answer(call("look", {"at": str(i)}, f"c{i}")) for i in range(3)])
     ctx = make_ctx(llm)
     result = run(ctx, LoopConfig(max_iterations=3))
-    assert result.termination_reason == react.MAX_ITERATIONS
+    assert result.termination_reason == TerminationReason.MAX_ITERATIONS
     assert (result.iterations, result.max_allowed_iterations) == (3, 3)
     assert len(llm.requests) == 3
 
@@ -154,7 +157,7 @@ def test_single_action_runs_one_iteration() -> None:
     """Single-action mode is a loop of one iteration."""
     llm = ScriptedLLM([answer(call("look"))])
     result = run(make_ctx(llm), LoopConfig(pattern_mode="single_action", max_iterations=9))
-    assert result.termination_reason == react.MAX_ITERATIONS
+    assert result.termination_reason == TerminationReason.MAX_ITERATIONS
     assert (result.iterations, result.pattern_mode, result.max_allowed_iterations) == (
         1, "single_action", 1)
 
@@ -162,9 +165,9 @@ def test_single_action_runs_one_iteration() -> None:
 def test_critical_tokens_before_the_first_call() -> None:
     """A history already at 80% stops the loop before any model call."""
     llm = ScriptedLLM([])
-    ctx = make_ctx(llm, token_counter=lambda messages: 850)
+    ctx = make_ctx(llm, meter=fake_meter(prompt=850))
     result = run(ctx, LoopConfig(context_window=1000))
-    assert result.termination_reason == react.CRITICAL_TOKENS
+    assert result.termination_reason == TerminationReason.CRITICAL_TOKENS
     assert result.iterations == 0 and llm.requests == []
     assert result.usage["context_percent"] == 85.0
 
@@ -173,27 +176,25 @@ def test_critical_tokens_after_a_tool_grows_the_history() -> None:
     """Usage crossing 80% after a tool result stops the loop before the next call."""
     llm = ScriptedLLM([answer(call("look", {}, "c1")), answer(call("look", {}, "c2"))])
 
-    def counter(messages: Any) -> int:
-        return 100 * len(messages)  # system + history: 1 message -> 10%, 4 -> 40%...
-
-    ctx = make_ctx(llm, token_counter=counter, pending_events=[{"text": "x"}] * 0)
+    # the prompt and each message: 100 tokens (6 of them: 60%; 2 more: 80%)
+    ctx = make_ctx(llm, meter=fake_meter(prompt=100, per_message=lambda m: 100))
     ctx.history.add_user("hi")
     ctx.history.add_user("there")
     ctx.history.add_user("you")
     ctx.history.add_user("!")
     ctx.history.add_user("?")
     result = run(ctx, LoopConfig(context_window=1000))
-    assert result.termination_reason == react.CRITICAL_TOKENS
+    assert result.termination_reason == TerminationReason.CRITICAL_TOKENS
     assert result.iterations == 1 and len(llm.requests) == 1
 
 
 @pytest.mark.parametrize(
     ("error", "reason"),
     [
-        (LLMError("server exploded", partial_text="Half an ans"), react.LLM_ERROR),
-        (LLMUnavailable("circuit open"), react.LLM_UNAVAILABLE),
+        (LLMError("server exploded", partial_text="Half an ans"), TerminationReason.LLM_ERROR),
+        (LLMUnavailable("circuit open"), TerminationReason.LLM_UNAVAILABLE),
         (RepeatedLineLoop("same line 20 times", partial_text="la la la"),
-         react.REPEATED_LINE_LOOP),
+         TerminationReason.REPEATED_LINE_LOOP),
     ],
 )
 def test_model_failures(error: LLMError, reason: str) -> None:
@@ -217,14 +218,14 @@ def test_partial_stream_text_kept_when_the_error_has_none() -> None:
 
     llm = ScriptedLLM([StreamThenFail(["Hel", "lo"])])
     result = run(make_ctx(llm))
-    assert (result.termination_reason, result.text) == (react.LLM_ERROR, "Hello")
+    assert (result.termination_reason, result.text) == (TerminationReason.LLM_ERROR, "Hello")
 
 
 def test_unexpected_client_exception_is_llm_error() -> None:
     """A client raising something that is not an LLMError does not kill the loop."""
     llm = ScriptedLLM([RuntimeError("bug in client")])
     result = run(make_ctx(llm))
-    assert result.termination_reason == react.INTERNAL_ERROR
+    assert result.termination_reason == TerminationReason.INTERNAL_ERROR
     assert "bug in client" in (result.error or "")
 
 
@@ -232,7 +233,7 @@ def test_client_returning_garbage_is_llm_error() -> None:
     """A client that returns something other than a ChatResponse ends with llm_error."""
     llm = ScriptedLLM([lambda m, t: {"not": "a response"}])
     result = run(make_ctx(llm))
-    assert result.termination_reason == react.LLM_ERROR
+    assert result.termination_reason == TerminationReason.LLM_ERROR
 
 
 @pytest.mark.parametrize(
@@ -249,7 +250,7 @@ def test_parse_error_keeps_the_text(response: ChatResponse) -> None:
     llm = ScriptedLLM([response])
     ctx = make_ctx(llm)
     result = run(ctx)
-    assert result.termination_reason == react.PARSE_ERROR
+    assert result.termination_reason == TerminationReason.PARSE_ERROR
     assert result.error
     assert "Looking" in result.text
     assert result.results == ()
@@ -261,7 +262,7 @@ def test_unknown_tool_is_answered_and_the_loop_goes_on() -> None:
     llm = ScriptedLLM([answer(call("fly", {}, "c1")), answer(call("say", {"text": "x"}, "c2"))])
     ctx = make_ctx(llm)
     result = run(ctx)
-    assert result.termination_reason == react.TERMINAL_TOOL
+    assert result.termination_reason == TerminationReason.TERMINAL_TOOL
     first = json.loads(tool_messages(ctx)[0]["content"])
     assert first["success"] is False and "look" in first["error"]
 
@@ -271,7 +272,7 @@ def test_consecutive_errors_cap() -> None:
     llm = ScriptedLLM([answer(call("broken", {}, f"c{i}")) for i in range(5)])
     ctx = make_ctx(llm)
     result = run(ctx, LoopConfig(consecutive_error_cap=3, max_iterations=10))
-    assert result.termination_reason == react.CONSECUTIVE_ERRORS
+    assert result.termination_reason == TerminationReason.CONSECUTIVE_ERRORS
     assert result.iterations == 3
 
 
@@ -280,7 +281,7 @@ def test_consecutive_errors_reset_by_a_success() -> None:
     script = [answer(call("broken", {}, "a")), answer(call("look", {}, "b")),
               answer(call("broken", {}, "c")), text("done")]
     result = run(make_ctx(ScriptedLLM(script)), LoopConfig(consecutive_error_cap=2))
-    assert result.termination_reason == react.COMPLETED
+    assert result.termination_reason == TerminationReason.COMPLETED
 
 
 def test_consecutive_errors_within_one_answer_skip_the_rest() -> None:
@@ -289,7 +290,7 @@ def test_consecutive_errors_within_one_answer_skip_the_rest() -> None:
                               call("look", {}, "c"))])
     ctx = make_ctx(llm)
     result = run(ctx, LoopConfig(consecutive_error_cap=2))
-    assert result.termination_reason == react.CONSECUTIVE_ERRORS
+    assert result.termination_reason == TerminationReason.CONSECUTIVE_ERRORS
     assert [r.get("skipped", False) for r in result.results] == [False, False, True]
     assert ctx.registry.get_tool("look").calls == []  # type: ignore[union-attr]
 
@@ -303,7 +304,7 @@ def test_budget_exhausted_mid_batch() -> None:
                               call("look", {"at": "c"}, "c3"), content="Looking thrice")])
     ctx = make_ctx(llm)
     result = run(ctx, LoopConfig(tool_budget=2))
-    assert result.termination_reason == react.TOOL_BUDGET_EXHAUSTED
+    assert result.termination_reason == TerminationReason.TOOL_BUDGET_EXHAUSTED
     assert result.failed and result.tool_budget_remaining == 0
     assert ctx.registry.get_tool("look").calls == [{"at": "a"}, {"at": "b"}]  # type: ignore
     answers = [json.loads(m["content"]) for m in tool_messages(ctx)]
@@ -317,7 +318,7 @@ def test_budget_zero_skips_everything() -> None:
     llm = ScriptedLLM([answer(call("look", {}, "c1"), content="hm")])
     ctx = make_ctx(llm)
     result = run(ctx, LoopConfig(tool_budget=0))
-    assert result.termination_reason == react.TOOL_BUDGET_EXHAUSTED
+    assert result.termination_reason == TerminationReason.TOOL_BUDGET_EXHAUSTED
     assert ctx.history.messages[-3] == {"role": "assistant", "content": "hm"}
 
 
@@ -325,7 +326,7 @@ def test_refused_calls_are_not_charged() -> None:
     """Unknown or invalid calls do not consume the budget."""
     llm = ScriptedLLM([answer(call("fly", {}, "a"), call("say", {}, "b")), text("ok")])
     result = run(make_ctx(llm), LoopConfig(tool_budget=1))
-    assert result.termination_reason == react.COMPLETED
+    assert result.termination_reason == TerminationReason.COMPLETED
     assert result.tool_budget_remaining == 1
 
 
@@ -335,7 +336,7 @@ def test_calls_after_a_terminal_one_are_skipped() -> None:
                               call("look", {"at": "x"}, "c3"))])
     ctx = make_ctx(llm)
     result = run(ctx)
-    assert result.termination_reason == react.TERMINAL_TOOL
+    assert result.termination_reason == TerminationReason.TERMINAL_TOOL
     assert [r["tool"] for r in result.results] == ["look", "say", "look"]
     assert result.results[2]["skipped"]
     assert ctx.registry.get_tool("look").calls == [{}]  # type: ignore[union-attr]
@@ -349,7 +350,7 @@ def test_noop_after_calls_skips_later_ones() -> None:
                               call("look", {}, "c3"))])
     ctx = make_ctx(llm)
     result = run(ctx)
-    assert result.termination_reason == react.NOOP
+    assert result.termination_reason == TerminationReason.NOOP
     assert [r.get("skipped", False) for r in result.results] == [False, True]
 
 
@@ -359,7 +360,7 @@ def test_reused_call_ids_are_made_unique() -> None:
                        text("done")])
     ctx = make_ctx(llm)
     result = run(ctx)
-    assert result.termination_reason == react.COMPLETED
+    assert result.termination_reason == TerminationReason.COMPLETED
     ids = [m["tool_call_id"] for m in tool_messages(ctx)]
     assert len(set(ids)) == 2
 
@@ -368,21 +369,23 @@ def test_reused_call_ids_are_made_unique() -> None:
 
 
 def test_exit_tools_are_signals_only() -> None:
-    """Exit calls: offered, recorded with emitted_at, never run, free, not in history."""
+    """Exit calls: offered, recorded with emitted_at (monotonic), never run, free, not in
+    history."""
     clock = task.Clock()
-    clock.advance(42)
+    clock.advance(1e9)  # wall-clock time, which signals do not use
+    monotonic = iter([41.0, 42.0])
     events: list[dict[str, Any]] = []
     llm = ScriptedLLM([
         answer(call("flag_for_review", {"why": "odd"}, "e1"), call("look", {}, "c1")),
         answer(call("flag_for_review", {"why": "again"}, "e2"), content="Done."),
     ])
-    ctx = make_ctx(llm, clock=clock, events=events)
+    ctx = make_ctx(llm, clock=clock, events=events, monotonic=lambda: next(monotonic))
     config = LoopConfig(exit_tools=[ExitTool("flag_for_review", "Flag this conversation.",
                                              {"type": "object"})], tool_budget=1)
     result = run(ctx, config)
-    assert result.termination_reason == react.COMPLETED
+    assert result.termination_reason == TerminationReason.COMPLETED
     assert list(result.signals) == [
-        {"tool_name": "flag_for_review", "arguments": {"why": "odd"}, "emitted_at": 42.0},
+        {"tool_name": "flag_for_review", "arguments": {"why": "odd"}, "emitted_at": 41.0},
         {"tool_name": "flag_for_review", "arguments": {"why": "again"}, "emitted_at": 42.0},
     ]
     assert result.tool_budget_remaining == 0  # only look was charged
@@ -399,7 +402,7 @@ def test_exit_tool_with_bad_arguments_is_kept_best_effort() -> None:
     """A signal whose arguments are not JSON is still recorded (raw)."""
     llm = ScriptedLLM([answer(call("alert", "{oops", "e1"))])
     result = run(make_ctx(llm), LoopConfig(exit_tools=[ExitTool("alert")]))
-    assert result.termination_reason == react.COMPLETED
+    assert result.termination_reason == TerminationReason.COMPLETED
     assert result.signals[0]["arguments"] == {"_raw": "{oops"}
 
 
@@ -474,7 +477,7 @@ def test_tick_nudge_is_transient() -> None:
 def test_advisory_reaches_the_model_at_each_level(tokens: int, level: str | None) -> None:
     """The next request shows the advisory in the system prompt and the fresh result."""
     llm = ScriptedLLM([answer(call("look", {}, "c1")), text("ok")])
-    ctx = make_ctx(llm, token_counter=lambda messages: tokens)
+    ctx = make_ctx(llm, meter=fake_meter(prompt=tokens))
     result = run(ctx, LoopConfig(context_window=1000))
     second = llm.requests[1]["messages"]
     tool_msg = next(m for m in second if m["role"] == "tool")
@@ -494,13 +497,11 @@ def test_critical_advisory_in_results() -> None:
     """A result recorded at >=80% carries the CRITICAL advisory, then the loop stops."""
     llm = ScriptedLLM([answer(call("look", {}, "c1"))])
 
-    def counter(messages: Any) -> int:
-        return 900 if any(m["role"] == "tool" for m in messages) else 100
-
-    ctx = make_ctx(llm, token_counter=counter)
+    ctx = make_ctx(llm, meter=fake_meter(
+        prompt=100, per_message=lambda m: 800 if m["role"] == "tool" else 0))
     result = run(ctx, LoopConfig(context_window=1000))
     assert result.results[0]["result"]["_token_advisory"]["level"] == "critical"
-    assert result.termination_reason == react.CRITICAL_TOKENS
+    assert result.termination_reason == TerminationReason.CRITICAL_TOKENS
 
 
 def test_fallback_mode_round_trip() -> None:
@@ -511,7 +512,7 @@ def test_fallback_mode_round_trip() -> None:
     ])
     ctx = make_ctx(llm)
     result = run(ctx, LoopConfig(native_tools=False))
-    assert result.termination_reason == react.COMPLETED
+    assert result.termination_reason == TerminationReason.COMPLETED
     assert result.text == "I will look.\nThe sky is blue."
     assert llm.requests[0]["tools"] is None
     assert '"tool": "<tool name>"' in llm.system_prompts()[0]
@@ -525,7 +526,7 @@ def test_fallback_cut_off_call_is_a_parse_error() -> None:
     """A truncated JSON call in fallback mode ends with parse_error, text preserved."""
     llm = ScriptedLLM([text('Let me see {"tool": "look", "arguments": {"at": "sk')])
     result = run(make_ctx(llm), LoopConfig(native_tools=False))
-    assert result.termination_reason == react.PARSE_ERROR
+    assert result.termination_reason == TerminationReason.PARSE_ERROR
     assert result.text.startswith("Let me see")
 
 
@@ -534,7 +535,7 @@ def test_fallback_unknown_tool_is_answered() -> None:
     llm = ScriptedLLM([text('Hmm {"tool": "fly", "arguments": {}}'), text("ok")])
     ctx = make_ctx(llm)
     result = run(ctx, LoopConfig(native_tools=False))
-    assert result.termination_reason == react.COMPLETED
+    assert result.termination_reason == TerminationReason.COMPLETED
     assert result.text == "Hmm\nok"
     assert "Unknown tool" in ctx.history.messages[1]["content"]
 
@@ -554,7 +555,7 @@ def test_gate_limits_offer_and_blocks_calls() -> None:
     assert blocked["status"] == "blocked_by_tool_mode"
     assert "look" in blocked["allowed_tools"]
     assert ctx.registry.get_tool("dig").calls == []  # type: ignore[union-attr]
-    assert result.termination_reason == react.COMPLETED
+    assert result.termination_reason == TerminationReason.COMPLETED
 
 
 def test_gate_by_name() -> None:
@@ -577,7 +578,7 @@ def test_kill_mid_stream_cancels_the_request() -> None:
     ctx.control.stop("operator kill")
     result = d.result
     assert pending.cancelled
-    assert result.termination_reason == react.STOPPED_BY_USER
+    assert result.termination_reason == TerminationReason.STOPPED_BY_USER
     assert result.text == "Once upon a time"
     assert result.error == "operator kill"
     assert ctx.history.messages == []
@@ -591,7 +592,7 @@ def test_cancelling_the_loop_deferred_is_a_kill() -> None:
     d.cancel()
     result = d.result
     assert isinstance(result, LoopResult)
-    assert result.termination_reason == react.STOPPED_BY_USER
+    assert result.termination_reason == TerminationReason.STOPPED_BY_USER
     assert pending.cancelled and result.text == "abc"
 
 
@@ -606,7 +607,7 @@ def test_kill_mid_tool() -> None:
     ctx.control.stop()
     result = d.result
     assert slow.cancelled == 1  # type: ignore[union-attr]
-    assert result.termination_reason == react.STOPPED_BY_USER
+    assert result.termination_reason == TerminationReason.STOPPED_BY_USER
     history = json.dumps(ctx.history.messages)
     assert '"c1"' not in history
     check_history_valid(ctx.history.messages)
@@ -621,7 +622,7 @@ def test_stop_check_is_polled() -> None:
     ctx = make_ctx(llm, stop_check=lambda: flag["stop"],
                    checkpoint=lambda progress: flag.update(stop=True))
     result = run(ctx)
-    assert result.termination_reason == react.STOPPED_BY_USER
+    assert result.termination_reason == TerminationReason.STOPPED_BY_USER
     assert len(llm.requests) == 1
 
 
@@ -637,7 +638,7 @@ def test_stop_after_answer_arrives_discards_it() -> None:
     ctx = make_ctx(llm)
     ctx_holder["ctx"] = ctx
     result = run(ctx)
-    assert result.termination_reason == react.STOPPED_BY_USER
+    assert result.termination_reason == TerminationReason.STOPPED_BY_USER
     assert result.text == "about to look"
     assert ctx.registry.get_tool("look").calls == []  # type: ignore[union-attr]
 
@@ -647,10 +648,10 @@ def test_stop_after_answer_arrives_discards_it() -> None:
 
 def test_checkpoint_awaited_before_next_model_call() -> None:
     """The loop waits for the checkpoint Deferred before asking the model again."""
-    saved: list[react.LoopProgress] = []
+    saved: list[LoopProgress] = []
     gates: list[defer.Deferred[None]] = []
 
-    def checkpoint(progress: react.LoopProgress) -> defer.Deferred[None]:
+    def checkpoint(progress: LoopProgress) -> defer.Deferred[None]:
         saved.append(progress)
         gates.append(defer.Deferred())
         return gates[-1]
@@ -663,7 +664,7 @@ def test_checkpoint_awaited_before_next_model_call() -> None:
     gates[0].callback(None)
     assert len(llm.requests) == 2
     gates[1].callback(None)
-    assert d.result.termination_reason == react.COMPLETED
+    assert d.result.termination_reason == TerminationReason.COMPLETED
 
 
 def test_checkpoint_failure_does_not_stop_the_loop() -> None:
@@ -671,7 +672,7 @@ def test_checkpoint_failure_does_not_stop_the_loop() -> None:
     llm = ScriptedLLM([answer(call("look", {}, "c1")), text("done")])
     ctx = make_ctx(llm, checkpoint=lambda p: defer.fail(OSError("disk full")))
     result = run(ctx)
-    assert result.termination_reason == react.COMPLETED
+    assert result.termination_reason == TerminationReason.COMPLETED
 
 
 def test_observer_events_and_failures() -> None:
@@ -687,7 +688,7 @@ def test_observer_events_and_failures() -> None:
     ctx = make_ctx(llm)
     ctx.on_event = observer
     result = run(ctx)
-    assert result.termination_reason == react.COMPLETED
+    assert result.termination_reason == TerminationReason.COMPLETED
     assert seen == ["iteration", "text_delta", "text_delta", "tool_call", "tool_result",
                     "iteration", "termination"]
 
@@ -702,7 +703,7 @@ def test_reflection_leaves_history_and_events_alone() -> None:
     llm = ScriptedLLM([answer(call("look", {}, "c1")), text("I learned things")])
     ctx = make_ctx(llm, history=history, reflection=True, pending_events=events)
     result = run(ctx)
-    assert result.termination_reason == react.COMPLETED
+    assert result.termination_reason == TerminationReason.COMPLETED
     assert history.to_list() == before
     assert events == [{"text": "not for reflection"}]
     assert "reflection turn" in llm.system_prompts()[0]
@@ -738,7 +739,7 @@ def test_internal_error_in_history_is_contained() -> None:
     ctx = make_ctx(llm, history=BadHistory())
     d = execute_react_loop(ctx)
     result = d.result
-    assert result.termination_reason == react.INTERNAL_ERROR
+    assert result.termination_reason == TerminationReason.INTERNAL_ERROR
     assert result.text == "hello"
 
 
@@ -759,7 +760,7 @@ def test_context_restart_goes_to_the_next_iteration() -> None:
                        text("fresh")])
     ctx = make_ctx(llm, registry=registry)
     result = run(ctx, LoopConfig(tool_budget=5))
-    assert result.termination_reason == react.COMPLETED
+    assert result.termination_reason == TerminationReason.COMPLETED
     assert result.results[0]["kind"] == "restart"
     assert result.results[1]["skipped"]
     assert result.tool_budget_remaining == 4
@@ -806,7 +807,7 @@ def test_any_script_ends_with_a_valid_history(
                         consecutive_error_cap=cap, native_tools=native,
                         exit_tools=[ExitTool("alert")])
     result = run(ctx, config)
-    assert result.termination_reason in react.TERMINATION_REASONS
+    assert result.termination_reason in set(TerminationReason)
     assert result.iterations <= max_iterations
     assert ctx.history.unanswered_tool_calls() == []
     if budget is not None:
@@ -830,9 +831,70 @@ def test_tool_timeout_on_the_clock_is_told_to_the_model() -> None:
     assert not d.called
     clock.advance(3600)  # SlowTool.timeout
     result = d.result
-    assert result.termination_reason == react.COMPLETED
+    assert result.termination_reason == TerminationReason.COMPLETED
     assert result.results[0]["status"] == "timed_out"
     assert "timed out" in result.results[0]["result"]["error"]
     assert result.duration_ms == 3_600_000.0
     assert result.results[0]["duration_ms"] == 3_600_000.0
     check_history_valid(ctx.history.messages)
+
+
+# -- no reference cycles; a stop seen while a tool runs ---------------------------------
+
+
+def test_a_finished_loop_leaves_no_reference_cycle() -> None:
+    """Everything a loop built is freed when the caller lets go of it, without the
+    garbage collector (a cycle would keep every loop's objects until a collection)."""
+    import gc
+    import weakref
+
+    llm = ScriptedLLM([answer(call("look", {"at": "x"}, "c1")),
+                       answer(call("broken", {}, "c2")), text("done")])
+    ctx = make_ctx(llm, pending_events=[{"type": "say", "text": "hi"}])
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        d = execute_react_loop(ctx, LoopConfig(max_iterations=5))
+        result = d.result
+        assert isinstance(result, LoopResult) and result.iterations == 3
+        alive = weakref.ref(ctx.control)
+        history = weakref.ref(ctx.history)
+        del ctx, d, result
+        assert alive() is None
+        assert history() is None
+    finally:
+        if enabled:
+            gc.enable()
+
+
+@pytest.mark.parametrize("with_check", [False, True])
+def test_a_stop_while_a_tool_runs_is_seen_by_the_engine(with_check: bool) -> None:
+    """The engine's stop check (the control's flag, or the context's own check too)
+    sees a stop asked for while a synchronous tool runs: the call writes nothing."""
+    from ai_tools.tools.base import Actor, Tool
+    from ai_tools.tools.registry import ToolRegistry
+
+    holder: dict[str, Any] = {}
+
+    class Stopper(Tool):
+        name = "stopper"
+        description = "Stops its own loop."
+        parameters = {"type": "object", "properties": {}}
+
+        def execute(self, actor: Actor, **params: Any) -> dict[str, Any]:
+            if with_check:
+                holder["flag"] = True
+            else:
+                holder["ctx"].control.stop("enough")
+            return {"success": True}
+
+    llm = ScriptedLLM([answer(call("stopper", {}, "c1")), text("never")])
+    options: dict[str, Any] = {"stop_check": lambda: holder.get("flag", False)} \
+        if with_check else {}
+    ctx = make_ctx(llm, registry=ToolRegistry([Stopper]), **options)
+    holder["ctx"] = ctx
+    result = execute_react_loop(ctx, LoopConfig()).result
+    assert result.termination_reason == TerminationReason.STOPPED_BY_USER
+    assert not [m for m in ctx.history.messages if m["role"] == "tool"]
+    assert len(llm.requests) == 1

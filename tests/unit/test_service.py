@@ -9,7 +9,7 @@ from twisted.application.service import MultiService
 from twisted.internet import defer, task
 
 from ai_tools.errors import ConfigError, NotFound
-from ai_tools.loop.run import LoopConfig, LoopContext
+from ai_tools.loop import LoopConfig, LoopContext
 from ai_tools.service.assistant import SLEEP, Assistant
 from ai_tools.service.service import AssistantService, world_message_to_event
 from ai_tools.service.tick import IDLE, RAN, SKIPPED, TickResult

@@ -16,7 +16,7 @@ from zope.interface import implementer
 from ai_tools.errors import LLMProtocolError
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.events import ChatResponse
-from ai_tools.loop.run import LoopConfig, LoopContext
+from ai_tools.loop import LoopConfig, LoopContext
 from ai_tools.service.tick import ERROR, RAN
 from ai_tools.tools.base import Actor, Tool
 from ai_tools.tools.registry import ToolRegistry
@@ -120,14 +120,15 @@ def test_a_model_that_answers_garbage() -> None:
             settle(clock)
             assert not ada.ticking
             assert ada.last_tick["reason"] == "llm_error"
-    entries = tick_logs(logs)
+    entries = [e for e in tick_logs(logs) if "errors" in e]  # the tick's error lines
     assert len(entries) == 4
     assert "malformed JSON" in entries[0]["errors"]
     assert "ChatResponse" in entries[1]["errors"] or "dict" in entries[1]["errors"]
-    # the events were not lost: they are in the history the next answer will see
-    users = [m["content"] for m in ada.history.messages if m["role"] == "user"]
-    assert all(f"message {i}" in "".join(users) for i in range(4))
+    # the events were not lost: no answer saw them, so they are all pending, in order
+    assert [e["text"] for e in ada.pending_events] == [f"message {i}" for i in range(4)]
+    assert not [m for m in ada.history.messages if m["role"] == "user"]
     assert ada.counters["tick_errors"] == 4
+    assert ada.failed_deliveries == 4 and ada.unavailable_said
 
 
 def test_a_store_write_that_fails() -> None:

@@ -8,8 +8,7 @@ from twisted.internet import defer
 
 from ai_tools.execution.cache import ToolCache
 from ai_tools.llm.events import ChatResponse
-from ai_tools.llm.tokens import count_messages
-from ai_tools.loop.run import LoopConfig, LoopContext
+from ai_tools.loop import LoopConfig, LoopContext
 from ai_tools.service.assistant import AWAKE, SLEEP
 from ai_tools.service.tick import IDLE, RAN, SKIPPED, SLEEPING, WOKE
 from ai_tools.tools.base import ToolCategory
@@ -197,7 +196,10 @@ def test_sleep_compaction_from_70_percent() -> None:
     clock, service, _ = make_service(llm=llm)
     ada = add(service, clock, name="ada", sleep_maintenance=False)
     _fill_history(ada, 20, 120)
-    tokens = count_messages(ada.history.messages)
+    llm.context_window = 10**7
+    assert service.run_tick("ada").result.status == IDLE  # (measured, far from full)
+    assert ada.meter.last is not None
+    tokens = ada.meter.last.tokens  # the one measure: prompt head, tool schemas, history
     llm.context_window = int(tokens / 0.75)  # 75%: under the awake threshold, over the sleep one
     assert service.run_tick("ada").result.status == IDLE  # awake: no compaction at 75%
     assert "compactions" not in ada.counters

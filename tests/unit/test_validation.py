@@ -1,14 +1,8 @@
-"""Parameter and result validation (ai_tools.tools.validation).
-
-Every case runs twice: with jsonschema doing the schema work and with the basic
-fallback checker, which must report the same errors.
-"""
+"""Parameter and result validation (ai_tools.tools.validation)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from typing import Any
 
 import pytest
@@ -20,13 +14,8 @@ from ai_tools.tools.validation import (
     ValidationResult,
     compile_validator,
     schema_problems,
-    validate_parameters,
-    validate_params_basic,
-    validate_params_jsonschema,
     validate_tool_result,
 )
-
-BACKENDS = ["jsonschema", "basic"]
 
 
 def obj(properties: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -34,13 +23,12 @@ def obj(properties: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {"type": "object", "properties": properties, **extra}
 
 
-@pytest.fixture(params=BACKENDS)
-def check(request: pytest.FixtureRequest) -> Any:
-    """``check(params, schema)`` validating with one backend."""
-    use_jsonschema = request.param == "jsonschema"
+@pytest.fixture
+def check() -> Any:
+    """``check(params, schema)``: compile ``schema`` and validate ``params``."""
 
     def run(params: Any, schema: dict[str, Any]) -> ValidationResult:
-        return compile_validator(schema, use_jsonschema=use_jsonschema).validate(params)
+        return compile_validator(schema).validate(params)
 
     return run
 
@@ -609,31 +597,20 @@ JSON = st.recursive(
 KEYS = st.sampled_from(sorted(AGREEMENT_SCHEMA["properties"])) | st.text(max_size=6)
 NUMERIC_TEXT = st.sampled_from(["5", "2.5", "-1", "1e2", "true", "False", "abc", "", "0", "11"])
 PARAMS = st.dictionaries(KEYS, JSON | NUMERIC_TEXT, max_size=8)
-VALIDATORS = [compile_validator(AGREEMENT_SCHEMA, use_jsonschema=b == "jsonschema")
-              for b in BACKENDS]
+VALIDATORS = [compile_validator(AGREEMENT_SCHEMA)]
 
 
 @given(params=PARAMS)
-def test_backends_report_the_same_errors(params: dict[str, Any]) -> None:
-    """jsonschema and the basic checker agree on validity, cleaned params and errors."""
-    full = VALIDATORS[0].validate(params)
-    basic = VALIDATORS[1].validate(params)
-    assert full.valid == basic.valid
-    assert full.errors == basic.errors
-    assert full.warnings == basic.warnings
-    assert full.cleaned_params == basic.cleaned_params
+def test_a_valid_result_is_valid_for_jsonschema(params: dict[str, Any]) -> None:
+    """Whatever the path inside validate, a valid result's parameters satisfy the schema
+    and an invalid one names at least one error."""
+    import jsonschema
 
-
-def test_module_functions_pick_their_backend() -> None:
-    """validate_parameters uses jsonschema here; the named functions force a backend."""
-    schema = obj({"a": {"type": "integer"}})
-    assert compile_validator(schema).backend == "jsonschema"
-    assert validate_params_jsonschema({"a": "x"}, schema).errors == validate_params_basic(
-        {"a": "x"}, schema).errors
-    assert compile_validator(schema, use_jsonschema=False).backend == "basic"
-    assert validate_parameters({"a": "1"}, schema).cleaned_params == {"a": 1}
-    precompiled = compile_validator(schema, use_jsonschema=False)
-    assert validate_parameters({"a": "x"}, schema, precompiled).valid is False
+    result = VALIDATORS[0].validate(params)
+    if result.valid:
+        jsonschema.validate(result.cleaned_params, AGREEMENT_SCHEMA)
+    else:
+        assert result.errors
 
 
 # ---------------------------------------------------------------- never raises
@@ -691,32 +668,6 @@ def test_pathological_python_values_do_not_raise(check: Any) -> None:
         assert isinstance(check(params, schema), ValidationResult)
 
 
-# ---------------------------------------------------------------- without jsonschema
-
-
-def test_falls_back_to_the_basic_checker_without_jsonschema(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """With jsonschema unimportable, the module still validates and checks schemas."""
-    monkeypatch.setitem(sys.modules, "jsonschema", None)
-    spec = importlib.util.spec_from_file_location("validation_without_jsonschema",
-                                                  validation.__file__)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.JSONSCHEMA_AVAILABLE is False
-    schema = obj({"n": {"type": "integer", "minimum": 1}}, required=["n"])
-    validator = module.compile_validator(schema)
-    assert validator.backend == "basic"
-    assert validator.validate({"n": "3"}).cleaned_params == {"n": 3}
-    assert validator.validate({"n": 0}).errors[0]["message"] == "Must be at least 1"
-    assert module.schema_problems(schema) == []
-    assert module.schema_problems(obj({"n": {"type": "integr"}})) == [
-        "parameters.properties.n.type: unknown type 'integr'"]
-    with pytest.raises(RuntimeError):
-        module.compile_validator(schema, use_jsonschema=True)
-
-
 # ---------------------------------------------------------------- schema problems
 
 
@@ -736,13 +687,8 @@ def test_schema_problems_of_a_sound_schema() -> None:
         ({"type": "object", "properties": []}, "parameters.properties"),
     ],
 )
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_schema_problems_name_the_place(
-    schema: dict[str, Any], where: str, backend: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each mistake is reported with where it is, with and without jsonschema."""
-    if backend == "basic":
-        monkeypatch.setattr(validation, "_jsonschema", None)
+def test_schema_problems_name_the_place(schema: dict[str, Any], where: str) -> None:
+    """Each mistake is reported with where it is."""
     problems = schema_problems(schema)
     assert problems, schema
     assert problems[0].startswith(f"{where}:"), problems
@@ -789,3 +735,77 @@ def test_bad_results_become_standard_failures(result: Any, fragment: str) -> Non
 def test_result_messages_without_a_tool_name() -> None:
     """Without a name the message still reads well."""
     assert validate_tool_result(None)["error"].startswith("The tool returned no result")
+
+
+# ---------------------------------------------------------------- a call valid as it is
+
+
+def test_a_clean_call_gives_a_new_dict() -> None:
+    """A call needing nothing done is valid; the cleaned parameters are a new dict."""
+    validator = compile_validator(obj({"query": {"type": "string"},
+                                       "limit": {"type": "integer", "minimum": 1}},
+                                      required=["query"]))
+    params = {"query": "lamp", "limit": 5}
+    result = validator.validate(params)
+    assert result.valid and result.cleaned_params == params
+    assert result.cleaned_params is not params and not result.warnings
+
+
+def test_values_are_normalised_whatever_the_path() -> None:
+    """5.0 for an integer still becomes 5; nested containers still get coerced."""
+    validator = compile_validator(obj({
+        "tags": {"type": "array", "items": {"type": "integer"}}, "raw": {"type": "array"},
+        "opts": obj({"deep": {"type": "integer"}}), "limit": {"type": "integer"}}))
+    result = validator.validate({"tags": ["1", 2], "opts": {"deep": "3"}, "raw": ["1"]})
+    assert result.cleaned_params == {"tags": [1, 2], "opts": {"deep": 3}, "raw": ["1"]}
+    assert validator.validate({"limit": 5.0}).cleaned_params == {"limit": 5}
+
+
+def test_a_checker_failure_is_an_error() -> None:
+    """If a schema check itself blows up, the call fails with a plain error."""
+    import attrs
+
+    def explode(*args: Any) -> bool:
+        raise RecursionError("too deep")
+
+    compiled = compile_validator(obj({"query": {"type": "string"}}))
+    for validator in (attrs.evolve(compiled, instance_is_valid=explode, fast_check=None),
+                      attrs.evolve(compiled, fast_check=explode)):
+        result = validator.validate({"query": "lamp"})
+        assert not result.valid
+        assert result.errors[0]["stage"] == "internal"
+        assert "RecursionError" in result.errors[0]["message"]
+
+
+def test_untouched_types() -> None:
+    """The exact types coercion leaves alone, per declared type."""
+    from ai_tools.tools.coercion import untouched_types
+
+    assert untouched_types({"type": "string"}) == frozenset({str})
+    assert untouched_types({"type": "integer"}) == frozenset({int})
+    assert untouched_types({"type": "number"}) == frozenset({int, float})
+    assert untouched_types({"type": ["integer", "null"]}) == frozenset({int, type(None)})
+    assert untouched_types({}) is None
+    assert untouched_types(True) is None
+    assert untouched_types({"type": "array", "items": {"type": "string"}}) == frozenset()
+    assert untouched_types({"type": "array", "items": {}},
+                           walk_containers=False) == frozenset({list})
+    custom = untouched_types({"type": ["integer", "custom"]})  # "custom" accepts anything
+    assert custom is not None and float not in custom and str in custom
+    assert untouched_types({"properties": {}}) == frozenset(
+        {str, int, float, bool, type(None), list})
+
+
+def test_a_schema_whose_top_is_not_an_object() -> None:
+    """A non-object top-level type reports the type of the parameters object."""
+    assert not compile_validator({"type": "string"}).validate({}).valid
+    assert compile_validator(obj({})).validate({}).valid
+
+
+def test_pattern_properties_declare_their_keys() -> None:
+    """Keys matching ``patternProperties`` are kept; others are dropped with a warning."""
+    validator = compile_validator(obj({"a": {"type": "string"}},
+                                      patternProperties={"^x_": {"type": "integer"}}))
+    result = validator.validate({"a": "s", "x_1": 2, "y": 3})
+    assert result.cleaned_params == {"a": "s", "x_1": 2}
+    assert [w["param"] for w in result.warnings] == ["y"]

@@ -1,0 +1,134 @@
+"""What a loop runs with: :class:`LoopContext`, its stop switch, its progress record."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+from twisted.internet import defer
+
+from ai_tools.execution.engine import ExecutionState
+from ai_tools.execution.history import ConversationHistory
+from ai_tools.execution.reasons import TerminationReason
+from ai_tools.interfaces import ILLMClient
+from ai_tools.loop.config import GatePolicy
+from ai_tools.loop.usage import ContextMeter
+from ai_tools.tools.base import Actor
+from ai_tools.tools.registry import ToolRegistry
+
+__all__ = ["LoopContext", "LoopControl", "LoopProgress", "SystemPromptProvider"]
+
+
+@attrs.define(eq=False)
+class LoopControl:
+    """Stop switch of a running loop, held by whoever may kill it.
+
+    :meth:`stop` marks the loop stopped and cancels the model request or tool
+    call in flight; the loop then ends with the reason given to it
+    (``stopped_by_user`` for an operator, ``shutdown`` for a service stop) and
+    the killed call gets no history entry.  The first stop wins.
+    """
+
+    stopped: bool = False
+    reason: str = ""
+    """Why, in words (the loop result's ``error``)."""
+    termination: TerminationReason = TerminationReason.STOPPED_BY_USER
+    """The termination reason the loop ends with."""
+    _in_flight: defer.Deferred[Any] | None = None
+
+    def stop(self, reason: str = "stopped by user",
+             termination: TerminationReason = TerminationReason.STOPPED_BY_USER) -> None:
+        """Request the stop and cancel whatever the loop is waiting on."""
+        if not self.stopped:
+            self.stopped = True
+            self.reason = reason
+            self.termination = termination
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None and not in_flight.called:
+            in_flight.cancel()
+
+    def track(self, d: defer.Deferred[Any]) -> defer.Deferred[Any]:
+        """Remember ``d`` as the operation in flight (so :meth:`stop` can cancel it)."""
+        self._in_flight = d
+        return d
+
+    def untrack(self) -> None:
+        """Nothing is in flight any more."""
+        self._in_flight = None
+
+
+@attrs.frozen
+class LoopProgress:
+    """What the loop has done so far; handed to the checkpoint after each iteration."""
+
+    iteration: int
+    results: tuple[dict[str, Any], ...]
+    signals: tuple[dict[str, Any], ...]
+    text: str
+    tool_budget_remaining: int | None
+
+
+SystemPromptProvider = Callable[[], "str | defer.Deferred[str]"]
+"""Returns the persona / base system prompt (a value or a Deferred)."""
+
+
+@attrs.define(eq=False)
+class LoopContext:
+    """Everything one loop run needs, supplied by the service (or a test).
+
+    ``history`` is the assistant's conversation history (mutated in place as
+    the loop goes; in ``reflection`` mode the loop works on a copy so the
+    history is not polluted).  ``pending_events`` are delivered into the
+    history as one user message before the first model call and the list is
+    emptied in place; if the loop ends before a model answer saw them, they
+    are taken back out of the history and put back at the front of the list,
+    so a checkpoint or a final save persists either state whole.
+    """
+
+    assistant_name: str
+    actor: Actor
+    registry: ToolRegistry
+    llm: ILLMClient
+    history: ConversationHistory
+    clock: Any
+    """An ``IReactorTime``: the reactor, or ``task.Clock`` in tests."""
+    cache: Any = None
+    """The service's ``ai_tools.execution.cache.ToolCache`` (None: no caching)."""
+    cache_namespace: str = ""
+    gate: GatePolicy = attrs.field(factory=GatePolicy)
+    system_prompt: str | SystemPromptProvider = ""
+    """The persona text, or a callable returning it (value or Deferred)."""
+    pending_events: list[dict[str, Any]] = attrs.field(factory=list)
+    mode: str = "awake"
+    """``awake`` or ``sleep`` (selects the prompt variant)."""
+    reflection: bool = False
+    """Reflection run: reflection prompt, history left untouched."""
+    on_event: Callable[[dict[str, Any]], None] | None = None
+    """Observer of loop events (iteration, tool_call, signal, termination)."""
+    stop_check: Callable[[], bool] | None = None
+    """Extra stop condition polled between steps (e.g. an emergency stop flag)."""
+    control: LoopControl = attrs.field(factory=LoopControl)
+    checkpoint: Callable[[LoopProgress], Any] | None = None
+    """Called after every iteration; a returned Deferred is waited for before the
+    next model call, so the service can persist the state first."""
+    execution_state: ExecutionState | None = None
+    """The assistant's execution counters (owned and persisted by the service)."""
+    execution_options: Mapping[str, Any] = attrs.field(factory=dict)
+    """Extra ``ExecutionContext`` fields: ``retry_policy``, ``rand``, ``max_result_bytes``."""
+    meter: ContextMeter | None = None
+    """Measures the context usage (None: a meter of the model layer's counter, made
+    for this loop); the service passes each assistant's own, kept across ticks."""
+    monotonic: Callable[[], float] = time.monotonic
+    """The monotonic clock exit-tool signals are stamped with (``emitted_at``)."""
+
+    def stop_requested(self) -> bool:
+        """Whether a kill or stop was asked for (``stop_check`` included)."""
+        control = self.control
+        if control.stopped:
+            return True
+        if self.stop_check is not None and self.stop_check():
+            control.stop("stop requested")
+            return True
+        return False

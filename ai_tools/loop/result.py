@@ -1,0 +1,64 @@
+"""What a loop run did: :class:`LoopResult` (spec 004 §5, and what the engine adds)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ai_tools.execution.reasons import TerminationReason
+
+__all__ = ["LoopResult"]
+
+
+@attrs.frozen
+class LoopResult:
+    """What a loop run did (spec 004 §5 plus reason, signals, text, usage, duration)."""
+
+    iterations: int
+    results: tuple[dict[str, Any], ...]
+    termination_reason: TerminationReason = attrs.field(converter=TerminationReason)
+    success: bool
+    """At least one tool call succeeded (spec 004 §5)."""
+    success_count: int
+    pattern_mode: str
+    max_allowed_iterations: int
+    signals: tuple[dict[str, Any], ...] = ()
+    text: str = ""
+    """All text the model produced during the loop, kept on every failure."""
+    usage: Mapping[str, Any] = attrs.field(factory=dict)
+    duration_ms: float = 0.0
+    error: str | None = None
+    """Detail of a failure or stop reason (None when the loop ended normally)."""
+    tool_budget_remaining: int | None = None
+    finish_reason: str | None = None
+    """The ``finish_reason`` of the last model answer (``stop``, ``tool_calls``,
+    ``length``...; None when no answer arrived)."""
+    events_returned: int = 0
+    """Pending events put back because no model answer saw them (see ``LoopContext``)."""
+
+    @property
+    def failed(self) -> bool:
+        """Whether the termination reason is a failure."""
+        return self.termination_reason.failed
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form (spec 004 §5 keys first)."""
+        return {
+            "iterations": self.iterations,
+            "results": [dict(r) for r in self.results],
+            "termination_reason": str(self.termination_reason),
+            "success": self.success,
+            "success_count": self.success_count,
+            "pattern_mode": self.pattern_mode,
+            "max_allowed_iterations": self.max_allowed_iterations,
+            "signals": [dict(s) for s in self.signals],
+            "text": self.text,
+            "usage": dict(self.usage),
+            "duration_ms": self.duration_ms,
+            "error": self.error,
+            "tool_budget_remaining": self.tool_budget_remaining,
+            "finish_reason": self.finish_reason,
+            "events_returned": self.events_returned,
+        }

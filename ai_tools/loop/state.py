@@ -1,0 +1,173 @@
+"""One loop run's state: what it runs with (:class:`LoopRun`), what it did (:class:`LoopTally`).
+
+The steps of :mod:`ai_tools.loop.run` and :mod:`ai_tools.loop.calls` are
+functions of a :class:`LoopRun`; nothing here decides anything, it only keeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+from twisted.logger import Logger
+
+from ai_tools.execution.engine import ExecutionContext, ExecutionState
+from ai_tools.execution.history import ConversationHistory
+from ai_tools.execution.reasons import TerminationReason
+from ai_tools.llm.events import TextDelta
+from ai_tools.loop.config import LoopConfig, use_native_tools
+from ai_tools.loop.context import LoopContext, LoopProgress
+from ai_tools.loop.events import EventDelivery
+from ai_tools.loop.prompts import tick_message
+from ai_tools.loop.request import RequestPlan, plan_request
+from ai_tools.loop.usage import ContextMeter, context_window
+
+__all__ = ["LoopRun", "LoopTally"]
+
+log = Logger()
+
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+def _new_usage() -> dict[str, Any]:
+    return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "requests": 0,
+            "context_tokens": 0, "context_percent": 0.0}
+
+
+@attrs.define(eq=False)
+class LoopTally:
+    """What a loop has done so far (the result is made of it)."""
+
+    budget: int | None
+    """Normal tool calls still allowed (None: unlimited)."""
+    iteration: int = 0
+    results: list[dict[str, Any]] = attrs.field(factory=list)
+    signals: list[dict[str, Any]] = attrs.field(factory=list)
+    texts: list[str] = attrs.field(factory=list)
+    deltas: list[str] = attrs.field(factory=list)
+    """Text streamed during the model call in flight (kept if the call fails)."""
+    usage: dict[str, Any] = attrs.field(factory=_new_usage)
+    consecutive_errors: int = 0
+    reason: TerminationReason | None = None
+    error: str | None = None
+    finish_reason: str | None = None
+    fresh_results: list[Mapping[str, Any]] = attrs.field(factory=list)
+    """Tool-result messages of the last iteration (the next request advises them)."""
+
+    def end(self, reason: TerminationReason, error: str | None = None) -> None:
+        """Set the termination reason (the first one wins)."""
+        if self.reason is None:
+            self.reason = reason
+            self.error = error
+
+    def add_text(self, text: str | None) -> None:
+        """Keep text the model produced (a loop's ``text`` is all of it)."""
+        if text:
+            self.texts.append(text)
+
+    def add_usage(self, usage: Mapping[str, Any] | None) -> None:
+        """Add one model answer's token counts."""
+        totals = self.usage
+        totals["requests"] += 1
+        for key in _USAGE_KEYS:
+            value = (usage or {}).get(key)
+            if isinstance(value, int):
+                totals[key] += value
+
+    def progress(self) -> LoopProgress:
+        """The record handed to the checkpoint."""
+        return LoopProgress(self.iteration, tuple(self.results), tuple(self.signals),
+                            "\n".join(self.texts), self.budget)
+
+
+@attrs.define(eq=False)
+class LoopRun:
+    """One loop run: its context and config, what it set up, and its tally.
+
+    Made by :meth:`start`, which takes the history (a copy in reflection mode,
+    so the model sees its own calls and the history stays clean), delivers the
+    pending events and builds the execution engine's context.
+    """
+
+    ctx: LoopContext
+    config: LoopConfig
+    history: ConversationHistory
+    execution: ExecutionContext
+    meter: ContextMeter
+    window: int
+    native: bool
+    started: float
+    tally: LoopTally
+    delivery: EventDelivery | None = None
+    nudge: tuple[int, str] | None = None
+    """Where the transient ``[TICK]`` message goes in each request, and its text."""
+    plan: RequestPlan | None = None
+
+    @classmethod
+    def start(cls, ctx: LoopContext, config: LoopConfig) -> LoopRun:
+        """Set a run up (see the class docstring)."""
+        history = ctx.history.copy() if ctx.reflection else ctx.history
+        native = use_native_tools(config.native_tools, ctx.llm)
+        run = cls(
+            ctx=ctx, config=config, history=history, native=native,
+            execution=ExecutionContext(
+                registry=ctx.registry, actor=ctx.actor, history=history, clock=ctx.clock,
+                cache=ctx.cache, cache_namespace=ctx.cache_namespace or ctx.actor.owner,
+                state=ctx.execution_state or ExecutionState(), gate=ctx.gate,
+                native_tools=native,
+                # the context's method, not the run's: the run holds this execution
+                # context, so a method of the run here would make a reference cycle
+                stop_requested=ctx.stop_requested,
+                **dict(ctx.execution_options)),
+            meter=ctx.meter or ContextMeter(),
+            window=context_window(config.context_window, ctx.llm),
+            started=ctx.clock.seconds(),
+            tally=LoopTally(budget=config.tool_budget),
+        )
+        if not ctx.reflection:
+            run.delivery = EventDelivery.deliver(ctx.pending_events, history)
+        last = history.since(-1)
+        if run.delivery is None and (not last or last[0].get("role") != "user"):
+            run.nudge = (len(history), tick_message(ctx.reflection))
+        return run
+
+    @property
+    def max_iterations(self) -> int:
+        """Model calls this loop may make."""
+        return self.config.effective_max_iterations
+
+    def plan_for(self, persona: str) -> RequestPlan:
+        """The request plan for ``persona`` (the same plan while the persona holds)."""
+        plan = self.plan
+        if plan is None or plan.persona != persona:
+            plan = self.plan = plan_request(self.ctx, self.config, persona)
+        return plan
+
+    def usage_percent(self) -> float:
+        """The context usage now (the one measure, see :mod:`ai_tools.loop.usage`)."""
+        plan = self.plan
+        assert plan is not None, "the request is planned first (plan_for)"
+        usage = self.meter.measure(plan.key, plan.counted_text, self.history, self.window)
+        totals = self.tally.usage
+        totals["context_tokens"] = usage.tokens
+        totals["context_percent"] = usage.percent
+        return usage.percent
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        """Publish one loop event to the observer; its errors are logged, never raised."""
+        observer = self.ctx.on_event
+        if observer is None:
+            return
+        try:
+            observer({"type": kind, "assistant": self.ctx.assistant_name,
+                      "iteration": self.tally.iteration, **fields})
+        except Exception:
+            log.failure("Loop observer of {assistant} failed on a {kind} event",
+                        assistant=self.ctx.assistant_name, kind=kind)
+
+    def on_llm_event(self, event: Any) -> None:
+        """Keep streamed text (preserved if the call fails) and relay it to observers."""
+        if isinstance(event, TextDelta):
+            self.tally.deltas.append(event.text)
+            self.emit("text_delta", text=event.text)
