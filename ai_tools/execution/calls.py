@@ -61,7 +61,7 @@ def parse_tool_call(tool_call: Any) -> ToolCall:
             tool_call = json.loads(tool_call)
         except ValueError:
             raise ToolCallParseError("the tool call is text that is not JSON") from None
-    if not isinstance(tool_call, Mapping):
+    if not _is_mapping(tool_call):
         raise ToolCallParseError(f"a tool call must be an object, got {type(tool_call).__name__}")
     function = tool_call.get("function")
     if function is not None:
@@ -71,8 +71,8 @@ def parse_tool_call(tool_call: Any) -> ToolCall:
     reasoning = tool_call.get("reasoning", "")
     if not isinstance(reasoning, str):
         reasoning = "" if reasoning is None else json.dumps(reasoning, default=repr)
-    return check_tool_call(ToolCall(id=_usable_id(tool_call.get("id")), name=name,
-                                    arguments=arguments, reasoning=reasoning))
+    return check_tool_call(ToolCall(id=tool_call.get("id"), name=name, arguments=arguments,
+                                    reasoning=reasoning))
 
 
 def check_tool_call(call: ToolCall) -> ToolCall:
@@ -92,8 +92,9 @@ def check_tool_call(call: ToolCall) -> ToolCall:
         raise ToolCallParseError(f"tool name is too long ({len(name)} characters)")
     if call.arguments_error is not None:
         raise ToolCallParseError(f"tool '{name}': {call.arguments_error}")
-    if not all(type(key) is str for key in call.arguments):
-        raise ToolCallParseError("parameter names must be strings")
+    for key in call.arguments:
+        if type(key) is not str:
+            raise ToolCallParseError("parameter names must be strings")
     try:
         call.arguments_json  # noqa: B018 - computed once here, kept for the history
     except (TypeError, ValueError, RecursionError) as e:
@@ -107,7 +108,7 @@ def check_tool_call(call: ToolCall) -> ToolCall:
 
 def _usable_id(raw: Any) -> str:
     """The model's id (blanks stripped) if it is usable, else a fresh one."""
-    if isinstance(raw, int) and not isinstance(raw, bool):
+    if type(raw) is int:
         raw = str(raw)
     if isinstance(raw, str):
         text = raw.strip()
@@ -116,8 +117,13 @@ def _usable_id(raw: Any) -> str:
     return new_tool_call_id()
 
 
+def _is_mapping(value: Any) -> bool:
+    """A dict (checked first: the usual case, and cheaper than the ABC) or another mapping."""
+    return isinstance(value, dict) or isinstance(value, Mapping)
+
+
 def _native_parts(function: Any) -> tuple[Any, dict[str, Any]]:
-    if not isinstance(function, Mapping):
+    if not _is_mapping(function):
         raise ToolCallParseError("'function' must be an object with 'name' and 'arguments'")
     raw = function.get("arguments", function.get("parameters"))
     return function.get("name"), _decode_arguments(raw, "'function.arguments'")
@@ -151,7 +157,7 @@ def _decode_arguments(value: Any, where: str) -> dict[str, Any]:
             value = json.loads(text)
         except ValueError as e:
             raise ToolCallParseError(f"{where} is not valid JSON ({e})") from None
-    if isinstance(value, Mapping):
+    if _is_mapping(value):
         return dict(value)
     raise ToolCallParseError(
         f"{where} must be a JSON object of parameters, got {type(value).__name__}"

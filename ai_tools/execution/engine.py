@@ -9,19 +9,20 @@ ever fails.  The steps, each one method of :class:`_ToolCallRun`:
 1. defensive parsing (:func:`~ai_tools.execution.calls.parse_tool_call`); a
    malformed call aborts with ``parse_error``;
 2. the decision log, with the model's reasoning as a structured field;
-3. the stop check: a pending stop request aborts with ``stopped_by_user``;
-4. registry lookup: an unknown tool gives the model an error listing the valid names;
-5. the gate: a tool the context does not allow is not dispatched; the model sees
+3. registry lookup: an unknown tool gives the model an error listing the valid names;
+4. the gate: a tool the context does not allow is not dispatched; the model sees
    ``blocked_by_tool_mode`` and the allowed tools; a tool that acts as a
    character (``requires_character``) is refused when none is attached;
-6. parameter validation: the model sees the errors it must fix, and the warnings
+5. parameter validation: the model sees the errors it must fix, and the warnings
    (parameters dropped) come with the result;
-7. the cache (tick / session / persistent scope, TTL), by the validated parameters;
-8. dispatch: ``tool.execute(actor, **params)`` (a value, a Deferred or a
+6. the cache (tick / session / persistent scope, TTL), by the validated parameters;
+7. dispatch: ``tool.execute(actor, **params)`` (a value, a Deferred or a
    coroutine) with ``addTimeout`` fresh per attempt, retrying retryable
-   failures with exponential backoff through ``task.deferLater``;
-9. post-execution: result validation, JSON shaping and truncation, counters,
-   cache store or invalidation, the completion log, and the history entry.
+   failures with exponential backoff through ``task.deferLater``; a pending
+   stop request aborts with ``stopped_by_user`` before any attempt runs;
+8. post-execution: the stop check again, result validation, JSON shaping and
+   truncation, counters, cache store or invalidation, the completion log, and
+   the history entry.
 
 History: the assistant message carrying the call and the tool's answer are
 appended together at the end, in one operation.  A call that is killed, stopped
@@ -139,8 +140,7 @@ class ExecutionContext:
     ``clock`` drives timeouts, backoff and durations (the reactor, or a
     ``task.Clock`` in tests); ``rand`` is the jitter source.  ``gate`` None
     allows every tool.  ``native_tools`` selects the history format.
-    ``stop_requested`` is polled before the call, before each attempt and
-    when the tool returns.
+    ``stop_requested`` is polled before each attempt and when the tool returns.
     """
 
     registry: ToolRegistry
@@ -284,14 +284,7 @@ class _ToolCallRun:
         self._abort(TerminationReason.INTERNAL_ERROR,
                     f"internal error: {_describe_failure(failure)}")
 
-    def _stopped(self, when: str) -> bool:
-        """Abort (and say True) if a stop was requested; ``when`` says at which step."""
-        if not self.ctx.stop_requested():
-            return False
-        self._abort(_STOPPED, f"a stop was requested {when}")
-        return True
-
-    # ---- steps 1-6
+    # ---- steps 1-5
 
     def _parse(self) -> bool:
         """Step 1: the call, checked; a fresh id if the model reused one (native)."""
@@ -319,8 +312,6 @@ class _ToolCallRun:
         log.info("Assistant decision: {tool} - {reasoning}", tool=call.name,
                  reasoning=call.reasoning or "", tool_call_id=call.id,
                  arguments=call.arguments, assistant=ctx.cache_namespace)
-        if self._stopped("before the call ran"):
-            return
         tool = self.tool = ctx.registry.get_tool(call.name)
         if tool is None:
             valid = ctx.allowed_tool_names()
@@ -340,7 +331,7 @@ class _ToolCallRun:
             self._lookup_or_dispatch(tool)
 
     def _validate(self, tool: Tool, call: ToolCall) -> bool:
-        """Step 6: the validated ``params`` (and warnings for the model), or a refusal."""
+        """Step 5: the validated ``params`` (and warnings for the model), or a refusal."""
         try:
             validation = tool.validate_parameters(dict(call.arguments))
         except Exception:
@@ -353,10 +344,11 @@ class _ToolCallRun:
                          {"error": validation.format_for_llm(tool.name)})
             return False
         self.params = validation.cleaned_params
-        self.warnings = [f"{w['param']}: {w['message']}" for w in validation.warnings]
+        if validation.warnings:
+            self.warnings = [f"{w['param']}: {w['message']}" for w in validation.warnings]
         return True
 
-    # ---- step 7: the cache
+    # ---- step 6: the cache
 
     def _lookup_or_dispatch(self, tool: Tool) -> None:
         cache = self.ctx.cache
@@ -390,13 +382,14 @@ class _ToolCallRun:
                     tool=self._name())
         self._dispatch()
 
-    # ---- step 8
+    # ---- step 7
 
     def _dispatch(self) -> None:
         ctx = self.ctx
         tool = self.tool
         assert tool is not None
-        if self._stopped("before the call ran"):
+        if ctx.stop_requested():
+            self._abort(_STOPPED, "a stop was requested before the call ran")
             return
         self.attempts += 1
         if self.attempts == 1:
@@ -464,12 +457,13 @@ class _ToolCallRun:
             return
         self._complete(result, status=status)
 
-    # ---- step 9
+    # ---- step 8
 
     def _complete(self, result: dict[str, Any], status: CallStatus | None = None,
                   from_cache: bool = False) -> None:
         """Post-execution: restart, retry notes, shaping, cache, log, then the record."""
-        if self._stopped("while the tool ran"):
+        if self.ctx.stop_requested():
+            self._abort(_STOPPED, "a stop was requested while the tool ran")
             return
         success = result.get("success") is not False
         if success and not from_cache and result.get(RESTART_KEY):
@@ -493,7 +487,7 @@ class _ToolCallRun:
         duration_ms = self._elapsed_ms()
         log.info("Function call completed: {name} ({ms}ms)", name=tool.name,
                  ms=round(duration_ms), success=success, status=status,
-                 attempts=self.attempts, from_cache=from_cache, tool_call_id=self._call_id(),
+                 attempts=self.attempts, from_cache=from_cache, tool_call_id=self.call.id,
                  assistant=self.ctx.cache_namespace)
         self._update_current(status, success, duration_ms)
         self._record(status, shaped.result, shaped.content, from_cache, duration_ms)

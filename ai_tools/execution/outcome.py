@@ -135,5 +135,5 @@ class ToolCallOutcome:
             "duration_ms": self.duration_ms,
             "from_cache": self.from_cache,
             "result": self.result,
-            "category": self.category.value if self.category is not None else None,
+            "category": self.category,
         }

@@ -9,7 +9,6 @@ framed them.  A non-streaming request produces the same events (one
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -60,7 +59,7 @@ LLMEvent = TextDelta | AssistantMessageFinal | StreamDone | ServerError | UsageU
 """Any streamed semantic event."""
 
 
-@attrs.frozen(slots=False)  # (not slotted: arguments_json is cached in the instance)
+@attrs.frozen(slots=False)  # (not slotted: arguments_json is kept in the instance)
 class ToolCall:
     """One tool call asked for by the model: the one call type of the whole engine.
 
@@ -79,7 +78,7 @@ class ToolCall:
     native: bool = True
     arguments_error: str | None = None
 
-    @functools.cached_property
+    @property
     def arguments_json(self) -> str:
         """The arguments as canonical JSON (compact, sorted keys), computed once.
 
@@ -87,7 +86,11 @@ class ToolCall:
         give the same text.  Raises TypeError/ValueError when the arguments are
         not plain JSON (NaN, a non-string key...).
         """
-        return canonical_json(self.arguments)
+        text: str | None = self.__dict__.get("_arguments_json")
+        if text is None:
+            text = canonical_json(self.arguments)
+            object.__setattr__(self, "_arguments_json", text)  # (frozen: kept, not changed)
+        return text
 
     @classmethod
     def from_openai(cls, call: Mapping[str, Any], index: int = 0) -> ToolCall:

@@ -152,11 +152,10 @@ def inject_token_advisory(
     results may also sit in a cache.
     """
     out = dict(result)
-    advisory = TokenAdvisory.for_usage(usage_pct, thresholds)
-    if advisory.level is AdvisoryLevel.NORMAL:
+    if TokenAdvisory.get_level(usage_pct, thresholds) is AdvisoryLevel.NORMAL:
         out.pop("_token_advisory", None)
     else:
-        out["_token_advisory"] = advisory.as_dict()
+        out["_token_advisory"] = TokenAdvisory.for_usage(usage_pct, thresholds).as_dict()
     return out
 
 

@@ -185,8 +185,11 @@ def _llm_reason(error: LLMError) -> TerminationReason:
 
 
 def _take_answer(run: LoopRun, response: Any) -> ChatResponse | None:
-    """The answer arrived: count it; the events it saw are taken.  None if unusable."""
-    ctx, tally = run.ctx, run.tally
+    """The answer arrived: count it; the events it saw are taken.  None if unusable.
+
+    (A stop asked for meanwhile is seen before the answer's first call runs.)
+    """
+    tally = run.tally
     if not isinstance(response, ChatResponse):
         tally.add_text("".join(tally.deltas))
         tally.end(TerminationReason.LLM_ERROR,
@@ -196,10 +199,6 @@ def _take_answer(run: LoopRun, response: Any) -> ChatResponse | None:
     tally.finish_reason = response.finish_reason
     if run.delivery is not None:
         run.delivery.take()
-    if ctx.stop_requested():
-        tally.add_text(response.content)
-        tally.end(ctx.control.termination, ctx.control.reason)
-        return None
     return response
 
 

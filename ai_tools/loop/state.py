@@ -97,6 +97,8 @@ class LoopRun:
     meter: ContextMeter
     window: int
     native: bool
+    max_iterations: int
+    """Model calls this loop may make (``config.effective_max_iterations``)."""
     started: float
     tally: LoopTally
     delivery: EventDelivery | None = None
@@ -122,6 +124,7 @@ class LoopRun:
                 **dict(ctx.execution_options)),
             meter=ctx.meter or ContextMeter(),
             window=context_window(config.context_window, ctx.llm),
+            max_iterations=config.effective_max_iterations,
             started=ctx.clock.seconds(),
             tally=LoopTally(budget=config.tool_budget),
         )
@@ -131,11 +134,6 @@ class LoopRun:
         if run.delivery is None and (not last or last[0].get("role") != "user"):
             run.nudge = (len(history), tick_message(ctx.reflection))
         return run
-
-    @property
-    def max_iterations(self) -> int:
-        """Model calls this loop may make."""
-        return self.config.effective_max_iterations
 
     def plan_for(self, persona: str) -> RequestPlan:
         """The request plan for ``persona`` (the same plan while the persona holds)."""
@@ -151,8 +149,8 @@ class LoopRun:
         usage = self.meter.measure(plan.key, plan.counted_text, self.history, self.window)
         totals = self.tally.usage
         totals["context_tokens"] = usage.tokens
-        totals["context_percent"] = usage.percent
-        return usage.percent
+        percent = totals["context_percent"] = usage.percent
+        return percent
 
     def emit(self, kind: str, **fields: Any) -> None:
         """Publish one loop event to the observer; its errors are logged, never raised."""

@@ -72,6 +72,8 @@ class ContextMeter:
     """The last measure taken (status pages show it)."""
     _prompt_key: Any = _NOTHING
     _prompt_tokens: int = 0
+    _measured: tuple[Any, int, int] | None = None
+    """(history, its version, window) of :attr:`last`."""
     _history: ConversationHistory | None = None
     _counted: int = 0
     _last_message: Any = None
@@ -84,11 +86,17 @@ class ContextMeter:
         ``prompt_text()`` gives the counted prompt text (head and tool schemas);
         it is called only when ``prompt_key`` differs from the last one measured.
         """
-        if prompt_key != self._prompt_key:
-            self._prompt_tokens = self.counter.count_text(prompt_text())
+        if prompt_key is not self._prompt_key:
+            if prompt_key != self._prompt_key:
+                self._prompt_tokens = self.counter.count_text(prompt_text())
+                self._measured = None
             self._prompt_key = prompt_key
+        measured = (history, history.version, window)
+        if self._measured == measured and self.last is not None:
+            return self.last  # nothing changed since
         usage = self.last = ContextUsage(self._prompt_tokens + self.history_tokens(history),
                                          window)
+        self._measured = measured
         return usage
 
     def history_tokens(self, history: ConversationHistory) -> int:
@@ -102,7 +110,8 @@ class ContextMeter:
             new = history.since(0)
         if new:
             count = self.counter.count_message
-            self._history_tokens += sum(count(m) for m in new)
+            for message in new:
+                self._history_tokens += count(message)
             self._counted, self._last_message = counted + len(new), new[-1]
         elif not counted:
             self._counted, self._last_message = 0, None

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from ai_tools.interfaces import IAssistantRuntime, IStore, IWorld
 
 
-class ToolCategory(enum.Enum):
-    """How a call of the tool affects the ReAct loop."""
+class ToolCategory(enum.StrEnum):
+    """How a call of the tool affects the ReAct loop (each member is its string value)."""
 
     SAFE_CHAIN = "safe_chain"
     """Fast, read-only or low-risk. Can be chained freely within loops."""
