@@ -148,9 +148,11 @@ class LibraryTool(Tool):
         return defer.ensureDeferred(self._guarded(actor, params))
 
     def missing_requirement(self, actor: Actor) -> str | None:
-        """Why ``actor`` cannot run this tool, or None."""
-        if self.requires_character and not actor.character_id:
-            return "it acts as a character and none is attached"
+        """Why ``actor`` cannot run this tool, or None.
+
+        (A tool that ``requires_character`` is refused by the execution engine
+        before it runs, when no character is attached.)
+        """
         if self.needs_world and actor.world is None:
             return "no world is attached"
         if self.needs_store and actor.store is None:
@@ -199,5 +201,5 @@ class LibraryTool(Tool):
 
     @staticmethod
     def character(actor: Actor) -> str:
-        """The acting character's id (checked present by :meth:`missing_requirement`)."""
+        """The acting character's id (checked present by the engine: ``requires_character``)."""
         return str(actor.character_id)

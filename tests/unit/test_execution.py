@@ -662,3 +662,44 @@ def test_a_tool_that_kills_its_own_call_writes_nothing() -> None:
     assert len(ctx.history) == 0
     assert ctx.state.current_tool_call is not None
     assert ctx.state.current_tool_call["status"] == TerminationReason.STOPPED_BY_USER
+
+
+def test_a_cache_hit_is_not_activity() -> None:
+    """Only a tool that ran and succeeded counts for the sleep safeguard: a cache hit
+    runs nothing (the tool-execution spec answers it before the post-execution step)."""
+    state = ExecutionState()
+    ctx = make_context(state=state)
+    assert not run(ctx, call("look", "c1", text="a")).from_cache
+    assert run(ctx, call("look", "c2", text="a")).from_cache
+    assert state.activity_since_wake == 1
+    assert (state.calls, state.cache_hits) == (2, 1)
+
+
+def test_every_tool_that_acts_as_a_character_needs_one() -> None:
+    """requires_character is the engine's rule, for any tool: refused before dispatch,
+    with an answer the model can read; a tool that does not require one runs."""
+    from ai_tools.tools.base import Tool
+
+    class Shout(Tool):
+        name = "shout"
+        description = "Shout."
+        ran = 0
+
+        def execute(self, actor: Actor, **params: Any) -> dict[str, Any]:
+            Shout.ran += 1
+            return {"success": True}
+
+    class Think(Shout):
+        name = "think"
+        requires_character = False
+
+    registry = ToolRegistry([Shout, Think])
+    ctx = make_context(registry=registry, actor=Actor(character_id=None))
+    refused = run(ctx, call("shout", "c1"))
+    assert (refused.kind, refused.status, refused.attempts) == (
+        OutcomeKind.HISTORY, CallStatus.NO_CHARACTER, 0)
+    assert refused.result["success"] is False and "character" in refused.result["error"]
+    assert not refused.dispatched and refused.ends_loop is None
+    assert run(ctx, call("think", "c2")).status == CallStatus.SUCCESS
+    assert Shout.ran == 1
+    assert len(ctx.history) == 4  # both answered in the history

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from ai_tools.tools.base import Actor
@@ -41,8 +43,25 @@ def test_inspect_location_refusals(mason: Actor) -> None:
     assert result["success"] is False and result["status"] == "not_found"
     alone = fired(InspectLocationTool().execute(Actor(character_id="char:mason")))
     assert alone["status"] == "unavailable" and "world" in alone["error"]
-    nobody = fired(InspectLocationTool().execute(Actor(character_id=None, world=mason.world)))
-    assert nobody["status"] == "unavailable" and "character" in nobody["error"]
+    nobody = no_character_refusal(InspectLocationTool, Actor(character_id=None,
+                                                             world=mason.world))
+    assert nobody["status"] == "no_character" and "character" in nobody["error"]
+
+
+def no_character_refusal(tool_class: Any, actor: Actor) -> dict[str, Any]:
+    """The engine's answer to a call of a tool that acts as a character, without one."""
+    from twisted.internet import task
+
+    from ai_tools.execution.engine import ExecutionContext, run_tool_call
+    from ai_tools.execution.history import ConversationHistory
+    from ai_tools.llm.events import ToolCall
+    from ai_tools.tools.registry import ToolRegistry
+
+    ctx = ExecutionContext(registry=ToolRegistry([tool_class]), actor=actor,
+                           history=ConversationHistory(), clock=task.Clock())
+    outcome: Any = run_tool_call(ctx, ToolCall(id="c1", name=tool_class.name, arguments={}))
+    assert outcome.attempts == 0  # refused before it ran
+    return dict(outcome.result)
 
 
 def test_search_object_world_and_here(mason: Actor) -> None:

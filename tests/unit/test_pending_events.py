@@ -1,0 +1,269 @@
+"""Pending events count as taken only once a model answer saw them (every host's rule).
+
+A loop that ends before that gives them back: out of the history, back in front
+of the pending list, in order, and saved so.  A tick refused by an open circuit
+breaker is no attempt; after ``unavailable_after`` real failed attempts the
+assistant says ``unavailable_line`` once, in the world, and the events wait for
+the model to be back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.logger import LogLevel
+
+from ai_tools.errors import LLMError, LLMUnavailable
+from ai_tools.loop import LoopConfig, TerminationReason, execute_react_loop
+from ai_tools.loop.prompts import EVENTS_PREFIX
+from tests.unit.react_fakes import (
+    Pending,
+    SayTool,
+    ScriptedLLM,
+    answer,
+    call,
+    fake_meter,
+    make_ctx,
+    make_registry,
+    text,
+)
+from tests.unit.service_fakes import LogCapture, add, make_service, settle
+
+E1 = {"type": "say", "from": "bob", "text": "hello"}
+E2 = {"type": "say", "from": "bob", "text": "anyone?"}
+E3 = {"type": "say", "from": "eve", "text": "me too"}
+
+
+def events_messages(messages: list[dict[str, Any]]) -> list[str]:
+    return [m["content"] for m in messages
+            if m["role"] == "user" and m["content"].startswith(EVENTS_PREFIX)]
+
+
+# -- the loop ----------------------------------------------------------------------------
+
+
+def test_a_failed_first_call_gives_the_events_back() -> None:
+    llm = ScriptedLLM([LLMError("server exploded")])
+    ctx = make_ctx(llm, pending_events=[dict(E1), dict(E2)])
+    result = execute_react_loop(ctx).result
+    assert result.termination_reason == TerminationReason.LLM_ERROR
+    assert result.events_returned == 2
+    assert ctx.pending_events == [E1, E2]
+    assert events_messages(ctx.history.messages) == []
+    assert len(events_messages(llm.requests[0]["messages"])) == 1  # the model was asked
+
+
+def test_events_heard_meanwhile_go_after_the_batch() -> None:
+    """A shutdown during the model call: the batch goes back in front, in order."""
+    hanging = Pending()
+    ctx = make_ctx(ScriptedLLM([hanging]), pending_events=[dict(E1), dict(E2)])
+    d = execute_react_loop(ctx)
+    assert not d.called and ctx.pending_events == []
+    ctx.pending_events.append(dict(E3))  # heard while the model thinks
+    ctx.control.stop("service stopping", TerminationReason.SHUTDOWN)
+    result = d.result
+    assert hanging.cancelled
+    assert result.termination_reason == TerminationReason.SHUTDOWN
+    assert not result.failed and result.termination_reason.stopped
+    assert ctx.pending_events == [E1, E2, E3]
+    assert events_messages(ctx.history.messages) == []
+
+
+def test_an_operator_stop_gives_them_back_too() -> None:
+    ctx = make_ctx(ScriptedLLM([Pending()]), pending_events=[dict(E1)])
+    d = execute_react_loop(ctx)
+    d.cancel()
+    result = d.result
+    assert result.termination_reason == TerminationReason.STOPPED_BY_USER
+    assert ctx.pending_events == [E1] and result.events_returned == 1
+
+
+def test_an_open_breaker_and_a_full_context_give_them_back() -> None:
+    for llm, options, reason in (
+        (ScriptedLLM([LLMUnavailable("circuit open")]), {}, TerminationReason.LLM_UNAVAILABLE),
+        (ScriptedLLM([]), {"meter": fake_meter(prompt=90_000)},
+         TerminationReason.CRITICAL_TOKENS),
+    ):
+        ctx = make_ctx(llm, pending_events=[dict(E1)], **options)
+        result = execute_react_loop(ctx).result
+        assert result.termination_reason == reason
+        assert ctx.pending_events == [E1] and events_messages(ctx.history.messages) == []
+
+
+def test_an_answer_that_saw_them_takes_them() -> None:
+    """Once an answer arrived, a later failure does not give the events back."""
+    llm = ScriptedLLM([answer(call("look", {}, "c1")), LLMError("gone")])
+    ctx = make_ctx(llm, pending_events=[dict(E1)])
+    result = execute_react_loop(ctx).result
+    assert result.termination_reason == TerminationReason.LLM_ERROR
+    assert result.events_returned == 0 and ctx.pending_events == []
+    assert len(events_messages(ctx.history.messages)) == 1
+
+
+def test_the_result_carries_the_last_finish_reason() -> None:
+    llm = ScriptedLLM([answer(call("look", {}, "c1")), text("done")])
+    result = execute_react_loop(make_ctx(llm)).result
+    assert result.finish_reason == "stop"
+    assert result.as_dict()["finish_reason"] == "stop"
+    none = execute_react_loop(make_ctx(ScriptedLLM([LLMError("x")]))).result
+    assert none.finish_reason is None
+
+
+# -- the tick ----------------------------------------------------------------------------
+
+
+class World:
+    """The world's say, recorded (and a hearing subscription that hears nothing)."""
+
+    def __init__(self) -> None:
+        self.said: list[tuple[str, str, str]] = []
+
+    def message_location(self, char_id: str, text: str, kind: str = "say",
+                         exclude: Any = ()) -> None:
+        self.said.append((char_id, text, kind))
+
+    def subscribe(self, char_id: str, listener: Any) -> Any:
+        return lambda: None
+
+
+def _next_tick(clock: Any) -> None:
+    """Let the scheduler run the assistant's next tick (every 5 s)."""
+    clock.advance(5)
+    settle(clock)
+
+
+def test_failed_attempts_then_one_notice_then_the_answer() -> None:
+    world = World()
+    llm = ScriptedLLM([LLMError("down"), LLMUnavailable("circuit open"), LLMError("down"),
+                       LLMError("down"), LLMError("down"),
+                       answer(call("say", {"text": "Hello Bob!"}, "c1"))])
+    clock, service, _ = make_service(llm=llm, loop=False, registry=make_registry(),
+                                     world=world)
+    ada = add(service, clock, name="ada", unavailable_after=3,
+              unavailable_line="One moment, please.")
+    service.send("ada", dict(E1))
+    settle(clock)  # the first tick runs at once (an event came)
+    reasons = [ada.last_tick["reason"]]
+    for _ in range(3):
+        _next_tick(clock)
+        reasons.append(ada.last_tick["reason"])
+        assert [e["text"] for e in ada.pending_events] == ["hello"]
+    # the refusal by the open breaker was no attempt: three real ones so far
+    assert reasons == ["llm_error", "llm_unavailable", "llm_error", "llm_error"]
+    assert ada.failed_deliveries == 3 and ada.unavailable_said
+    assert world.said == [("char:ada", "One moment, please.", "say")]
+    service.send("ada", dict(E2))
+    settle(clock)
+    assert ada.last_tick["reason"] == "llm_error"
+    assert world.said == [("char:ada", "One moment, please.", "say")]  # once
+    saved = service.store.load_assistant("ada").result
+    assert [e["text"] for e in saved["pending_events"]] == ["hello", "anyone?"]
+    assert saved["failed_deliveries"] == 4
+    _next_tick(clock)
+    assert ada.last_tick["reason"] == "terminal_tool"
+    assert ada.pending_events == [] and ada.failed_deliveries == 0
+    assert not ada.unavailable_said and ada.status()["failed_deliveries"] == 0
+    delivered = events_messages(ada.history.messages)
+    assert len(delivered) == 1 and delivered[0].index("hello") < delivered[0].index("anyone?")
+
+
+def test_given_back_events_keep_the_cap() -> None:
+    """A batch given back while new events arrived is capped like any other (counted)."""
+    hanging, again = Pending(), Pending()
+    clock, service, _ = make_service(llm=ScriptedLLM([hanging, again]), loop=False,
+                                     registry=make_registry())
+    ada = add(service, clock, name="ada", max_pending_events=2)
+    ada.pending_events.extend([dict(E1), dict(E2)])  # (queued before the service ticked)
+    service.send("ada", dict(E3))  # the cap drops E1
+    settle(clock)
+    assert hanging.deferred is not None and ada.pending_events == []
+    service.send("ada", {"type": "say", "from": "eve", "text": "still here"})
+    service.stop_assistant("ada")  # E2, E3 back in front of "still here": E2 dropped
+    settle(clock)
+    assert again.deferred is not None  # (the next tick took them at once, for "still here")
+    service.stop_assistant("ada")
+    settle(clock)
+    assert ada.last_tick["reason"] == "stopped_by_user"
+    assert [e["text"] for e in ada.pending_events] == ["me too", "still here"]
+    assert ada.status()["events_dropped"] == 2
+
+
+def test_a_clean_stop_ends_loops_with_shutdown_and_keeps_the_events() -> None:
+    """Stopping the service ends a loop in flight with ``shutdown`` (not an operator's
+    stop), logs nothing critical, and saves the events as pending."""
+    hanging = Pending()
+    clock, service, _ = make_service(llm=ScriptedLLM([hanging]), loop=False,
+                                     registry=make_registry(), stop_grace=1)
+    ada = add(service, clock, name="ada")
+    service.send("ada", dict(E1))
+    settle(clock)
+    assert hanging.deferred is not None and ada.ticking
+    with LogCapture() as logs:
+        stopped: list[Any] = []
+        service.stopService().addBoth(stopped.append)
+        clock.advance(1)
+        settle(clock)
+        clock.advance(1)
+        settle(clock)
+    assert stopped == [None]
+    assert hanging.cancelled and not ada.ticking
+    assert ada.last_tick["reason"] == "shutdown"
+    assert not [e for e in logs.events if e["log_level"] is LogLevel.critical]
+    saved = service.store.load_assistant("ada").result
+    assert [e["text"] for e in saved["pending_events"]] == ["hello"]
+    assert not events_messages(saved["history"])
+
+
+def test_the_tool_that_speaks_is_told_when_it_has_nobody() -> None:
+    """(requires_character through the real loop: refused, the model may go on)"""
+    llm = ScriptedLLM([answer(call("say", {"text": "hi"}, "c1")), text("never mind")])
+    ctx = make_ctx(llm)
+    ctx.actor.character_id = None
+    result = execute_react_loop(ctx, LoopConfig()).result
+    assert result.results[0]["status"] == "no_character"
+    assert result.termination_reason == TerminationReason.COMPLETED
+    say = ctx.registry.get_tool("say")
+    assert isinstance(say, SayTool) and say.calls == []
+
+
+def test_nothing_pending_means_nothing_to_give_back() -> None:
+    result = execute_react_loop(make_ctx(ScriptedLLM([LLMError("x")]))).result
+    assert result.events_returned == 0
+
+
+def test_a_stop_during_a_slow_save_logs_nothing_critical() -> None:
+    """The service stops while a loop waits for its checkpoint on a slow disk: the tick
+    ends, the loop with ``shutdown``, and no CancelledError is logged as a failure."""
+    from twisted.internet import task
+
+    from ai_tools.store.memory import MemoryStore
+
+    class SlowStore(MemoryStore):
+        slow = False
+
+        def save_many(self, states: Any) -> Any:
+            if not self.slow:
+                return super().save_many(states)
+            return task.deferLater(clock, 3, super().save_many, states)
+
+    clock = task.Clock()
+    store = SlowStore(clock=clock)
+    llm = ScriptedLLM([answer(call("look", {}, "c1")), Pending()])
+    clock, service, _ = make_service(clock, llm=llm, loop=False, registry=make_registry(),
+                                     store=store, stop_grace=1)
+    ada = add(service, clock, name="ada")
+    service.send("ada", dict(E1))
+    store.slow = True
+    settle(clock)
+    assert ada.ticking  # its first iteration's checkpoint waits for the disk
+    with LogCapture() as logs:
+        stopped: list[Any] = []
+        service.stopService().addBoth(stopped.append)
+        for _ in range(8):
+            clock.advance(1)
+            settle(clock)
+    assert stopped == [None] and not ada.ticking
+    assert ada.last_tick["reason"] == "shutdown"
+    assert not [e for e in logs.events if e["log_level"] is LogLevel.critical], \
+        [e.get("log_format") for e in logs.events]
+    assert "store_errors" not in ada.counters
