@@ -475,8 +475,8 @@ class _ToolCallRun:
                                f"{self.attempts} attempts)"}
         if status is None:
             status = CallStatus.SUCCESS if success else CallStatus.TOOL_ERROR
-        tool = self.tool
-        assert tool is not None
+        tool, call = self.tool, self.call
+        assert tool is not None and call is not None
         if success and not from_cache:
             self._after_success(tool, result)
         if self.warnings:  # the model learns what validation dropped or changed
@@ -487,7 +487,7 @@ class _ToolCallRun:
         duration_ms = self._elapsed_ms()
         log.info("Function call completed: {name} ({ms}ms)", name=tool.name,
                  ms=round(duration_ms), success=success, status=status,
-                 attempts=self.attempts, from_cache=from_cache, tool_call_id=self.call.id,
+                 attempts=self.attempts, from_cache=from_cache, tool_call_id=call.id,
                  assistant=self.ctx.cache_namespace)
         self._update_current(status, success, duration_ms)
         self._record(status, shaped.result, shaped.content, from_cache, duration_ms)

@@ -37,8 +37,8 @@ __all__ = [
 ]
 
 
-class AdvisoryLevel(enum.Enum):
-    """How close the context window is to full."""
+class AdvisoryLevel(enum.StrEnum):
+    """How close the context window is to full (each member is its string value)."""
 
     NORMAL = "normal"
     MODERATE = "moderate"
@@ -129,12 +129,15 @@ class TokenAdvisory:
     ) -> TokenAdvisory:
         """The advisory (level and model-facing message) for ``usage_pct``."""
         level = cls.get_level(usage_pct, thresholds)
-        return cls(level, round(usage_pct, 1), _MESSAGES[level].format(pct=usage_pct))
+        message = _MESSAGES[level]
+        if level is not AdvisoryLevel.NORMAL:  # (the normal message names no figure)
+            message = message.format(pct=usage_pct)
+        return cls(level, round(usage_pct, 1), message)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form put into tool results and loop events."""
         return {
-            "level": self.level.value,
+            "level": str(self.level),
             "usage_percent": self.usage_percent,
             "message": self.message,
         }

@@ -22,6 +22,7 @@ from typing import Any
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from ai_tools.errors import LLMError
 from ai_tools.execution.reasons import TerminationReason
@@ -77,8 +78,10 @@ def _run(run: LoopRun) -> _Steps:
     tally, control = run.tally, run.ctx.control
     try:
         while tally.reason is None:
-            persona = yield from _persona(run)
-            plan = run.plan_for(persona)
+            persona = _persona(run)
+            if isinstance(persona, defer.Deferred):
+                persona = yield persona
+            plan = run.plan_for(str(persona or ""))
             continuation = _check_continuation(run)                       # 1
             if continuation is None:
                 break
@@ -91,7 +94,9 @@ def _run(run: LoopRun) -> _Steps:
                 yield from run_calls(run, calls, content)                  # 5-8
             if tally.reason is not None and tally.reason.stopped:
                 break  # no checkpoint after a stop: whoever stopped it saves
-            yield from _checkpoint(run)
+            saved = _checkpoint(run)
+            if saved is not None:
+                yield saved
     except defer.CancelledError:
         control.stop("cancelled")
         tally.end(control.termination, control.reason)
@@ -101,14 +106,11 @@ def _run(run: LoopRun) -> _Steps:
     return _finish(run)
 
 
-def _persona(run: LoopRun) -> _Steps:
-    """The persona text: the context's, or what its provider answers (asked every iteration)."""
-    persona: Any = run.ctx.system_prompt
-    if callable(persona):
-        persona = persona()
-        if isinstance(persona, defer.Deferred):
-            persona = yield persona
-    return str(persona or "")
+def _persona(run: LoopRun) -> Any:
+    """The persona text: the context's, or what its provider answers (asked every
+    iteration; a Deferred of it when the provider answers later)."""
+    persona = run.ctx.system_prompt
+    return persona() if callable(persona) else persona
 
 
 def _check_continuation(run: LoopRun) -> LoopContinuation | None:
@@ -256,25 +258,32 @@ def _record_signal(run: LoopRun, call: ToolCall) -> None:
     run.emit("signal", **signal)
 
 
-def _checkpoint(run: LoopRun) -> _Steps:
-    """Hand the service the iteration's progress; wait if it answers with a Deferred.
+def _checkpoint(run: LoopRun) -> defer.Deferred[Any] | None:
+    """Hand the service the iteration's progress; a Deferred it answers is waited for.
 
     The service persists the iteration there, before the next model call.  A
     failing checkpoint is logged and the loop goes on.
     """
     checkpoint = run.ctx.checkpoint
     if checkpoint is None:
-        return
+        return None
     try:
         saved = checkpoint(run.tally.progress())
-        if isinstance(saved, defer.Deferred):
-            yield saved
-    except defer.CancelledError:
-        raise
     except Exception:
-        log.failure("Checkpoint of {assistant} failed after iteration {iteration}; the loop "
-                    "goes on", assistant=run.ctx.assistant_name,
-                    iteration=run.tally.iteration)
+        _checkpoint_failed(Failure(), run)
+        return None
+    if isinstance(saved, defer.Deferred):
+        return saved.addErrback(_checkpoint_failed, run)
+    return None
+
+
+def _checkpoint_failed(failure: Failure, run: LoopRun) -> Failure | None:
+    if failure.check(defer.CancelledError):
+        return failure  # the loop is being cancelled: not the checkpoint's failure
+    log.failure("Checkpoint of {assistant} failed after iteration {iteration}; the loop "
+                "goes on", failure, assistant=run.ctx.assistant_name,
+                iteration=run.tally.iteration)
+    return None
 
 
 def _finish(run: LoopRun) -> LoopResult:
