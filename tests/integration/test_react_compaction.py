@@ -32,7 +32,7 @@ def long_history() -> ConversationHistory:
         history.add_user(f"Bob says: tell me about the fountain, part {i}")
         call = {"id": f"c{i}", "type": "function",
                 "function": {"name": "look", "arguments": "{}"}}
-        from ai_tools.execution.engine import parse_tool_call
+        from ai_tools.execution.calls import parse_tool_call
 
         history.add_tool_exchange(parse_tool_call(call), '{"success": true}', native=True)
     return history

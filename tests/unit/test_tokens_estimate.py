@@ -76,7 +76,8 @@ def test_native_exchange_estimate_equals_counting_its_messages(
         call_id: str, name: str, arguments: dict[str, Any], assistant_content: str | None,
         content: str) -> None:
     """The exchange counted from its texts' lengths equals counting the two messages."""
-    from ai_tools.execution.history import ToolCall, build_tool_exchange
+    from ai_tools.execution.history import build_tool_exchange
+    from ai_tools.llm.events import ToolCall
     from ai_tools.llm.tokens import _estimate_message, estimate_native_exchange
 
     call = ToolCall(id=call_id, name=name, arguments=arguments)
