@@ -43,8 +43,8 @@ from ai_tools.llm.client import OpenAIChatClient
 from ai_tools.llm.events import AssistantMessageFinal, StreamDone, TextDelta
 from ai_tools.llm.parsing import parse_tool_calls
 from ai_tools.llm.profile import ModelProfile, Timeouts
-from ai_tools.loop import run as react
 from ai_tools.loop import LoopConfig, LoopContext, LoopResult, execute_react_loop
+from ai_tools.loop import run as react
 from ai_tools.retry import RetryPolicy
 from ai_tools.tools.base import Actor, Tool
 from ai_tools.tools.registry import ToolRegistry
