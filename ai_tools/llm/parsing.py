@@ -227,16 +227,47 @@ def _partition(
     )
 
 
+@attrs.define
+class _Found:
+    """What the fallback search has found so far: call objects by position, their spans
+    in the text, and the first problem seen (a call whose JSON is broken)."""
+
+    objects: list[tuple[int, Any]] = attrs.field(factory=list)
+    spans: list[tuple[int, int]] = attrs.field(factory=list)
+    problem: str | None = None
+
+    def add(self, position: int, value: Any, span: tuple[int, int]) -> None:
+        self.objects.append((position, value))
+        self.spans.append(span)
+
+
 def _parse_fallback(
     text: str, normal_names: frozenset[str], exit_names: frozenset[str]
 ) -> ParsedCalls:
+    """Calls written as JSON in the text: fenced blocks, then a bare array, then objects."""
     known = normal_names | exit_names
-    objects: list[tuple[int, Any]] = []  # (position, decoded dict)
-    spans: list[tuple[int, int]] = []
-    problem: str | None = None
+    found = _Found()
+    scan = _fenced_calls(text, known, found)
+    scan = _bare_array(scan, known, found)
+    _objects_anywhere(scan, known, found)
+    if not found.objects:
+        if found.problem is not None:
+            return ParsedCalls(visible_text=text, raw_text=text, mode="fallback",
+                               error=ParseFailure(found.problem, text))
+        return ParsedCalls(visible_text=text, raw_text=text)
+    found.objects.sort(key=lambda item: item[0])
+    warnings: list[str] = []
+    calls = tuple(
+        _fallback_call(value, index, warnings) for index, (_, value) in enumerate(found.objects)
+    )
+    visible = _strip_spans(text, found.spans)
+    return _partition(calls, normal_names, exit_names, visible, text, "fallback",
+                      tuple(warnings), failure=found.problem)
 
-    # 1. Fenced code blocks.
-    masked = list(text)
+
+def _fenced_calls(text: str, known: frozenset[str], found: _Found) -> str:
+    """Calls in fenced code blocks; the text with those blocks blanked out."""
+    masked: list[str] | None = None
     for match in _FENCE.finditer(text):
         body = match.group(2).strip()
         if not body or body[0] not in "{[":
@@ -244,76 +275,56 @@ def _parse_fallback(
         try:
             value = json.loads(body)
         except (ValueError, RecursionError) as e:
-            if _TOOLISH_ANYWHERE.search(body) and problem is None:
-                problem = f"tool call in code block is not valid JSON ({e})"
+            if _TOOLISH_ANYWHERE.search(body) and found.problem is None:
+                found.problem = f"tool call in code block is not valid JSON ({e})"
             continue
-        found = [v for v in _as_list(value) if _is_tool_object(v, known)]
-        if found:
-            objects.extend((match.start(), v) for v in found)
-            spans.append((match.start(), match.end()))
-            for i in range(match.start(), match.end()):
-                masked[i] = " "
-    scan = "".join(masked) if spans else text
+        calls = [v for v in _as_list(value) if _is_tool_object(v, known)]
+        if calls:
+            for call in calls:
+                found.add(match.start(), call, (match.start(), match.end()))
+            if masked is None:
+                masked = list(text)
+            masked[match.start():match.end()] = " " * (match.end() - match.start())
+    return "".join(masked) if masked is not None else text
 
-    # 2. A bare array of calls (the whole answer).
+
+def _bare_array(scan: str, known: frozenset[str], found: _Found) -> str:
+    """A whole answer that is an array of calls; the text blanked out if it is one."""
     stripped = scan.strip()
-    if stripped.startswith("["):
-        try:
-            value = json.loads(stripped)
-        except (ValueError, RecursionError):
-            value = None
-        found = [v for v in _as_list(value) if _is_tool_object(v, known)]
-        if value is not None and found and len(found) == len(_as_list(value)):
-            start = scan.index("[")
-            objects.extend((start, v) for v in found)
-            spans.append((start, start + len(stripped)))
-            scan = " " * len(scan)
+    if not stripped.startswith("["):
+        return scan
+    try:
+        value = json.loads(stripped)
+    except (ValueError, RecursionError):
+        return scan
+    items = _as_list(value)
+    calls = [v for v in items if _is_tool_object(v, known)]
+    if not calls or len(calls) != len(items):
+        return scan
+    start = scan.index("[")
+    for call in calls:
+        found.add(start, call, (start, start + len(stripped)))
+    return " " * len(scan)
 
-    # 3. Objects anywhere: a bare object, a JSON line, an object inside prose.
+
+def _objects_anywhere(scan: str, known: frozenset[str], found: _Found) -> None:
+    """Call objects anywhere in the text: a bare object, a JSON line, inside prose."""
     position = scan.find("{")
     failures = 0
     while position != -1:
         try:
             value, end = _decoder.raw_decode(scan, position)
         except (ValueError, RecursionError) as e:
-            if problem is None and _TOOLISH_START.match(scan, position):
-                problem = _describe_bad_json(scan, position, e)
+            if found.problem is None and _TOOLISH_START.match(scan, position):
+                found.problem = _describe_bad_json(scan, position, e)
             failures += 1
             if failures > _MAX_SCAN_FAILURES:
-                break
+                return
             position = scan.find("{", position + 1)
             continue
         if isinstance(value, dict) and _is_tool_object(value, known):
-            objects.append((position, value))
-            spans.append((position, end))
+            found.add(position, value, (position, end))
         position = scan.find("{", end)
-
-    if not objects:
-        if problem is not None:
-            return ParsedCalls(
-                visible_text=text,
-                raw_text=text,
-                mode="fallback",
-                error=ParseFailure(problem, text),
-            )
-        return ParsedCalls(visible_text=text, raw_text=text)
-
-    objects.sort(key=lambda item: item[0])
-    warnings: list[str] = []
-    calls = tuple(
-        _fallback_call(value, index, warnings) for index, (_, value) in enumerate(objects)
-    )
-    visible = _strip_spans(text, spans)
-    return _partition(
-        calls,
-        normal_names,
-        exit_names,
-        visible,
-        text,
-        "fallback",
-        tuple(warnings),
-        failure=problem,
-    )
 
 
 def _as_list(value: Any) -> list[Any]:
