@@ -1,49 +1,48 @@
 """Reading and writing HTTP bodies with the control treq does not give.
 
-``treq.collect`` cannot close the connection when cancelled and has no idle
-timer, so :class:`BodyReader` is our own ``IProtocol`` for
-``response.deliverBody``: it hands every chunk to a sink as it arrives, keeps
-a progress timestamp, aborts a body that stays silent longer than the idle
-timeout, and aborts the connection for real (``transport.stopProducing()``)
-when its Deferred is cancelled or the sink raises.
+``treq.collect`` cannot close the connection when cancelled, has no idle timer
+and no size limit, so :class:`BodyReader` is our own ``IProtocol`` for
+``response.deliverBody``: it hands every chunk to a sink as it arrives, caps
+the bytes it accepts, aborts a body that stays silent (or, for a stream,
+makes no progress) for too long, and aborts the connection for real
+(``transport.stopProducing()``) when its Deferred is cancelled or the sink
+raises.
+
+:class:`BoundedGzipDecoder` is the gzip decoder the client gives
+``ContentDecoderAgent``: it inflates in pieces of at most
+:data:`INFLATE_PIECE` bytes and stops as soon as the reader aborts, so a small
+compressed body cannot inflate past the reader's byte cap (Twisted's own
+``GzipDecoder`` inflates each received chunk whole: 64 KiB of a gzip bomb
+become 64 MiB at once).
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer
-from twisted.internet.interfaces import IProtocol
+from twisted.internet.interfaces import IProtocol, IPushProducer
+from twisted.python.components import proxyForInterface
 from twisted.python.failure import Failure
-from twisted.web.client import GzipDecoder, ResponseDone
+from twisted.web.client import ResponseDone
 from twisted.web.http import PotentialDataLoss
-from twisted.web.iweb import IBodyProducer
+from twisted.web.iweb import UNKNOWN_LENGTH, IBodyProducer, IResponse
 from zope.interface import implementer
 
 from ai_tools.errors import LLMTimeout
 
+INFLATE_PIECE = 64 * 1024
+"""The most a gzip body is inflated by in one step."""
 
-def decoded_response(response: Any) -> Any:
-    """``response`` with a gzip body decoded, as treq's ``ContentDecoderAgent`` does.
 
-    A client that talks to an ``Agent`` directly advertises
-    ``Accept-Encoding: gzip`` like treq; this is the other half, and costs one
-    header lookup when the answer is not compressed.
-    """
-    headers = response.headers
-    encodings = headers.getRawHeaders(b"content-encoding")
-    if not encodings:
-        return response
-    names = b",".join(encodings).split(b",")
-    while names and names[-1].strip().lower() == b"gzip":
-        names.pop()
-        response = GzipDecoder(response)
-    if names:
-        headers.setRawHeaders(b"content-encoding", [b",".join(names)])
-    else:
-        headers.removeHeader(b"content-encoding")
-    return response
+class BodyError(ValueError):
+    """A response body broke a rule of its reader (too large, badly encoded)."""
+
+
+class BodyTooLarge(BodyError):
+    """A response body crossed its byte cap."""
 
 
 @implementer(IBodyProducer)
@@ -74,14 +73,16 @@ def _no_sink(data: bytes) -> None:
 
 @implementer(IProtocol)
 class BodyReader:
-    """Deliver a response body chunk by chunk to ``sink``.
+    """Deliver a response body chunk by chunk to ``sink``, within bounds.
 
-    ``finished`` fires with None when the body ends normally, fails with the
-    sink's exception, with :class:`~ai_tools.errors.LLMTimeout` after
-    ``idle_timeout`` seconds without a byte (counted from the connection, or
-    from :meth:`arm`), or with the connection's reason
-    (``ResponseFailed``) when it is cut.  Cancelling it aborts the connection.
-    ``last_progress`` is the clock time of the last byte received.
+    ``finished`` fires with None when the body ends normally (or is cut at
+    ``max_bytes`` with ``truncate``); it fails with the sink's exception, with
+    :class:`BodyTooLarge` past ``max_bytes``, with
+    :class:`~ai_tools.errors.LLMTimeout` after ``idle_timeout`` seconds
+    without a byte or ``progress_timeout`` seconds without a call to
+    :meth:`progressed` (both counted from the connection, or from
+    :meth:`arm`), or with the connection's reason (``ResponseFailed``) when it
+    is cut.  Cancelling it aborts the connection.
     """
 
     __slots__ = (
@@ -89,11 +90,16 @@ class BodyReader:
         "_clock",
         "_description",
         "_idle_timeout",
+        "_max_bytes",
+        "_progress_timeout",
         "_sink",
         "_timer",
+        "_truncate",
         "done",
         "finished",
+        "last_data",
         "last_progress",
+        "size",
         "transport",
     )
 
@@ -104,16 +110,25 @@ class BodyReader:
         idle_timeout: float | None,
         description: str = "response body",
         arm_on_connect: bool = True,
+        *,
+        max_bytes: int | None = None,
+        truncate: bool = False,
+        progress_timeout: float | None = None,
     ) -> None:
         self._arm_on_connect = arm_on_connect
         self._clock = clock
         self._sink = sink
         self._idle_timeout = idle_timeout
+        self._progress_timeout = progress_timeout
         self._description = description
+        self._max_bytes = max_bytes
+        self._truncate = truncate
         self._timer: Any = None
         self.transport: Any = None
         self.done = False
-        self.last_progress: float = clock.seconds()
+        self.size = 0
+        self.last_data: float = clock.seconds()
+        self.last_progress = self.last_data
         self.finished: defer.Deferred[None] = defer.Deferred(self._cancel)
 
     def makeConnection(self, transport: Any) -> None:
@@ -126,23 +141,45 @@ class BodyReader:
             self.arm()
 
     def arm(self) -> None:
-        """Start the idle timer (at connection unless ``arm_on_connect`` was False).
+        """Start the deadline timer (at connection unless ``arm_on_connect`` was False).
 
         A body already received in full is delivered inside ``deliverBody``;
         arming after that call spares such a body a timer set and cancelled
         for nothing.
         """
-        if self._idle_timeout is not None and not self.done and self._timer is None:
-            self._timer = self._clock.callLater(self._idle_timeout, self._check_idle)
+        if self.done or self._timer is not None:
+            return
+        wait = _earliest(self._idle_timeout, self._progress_timeout)
+        if wait is not None:
+            self._timer = self._clock.callLater(wait, self._check)
+
+    def progressed(self) -> None:
+        """The data just received made progress (a stream's event, not a keep-alive)."""
+        self.last_progress = self.last_data
 
     def dataReceived(self, data: bytes) -> None:
         if self.done:
             return
-        self.last_progress = self._clock.seconds()
+        self.last_data = self._clock.seconds()
+        self.size += len(data)
+        if self._max_bytes is not None and self.size > self._max_bytes:
+            self._over_limit(data, self.size - self._max_bytes)
+            return
         try:
             self._sink(data)
         except BaseException:
             self.fail(Failure())
+
+    def _over_limit(self, data: bytes, excess: int) -> None:
+        if not self._truncate:
+            self.fail(BodyTooLarge(f"{self._description} is larger than {self._max_bytes} bytes"))
+            return
+        try:
+            self._sink(data[: len(data) - excess])
+        except BaseException:
+            self.fail(Failure())
+            return
+        self.stop()
 
     def connectionLost(self, reason: Failure = Failure(ResponseDone())) -> None:
         self._stop_timer()
@@ -200,17 +237,117 @@ class BodyReader:
                 self._timer.cancel()
             self._timer = None
 
-    def _check_idle(self) -> None:
+    def _check(self) -> None:
+        """Fail on a deadline that has passed, else check again when the next one falls due."""
         self._timer = None
-        if self.done or self._idle_timeout is None:
+        if self.done:
             return
-        silent = self._clock.seconds() - self.last_progress
-        if silent >= self._idle_timeout:
-            self.fail(
-                LLMTimeout(
-                    f"{self._description} stalled: no data for {silent:.1f}s "
-                    f"(idle timeout {self._idle_timeout:g}s)"
-                )
+        now = self._clock.seconds()
+        idle, progress = self._idle_timeout, self._progress_timeout
+        silent = now - self.last_data
+        if idle is not None and silent >= idle:
+            self.fail(LLMTimeout(f"{self._description} stalled: no data for {silent:.1f}s "
+                                 f"(idle timeout {idle:g}s)"))
+            return
+        still = now - self.last_progress
+        if progress is not None and still >= progress:
+            self.fail(LLMTimeout(f"{self._description} made no progress for {still:.1f}s, "
+                                 f"only keep-alives (progress timeout {progress:g}s)"))
+            return
+        wait = _earliest(None if idle is None else idle - silent,
+                         None if progress is None else progress - still)
+        assert wait is not None
+        self._timer = self._clock.callLater(wait, self._check)
+
+
+def _earliest(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
+
+
+class BoundedGzipDecoder(proxyForInterface(IResponse)):  # type: ignore[misc]
+    """A gzip-encoded response whose body is inflated in bounded pieces.
+
+    A decoder for ``ContentDecoderAgent`` (``[(b"gzip", BoundedGzipDecoder)]``),
+    like Twisted's ``GzipDecoder`` but with a bound on each inflation step.
+    """
+
+    def __init__(self, response: Any) -> None:
+        self.original = response
+        self.length = UNKNOWN_LENGTH
+
+    def deliverBody(self, protocol: Any) -> None:
+        self.original.deliverBody(_Inflater(protocol))
+
+
+@implementer(IProtocol, IPushProducer)
+class _Inflater:
+    """Between a gzip body and its protocol: inflates, and is the protocol's transport
+    (so that its ``stopProducing()`` also stops the inflating)."""
+
+    __slots__ = ("_inflate", "_lost", "_protocol", "_stopped", "_transport")
+
+    def __init__(self, protocol: Any) -> None:
+        self._protocol: Any = protocol
+        self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._transport: Any = None
+        self._stopped = False
+        self._lost = False
+
+    def makeConnection(self, transport: Any) -> None:
+        self._transport = transport
+        self._protocol.makeConnection(self)
+
+    def connectionMade(self) -> None:
+        """Part of IProtocol; :meth:`makeConnection` tells the protocol."""
+
+    def dataReceived(self, data: bytes) -> None:
+        inflate = self._inflate
+        while not self._stopped:
+            try:
+                piece = inflate.decompress(data, INFLATE_PIECE)
+            except zlib.error as e:
+                self._corrupt(e)
+                return
+            data = inflate.unconsumed_tail
+            if piece:
+                self._protocol.dataReceived(piece)
+            if not data and len(piece) < INFLATE_PIECE:
+                return
+
+    def connectionLost(self, reason: Failure = Failure(ResponseDone())) -> None:
+        if self._lost:
+            return
+        if not self._stopped and reason.check(ResponseDone, PotentialDataLoss):
+            try:
+                rest = self._inflate.flush()
+            except zlib.error as e:
+                self._corrupt(e)
+                return
+            if rest:
+                self._protocol.dataReceived(rest)
+        self._lost = True
+        self._protocol.connectionLost(reason)
+
+    def _corrupt(self, error: zlib.error) -> None:
+        self.stopProducing()
+        if not self._lost:
+            self._lost = True
+            self._protocol.connectionLost(
+                Failure(BodyError(f"the answer's gzip encoding is corrupt ({error})"))
             )
-        else:
-            self._timer = self._clock.callLater(self._idle_timeout - silent, self._check_idle)
+
+    def stopProducing(self) -> None:
+        """The protocol aborts: inflate nothing more, and close the connection."""
+        self._stopped = True
+        if self._transport is not None:
+            self._transport.stopProducing()
+
+    def pauseProducing(self) -> None:
+        if self._transport is not None:
+            self._transport.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        if self._transport is not None:
+            self._transport.resumeProducing()

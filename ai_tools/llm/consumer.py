@@ -2,11 +2,8 @@
 
 :class:`StreamConsumer` is the sink a :class:`~ai_tools.llm.body.BodyReader`
 feeds.  It runs the SSE parser, the chunk assembler and the repeated-line
-detector, and hands each event to the caller's ``on_event``.  Most chunks of a
-streamed answer are one SSE event holding one text fragment; those take a
-short lane that allocates almost nothing, which matters with hundreds of
-streams in flight (every object a chunk keeps alive brings the next garbage
-collection closer).
+detector, tells the reader when an event made progress (a ``: keep-alive``
+comment does not), and hands each event to the caller's ``on_event``.
 """
 
 from __future__ import annotations
@@ -18,6 +15,8 @@ from twisted.logger import Logger
 
 from ai_tools.errors import RepeatedLineLoop
 from ai_tools.llm.events import ChatResponse, LLMEvent, ServerError, TextDelta
+from ai_tools.llm.profile import AnswerLimits
+from ai_tools.llm.redaction import NO_SECRET, Redactor
 from ai_tools.llm.repetition import RepeatedLineDetector, RepetitionConfig
 from ai_tools.llm.sse import SSEParser
 from ai_tools.llm.stream import ChatStreamAssembler
@@ -49,15 +48,17 @@ class StreamConsumer:
     """Consumes one attempt's body; ``produced`` says whether text reached the caller.
 
     ``sink`` raises :class:`~ai_tools.errors.RepeatedLineLoop`,
-    :class:`StreamServerError` or
+    :class:`StreamServerError`, :class:`~ai_tools.llm.sse.SSELineTooLong` or
     :class:`~ai_tools.llm.stream.StreamProtocolError`; the reader then aborts
     the connection.  Once ``reader`` (set by its owner) is done, dispatching
-    stops at once, e.g. when ``on_event`` cancelled the request.
+    stops at once, e.g. when ``on_event`` cancelled the request.  Events
+    leave through ``redactor`` (no API key in what the caller sees).
     """
 
     __slots__ = (
         "_detect",
         "_on_event",
+        "_redactor",
         "assembler",
         "detector",
         "parser",
@@ -65,12 +66,20 @@ class StreamConsumer:
         "reader",
     )
 
-    def __init__(self, on_event: EventCallback | None, repetition: RepetitionConfig) -> None:
-        self.parser = SSEParser()
-        self.assembler = ChatStreamAssembler()
+    def __init__(
+        self,
+        on_event: EventCallback | None,
+        repetition: RepetitionConfig,
+        limits: AnswerLimits | None = None,
+        redactor: Redactor = NO_SECRET,
+    ) -> None:
+        limits = AnswerLimits() if limits is None else limits
+        self.parser = SSEParser(limits.line_bytes)
+        self.assembler = ChatStreamAssembler(limits.answer_chars)
         self.detector = RepeatedLineDetector(repetition)
         self._detect = repetition.enabled
         self._on_event = on_event
+        self._redactor = redactor
         self.produced = False
         self.reader: Any = None
 
@@ -79,66 +88,49 @@ class StreamConsumer:
         """The text received so far (the partial output on failure)."""
         return self.assembler.text
 
-    def emit(self, event: LLMEvent) -> None:
-        """Give ``event`` to the caller; a failing callback is logged, not fatal."""
-        on_event = self._on_event
-        if on_event is None:
-            return
-        try:
-            on_event(event)
-        except Exception:
-            log.failure("on_event callback failed on {event!r}", event=event)
-
-    def text_delta(self, delta: TextDelta) -> None:
-        """Deliver a text fragment and watch it for loops."""
-        self.produced = True
-        if self._on_event is not None:
-            self.emit(delta)
-        if self._detect and self.detector.feed(delta.text):
-            raise RepeatedLineLoop(
-                f"the model repeated itself ({self.detector.repeated!r})", self.assembler.text
-            )
-
     def sink(self, data: bytes) -> None:
         """Consume one chunk of the body."""
-        payload = self.parser.single_data(data)
-        if payload is not None:
-            delta = self.assembler.text_only(payload)
-            if delta is not None:
-                # text_delta(), inlined: this runs for nearly every chunk.
-                self.produced = True
-                if self._on_event is not None:
-                    self.emit(delta)
-                if self._detect and self.detector.feed(delta.text):
-                    raise RepeatedLineLoop(
-                        f"the model repeated itself ({self.detector.repeated!r})",
-                        self.assembler.text,
-                    )
-            else:
-                self.dispatch(self.assembler.feed_data(payload))
-            return
-        for sse in self.parser.feed(data):
-            self.dispatch(self.assembler.feed(sse))
-            if self.reader is not None and self.reader.done:
+        self.parser.feed(data, self._sse_event)
+
+    def _sse_event(self, data: str, event: str, last_id: str | None) -> None:
+        """One SSE event: progress for the reader, chunk events for the caller."""
+        reader = self.reader
+        if reader is not None:
+            if reader.done:
                 return
+            reader.progressed()
+        self.dispatch(self.assembler.feed_data(data, event))
 
     def dispatch(self, events: list[LLMEvent]) -> None:
         """Deliver events in order; a ServerError ends the stream."""
         for event in events:
             if self.reader is not None and self.reader.done:
                 return
-            if type(event) is TextDelta:
-                self.text_delta(event)
-            elif type(event) is ServerError:
-                self.emit(event)
-                raise StreamServerError(event.error)
+            kind = type(event)
+            if kind is TextDelta:
+                self._text_delta(event)  # type: ignore[arg-type]
+            elif kind is ServerError:
+                error = self._redactor.value(event.error)  # type: ignore[union-attr]
+                emit_event(self._on_event, ServerError(error))
+                raise StreamServerError(error)
             else:
-                self.emit(event)
+                emit_event(self._on_event, event)
+
+    def _text_delta(self, delta: TextDelta) -> None:
+        """Deliver a text fragment and watch it for loops."""
+        self.produced = True
+        if self._on_event is not None:
+            if self._redactor.active:
+                delta = TextDelta(self._redactor.text(delta.text))
+            emit_event(self._on_event, delta)
+        if self._detect and self.detector.feed(delta.text):
+            raise RepeatedLineLoop(
+                f"the model repeated itself ({self.detector.repeated!r})", self.assembler.text
+            )
 
     def close(self) -> bool:
         """End of body: flush the parser; True if the answer is complete."""
-        for sse in self.parser.close():
-            self.dispatch(self.assembler.feed(sse))
+        self.parser.close(self._sse_event)
         if not self.assembler.finished:
             if self.assembler.finish_reason is None:
                 return False

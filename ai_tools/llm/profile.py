@@ -28,20 +28,59 @@ ENV_TOOL_CALLING = "AI_TOOLS_LLM_TOOL_CALLING"
 TOOL_CALLING_MODES = ("native", "fallback")
 
 
+def _seconds_or_none(instance: Any, attribute: Any, value: Any) -> None:
+    if value is None and attribute.name != "connect":
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 \
+            or value == float("inf"):
+        raise ValueError(f"timeouts.{attribute.name} must be a positive number of seconds"
+                         f"{'' if attribute.name == 'connect' else ' or none'}, got {value!r}")
+
+
+def _positive_int(instance: Any, attribute: Any, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"limits.{attribute.name} must be a positive integer, got {value!r}")
+
+
 @attrs.frozen
 class Timeouts:
-    """Seconds to wait, per phase of a request (None: no limit).
+    """Seconds to wait, per phase of a model call (None: no limit).
 
-    ``headers`` runs from sending the request to the response headers (for a
+    ``headers`` runs from sending a request to the response headers (for a
     non-streamed answer that includes the whole generation); ``idle`` is the
-    longest silence allowed between two body chunks; ``total`` bounds one
-    attempt from start to end.
+    longest silence allowed between two body chunks; ``progress`` the longest
+    time a stream may go without an event (SSE comments such as
+    ``: keep-alive`` are bytes but not progress); ``total`` bounds the whole
+    call end to end: the wait for a concurrency slot, every attempt and the
+    waits between attempts.
     """
 
-    connect: float = 10.0
-    headers: float | None = 300.0
-    idle: float | None = 60.0
-    total: float | None = None
+    connect: float = attrs.field(default=10.0, validator=_seconds_or_none)
+    headers: float | None = attrs.field(default=300.0, validator=_seconds_or_none)
+    idle: float | None = attrs.field(default=60.0, validator=_seconds_or_none)
+    progress: float | None = attrs.field(default=300.0, validator=_seconds_or_none)
+    total: float | None = attrs.field(default=600.0, validator=_seconds_or_none)
+
+
+@attrs.frozen
+class AnswerLimits:
+    """How much a model server may send back for one answer (DESIGN §5: bounded by bytes).
+
+    ``body_bytes`` caps the decoded bytes of a successful response body,
+    plain or streamed (a gzip body counts as it decodes, so a small
+    compressed body cannot inflate past it); ``answer_chars`` caps the
+    answer itself, in characters: text, reasoning and tool-call arguments
+    together; ``line_bytes`` caps one line of an SSE stream;
+    ``error_body_bytes`` is how much of an error response is read (the rest
+    is dropped, and the status still makes the error).  Crossing one of the
+    first three fails the call with a protocol error; nothing of the answer
+    is kept but the partial text of the error.
+    """
+
+    body_bytes: int = attrs.field(default=32 * 1024 * 1024, validator=_positive_int)
+    answer_chars: int = attrs.field(default=1024 * 1024, validator=_positive_int)
+    line_bytes: int = attrs.field(default=1024 * 1024, validator=_positive_int)
+    error_body_bytes: int = attrs.field(default=64 * 1024, validator=_positive_int)
 
 
 def normalise_base_url(url: str) -> str:
@@ -86,6 +125,7 @@ class ModelProfile:
     breaker_threshold: int = 5
     breaker_cooldown: float = 30.0
     repetition: RepetitionConfig = attrs.field(factory=RepetitionConfig)
+    limits: AnswerLimits = attrs.field(factory=AnswerLimits)
     name: str = ""
     log_requests: bool = False
 
@@ -101,6 +141,10 @@ class ModelProfile:
             )
         if self.context_window is not None and self.context_window < 1:
             raise ConfigError("model profile: 'context_window' must be a positive integer")
+        for field, kind in (("timeouts", Timeouts), ("repetition", RepetitionConfig),
+                            ("limits", AnswerLimits)):
+            if not isinstance(getattr(self, field), kind):
+                raise ConfigError(f"model profile: '{field}' must be a table")
 
     @property
     def chat_url(self) -> str:
@@ -116,7 +160,7 @@ class ModelProfile:
     def from_mapping(cls, data: Mapping[str, Any], where: str = "model profile") -> ModelProfile:
         """Build a profile from a config table; unknown keys are a ConfigError.
 
-        ``timeouts`` and ``repetition`` may be nested tables.
+        ``timeouts``, ``repetition`` and ``limits`` may be nested tables.
         """
         known = {f.name for f in attrs.fields(cls)}
         unknown = sorted(set(data) - known)
@@ -131,6 +175,8 @@ class ModelProfile:
                 values["timeouts"] = Timeouts(**values["timeouts"])
             if isinstance(values.get("repetition"), Mapping):
                 values["repetition"] = RepetitionConfig(**values["repetition"])
+            if isinstance(values.get("limits"), Mapping):
+                values["limits"] = AnswerLimits(**values["limits"])
             return cls(**values)
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from None

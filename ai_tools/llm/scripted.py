@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -110,6 +111,7 @@ FAULT_KINDS = (
     "malformed_json",
     "truncate",
     "stall",
+    "keep_alive",
     "stream_error",
 )
 
@@ -120,7 +122,7 @@ class Fault:
 
     Build them with the class methods: :meth:`rate_limited`, :meth:`server_error`,
     :meth:`http_error`, :meth:`html_error`, :meth:`reset`, :meth:`malformed_json`,
-    :meth:`truncated_stream`, :meth:`stall`, :meth:`stream_error`.
+    :meth:`truncated_stream`, :meth:`stall`, :meth:`keep_alive`, :meth:`stream_error`.
     ``after_chunks`` applies to stream faults: that many chunks are sent first.
     """
 
@@ -132,6 +134,7 @@ class Fault:
     content_type: str = "application/json"
     after_chunks: int = 0
     latency: float = 0.0
+    interval: float = 5.0
 
     @classmethod
     def rate_limited(cls, retry_after: float | str | None = 1, latency: float = 0.0) -> Fault:
@@ -184,6 +187,12 @@ class Fault:
         return cls("stall", after_chunks=after_chunks)
 
     @classmethod
+    def keep_alive(cls, after_chunks: int = 0, interval: float = 5.0) -> Fault:
+        """Send ``after_chunks`` chunks, then only ``: keep-alive`` comments, every
+        ``interval`` seconds, for ever (a stream that never makes progress)."""
+        return cls("keep_alive", after_chunks=after_chunks, interval=interval)
+
+    @classmethod
     def stream_error(cls, message: str = "model overloaded", after_chunks: int = 0) -> Fault:
         """Stream ``after_chunks`` chunks, then an error object in the stream."""
         return cls("stream_error", message=message, after_chunks=after_chunks)
@@ -202,6 +211,7 @@ class Fault:
             "malformed_json": cls.malformed_json,
             "truncated_stream": cls.truncated_stream,
             "stall": cls.stall,
+            "keep_alive": cls.keep_alive,
             "stream_error": cls.stream_error,
         }
         if kind in builders:
@@ -537,6 +547,7 @@ class ScriptedModelResource(Resource):
         self.conversation_key = conversation_key
         self.requests: list[RecordedRequest] = []
         self._pending: set[Any] = set()
+        self._gone: weakref.WeakSet[Any] = weakref.WeakSet()  # requests the client dropped
         self._waiters: list[tuple[int, defer.Deferred[RecordedRequest]]] = []
         self._counter = 0
         self.in_flight = 0
@@ -560,7 +571,7 @@ class ScriptedModelResource(Resource):
         self._pending.clear()
 
     def _later(self, request: Any, delay: float, fn: Callable[[], None]) -> None:
-        if getattr(request, "_scripted_gone", False):
+        if request in self._gone:
             return
         if delay <= 0:
             fn()
@@ -568,7 +579,7 @@ class ScriptedModelResource(Resource):
 
         def run() -> None:
             self._pending.discard(call)
-            if not getattr(request, "_scripted_gone", False):
+            if request not in self._gone:
                 fn()
 
         call = self.reactor.callLater(delay, run)
@@ -642,7 +653,7 @@ class ScriptedModelResource(Resource):
             record.finished.callback(delivered)
 
     def _lost(self, record: RecordedRequest, request: Any) -> None:
-        request._scripted_gone = True
+        self._gone.add(request)
         record.disconnected = True
         log.info("Scripted model: the client dropped request {path}", path=record.path)
         self._finished(record, False)
@@ -790,7 +801,7 @@ class ScriptedModelResource(Resource):
     def _stream(self, request: Any, body: Mapping[str, Any], turn: Turn) -> None:
         chunks = self._stream_chunks(body, turn)
         fault = turn.fault
-        if fault is not None and fault.kind in ("truncate", "stall", "stream_error"):
+        if fault is not None and fault.kind in ("truncate", "stall", "keep_alive", "stream_error"):
             chunks = chunks[: fault.after_chunks]
         if fault is not None and fault.kind == "malformed_json":
             chunks = [*chunks[:1], b"data: {\"choices\": [{\"delta\": {\"content\": \"x\"\n\n"]
@@ -799,21 +810,10 @@ class ScriptedModelResource(Resource):
         pending = deque(chunks)
 
         def end() -> None:
-            if fault is not None and fault.kind == "truncate":
-                request.channel.transport.loseConnection()
-                return
-            if fault is not None and fault.kind == "stall":
-                return  # silence; the connection stays open until someone closes it
-            if fault is not None and fault.kind == "stream_error":
-                error = {"error": {"message": fault.message, "type": "server_error"}}
-                request.write(b"data: " + json.dumps(error).encode() + b"\n\n")
-            request.finish()
+            self._stream_end(request, fault)
 
-        if turn.chunk_latency <= 0:
-            if pending:
-                request.write(b"".join(pending))
-            else:
-                request.write(b"")
+        if turn.chunk_latency <= 0 or not pending:
+            request.write(b"".join(pending))
             end()
             return
 
@@ -824,11 +824,32 @@ class ScriptedModelResource(Resource):
             else:
                 end()
 
-        if pending:
-            send_next()
+        send_next()
+
+    def _stream_end(self, request: Any, fault: Fault | None) -> None:
+        """What follows the last chunk: the end, or the turn's fault."""
+        kind = fault.kind if fault is not None else None
+        if kind == "truncate":
+            request.channel.transport.loseConnection()
+        elif kind == "stall":
+            return  # silence; the connection stays open until someone closes it
+        elif kind == "keep_alive":
+            assert fault is not None
+            self._keep_alive(request, fault.interval)
         else:
-            request.write(b"")
-            end()
+            if fault is not None and kind == "stream_error":
+                error = {"error": {"message": fault.message, "type": "server_error"}}
+                request.write(b"data: " + json.dumps(error).encode() + b"\n\n")
+            request.finish()
+
+    def _keep_alive(self, request: Any, interval: float) -> None:
+        """An SSE comment every ``interval`` seconds until the client goes away."""
+
+        def ping() -> None:
+            request.write(b": keep-alive\n\n")
+            self._later(request, interval, ping)
+
+        self._later(request, interval, ping)
 
 
 def _arguments_text(spec: ToolCallSpec) -> str:

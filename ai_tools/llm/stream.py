@@ -34,6 +34,9 @@ _scanstring = _json_decoder.scanstring  # type: ignore[attr-defined]
 # A chunk carrying only a text fragment, as OpenAI and vLLM send thousands of
 # times per answer: decoded by reading just the content string.  Anything else
 # (other field order, tool calls, usage, finish reason) takes the full parse.
+# Measured gain (callgrind, the benchmark's 28-chunk stream through a
+# StreamConsumer, 2026-11-25): 1,176k instructions per stream with it, 1,373k
+# without (-14%).
 _TEXT_HEAD = re.compile(
     r'"choices":\s*\[\s*\{\s*"index":\s*0\s*,\s*"delta":\s*\{\s*"content":\s*"'
 )
@@ -53,6 +56,20 @@ class StreamProtocolError(ValueError):
     """A chunk of the stream is not what an OpenAI-compatible server sends."""
 
 
+class AnswerTooLarge(StreamProtocolError):
+    """The answer grew past its cap (text, reasoning and tool-call arguments together)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the answer is longer than {limit} characters (text, reasoning "
+                         f"and tool-call arguments; limits.answer_chars)")
+
+
+def check_answer_size(size: int, limit: int | None) -> None:
+    """Raise :class:`AnswerTooLarge` when an answer of ``size`` characters is over ``limit``."""
+    if limit is not None and size > limit:
+        raise AnswerTooLarge(limit)
+
+
 class _PendingCall:
     __slots__ = ("arguments", "id", "name", "type")
 
@@ -68,22 +85,28 @@ class ChatStreamAssembler:
 
     ``finished`` becomes True at ``[DONE]``.  :meth:`response` builds the
     :class:`ChatResponse` from what arrived (also after a failure, to keep the
-    partial output).
+    partial output).  ``size`` counts the characters of text, reasoning and
+    tool-call arguments received; past ``max_chars`` a chunk raises
+    :class:`AnswerTooLarge`.
     """
 
     __slots__ = (
         "_calls",
         "_fast",
+        "_max_chars",
         "error",
         "finish_reason",
         "finished",
         "model",
         "reasoning_parts",
+        "size",
         "text_parts",
         "usage",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, max_chars: int | None = None) -> None:
+        self._max_chars = max_chars
+        self.size = 0
         self.text_parts: list[str] = []
         self.reasoning_parts: list[str] | None = None
         self.finish_reason: str | None = None
@@ -104,12 +127,12 @@ class ChatStreamAssembler:
         return self.feed_data(sse.data, sse.event)
 
     def text_only(self, data: str) -> TextDelta | None:
-        """Shortcut for a chunk that carries nothing but a text fragment.
+        """The first step of :meth:`feed_data`: a chunk that carries nothing but text.
 
-        Returns the :class:`TextDelta` (already accumulated) for such a chunk,
-        else None with nothing consumed: the caller then uses
-        :meth:`feed_data`.  Reads only the content string of the JSON, after
-        checking the rest has the exact shape OpenAI and vLLM send.
+        Returns the :class:`TextDelta` (taken like any other fragment) for
+        such a chunk, else None with nothing consumed, and the full parse
+        follows.  Reads only the content string of the JSON, after checking
+        the rest has the exact shape OpenAI and vLLM send.
         """
         if not self._fast or self.finished or data[:1] != "{":
             return None
@@ -118,9 +141,7 @@ class ChatStreamAssembler:
             return None
         plain = _TEXT_PLAIN.match(data, start)
         if plain is not None:
-            content = plain.group(1)
-            self.text_parts.append(content)
-            return TextDelta(content)
+            return self._text(plain.group(1))
         head = _TEXT_HEAD.match(data, start)
         if head is None:
             return None
@@ -130,8 +151,17 @@ class ChatStreamAssembler:
             return None  # the full parse reports it
         if not content or _TEXT_TAIL.match(data, end) is None:
             return None
+        return self._text(content)
+
+    def _text(self, content: str) -> TextDelta:
+        """Take a text fragment: counted against the cap, kept, and its event."""
+        self._grow(len(content))
         self.text_parts.append(content)
         return TextDelta(content)
+
+    def _grow(self, chars: int) -> None:
+        self.size += chars
+        check_answer_size(self.size, self._max_chars)
 
     def feed_data(self, data: str, event: str = "message") -> list[LLMEvent]:
         """Interpret the data of one SSE event (``event`` is its type)."""
@@ -228,8 +258,7 @@ class ChatStreamAssembler:
         if delta and type(delta) is dict:
             content = delta.get("content")
             if content and type(content) is str:
-                self.text_parts.append(content)
-                events.append(TextDelta(content))
+                events.append(self._text(content))
             if "tool_calls" in delta:
                 calls = delta["tool_calls"]
                 if isinstance(calls, list):
@@ -239,6 +268,7 @@ class ChatStreamAssembler:
             if "reasoning_content" in delta or "reasoning" in delta:
                 reasoning = delta.get("reasoning_content") or delta.get("reasoning")
                 if isinstance(reasoning, str) and reasoning:
+                    self._grow(len(reasoning))
                     if self.reasoning_parts is None:
                         self.reasoning_parts = []
                     self.reasoning_parts.append(reasoning)
@@ -266,10 +296,11 @@ class ChatStreamAssembler:
             if isinstance(name, str) and name:
                 call.name = name if not call.name else call.name
             arguments = function.get("arguments")
+            if isinstance(arguments, Mapping):
+                arguments = json.dumps(dict(arguments), ensure_ascii=False)
             if isinstance(arguments, str):
+                self._grow(len(arguments))
                 call.arguments.append(arguments)
-            elif isinstance(arguments, Mapping):
-                call.arguments.append(json.dumps(dict(arguments), ensure_ascii=False))
 
 
 def _loads_or_text(data: str) -> Any:

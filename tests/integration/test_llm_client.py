@@ -51,8 +51,9 @@ class Running:
 async def running(script: Any, *, server_kw: dict | None = None, **profile: Any) -> Running:
     server = await start_test_server(script, reactor=reactor(), **(server_kw or {}))
     environ = profile.pop("environ", {})
+    retry_policy = profile.pop("retry_policy", FAST_RETRY)
     client = OpenAIChatClient(
-        server.profile(**profile), reactor=reactor(), retry_policy=FAST_RETRY, environ=environ
+        server.profile(**profile), reactor=reactor(), retry_policy=retry_policy, environ=environ
     )
     return Running(server, client)
 
@@ -200,8 +201,8 @@ async def test_stall_hits_the_idle_timeout_and_drops_the_connection() -> None:
         [Turn(text="Hello world", chunk_chars=3, fault=Fault.stall(after_chunks=2))],
         timeouts=Timeouts(idle=0.2),
         stream=True,
+        retry_policy=RetryPolicy(max_attempts=1),
     )
-    r.client.retry_policy = RetryPolicy(max_attempts=1)
     try:
         with pytest.raises(LLMTimeout, match="stalled") as info:
             await r.client.complete(USER)
@@ -214,8 +215,8 @@ async def test_stall_hits_the_idle_timeout_and_drops_the_connection() -> None:
 @pytest_twisted.ensureDeferred
 async def test_slow_headers_time_out() -> None:
     """No headers within timeouts.headers: retried, then LLMTimeout."""
-    r = await running([Turn(text="late", latency=5)] * 2, timeouts=Timeouts(headers=0.1))
-    r.client.retry_policy = RetryPolicy(max_attempts=2, base_delay=0.01)
+    r = await running([Turn(text="late", latency=5)] * 2, timeouts=Timeouts(headers=0.1),
+                      retry_policy=RetryPolicy(max_attempts=2, base_delay=0.01))
     try:
         with pytest.raises(LLMTimeout, match="no response"):
             await r.client.complete(USER)
@@ -303,8 +304,8 @@ async def test_circuit_opens_and_recovers() -> None:
         [Fault.server_error(500)] * 2 + [Turn(text="back again")],
         breaker_threshold=2,
         breaker_cooldown=0.2,
+        retry_policy=RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=0.01),
     )
-    r.client.retry_policy = RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=0.01)
     try:
         with pytest.raises(LLMServerError):
             await r.client.complete(USER)

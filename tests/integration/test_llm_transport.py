@@ -1,7 +1,7 @@
-"""The client's own transport (its Agent and pool, no treq) over real sockets on 127.0.0.1.
+"""The client's production transport (treq over its own pooled Agent) on real sockets.
 
-The StubTreq unit tests drive the client through treq; these check what the
-direct Agent path must do the same way: gzip answers, the body limits,
+The unit tests drive the same treq transport over an in-memory agent; these
+check what only real connections show: gzip answers, the body limits,
 connection reuse, the total deadline, and cancellation in every phase.
 """
 
@@ -17,9 +17,9 @@ from twisted.internet import defer, task
 from twisted.web import resource, server
 
 from ai_tools.errors import LLMProtocolError, LLMServerError, LLMTimeout
-from ai_tools.llm import exchange
+from ai_tools.llm import transport
 from ai_tools.llm.client import OpenAIChatClient
-from ai_tools.llm.profile import ModelProfile, Timeouts
+from ai_tools.llm.profile import AnswerLimits, ModelProfile, Timeouts
 from ai_tools.retry import RetryPolicy
 from ai_tools.testing import Fault, Turn, start_test_server
 
@@ -78,14 +78,15 @@ class _Served:
         await self.port.stopListening()
 
 
-async def serve(status: int, body: bytes, headers: dict[bytes, bytes] | None = None) -> _Served:
+async def serve(status: int, body: bytes, headers: dict[bytes, bytes] | None = None,
+                **profile: Any) -> _Served:
     canned = _Canned(status, body, {b"content-type": b"application/json", **(headers or {})})
     site = server.Site(canned)
     site.noisy = False
     port = reactor().listenTCP(0, site, interface="127.0.0.1")
     url = f"http://127.0.0.1:{port.getHost().port}/v1"
     client = OpenAIChatClient(
-        ModelProfile(base_url=url, model="m", stream=False),
+        ModelProfile(base_url=url, model="m", **{"stream": False, **profile}),
         reactor=reactor(),
         retry_policy=RetryPolicy(max_attempts=1),
     )
@@ -99,7 +100,7 @@ async def test_gzip_answer_is_decoded_and_advertised() -> None:
     try:
         response = await s.client.complete(USER)
         assert response.content == "squeezed"
-        assert s.canned.seen[0][b"Accept-Encoding"] == [b"gzip"]
+        assert b"gzip" in b",".join(s.canned.seen[0][b"Accept-Encoding"])
     finally:
         await s.stop()
 
@@ -116,10 +117,9 @@ async def test_unknown_content_encoding_is_not_decoded() -> None:
 
 
 @pytest_twisted.ensureDeferred
-async def test_answer_over_the_body_limit_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_answer_over_the_body_limit_fails() -> None:
     """A 200 body larger than the limit is refused, not buffered without end."""
-    monkeypatch.setattr(exchange, "MAX_BODY_BYTES", 1000)
-    s = await serve(200, _answer("x" * 5000))
+    s = await serve(200, _answer("x" * 5000), limits=AnswerLimits(body_bytes=1000))
     try:
         with pytest.raises(LLMProtocolError, match="larger than 1000 bytes"):
             await s.client.complete(USER)
@@ -128,11 +128,10 @@ async def test_answer_over_the_body_limit_fails(monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest_twisted.ensureDeferred
-async def test_error_body_is_cut_at_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_error_body_is_cut_at_its_limit() -> None:
     """A huge error page is cut, and the status still gives the error."""
-    monkeypatch.setattr(exchange, "MAX_ERROR_BODY_BYTES", 200)
     page = json.dumps({"error": {"message": "overloaded " + "z" * 20000}}).encode()
-    s = await serve(503, page)
+    s = await serve(503, page, limits=AnswerLimits(error_body_bytes=200))
     try:
         with pytest.raises(LLMServerError, match="503") as info:
             await s.client.complete(USER)
@@ -241,17 +240,15 @@ async def test_cancel_during_the_back_off_wait() -> None:
 async def test_one_endpoint_and_one_host_header_for_every_request(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The URL is parsed and its endpoint built once; each request carries one Host."""
-    from ai_tools.llm import client as client_module
-
+    """The endpoint is built once for every request; each request carries one Host."""
     built: list[Any] = []
-    original = client_module._OneURLAgent._getEndpoint
+    original = transport.HostnameEndpoint
 
-    def counting(self: Any, uri: Any) -> Any:
-        built.append(uri)
-        return original(self, uri)
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        built.append(args)
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(client_module._OneURLAgent, "_getEndpoint", counting)
+    monkeypatch.setattr(transport, "HostnameEndpoint", counting)
     s = await serve(200, _answer("hi"))
     try:
         for _ in range(3):
@@ -290,5 +287,41 @@ async def test_finished_requests_leave_none_of_our_objects_in_cycles() -> None:
         ours = [name for name in garbage
                 if name.startswith("ai_tools.") and name != "ai_tools.llm.body.BytesProducer"]
         assert ours == []
+    finally:
+        await s.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_keep_alives_alone_meet_the_progress_deadline() -> None:
+    """Over a real socket: comments keep bytes flowing, yet the stream ends at the
+    progress deadline and the connection is dropped."""
+    srv = await start_test_server(
+        [Turn(text="Hello", chunk_chars=2, fault=Fault.keep_alive(after_chunks=2, interval=0.05))],
+        reactor=reactor(),
+    )
+    client = OpenAIChatClient(
+        srv.profile(stream=True, timeouts=Timeouts(idle=0.2, progress=0.4)),
+        reactor=reactor(),
+        retry_policy=RetryPolicy(max_attempts=1),
+    )
+    try:
+        with pytest.raises(LLMTimeout, match="no progress") as info:
+            await client.complete(USER)
+        assert info.value.partial_text == "He"
+        assert await srv.requests[0].finished is False
+    finally:
+        await client.close()
+        await srv.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_gzip_bomb_is_cut_at_the_decoded_byte_cap() -> None:
+    """Over a real socket: a small gzip body that inflates past the cap is refused."""
+    bomb = gzip.compress(b" " * (8 * 1024 * 1024), compresslevel=9)
+    s = await serve(200, bomb, {b"content-encoding": b"gzip"},
+                    limits=AnswerLimits(body_bytes=1024 * 1024))
+    try:
+        with pytest.raises(LLMProtocolError, match="larger than 1048576 bytes"):
+            await s.client.complete(USER)
     finally:
         await s.stop()

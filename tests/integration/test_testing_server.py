@@ -14,6 +14,7 @@ import treq
 from twisted.internet import defer, protocol
 
 from ai_tools.llm.client import OpenAIChatClient
+from ai_tools.retry import RetryPolicy
 from ai_tools.testing import Fault, Rule, Script, Turn, start_test_server
 
 USER = [{"role": "user", "content": "hi"}]
@@ -167,9 +168,11 @@ async def test_stop_drops_stalled_streams_and_pending_latency() -> None:
         {"a": [Fault.stall(after_chunks=1)], "b": [Turn(text="late", latency=30)]},
         reactor=reactor(),
     )
-    stalled = OpenAIChatClient(server.profile(headers={"X-Conversation": "a"}), reactor=reactor())
-    slow = OpenAIChatClient(server.profile(headers={"X-Conversation": "b"}), reactor=reactor())
-    stalled.retry_policy = slow.retry_policy = stalled.retry_policy.__class__(max_attempts=1)
+    once = RetryPolicy(max_attempts=1)
+    stalled = OpenAIChatClient(server.profile(headers={"X-Conversation": "a"}), reactor=reactor(),
+                               retry_policy=once)
+    slow = OpenAIChatClient(server.profile(headers={"X-Conversation": "b"}), reactor=reactor(),
+                            retry_policy=once)
     try:
         d1 = stalled.complete(USER)
         d2 = slow.complete(USER)

@@ -1,4 +1,5 @@
-"""BodyReader (idle timer, abort, cancel), BytesProducer and decoded_response."""
+"""BodyReader (byte cap, idle and progress deadlines, abort, cancel), BytesProducer and
+BoundedGzipDecoder."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ import pytest
 from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
-from twisted.web.client import GzipDecoder, ResponseDone, ResponseFailed
-from twisted.web.http_headers import Headers
+from twisted.web.client import ResponseDone, ResponseFailed
 
 from ai_tools.errors import LLMTimeout
-from ai_tools.llm.body import BodyReader, BytesProducer, decoded_response
+from ai_tools.llm.body import (
+    INFLATE_PIECE,
+    BodyReader,
+    BodyTooLarge,
+    BoundedGzipDecoder,
+    BytesProducer,
+)
 
 
 class FakeTransport:
@@ -138,41 +144,6 @@ def test_idle_reschedules_without_failing_active_streams(idle: float) -> None:
     assert outcome(r.finished) is None
 
 
-class FakeResponse:
-    def __init__(self, encoding: list[bytes] | None) -> None:
-        self.code = 200
-        self.headers = Headers({b"content-encoding": encoding} if encoding else {})
-
-
-def test_decoded_response_leaves_a_plain_answer_alone() -> None:
-    plain = FakeResponse(None)
-    assert decoded_response(plain) is plain
-
-
-@pytest.mark.parametrize(
-    ("encoding", "gzip_layers", "left"),
-    [
-        ([b"gzip"], 1, None),
-        ([b"GZIP"], 1, None),
-        ([b"br"], 0, [b"br"]),
-        ([b"br, gzip"], 1, [b"br"]),
-        ([b"gzip", b"br"], 0, [b"gzip,br"]),
-    ],
-)
-def test_decoded_response_unwraps_gzip_from_the_outside(
-    encoding: list[bytes], gzip_layers: int, left: list[bytes] | None
-) -> None:
-    """Like ContentDecoderAgent: the last-applied gzip layers are decoded, the rest stays."""
-    response = FakeResponse(encoding)
-    decoded = decoded_response(response)
-    layers = 0
-    while isinstance(decoded, GzipDecoder):
-        layers += 1
-        decoded = decoded.original
-    assert layers == gzip_layers
-    assert response.headers.getRawHeaders(b"content-encoding") == left
-
-
 def test_armed_after_delivery_a_finished_body_sets_no_timer() -> None:
     """arm_on_connect=False: no timer until arm(), and none once the body has ended."""
     clock = Clock()
@@ -198,3 +169,121 @@ def test_armed_after_delivery_still_times_out() -> None:
     clock.advance(5.5)
     assert outcome(r.finished).check(LLMTimeout)
     assert transport.stopped == 1
+
+
+def test_byte_cap_fails_the_body_and_aborts() -> None:
+    """Past max_bytes the reader aborts and fails with BodyTooLarge; the sink gets no more."""
+    clock, got = Clock(), []
+    r = BodyReader(clock, got.append, None, "answer", max_bytes=10)
+    transport = FakeTransport()
+    r.makeConnection(transport)
+    r.dataReceived(b"12345")
+    r.dataReceived(b"67890")
+    r.dataReceived(b"x")
+    failure = outcome(r.finished)
+    assert failure.check(BodyTooLarge) and "larger than 10 bytes" in str(failure.value)
+    assert got == [b"12345", b"67890"] and transport.stopped == 1
+
+
+def test_byte_cap_with_truncate_keeps_the_head() -> None:
+    """truncate=True: the first max_bytes are delivered, then reading stops quietly."""
+    clock, got = Clock(), []
+    r = BodyReader(clock, got.append, None, "error body", max_bytes=4, truncate=True)
+    transport = FakeTransport()
+    r.makeConnection(transport)
+    r.dataReceived(b"abc")
+    r.dataReceived(b"defg")
+    assert outcome(r.finished) is None
+    assert b"".join(got) == b"abcd" and transport.stopped == 1
+
+
+def test_progress_deadline_ignores_bytes_without_progress() -> None:
+    """Bytes that make no progress (keep-alives) keep the idle timer quiet, not the
+    progress deadline."""
+    clock, _, transport = Clock(), [], FakeTransport()
+    r = BodyReader(clock, lambda data: None, 5.0, "answer stream", progress_timeout=12.0)
+    r.makeConnection(transport)
+    for _ in range(2):
+        clock.advance(4)
+        r.dataReceived(b": keep-alive\n\n")
+    r.progressed()  # an event at t=8
+    for _ in range(4):
+        clock.advance(4)
+        r.dataReceived(b": keep-alive\n\n")
+    failure = outcome(r.finished)
+    assert failure.check(LLMTimeout) and "no progress for 12.0s" in str(failure.value)
+    assert clock.seconds() == 24 and transport.stopped == 1
+
+
+class _Body:
+    """A response whose body is delivered by hand, recording aborts."""
+
+    def __init__(self) -> None:
+        self.protocol: Any = None
+        self.stopped = 0
+        self.code = 200
+        self.headers = None
+
+    def deliverBody(self, protocol: Any) -> None:
+        self.protocol = protocol
+        protocol.makeConnection(self)
+
+    def stopProducing(self) -> None:
+        self.stopped += 1
+
+    def pauseProducing(self) -> None:
+        """Unused."""
+
+    def resumeProducing(self) -> None:
+        """Unused."""
+
+
+def _gzip(data: bytes) -> bytes:
+    import gzip
+
+    return gzip.compress(data, compresslevel=9)
+
+
+def test_gzip_body_is_inflated_whole() -> None:
+    """A gzip body comes out as it went in, whatever its chunking."""
+    original = b"The plaza is quiet. " * 5000
+    packed = _gzip(original)
+    body = _Body()
+    got: list[bytes] = []
+    reader = BodyReader(Clock(), got.append, None)
+    BoundedGzipDecoder(body).deliverBody(reader)
+    for i in range(0, len(packed), 100):
+        body.protocol.dataReceived(packed[i:i + 100])
+    body.protocol.connectionLost(Failure(ResponseDone()))
+    assert b"".join(got) == original and outcome(reader.finished) is None
+    assert max(len(piece) for piece in got) <= INFLATE_PIECE
+
+
+def test_gzip_bomb_inflates_no_further_than_the_cap() -> None:
+    """A 64 MiB gzip bomb in one chunk: at most the cap (plus one piece) is ever inflated."""
+    bomb = _gzip(b"\0" * (64 * 1024 * 1024))
+    body = _Body()
+    inflated = 0
+
+    def sink(data: bytes) -> None:
+        nonlocal inflated
+        inflated += len(data)
+
+    cap = 1024 * 1024
+    reader = BodyReader(Clock(), sink, None, max_bytes=cap)
+    BoundedGzipDecoder(body).deliverBody(reader)
+    body.protocol.dataReceived(bomb)
+    assert outcome(reader.finished).check(BodyTooLarge)
+    assert inflated <= cap and reader.size <= cap + INFLATE_PIECE
+    assert body.stopped == 1
+
+
+def test_corrupt_gzip_fails_the_body() -> None:
+    """Bytes that are not gzip fail the body (and abort), they do not raise into Twisted."""
+    body = _Body()
+    reader = BodyReader(Clock(), lambda data: None, None)
+    BoundedGzipDecoder(body).deliverBody(reader)
+    body.protocol.dataReceived(b"this is not gzip at all")
+    failure = outcome(reader.finished)
+    assert "gzip encoding is corrupt" in str(failure.value) and body.stopped == 1
+    body.protocol.connectionLost(Failure(ResponseFailed([])))  # the abort's echo is ignored

@@ -1,4 +1,5 @@
-"""OpenAIChatClient driven in memory: StubTreq over the scripted model, a task.Clock."""
+"""OpenAIChatClient driven in memory: its treq transport over treq.testing's
+RequestTraversalAgent and the scripted model, time on a task.Clock."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from treq.testing import StubTreq
+from treq.testing import RequestTraversalAgent
 from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.logger import globalLogPublisher
@@ -36,20 +37,25 @@ TOOLS = [{"type": "function", "function": {"name": "look", "parameters": {"type"
 
 
 class Harness:
-    """A client talking to a scripted resource through StubTreq, time on a Clock."""
+    """A client talking to a scripted resource in memory, time on a Clock.
 
-    def __init__(self, script: Any, **profile: Any) -> None:
+    Only the innermost agent differs from production: the client's treq
+    transport runs over ``RequestTraversalAgent`` instead of a pooled ``Agent``.
+    """
+
+    def __init__(self, script: Any, resource: Any = None, **profile: Any) -> None:
         self.clock = Clock()
-        self.resource = ScriptedModelResource(ScriptedModel.build(script), self.clock)
-        self.stub = StubTreq(self.resource)
+        self.resource = resource or ScriptedModelResource(ScriptedModel.build(script), self.clock)
+        self.stub = RequestTraversalAgent(self.resource)
         values: dict[str, Any] = {"base_url": "http://model.test/v1", "model": "m"}
         values.update(profile)
+        self.environ = {"TEST_KEY": "sk-secret-value"}
         self.client = OpenAIChatClient(
             ModelProfile(**values),
             reactor=self.clock,
-            http_client=self.stub,
+            agent=self.stub,
             retry_policy=RetryPolicy(max_attempts=3, base_delay=1.0, jitter=False),
-            environ={"TEST_KEY": "sk-secret-value"},
+            environ=self.environ,
         )
 
     @property
@@ -65,16 +71,16 @@ class Harness:
             self.stub.flush()
             elapsed += step
 
-    def run(self, d: defer.Deferred, limit: float = 120.0) -> Any:
+    def run(self, d: defer.Deferred, limit: float = 120.0, step: float = 0.05) -> Any:
         """Pump until ``d`` fires; return its result or raise its failure."""
         results: list = []
         d.addBoth(results.append)
         elapsed = 0.0
         self.stub.flush()
         while not results and elapsed < limit:
-            self.clock.advance(0.05)
+            self.clock.advance(step)
             self.stub.flush()
-            elapsed += 0.05
+            elapsed += step
         assert results, f"no result within {limit}s of clock time"
         result = results[0]
         if hasattr(result, "raiseException"):
@@ -418,7 +424,7 @@ def test_connection_refused_is_a_connection_error() -> None:
     client = OpenAIChatClient(
         ModelProfile(base_url="http://127.0.0.1:9", model="m"),
         reactor=clock,
-        http_client=Refusing(),
+        agent=Refusing(),
         retry_policy=RetryPolicy(max_attempts=2, base_delay=1.0, jitter=False),
     )
     d = client.complete(USER)
@@ -447,7 +453,7 @@ def test_key_rotation_is_picked_up() -> None:
     """The key is read per request, so a rotated key is used at once."""
     h = Harness(["a", "b"], api_key_env="TEST_KEY")
     h.run(h.client.complete(USER))
-    h.client.environ = {"TEST_KEY": "sk-new"}
+    h.environ["TEST_KEY"] = "sk-new"
     h.run(h.client.complete(USER))
     assert [r.headers["authorization"] for r in h.requests] == [
         "Bearer sk-secret-value",

@@ -185,7 +185,7 @@ def test_text_survives_any_byte_chunking(text: str, cuts: list[int]) -> None:
     parser, a = SSEParser(), ChatStreamAssembler()
     events: list = []
     for lo, hi in zip([0, *positions], [*positions, len(raw)], strict=True):
-        for sse in parser.feed(raw[lo:hi]):
+        for sse in parser.events(raw[lo:hi]):
             events.extend(a.feed(sse))
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == text
     assert events[-1] == StreamDone()

@@ -1,19 +1,22 @@
-"""The byte-level SSE parser: framing rules and any-chunking invariance."""
+"""The byte-level SSE parser: framing rules, any-chunking invariance, its bounds."""
 
 from __future__ import annotations
 
+import tracemalloc
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ai_tools.llm.sse import SSEEvent, SSEParser
+from ai_tools.llm.sse import SSEEvent, SSELineTooLong, SSEParser
 
 
 def parse_all(chunks: list[bytes]) -> list[SSEEvent]:
     parser = SSEParser()
     events: list[SSEEvent] = []
     for chunk in chunks:
-        events.extend(parser.feed(chunk))
-    events.extend(parser.close())
+        events.extend(parser.events(chunk))
+    events.extend(parser.events(b"", end=True))
     return events
 
 
@@ -139,36 +142,36 @@ def test_arbitrary_bytes_never_raise_and_chunking_is_invariant(raw: bytes, cuts:
     assert parse_all(chunks) == parse_all([raw])
 
 
-@given(
-    events=st.lists(_event, max_size=6),
-    newline=st.sampled_from([b"\n", b"\r\n"]),
-    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=12),
-)
-def test_single_data_shortcut_agrees_with_feed(
-    events: list[dict], newline: bytes, cuts: list[int]
-) -> None:
-    """Taking the single-event shortcut where it applies yields the same data and types."""
-    raw = _serialise(events, newline, bom=False)
-    positions = sorted({c % (len(raw) + 1) for c in cuts})
-    chunks = [raw[a:b] for a, b in zip([0, *positions], [*positions, len(raw)], strict=True)]
-    parser = SSEParser()
-    got: list[SSEEvent] = []
-    for chunk in chunks:
-        data = parser.single_data(chunk)
-        if data is not None:
-            got.append(SSEEvent(data))
-        else:
-            got.extend(parser.feed(chunk))
-    got.extend(parser.close())
-    assert got == parse_all([raw])
+# -- bounds: a maximum line length, and no copy of the pending line per chunk --------------
 
 
-def test_single_data_declines_when_state_is_pending() -> None:
-    """A pending event type or partial line makes the shortcut step aside."""
-    parser = SSEParser()
-    parser.feed(b": start\n\n")
-    assert parser.single_data(b"data: x\n\n") == "x"
-    assert parser.single_data(b"data: a\ndata: b\n\n") is None
-    parser.feed(b"event: error\n")
-    assert parser.single_data(b"data: y\n\n") is None
-    assert parser.feed(b"data: y\n\n") == [SSEEvent("y", "error")]
+def test_a_line_longer_than_the_limit_is_refused() -> None:
+    """Complete or still arriving, a line past max_line_bytes raises SSELineTooLong."""
+    with pytest.raises(SSELineTooLong, match="longer than 100 bytes"):
+        SSEParser(max_line_bytes=100).events(b"data: " + b"x" * 200 + b"\n\n")
+    parser = SSEParser(max_line_bytes=100)
+    parser.events(b"data: " + b"x" * 60)
+    with pytest.raises(SSELineTooLong):
+        parser.events(b"x" * 60)  # no line end yet: refused as it grows
+    ok = SSEParser(max_line_bytes=100)
+    assert ok.events(b"data: " + b"x" * 94 + b"\n\n") == [SSEEvent("x" * 94)]
+
+
+def test_a_line_arriving_in_pieces_is_not_copied_per_piece() -> None:
+    """A long line fed in small chunks: no chunk allocates the whole pending line again
+    (the old buffer copied it per chunk, quadratic in its length)."""
+    parser = SSEParser(max_line_bytes=1024 * 1024)
+    parser.events(b"data: ")
+    piece = b"y" * 1024
+    tracemalloc.start()
+    try:
+        worst = 0
+        for _ in range(256):  # a 256 KiB line
+            before, _peak = tracemalloc.get_traced_memory()
+            tracemalloc.reset_peak()
+            parser.events(piece)
+            worst = max(worst, tracemalloc.get_traced_memory()[1] - before)
+    finally:
+        tracemalloc.stop()
+    assert worst < 16 * 1024, f"one chunk allocated {worst} bytes"
+    assert parser.events(b"\n\n") == [SSEEvent("y" * 256 * 1024)]

@@ -1,0 +1,203 @@
+"""What every call of one model client shares: the client's internal API for its calls.
+
+An :class:`~ai_tools.llm.client.OpenAIChatClient` builds one
+:class:`ModelChannel`; each :class:`~ai_tools.llm.call.ModelCall` and its
+:class:`~ai_tools.llm.exchange.Exchange` attempts use only its public names:
+the profile and clock, the concurrency slots, the circuit breaker, the
+retry rules, :meth:`ModelChannel.send`, the answer limits and the redactor.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.web.http_headers import Headers
+
+from ai_tools.errors import (
+    LLMConnectionError,
+    LLMError,
+    LLMProtocolError,
+    LLMRequestError,
+    LLMServerError,
+    LLMTimeout,
+    RepeatedLineLoop,
+)
+from ai_tools.llm.breaker import CircuitBreaker
+from ai_tools.llm.http_errors import redact_headers
+from ai_tools.llm.profile import AnswerLimits, ModelProfile
+from ai_tools.llm.redaction import Redactor
+from ai_tools.llm.transport import prepared_url
+from ai_tools.retry import RetryPolicy, is_retryable_error
+
+USER_AGENT = b"ai_tools (twisted; +openai-compatible)"
+
+Verdict = Literal["retry", "fail", "success"]
+"""What a failed attempt says: try again, count it against the server, or the server is fine."""
+
+
+class ModelChannel:
+    """One model server as its client's calls see it.
+
+    ``http`` is the treq ``HTTPClient`` requests go through; ``environ`` is
+    where the API key is read at each request (``os.environ`` when None), so
+    a rotated key is used at once.
+    """
+
+    __slots__ = (
+        "_environ",
+        "_headers",
+        "_http",
+        "_rand",
+        "_redactors",
+        "breaker",
+        "calls",
+        "clock",
+        "log",
+        "profile",
+        "retry_policy",
+        "slots",
+        "url",
+        "wall_clock",
+    )
+
+    def __init__(
+        self,
+        profile: ModelProfile,
+        clock: Any,
+        http: Any,
+        *,
+        breaker: CircuitBreaker,
+        retry_policy: RetryPolicy,
+        environ: Mapping[str, str] | None,
+        rand: Callable[[], float],
+        wall_clock: Callable[[], float],
+    ) -> None:
+        self.profile = profile
+        self.clock = clock
+        self.breaker = breaker
+        self.retry_policy = retry_policy
+        self.wall_clock = wall_clock
+        self.slots = defer.DeferredSemaphore(profile.max_concurrency)
+        self.calls: set[Any] = set()
+        self.url = prepared_url(profile.chat_url)
+        self.log = Logger(namespace="ai_tools.llm.client")
+        self._http: Any = http
+        self._environ = environ
+        self._rand = rand
+        self._headers: dict[tuple[bool, str | None], Headers] = {}
+        self._redactors: dict[str | None, Redactor] = {}
+
+    # -- the key and what it must not leak into --------------------------------------------
+
+    def api_key(self) -> str | None:
+        """The API key, read now from the variable the profile names (None without one)."""
+        name = self.profile.api_key_env
+        if not name:
+            return None
+        env = os.environ if self._environ is None else self._environ
+        return env.get(name) or None
+
+    def redactor(self) -> Redactor:
+        """The redactor for the current key."""
+        key = self.api_key()
+        redactor = self._redactors.get(key)
+        if redactor is None:
+            if len(self._redactors) > 8:
+                self._redactors.clear()  # the key keeps changing: do not grow
+            redactor = self._redactors[key] = Redactor(key)
+        return redactor
+
+    def answer_limits(self) -> AnswerLimits:
+        """The caps on one answer.
+
+        The profile's fixed caps today; this is the one place a cap derived
+        from the model's context window will come from.
+        """
+        return self.profile.limits
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def send(self, body: bytes, streaming: bool) -> defer.Deferred[Any]:
+        """POST ``body`` to the chat endpoint; a Deferred response (unbuffered)."""
+        headers = self._request_headers(streaming)
+        if self.profile.log_requests:
+            self.log.debug(
+                "Model request POST {url} headers={headers} ({size} bytes)",
+                url=self.profile.chat_url,
+                headers=_ShownHeaders(headers, self.redactor()),
+                size=len(body),
+            )
+        return self._http.request(
+            "POST",
+            self.url,
+            data=body,
+            headers=headers,
+            unbuffered=True,
+            allow_redirects=False,
+            reactor=self.clock,
+        )
+
+    def _request_headers(self, streaming: bool) -> Headers:
+        """Request headers, built once per (mode, key) and reused (the agents copy them)."""
+        key = self.api_key()
+        cached = self._headers.get((streaming, key))
+        if cached is None:
+            if len(self._headers) > 8:
+                self._headers.clear()  # the key keeps changing: do not grow
+            cached = self._headers[(streaming, key)] = Headers(self._header_dict(streaming, key))
+        return cached
+
+    def _header_dict(self, streaming: bool, key: str | None) -> dict[bytes, list[bytes]]:
+        headers = {
+            b"Content-Type": [b"application/json"],
+            b"Accept": [b"text/event-stream" if streaming else b"application/json"],
+            b"User-Agent": [USER_AGENT],
+        }
+        if key:
+            headers[b"Authorization"] = [b"Bearer " + key.encode("latin-1", "replace")]
+        for name, value in self.profile.headers.items():
+            headers[name.encode("latin-1")] = [str(value).encode("latin-1", "replace")]
+        return headers
+
+    # -- the retry rules -------------------------------------------------------------------
+
+    def verdict(self, error: LLMError) -> Verdict:
+        """What a failed attempt's ``error`` says about the server."""
+        if isinstance(error, LLMRequestError | RepeatedLineLoop):
+            return "success"
+        if isinstance(error, LLMServerError | LLMConnectionError | LLMTimeout):
+            return "retry"
+        if isinstance(error, LLMProtocolError):
+            return "fail"
+        return "retry" if is_retryable_error(error) else "fail"
+
+    def retry_delay(self, error: LLMError, attempt: int) -> float:
+        """Seconds to wait after failed attempt ``attempt``: ``Retry-After`` (capped), else
+        the retry policy's back-off."""
+        retry_after = getattr(error, "retry_after", None)
+        if retry_after is not None:
+            return float(min(retry_after, self.profile.retry_after_cap))
+        return self.retry_policy.delay(attempt, self._rand)
+
+
+class _ShownHeaders:
+    """Request headers for a log event, redacted when (and only if) rendered."""
+
+    __slots__ = ("_headers", "_redactor")
+
+    def __init__(self, headers: Headers, redactor: Redactor) -> None:
+        self._headers = headers
+        self._redactor = redactor
+
+    def __repr__(self) -> str:
+        shown = {
+            name.decode("latin-1"): [v.decode("latin-1") for v in values]
+            for name, values in self._headers.getAllRawHeaders()
+        }
+        return repr(self._redactor.headers(redact_headers(shown)))
+
+    __str__ = __repr__
