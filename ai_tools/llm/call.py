@@ -23,11 +23,11 @@ from typing import Any
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from ai_tools.errors import LLMError, LLMTimeout, LLMUnavailable
+from ai_tools.errors import LLMError, LLMUnavailable
 from ai_tools.llm.channel import ModelChannel
 from ai_tools.llm.consumer import EventCallback
 from ai_tools.llm.events import ChatResponse
-from ai_tools.llm.exchange import Exchange
+from ai_tools.llm.exchange import Exchange, at_deadline, deadline_passed
 
 
 class ModelCall:
@@ -86,17 +86,15 @@ class ModelCall:
         if not slot.called:
             self._slot = slot
             if self._deadline is not None:
-                clock = self._channel.clock
-                self._timer = clock.callLater(max(0.0, self._deadline - clock.seconds()),
-                                              self._no_slot_in_time)
+                self._timer = at_deadline(self._channel.clock, self._deadline,
+                                          self._no_slot_in_time)
         slot.addCallbacks(self._got_slot, self._no_slot)
 
     def _no_slot_in_time(self) -> None:
         self._timer = None
         profile = self._channel.profile
-        self._end(LLMTimeout(
-            f"{profile.chat_url}: no complete answer within {profile.timeouts.total:g}s "
-            f"(all {profile.max_concurrency} request slots stayed busy)"
+        self._end(deadline_passed(
+            profile, why=f" (all {profile.max_concurrency} request slots stayed busy)"
         ))
 
     def _got_slot(self, _: object) -> None:

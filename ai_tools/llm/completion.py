@@ -21,7 +21,7 @@ from ai_tools.llm.events import (
     UsageUpdate,
 )
 from ai_tools.llm.http_errors import server_message
-from ai_tools.llm.profile import ModelProfile
+from ai_tools.llm.profile import AnswerLimits, ModelProfile
 from ai_tools.llm.repetition import RepeatedLineDetector
 from ai_tools.llm.stream import StreamProtocolError, check_answer_size
 
@@ -31,12 +31,13 @@ _NOT_JSON = object()
 def parse_completion(
     raw: bytes,
     profile: ModelProfile,
+    limits: AnswerLimits,
     on_event: EventCallback | None,
 ) -> ChatResponse:
     """The :class:`ChatResponse` of a plain answer; its events go to ``on_event``.
 
     Raises :class:`~ai_tools.errors.LLMProtocolError` for a body that is not
-    a chat completion or is over the answer cap,
+    a chat completion or is over ``limits.answer_chars``,
     :class:`~ai_tools.errors.LLMServerError` for an error object in a 200,
     :class:`~ai_tools.errors.RepeatedLineLoop` for a looping text.
     """
@@ -51,7 +52,7 @@ def parse_completion(
         model=str(data.get("model") or profile.model),
     )
     try:
-        check_answer_size(answer_chars(response), profile.limits.answer_chars)
+        check_answer_size(answer_chars(response), limits.answer_chars)
     except StreamProtocolError as e:
         raise LLMProtocolError(f"{url}: {e}") from None
     if response.content and on_event is not None:

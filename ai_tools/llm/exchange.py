@@ -37,6 +37,7 @@ from ai_tools.errors import (
     RepeatedLineLoop,
 )
 from ai_tools.llm.body import BodyError, BodyReader
+from ai_tools.llm.channel import ModelChannel
 from ai_tools.llm.completion import parse_completion
 from ai_tools.llm.consumer import EventCallback, StreamConsumer, StreamServerError
 from ai_tools.llm.events import ChatResponse
@@ -46,9 +47,23 @@ from ai_tools.llm.http_errors import (
     header_value,
     parse_retry_after,
 )
+from ai_tools.llm.profile import ModelProfile
 from ai_tools.llm.redaction import Redactor
 from ai_tools.llm.sse import SSELineTooLong
 from ai_tools.llm.stream import StreamProtocolError
+
+
+def at_deadline(clock: Any, deadline: float, expire: Any, *args: Any) -> Any:
+    """A timer calling ``expire(*args)`` when the clock reaches ``deadline`` (at once if past)."""
+    return clock.callLater(max(0.0, deadline - clock.seconds()), expire, *args)
+
+
+def deadline_passed(profile: ModelProfile, partial_text: str = "", why: str = "") -> LLMTimeout:
+    """The error of a call that ran out of its total time."""
+    return LLMTimeout(
+        f"{profile.chat_url}: no complete answer within {profile.timeouts.total:g}s{why}",
+        partial_text,
+    )
 
 
 class Exchange:
@@ -78,7 +93,11 @@ class Exchange:
     )
 
     def __init__(
-        self, owner: Any, channel: Any, on_event: EventCallback | None, deadline: float | None
+        self,
+        owner: Any,
+        channel: ModelChannel,
+        on_event: EventCallback | None,
+        deadline: float | None,
     ) -> None:
         self._owner = owner
         self._channel = channel
@@ -113,8 +132,7 @@ class Exchange:
         if headers is not None and (deadline is None or clock.seconds() + headers < deadline):
             self._timer = clock.callLater(headers, self._expire, "headers")
         elif deadline is not None:
-            self._timer = clock.callLater(max(0.0, deadline - clock.seconds()), self._expire,
-                                          "total")
+            self._timer = at_deadline(clock, deadline, self._expire, "total")
         try:
             d = channel.send(body, streaming)
         except Exception:
@@ -151,12 +169,13 @@ class Exchange:
         """The error for a cancellation or an expired deadline, if one happened."""
         if self._cancelled:
             return defer.CancelledError()
-        timeouts, url = self._channel.profile.timeouts, self._channel.profile.chat_url
+        profile = self._channel.profile
         if self._expired == "total":
-            return LLMTimeout(f"{url}: no complete answer within {timeouts.total:g}s",
-                              self._partial())
+            return deadline_passed(profile, self._partial())
         if self._expired == "headers":
-            return LLMTimeout(f"no response from {url} within {timeouts.headers:g}s")
+            return LLMTimeout(
+                f"no response from {profile.chat_url} within {profile.timeouts.headers:g}s"
+            )
         return None
 
     def _partial(self) -> str:
@@ -205,9 +224,7 @@ class Exchange:
             return
         self._stop_timer()
         if self._deadline is not None:
-            clock = self._channel.clock
-            self._timer = clock.callLater(max(0.0, self._deadline - clock.seconds()),
-                                          self._expire, "total")
+            self._timer = at_deadline(self._channel.clock, self._deadline, self._expire, "total")
         self._response = response
         limits = self._channel.answer_limits()
         if not 200 <= response.code < 300:
@@ -269,7 +286,8 @@ class Exchange:
         raw = b"".join(self._parts)
         self._parts = []
         try:
-            answer = parse_completion(raw, self._channel.profile, self._on_event)
+            answer = parse_completion(raw, self._channel.profile, self._channel.answer_limits(),
+                                      self._on_event)
         except BaseException:
             self._fail(Failure())
             return
