@@ -45,6 +45,10 @@ class BodyTooLarge(BodyError):
     """A response body crossed its byte cap."""
 
 
+class DeadlinePassed(Exception):
+    """The reader's ``deadline`` (a clock time) came before the body's end."""
+
+
 @implementer(IBodyProducer)
 class BytesProducer:
     """A request body written in one go (treq's default goes through a cooperator)."""
@@ -81,13 +85,15 @@ class BodyReader:
     :class:`~ai_tools.errors.LLMTimeout` after ``idle_timeout`` seconds
     without a byte or ``progress_timeout`` seconds without a call to
     :meth:`progressed` (both counted from the connection, or from
-    :meth:`arm`), or with the connection's reason (``ResponseFailed``) when it
-    is cut.  Cancelling it aborts the connection.
+    :meth:`arm`), with :class:`DeadlinePassed` at the clock time ``deadline``,
+    or with the connection's reason (``ResponseFailed``) when it is cut.
+    Cancelling it aborts the connection.  One timer serves all its deadlines.
     """
 
     __slots__ = (
         "_arm_on_connect",
         "_clock",
+        "_deadline",
         "_description",
         "_idle_timeout",
         "_max_bytes",
@@ -114,8 +120,10 @@ class BodyReader:
         max_bytes: int | None = None,
         truncate: bool = False,
         progress_timeout: float | None = None,
+        deadline: float | None = None,
     ) -> None:
         self._arm_on_connect = arm_on_connect
+        self._deadline = deadline
         self._clock = clock
         self._sink = sink
         self._idle_timeout = idle_timeout
@@ -150,6 +158,8 @@ class BodyReader:
         if self.done or self._timer is not None:
             return
         wait = _earliest(self._idle_timeout, self._progress_timeout)
+        if self._deadline is not None:
+            wait = _earliest(wait, max(0.0, self._deadline - self._clock.seconds()))
         if wait is not None:
             self._timer = self._clock.callLater(wait, self._check)
 
@@ -243,21 +253,22 @@ class BodyReader:
         if self.done:
             return
         now = self._clock.seconds()
-        idle, progress = self._idle_timeout, self._progress_timeout
-        silent = now - self.last_data
-        if idle is not None and silent >= idle:
+        idle, progress, deadline = self._idle_timeout, self._progress_timeout, self._deadline
+        silent, still = now - self.last_data, now - self.last_progress
+        if deadline is not None and now >= deadline:
+            self.fail(DeadlinePassed(f"{self._description} not complete by its deadline"))
+        elif idle is not None and silent >= idle:
             self.fail(LLMTimeout(f"{self._description} stalled: no data for {silent:.1f}s "
                                  f"(idle timeout {idle:g}s)"))
-            return
-        still = now - self.last_progress
-        if progress is not None and still >= progress:
+        elif progress is not None and still >= progress:
             self.fail(LLMTimeout(f"{self._description} made no progress for {still:.1f}s, "
                                  f"only keep-alives (progress timeout {progress:g}s)"))
-            return
-        wait = _earliest(None if idle is None else idle - silent,
-                         None if progress is None else progress - still)
-        assert wait is not None
-        self._timer = self._clock.callLater(wait, self._check)
+        else:
+            wait = _earliest(_earliest(None if idle is None else idle - silent,
+                                       None if progress is None else progress - still),
+                             None if deadline is None else deadline - now)
+            assert wait is not None
+            self._timer = self._clock.callLater(wait, self._check)
 
 
 def _earliest(a: float | None, b: float | None) -> float | None:

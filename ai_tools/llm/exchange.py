@@ -36,7 +36,7 @@ from ai_tools.errors import (
     LLMTimeout,
     RepeatedLineLoop,
 )
-from ai_tools.llm.body import BodyError, BodyReader
+from ai_tools.llm.body import BodyError, BodyReader, DeadlinePassed
 from ai_tools.llm.channel import ModelChannel
 from ai_tools.llm.completion import parse_completion
 from ai_tools.llm.consumer import EventCallback, StreamConsumer, StreamServerError
@@ -222,9 +222,7 @@ class Exchange:
         self._pending = None
         if self._done:
             return
-        self._stop_timer()
-        if self._deadline is not None:
-            self._timer = at_deadline(self._channel.clock, self._deadline, self._expire, "total")
+        self._stop_timer()  # the body reader's timer keeps the deadlines from here
         self._response = response
         limits = self._channel.answer_limits()
         if not 200 <= response.code < 300:
@@ -243,7 +241,8 @@ class Exchange:
     def _read(self, sink: Any, done: Any, failed: Any, description: str = "response body",
               **bounds: Any) -> BodyReader:
         reader = BodyReader(self._channel.clock, sink, self._channel.profile.timeouts.idle,
-                            description, arm_on_connect=False, **bounds)
+                            description, arm_on_connect=False, deadline=self._deadline,
+                            **bounds)
         self._reader = reader
         self._pending = reader.finished
         self._response.deliverBody(reader)
@@ -342,6 +341,8 @@ class Exchange:
         partial = self._partial()
         if isinstance(e, defer.CancelledError | RepeatedLineLoop) or not isinstance(e, Exception):
             return e
+        if isinstance(e, DeadlinePassed):
+            return deadline_passed(self._channel.profile, partial)
         if isinstance(e, LLMTimeout):
             return LLMTimeout(f"{url}: {e}", partial)
         if isinstance(e, StreamServerError):

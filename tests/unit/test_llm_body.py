@@ -16,6 +16,7 @@ from ai_tools.llm.body import (
     INFLATE_PIECE,
     BodyReader,
     BodyTooLarge,
+    DeadlinePassed,
     BoundedGzipDecoder,
     BytesProducer,
 )
@@ -287,3 +288,16 @@ def test_corrupt_gzip_fails_the_body() -> None:
     failure = outcome(reader.finished)
     assert "gzip encoding is corrupt" in str(failure.value) and body.stopped == 1
     body.protocol.connectionLost(Failure(ResponseFailed([])))  # the abort's echo is ignored
+
+
+def test_one_timer_also_keeps_the_deadline() -> None:
+    """A deadline (a clock time) ends a body that keeps sending, with DeadlinePassed."""
+    clock, transport = Clock(), FakeTransport()
+    r = BodyReader(clock, lambda data: None, 5.0, "answer", deadline=12.0)
+    r.makeConnection(transport)
+    for _ in range(3):
+        clock.advance(4)
+        r.dataReceived(b"x")
+        assert len(clock.getDelayedCalls()) == 1
+    assert outcome(r.finished).check(DeadlinePassed) and clock.seconds() == 12
+    assert transport.stopped == 1
