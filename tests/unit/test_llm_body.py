@@ -16,9 +16,9 @@ from ai_tools.llm.body import (
     INFLATE_PIECE,
     BodyReader,
     BodyTooLarge,
-    DeadlinePassed,
     BoundedGzipDecoder,
     BytesProducer,
+    DeadlinePassed,
 )
 
 
