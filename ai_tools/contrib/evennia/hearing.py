@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -29,7 +28,19 @@ from evennia.objects.objects import DefaultCharacter
 from twisted.logger import Logger
 
 from ai_tools.contrib.evennia.conf import ai_setting
+from ai_tools.contrib.evennia.kinds import dbref_of, is_object, kind_of
+from ai_tools.contrib.evennia.listeners import LISTENERS, ListenerRegistry
 from ai_tools.world.messages import WorldMessage
+
+__all__ = [
+    "HEARD_KINDS",
+    "LISTENERS",
+    "AssistantCharacter",
+    "AssistantCharacterMixin",
+    "HeardMessage",
+    "ListenerRegistry",
+    "heard_message",
+]
 
 log = Logger()
 
@@ -42,49 +53,6 @@ _SPEECH = re.compile(
 )
 _PAGE = re.compile(r"^(?P<who>.+?)\s+pages(?: you)?:\s*(?P<speech>.*)$", re.DOTALL)
 _ACCOUNT_PAGE = re.compile(r"^Account\s+(?P<who>.+?)\s+pages:\s*(?P<speech>.*)$", re.DOTALL)
-
-
-class ListenerRegistry:
-    """Listeners per character id; delivery never lets a listener's error escape."""
-
-    def __init__(self) -> None:
-        self._listeners: dict[str, list[Callable[[Any], Any]]] = {}
-
-    def add(self, char_id: str, listener: Callable[[Any], Any]) -> Callable[[], None]:
-        """Register ``listener`` for ``char_id``; returns the function that removes it."""
-        self._listeners.setdefault(char_id, []).append(listener)
-
-        def unsubscribe() -> None:
-            listeners = self._listeners.get(char_id, [])
-            if listener in listeners:
-                listeners.remove(listener)
-            if not listeners:
-                self._listeners.pop(char_id, None)
-
-        return unsubscribe
-
-    def has_listeners(self, char_id: str) -> bool:
-        """Whether anything listens to ``char_id``."""
-        return bool(self._listeners.get(char_id))
-
-    def deliver(self, char_id: str, message: Any) -> int:
-        """Call every listener of ``char_id`` with ``message``; returns how many were called."""
-        delivered = 0
-        for listener in list(self._listeners.get(char_id, ())):
-            try:
-                listener(message)
-            except Exception:
-                log.failure("listener of {char} failed on a heard message", char=char_id)
-            delivered += 1
-        return delivered
-
-    def clear(self) -> None:
-        """Forget every listener (service shutdown, tests)."""
-        self._listeners.clear()
-
-
-LISTENERS = ListenerRegistry()
-"""The process-wide registry ``EvenniaWorld.subscribe`` adds to."""
 
 
 def _plain(text: Any) -> str:
@@ -122,6 +90,57 @@ class HeardMessage(WorldMessage):
         return event
 
 
+def _line_and_options(text: Any) -> tuple[str, dict[str, Any]]:
+    """The plain text of a ``msg()`` text argument and its options (``type``...)."""
+    if isinstance(text, tuple | list):
+        line = text[0] if text else ""
+        options = text[1] if len(text) > 1 and isinstance(text[1], dict) else {}
+    else:
+        line, options = text, {}
+    return _plain(line), options
+
+
+def _kind_and_speech(line: str, options: dict[str, Any]) -> tuple[str | None, str, str]:
+    """The message type, the words spoken and who the line says spoke them.
+
+    The type is the one Evennia put in the text tuple, or ``page`` for an
+    account page's ``Account X pages:`` header (which carries no type).
+    """
+    kind = options.get("type")
+    match = None
+    if kind is None:
+        match = _ACCOUNT_PAGE.match(line)
+        kind = "page" if match else None
+    if match is None:
+        match = _SPEECH.match(line) or (_PAGE.match(line) if kind == "page" else None)
+    if match is None:
+        return kind, line, ""
+    return kind, match.group("speech").strip(), match.group("who").strip()
+
+
+@attrs.frozen
+class _Speaker:
+    """What hearing needs to know about who spoke."""
+
+    sender_id: str | None = None
+    is_builder: bool = False
+    kind: str = "object"
+
+
+def _speaker_facts(speaker: Any) -> _Speaker:
+    """The speaker's object id (None for an account), rights and kind."""
+    if speaker is None or getattr(speaker, "id", None) is None:
+        return _Speaker()
+    # Evennia's perm() lock function: the puppeting account's rights, unless quelled.
+    is_builder = bool(
+        hasattr(speaker, "locks")
+        and speaker.locks.check_lockstring(speaker, "dummy:perm(Builder)")
+    )
+    if not is_object(speaker):
+        return _Speaker(None, is_builder, "account")  # account ids are not object ids
+    return _Speaker(dbref_of(speaker), is_builder, kind_of(speaker))
+
+
 def heard_message(
     receiver: Any,
     text: Any,
@@ -138,69 +157,38 @@ def heard_message(
     """
     if text is None:
         return None
-    if isinstance(text, tuple | list):
-        line = text[0] if text else ""
-        options = text[1] if len(text) > 1 and isinstance(text[1], dict) else {}
-    else:
-        line, options = text, {}
-    line = _plain(line)
+    line, options = _line_and_options(text)
     if not line:
         return None
     speaker = from_obj[0] if isinstance(from_obj, list | tuple) and from_obj else from_obj
     if speaker is not None and speaker == receiver:
         return None
-    kind = options.get("type")
-    match = None
-    if kind is None:
-        account_page = _ACCOUNT_PAGE.match(line)
-        if account_page:
-            kind, match = "page", account_page
+    kind, speech, who = _kind_and_speech(line, options)
     if kind not in kinds:
         return None
-    if match is None:
-        match = _SPEECH.match(line) or (_PAGE.match(line) if kind == "page" else None)
-    speech = match.group("speech").strip() if match else line
-    who = match.group("who").strip() if match else ""
-    sender_id = None
-    is_builder = False
-    sender_kind = "object"
-    if speaker is not None and getattr(speaker, "id", None) is not None:
-        from evennia.utils.utils import inherits_from
-
-        from ai_tools.contrib.evennia.world import EvenniaWorld
-
-        sender_id = f"#{speaker.id}"
-        # Evennia's perm() lock function: the puppeting account's rights, unless quelled.
-        is_builder = bool(
-            hasattr(speaker, "locks")
-            and speaker.locks.check_lockstring(speaker, "dummy:perm(Builder)")
-        )
-        is_object = inherits_from(speaker, "evennia.objects.objects.DefaultObject")
-        sender_kind = EvenniaWorld.kind_of(speaker) if is_object else "account"
-        if not is_object:
-            sender_id = None  # account ids are not object ids
+    facts = _speaker_facts(speaker)
     name = getattr(speaker, "key", None) or who or "someone"
     location = getattr(receiver, "location", None)
     return HeardMessage(
         kind=kind,
         text=speech,
-        sender_id=sender_id,
+        sender_id=facts.sender_id,
         sender_key=name,
-        location_id=f"#{location.id}" if location is not None else None,
-        target_id=f"#{receiver.id}" if kind in ("whisper", "page") else None,
+        location_id=dbref_of(location) if location is not None else None,
+        target_id=dbref_of(receiver) if kind in ("whisper", "page") else None,
         timestamp=time.time(),
         sender=name,
         line=line,
-        sender_is_builder=is_builder,
-        sender_kind=sender_kind,
-        context=None if is_builder else player_context,
+        sender_is_builder=facts.is_builder,
+        sender_kind=facts.kind,
+        context=None if facts.is_builder else player_context,
     )
 
 
 class AssistantCharacterMixin:
     """Mix into a character typeclass so what it hears reaches its assistant.
 
-    ``at_msg_receive`` turns speech into an event (see :func:`heard_event`), gives
+    ``at_msg_receive`` turns speech into an event (see :func:`heard_message`), gives
     it to the registered listeners, or queues it on the character's assistant
     script when none listens.  It always lets the message through to any
     session puppeting the character.

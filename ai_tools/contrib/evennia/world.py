@@ -10,7 +10,9 @@ from Evennia's own ORM and applies Evennia's own rules:
 * messages through ``at_say``/``msg_contents``/``msg``, so they look and
   travel like a player's;
 * ``execute_command`` runs the command line through the character's own
-  cmdsets (``execute_cmd``) and captures what the character is sent back.
+  cmdsets (``execute_cmd``) and captures what the character is sent back;
+  a line its command sets or the command's ``cmd:`` lock refuse is refused
+  before it runs.
 
 Ids are dbref strings (``"#12"``); objects cross the boundary as plain,
 JSON-serialisable dicts.  Like Evennia itself, the adapter does its database
@@ -31,14 +33,16 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from ai_tools.contrib.evennia.command_line import command_refusal, run_captured
+from ai_tools.contrib.evennia.delivery import check_reachable
+from ai_tools.contrib.evennia.kinds import CHARACTER, EXIT, ROOM, dbref_of, kind_of
+from ai_tools.contrib.evennia.listeners import LISTENERS
 from ai_tools.errors import NotFound, PermissionDenied
 from ai_tools.interfaces import IWorld
 
-log = Logger()
+__all__ = ["CHARACTER", "EXIT", "ROOM", "EvenniaWorld", "dbref_of", "jsonable"]
 
-ROOM = "evennia.objects.objects.DefaultRoom"
-EXIT = "evennia.objects.objects.DefaultExit"
-CHARACTER = "evennia.objects.objects.DefaultCharacter"
+log = Logger()
 
 EMIT_LOCK = "emit:perm(emit) or perm(Builder)"
 """Who may emit unattributed text (the lock of Evennia's own ``emit`` command)."""
@@ -67,11 +71,6 @@ MAX_VALUE_CHARS = 4000
 """Attribute values larger than this (as JSON) are refused by set_attribute."""
 
 
-def dbref_of(obj: Any) -> str:
-    """The id of an Evennia object as the contract spells it (``"#12"``)."""
-    return f"#{obj.id}"
-
-
 def jsonable(value: Any, depth: int = 0) -> Any:
     """A JSON-serialisable copy of an attribute value.
 
@@ -94,6 +93,21 @@ def jsonable(value: Any, depth: int = 0) -> Any:
     if hasattr(value, "dbref") and hasattr(value, "id"):
         return f"#{value.id}"
     return repr(value)
+
+
+def _rank(query: str) -> Callable[[Any], tuple[int, int]]:
+    """Sort key of search results: exact names first, then prefixes, then the rest."""
+    folded = query.casefold()
+
+    def rank(obj: Any) -> tuple[int, int]:
+        names = [obj.key.casefold(), *(a.casefold() for a in obj.aliases.all())]
+        if folded in names:
+            return (0, obj.id)
+        if any(n.startswith(folded) for n in names):
+            return (1, obj.id)
+        return (2, obj.id)
+
+    return rank
 
 
 @implementer(IWorld)
@@ -135,18 +149,7 @@ class EvenniaWorld:
     def _character(self, char_id: Any) -> Any:
         return self._require(char_id, "character")
 
-    @staticmethod
-    def kind_of(obj: Any) -> str:
-        """``"room"``, ``"exit"``, ``"character"`` or ``"object"``."""
-        from evennia.utils.utils import inherits_from
-
-        if inherits_from(obj, EXIT) or getattr(obj, "destination", None) is not None:
-            return "exit"
-        if inherits_from(obj, ROOM):
-            return "room"
-        if inherits_from(obj, CHARACTER):
-            return "character"
-        return "object"
+    kind_of = staticmethod(kind_of)
 
     def as_dict(self, obj: Any, detail: str = "normal") -> dict[str, Any]:
         """The contract's dict for an Evennia object."""
@@ -217,42 +220,12 @@ class EvenniaWorld:
         limit: int = 10,
     ) -> list[dict[str, Any]]:
         """Objects whose key or aliases match ``query``, best match first."""
-        from evennia.objects.models import ObjectDB
-
         query = str(query or "").strip()
         if not query or limit <= 0:
             return []
         looker = self._find(char_id) if char_id else None
-        direct = self._find(query)
-        if direct is not None:
-            found = [direct]
-        else:
-            candidates = None
-            if location is not None:
-                room = self._require(location, "location")
-                candidates = list(room.contents)
-                if not candidates:
-                    return []
-            found = list(ObjectDB.objects.search_object(query, exact=True, candidates=candidates))
-            if len(found) < limit:
-                partial = ObjectDB.objects.get_objs_with_key_or_alias(
-                    query, exact=False, candidates=candidates
-                )
-                found.extend(o for o in partial if o not in found)
-        if location is not None and direct is not None:
-            found = [o for o in found if o.location and dbref_of(o.location) == location]
-        folded = query.casefold()
-
-        def rank(obj: Any) -> tuple[int, int]:
-            names = [obj.key.casefold(), *(a.casefold() for a in obj.aliases.all())]
-            if folded in names:
-                return (0, obj.id)
-            if any(n.startswith(folded) for n in names):
-                return (1, obj.id)
-            return (2, obj.id)
-
         results = []
-        for obj in sorted(found, key=rank):
+        for obj in sorted(self._matches(query, location, limit), key=_rank(query)):
             if kind is not None and self.kind_of(obj) != kind:
                 continue
             if not self._visible(obj, looker):
@@ -261,6 +234,31 @@ class EvenniaWorld:
             if len(results) >= limit:
                 break
         return results
+
+    def _matches(self, query: str, location: str | None, limit: int) -> list[Any]:
+        """The object ``query`` names by id, else the objects whose names match it.
+
+        With ``location``, only what is in that room.
+        """
+        from evennia.objects.models import ObjectDB
+
+        direct = self._find(query)
+        if direct is not None:
+            if location is None or (direct.location and dbref_of(direct.location) == location):
+                return [direct]
+            return []
+        candidates = None
+        if location is not None:
+            candidates = list(self._require(location, "location").contents)
+            if not candidates:
+                return []
+        found = list(ObjectDB.objects.search_object(query, exact=True, candidates=candidates))
+        if len(found) < limit:
+            partial = ObjectDB.objects.get_objs_with_key_or_alias(
+                query, exact=False, candidates=candidates
+            )
+            found.extend(o for o in partial if o not in found)
+        return found
 
     # ------------------------------------------------------------------
     # attributes and tags
@@ -481,38 +479,17 @@ class EvenniaWorld:
     # ------------------------------------------------------------------
 
     def execute_command(self, char_id: str, command: str) -> defer.Deferred[dict[str, Any]]:
-        """Run ``command`` through the character's cmdsets; capture what it is sent."""
-        from evennia.utils.ansi import strip_ansi
+        """Run ``command`` as the character would type it; capture what it is sent.
 
+        A line the character may not run — no command of its command sets
+        matches, or only commands whose ``cmd:`` lock refuses it — is not run:
+        the answer is a refusal (``success`` false, ``error``
+        ``permission_denied`` or ``not_found``) decided from the command sets
+        and locks, never from Evennia's error text (see :mod:`.command_line`).
+        """
         char = self._character(char_id)
-        output: list[str] = []
-        original = char.msg
-        had_own = "msg" in vars(char)
-
-        def capture(text: Any = None, from_obj: Any = None, **kwargs: Any) -> Any:
-            # What others say meanwhile still reaches the character normally.
-            if from_obj is not None and from_obj != char:
-                return original(text=text, from_obj=from_obj, **kwargs)
-            if text is not None:
-                line = text[0] if isinstance(text, tuple | list) else text
-                output.extend(strip_ansi(str(line)).splitlines())
-            return None
-
-        def restore(result: Any) -> Any:
-            if had_own:
-                char.msg = original
-            else:
-                vars(char).pop("msg", None)
-            return result
-
-        char.msg = capture
-        try:
-            d = defer.maybeDeferred(char.execute_cmd, command)
-        except Exception:
-            restore(None)
-            raise
-        d.addBoth(restore)
-        d.addCallback(lambda _: {"command": command, "output": list(output)})
+        d = command_refusal(char, command)
+        d.addCallback(lambda refusal: refusal or run_captured(char, command))
         return d
 
     # ------------------------------------------------------------------
@@ -533,39 +510,44 @@ class EvenniaWorld:
     def message_location(
         self, char_id: str, text: str, kind: str = "say", exclude: Iterable[str] = ()
     ) -> list[str]:
-        """Say, pose or emit ``text`` in the character's room; returns who heard it."""
+        """Say, pose or emit ``text`` in the character's room; returns who heard it.
+
+        Nothing is sent when a player in the room could not see it (the
+        Server's link to the Portal is down): :class:`.delivery.PortalUnreachable`.
+        """
         char = self._character(char_id)
         room = char.location
         if room is None:
             raise NotFound(f"{char.key} is not in any room")
-        text = str(text)
-        skipped = [o for o in room.contents if dbref_of(o) in set(exclude)]
+        if kind not in ("say", "pose", "emit"):
+            raise ValueError(f"unknown message kind {kind!r} (say, pose or emit)")
+        if kind == "emit" and not char.locks.check_lockstring(char, EMIT_LOCK):
+            raise PermissionDenied(f"{char.key} may not emit (needs Builder)")
+        skip = set(exclude)
+        skipped = [o for o in room.contents if dbref_of(o) in skip]
         hearers = self._hearers(room, char, exclude)
+        check_reachable([o for o in room.contents if o != char and o not in skipped], kind)
+        self._speak_in(room, char, str(text), kind, skipped)
+        return [dbref_of(o) for o in hearers]
+
+    @staticmethod
+    def _speak_in(room: Any, char: Any, text: str, kind: str, skipped: list[Any]) -> None:
+        """Send one say, pose or emit to the room (all but ``char`` and ``skipped``)."""
         if kind == "say" and not skipped:
             # The game's own at_say, so customised speech looks as it does for players.
             char.at_say(text, msg_self=False)
-        elif kind == "say":
-            room.msg_contents(
-                text=('{object} says, "{speech}"', {"type": "say"}),
-                exclude=[char, *skipped],
-                from_obj=char,
-                mapping={"object": char, "speech": text, "location": room},
-            )
+            return
+        mapping = None
+        if kind == "say":
+            shown: Any = ('{object} says, "{speech}"', {"type": "say"})
+            mapping = {"object": char, "speech": text, "location": room}
         elif kind == "pose":
-            room.msg_contents(
-                text=(f"{char.key} {text}", {"type": "pose"}),
-                exclude=[char, *skipped],
-                from_obj=char,
-            )
-        elif kind == "emit":
-            if not char.locks.check_lockstring(char, EMIT_LOCK):
-                raise PermissionDenied(f"{char.key} may not emit (needs Builder)")
-            room.msg_contents(
-                text=(text, {"type": "emit"}), exclude=[char, *skipped], from_obj=char
-            )
+            shown = (f"{char.key} {text}", {"type": "pose"})
         else:
-            raise ValueError(f"unknown message kind {kind!r} (say, pose or emit)")
-        return [dbref_of(o) for o in hearers]
+            shown = (text, {"type": "emit"})
+        room.msg_contents(
+            text=shown, exclude=[char, *skipped], from_obj=char, mapping=mapping
+        )
 
     def message_character(
         self, char_id: str, target_id: str, text: str, kind: str = "whisper"
@@ -579,6 +561,7 @@ class EvenniaWorld:
         if kind == "whisper":
             if target.location is None or target.location != char.location:
                 raise NotFound(f"{target.key} is not here to whisper to")
+            check_reachable([target], kind)
             char.at_say(text, whisper=True, receivers=[target], msg_self=False)
         elif kind == "page":
             account = target.account
@@ -586,6 +569,7 @@ class EvenniaWorld:
                 account is not None and not account.access(char, "msg", default=True)
             ):
                 raise PermissionDenied(f"{char.key} may not page {target.key}")
+            check_reachable([target], kind)
             target.msg(text=(f"{char.key} pages: {text}", {"type": "page"}), from_obj=char)
         else:
             raise ValueError(f"unknown message kind {kind!r} (whisper or page)")
@@ -610,9 +594,11 @@ class EvenniaWorld:
         chan = self._channel(channel)
         if not chan.access(char, "send"):
             raise PermissionDenied(f"{char.key} may not send to channel {chan.key}")
+        subscribers = list(chan.subscriptions.all())
+        check_reachable([s for s in subscribers if s != char], f"the message on {chan.key}")
         chan.msg(str(text), senders=char)
         receivers: list[str] = []
-        for subscriber in chan.subscriptions.all():
+        for subscriber in subscribers:
             if hasattr(subscriber, "get_all_puppets"):
                 candidates = list(subscriber.get_all_puppets())
             else:
@@ -710,7 +696,5 @@ class EvenniaWorld:
 
     def subscribe(self, char_id: str, listener: Callable[[Any], Any]) -> Callable[[], None]:
         """Call ``listener`` with each message ``char_id`` hears; returns the unsubscriber."""
-        from ai_tools.contrib.evennia.hearing import LISTENERS
-
         char = self._character(char_id)
         return LISTENERS.add(dbref_of(char), listener)

@@ -7,10 +7,14 @@ objects and two characters: ``char1`` (puppeted by a Developer account) and
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
+import evennia
 from evennia.utils import create
 from evennia.utils.test_resources import BaseEvenniaTest
 from twisted.internet import defer, task
@@ -101,6 +105,39 @@ class ScriptedLLM:
     def close(self) -> defer.Deferred[None]:
         self.closed += 1
         return defer.succeed(None)
+
+
+class SlowLLM(ScriptedLLM):
+    """A scripted model whose answers to questions mentioning ``slow_word`` never come.
+
+    Such a call stays in flight until it is cancelled (``cancelled`` counts
+    those), like a model call an ``evennia reload`` cuts off.
+    """
+
+    def __init__(self, answers: Iterable[ChatResponse] = (), slow_word: str = "lantern") -> None:
+        super().__init__(answers)
+        self.slow_word = slow_word
+        self.cancelled = 0
+
+    def complete(self, messages: Any, *args: Any, **kwargs: Any) -> defer.Deferred[ChatResponse]:
+        last = str(messages[-1].get("content", "")) if messages else ""
+        if self.slow_word not in last:
+            return super().complete(messages, *args, **kwargs)
+        self.requests.append({"messages": [dict(m) for m in messages], "tools": None})
+
+        def cancelled(_: defer.Deferred[ChatResponse]) -> None:
+            self.cancelled += 1
+
+        return defer.Deferred(cancelled)
+
+
+@contextlib.contextmanager
+def portal_link(connected: bool) -> Iterator[SimpleNamespace]:
+    """The Server's AMP link to the Portal, up or down (flip ``.connected`` inside)."""
+    transport = SimpleNamespace(connected=connected, disconnecting=False)
+    server = SimpleNamespace(amp_protocol=SimpleNamespace(transport=transport))
+    with mock.patch.object(evennia, "EVENNIA_SERVER_SERVICE", server):
+        yield transport
 
 
 class ContribTestBase(BaseEvenniaTest):

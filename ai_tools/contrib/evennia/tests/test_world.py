@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 from evennia.prototypes import prototypes as protlib
 from evennia.utils import create
 from zope.interface.verify import verifyObject
 
 from ai_tools.contrib.evennia.hearing import LISTENERS
-from ai_tools.contrib.evennia.tests.base import ContribTestBase, result_of
+from ai_tools.contrib.evennia.delivery import PortalUnreachable
+from ai_tools.contrib.evennia.tests.base import ContribTestBase, portal_link, result_of
 from ai_tools.contrib.evennia.world import jsonable
 from ai_tools.errors import NotFound, PermissionDenied
 from ai_tools.interfaces import IWorld
@@ -270,17 +272,65 @@ class TestWorldCommands(ContribTestBase):
         self.assertNotIn("msg", vars(self.char1))
 
     def test_unknown_command(self) -> None:
-        """An unknown command is reported in the output, not raised."""
-        answer = result_of(self.world.execute_command(self.id1, "xyzzyplugh"))
-        self.assertTrue(any("not available" in line for line in answer["output"]))
+        """A line no command of the character matches is refused as not_found, not run."""
+        with mock.patch.object(type(self.char1), "execute_cmd") as execute_cmd:
+            answer = result_of(self.world.execute_command(self.id1, "xyzzyplugh now"))
+        execute_cmd.assert_not_called()
+        self.assertIs(answer["success"], False)
+        self.assertEqual(answer["error"], "not_found")
+        self.assertIn("xyzzyplugh", answer["output"][0])
+
+    def test_locked_command_is_refused_before_it_runs(self) -> None:
+        """A command whose cmd: lock refuses the character is permission_denied, not run.
+
+        The refusal comes from the command set and the lock, so it does not
+        depend on the words Evennia would have printed ("... is not available").
+        """
+        for line in ("@tel Room2", "tel Room2", "@create/drop forbidden"):
+            with mock.patch.object(type(self.char2), "execute_cmd") as execute_cmd:
+                answer = result_of(self.world.execute_command(self.id2, line))
+            execute_cmd.assert_not_called()
+            self.assertIs(answer["success"], False, (line, answer))
+            self.assertEqual(answer["error"], "permission_denied", (line, answer))
+            self.assertIn("Builder", answer["output"][0])  # the lock that refused
+        self.assertEqual(self.char2.location, self.room1)
+        self.assertFalse(self.world.search("forbidden"))
+        self.assertNotIn("msg", vars(self.char2))
 
     def test_command_rights_are_the_characters(self) -> None:
-        """A builder command typed by a character without rights does nothing."""
-        answer = result_of(self.world.execute_command(self.id2, "@create/drop forbidden"))
-        self.assertFalse(self.world.search("forbidden"))
-        self.assertTrue(answer["output"])
-        result_of(self.world.execute_command(self.id1, "@create/drop allowed"))
+        """The same builder command runs for a character whose rights pass its lock."""
+        answer = result_of(self.world.execute_command(self.id1, "@create/drop allowed"))
+        self.assertIs(answer["success"], True, answer)
         self.assertTrue(self.world.search("allowed"))
+
+    def test_exits_and_room_commands_count(self) -> None:
+        """Commands of the room's exits are the character's too (the merged command set)."""
+        answer = result_of(self.world.execute_command(self.id2, "out"))
+        self.assertIs(answer["success"], True, answer)
+        self.assertEqual(self.char2.location, self.room2)
+
+    def test_a_catch_all_command_answers_unknown_input(self) -> None:
+        """A game with a CMD_NOMATCH command handles unknown lines itself: they run."""
+        from evennia import CmdSet, Command
+        from evennia.commands.cmdhandler import CMD_NOMATCH
+
+        class CatchAll(Command):
+            key = CMD_NOMATCH
+            locks = "cmd:all()"
+
+            def func(self) -> None:
+                self.caller.msg(f"You mumble: {self.args}")
+
+        class CatchAllSet(CmdSet):
+            key = "catch_all"
+
+            def at_cmdset_creation(self) -> None:
+                self.add(CatchAll())
+
+        self.char2.cmdset.add(CatchAllSet)
+        answer = result_of(self.world.execute_command(self.id2, "xyzzyplugh"))
+        self.assertIs(answer["success"], True, answer)
+        self.assertIn("You mumble: xyzzyplugh", answer["output"])
 
     def test_missing_character(self) -> None:
         """A missing character is refused at once."""
@@ -315,6 +365,39 @@ class TestWorldMessages(ContribTestBase):
         hearers = self.world.message_location(self.id2, "psst", exclude=[self.npc_id])
         self.assertEqual(hearers, [self.id1])
         self.assertEqual(self.heard, [])
+
+    def test_nothing_is_sent_while_the_portal_link_is_down(self) -> None:
+        """A player would miss it: the say is not sent at all, and says why."""
+        self.assertTrue(self.char1.sessions.count())  # char1 is played (a session)
+        chan = create.create_channel("linktest", locks="send:all();listen:all()")
+        chan.connect(self.char1)
+        with portal_link(connected=False), mock.patch.object(self.char1, "msg") as seen:
+            with self.assertRaises(PortalUnreachable):
+                self.world.channel_send(self.npc_id, "linktest", "anyone?")
+            with self.assertRaises(PortalUnreachable) as raised:
+                self.world.message_location(self.npc_id, "The well is dry.")
+            with self.assertRaises(PortalUnreachable):
+                self.world.message_character(self.npc_id, self.id1, "psst", "whisper")
+            with self.assertRaises(PortalUnreachable):
+                self.world.message_character(self.npc_id, self.id1, "psst", "page")
+        seen.assert_not_called()
+        self.assertIn("Char", str(raised.exception))
+        self.assertIsInstance(raised.exception, ConnectionError)  # transient: retried
+
+    def test_speech_goes_out_with_the_link_up(self) -> None:
+        """The same say goes out while the Server is linked to its Portal."""
+        with portal_link(connected=True), mock.patch.object(self.char1, "msg") as seen:
+            hearers = self.world.message_location(self.npc_id, "The well is full.")
+        self.assertIn(self.id1, hearers)
+        self.assertTrue(seen.called)
+
+    def test_unplayed_characters_hear_without_the_portal(self) -> None:
+        """Characters nobody plays (other assistants) hear in-process: no Portal needed."""
+        self.char1.location = self.room2
+        with portal_link(connected=False):
+            hearers = self.world.message_location(self.id2, "only NPCs here")
+        self.assertEqual(hearers, [self.npc_id])
+        self.assertEqual([m.text for m in self.heard], ["only NPCs here"])
 
     def test_own_speech_is_not_an_event(self) -> None:
         """The NPC does not hear itself."""
