@@ -46,8 +46,6 @@ DEFAULTS: dict[str, Any] = {
     "AI_TOOLS_SERVICE_TICK": 1.0,
     # How many assistants may run a loop at the same time.
     "AI_TOOLS_MAX_CONCURRENT": 10,
-    # Seconds a stopping server waits for loops in flight before cancelling them.
-    "AI_TOOLS_STOP_GRACE": 5.0,
     # SQLite file for memories, journal, goals and the persistent tool cache
     # (relative paths are relative to the game directory); None keeps them in memory.
     "AI_TOOLS_RECORDS_DB": "server/ai_tools.db3",

@@ -10,9 +10,11 @@ reactor runs, the host adds every assistant found on an ``AssistantScript`` to
 one :class:`~ai_tools.service.service.AssistantService` (one timer for all of them),
 hands it the events heard while it was down, and keeps the scripts and the
 service in step as builders use the ``aiassistant`` command.  On ``evennia
-reload`` or ``stop`` the Server stops its services: ticks in flight get
-``AI_TOOLS_STOP_GRACE`` seconds, then every assistant's state is written to
-its script.
+reload`` or ``stop`` the Server stops its services; the host then waits for
+nothing: loops in flight end at once and every assistant's state is written
+to its script before the Server's link to the Portal goes (see
+:meth:`EvenniaAssistantHost.stopService`), so the new Server can start at once
+and picks up where the old one stopped.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from django.conf import settings
 from twisted.application.service import MultiService
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from ai_tools.contrib.evennia.conf import ai_setting
 from ai_tools.contrib.evennia.lookup import all_assistant_scripts, get_assistant_script
@@ -34,6 +37,12 @@ from ai_tools.service.service import AssistantService
 log = Logger()
 
 _HOST: EvenniaAssistantHost | None = None
+
+STOP_DEADLINE = 0.5
+"""Longest time (seconds) a stopping host keeps the Server process alive.
+
+Well under the second after which a lingering Server's AMP client reconnects
+to the Portal (see :meth:`EvenniaAssistantHost.stopService`)."""
 
 
 def get_host() -> EvenniaAssistantHost | None:
@@ -95,7 +104,8 @@ def build_service(reactor: Any = None, **overrides: Any) -> AssistantService:
         "clock": reactor,
         "tick_interval": float(ai_setting("AI_TOOLS_SERVICE_TICK")),
         "max_concurrent": int(ai_setting("AI_TOOLS_MAX_CONCURRENT")),
-        "stop_grace": float(ai_setting("AI_TOOLS_STOP_GRACE")),
+        # Never wait for loops in flight: see EvenniaAssistantHost.stopService.
+        "stop_grace": 0.0,
     }
     arguments.update(overrides)
     if arguments["store"] is None:
@@ -154,13 +164,31 @@ class EvenniaAssistantHost(MultiService):
         return d
 
     def stopService(self) -> defer.Deferred[None]:
-        """Stop the engine (it saves every assistant onto its script)."""
+        """Stop the engine without keeping the Server alive for work in flight.
+
+        Evennia stops all of the Server's services in one pass, its AMP link to
+        the Portal among them, and the Portal starts the new Server as soon as
+        that link closes.  The new Server's twistd refuses to start while this
+        process still holds ``server.pid``, and this process's AMP client keeps
+        retrying: a second later it reconnects and passes for the new Server
+        until this process exits.  A host that waits here for a model call
+        leaves the game with no Server.
+
+        So the engine stops with no grace (``stop_grace`` 0): its loops end
+        now, with the reason ``shutdown`` — events whose model call had not
+        answered go back to pending — and every assistant's state is written to
+        its script (synchronous writes) before the link is gone; the new Server
+        answers those events.  Closing the model clients and the records store
+        gets at most :data:`STOP_DEADLINE` seconds.
+        """
         global _HOST
         if _HOST is self:
             _HOST = None
         if self._sync_call is not None and self._sync_call.active():
             self._sync_call.cancel()
-        return defer.maybeDeferred(super().stopService)
+        self.service.stop_grace = 0.0
+        stopped = defer.maybeDeferred(super().stopService)
+        return _at_most(stopped, STOP_DEADLINE, self.clock)
 
     # -- keeping the service in step -------------------------------------------------
 
@@ -227,10 +255,40 @@ class EvenniaAssistantHost(MultiService):
         return self.service.disable(name)
 
 
+def _at_most(d: defer.Deferred[Any], seconds: float, clock: Any) -> defer.Deferred[None]:
+    """Fires with None when ``d`` fires or after ``seconds``, whichever is first.
+
+    ``d`` is not cancelled (what it still does finishes if the process lives
+    on); its failure is logged.
+    """
+    result: defer.Deferred[None] = defer.Deferred()
+
+    def late() -> None:
+        if not result.called:
+            log.warn("ai_tools: still closing after {seconds}s; the Server stops regardless",
+                     seconds=seconds)
+            result.callback(None)
+
+    def done(outcome: Any) -> None:
+        if isinstance(outcome, Failure):
+            log.failure("ai_tools: stopping the assistant service failed", outcome)
+        if timer.active():
+            timer.cancel()
+        if not result.called:
+            result.callback(None)
+
+    timer = clock.callLater(seconds, late)
+    d.addBoth(done)
+    return result
+
+
 def start_plugin_services(server: Any) -> None:
     """Evennia hook (``SERVER_SERVICES_PLUGIN_MODULES``): add the host to the Server."""
     if not ai_setting("AI_TOOLS_ENABLED"):
         log.info("ai_tools: AI_TOOLS_ENABLED is off; no assistants will run")
         return
+    if getattr(settings, "AI_TOOLS_STOP_GRACE", None) is not None:
+        log.warn("ai_tools: AI_TOOLS_STOP_GRACE is no longer used: a stopping Server never "
+                 "waits for loops in flight (they are saved and answered after the restart)")
     host = EvenniaAssistantHost()
     host.setServiceParent(server)

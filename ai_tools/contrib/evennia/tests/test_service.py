@@ -12,15 +12,22 @@ from typing import Any
 from unittest import mock
 
 from evennia.utils import create
-from twisted.internet import task
+from twisted.internet import defer, task
 from zope.interface.verify import verifyObject
 
-from ai_tools.contrib.evennia.service import EvenniaAssistantHost, build_service, get_host
+from ai_tools.contrib.evennia.service import (
+    STOP_DEADLINE,
+    EvenniaAssistantHost,
+    build_service,
+    get_host,
+)
 from ai_tools.contrib.evennia.store import ScriptStore
 from ai_tools.contrib.evennia.tests.base import (
     ContribTestBase,
     ScriptedLLM,
+    SlowLLM,
     call,
+    portal_link,
     result_of,
     say,
     settle,
@@ -126,14 +133,16 @@ class HostTestBase(ContribTestBase):
     def setUp(self) -> None:
         super().setUp()
         self.clock = task.Clock()
-        self.llm = ScriptedLLM(self.answers)
+        self.llm = self.make_llm()
         self.script = self.attach_script("ada")
         self.host = self.start_host()
 
-    def start_host(self) -> EvenniaAssistantHost:
-        service = build_service(
-            self.clock, llm=self.llm, store=ScriptStore(MemoryStore(clock=self.clock))
-        )
+    def make_llm(self) -> ScriptedLLM:
+        return ScriptedLLM(self.answers)
+
+    def start_host(self, records: Any = None) -> EvenniaAssistantHost:
+        records = records if records is not None else MemoryStore(clock=self.clock)
+        service = build_service(self.clock, llm=self.llm, store=ScriptStore(records))
         host = EvenniaAssistantHost(service, clock=self.clock)
         host.startService()
         self.clock.advance(0)
@@ -298,3 +307,123 @@ class TestFaults(HostTestBase):
         self.assertEqual(second["loop"]["termination_reason"], "terminal_tool")
         self.assertEqual(sorted(self.host.service.names()), ["ada", "bob"])
         self.assertTrue(self.host.running)
+
+
+class TestCommandRefusals(HostTestBase):
+    """A command the NPC's character may not run reaches the model as a refusal."""
+
+    answers = (call("execute_command", {"command": "@tel Room2"}), say("I may not."))
+
+    def test_locked_command_is_a_refusal(self) -> None:
+        """A builder asks; the NPC lacks the command's lock: permission_denied, not run."""
+        self.world.message_location(self.id1, "Ada, go to Room2")
+        result = self.tick()
+        shown = [json.loads(r) for r in self.tool_results() if "@tel" in r]
+        self.assertTrue(shown, self.tool_results())
+        self.assertIs(shown[0]["success"], False)
+        self.assertEqual(shown[0]["status"], "permission_denied")
+        self.assertEqual(self.npc.location, self.room1)
+        self.assertNotEqual(result["status"], "error", result)
+
+
+class TestPortalLinkLost(HostTestBase):
+    """A say the players cannot see (no link to the Portal) is not recorded as delivered."""
+
+    answers = (say("The well is dry."),)
+
+    def test_say_without_the_portal_is_not_delivered(self) -> None:
+        """The tool fails (after its retries) and the model is told it was not delivered."""
+        with portal_link(connected=False), mock.patch.object(self.char1, "msg") as seen:
+            self.world.message_location(self.id1, "Ada, is the well dry?")
+            self.tick()
+        said = [m for m in seen.call_args_list if "The well is dry" in str(m)]
+        self.assertEqual(said, [])
+        results = [r for r in self.tool_results() if "not delivered" in r]
+        self.assertTrue(results, self.tool_results())
+        self.assertNotIn("delivered_to", results[0])
+        self.assertIn('"success": false', results[0])
+
+    def test_say_is_delivered_once_the_link_is_back(self) -> None:
+        """The link comes back before the tool's retry: the players see it then."""
+        with portal_link(connected=False) as link, mock.patch.object(self.char1, "msg") as seen:
+            self.world.message_location(self.id1, "Ada, is the well dry?")
+            ticking = self.host.service.run_tick("ada")
+            self.clock.advance(0)
+            self.assertFalse(ticking.called)  # the say failed once and waits to retry
+            link.connected = True
+            settle(self.clock, ticking)
+        said = [m for m in seen.call_args_list if "The well is dry" in str(m)]
+        self.assertEqual(len(said), 1)
+        self.assertTrue(any('"delivered_to"' in r for r in self.tool_results()))
+
+
+class NeverClosing(MemoryStore):
+    """A records store whose close never finishes (a stuck thread, say)."""
+
+    def close(self) -> defer.Deferred[None]:
+        return defer.Deferred()
+
+
+class TestStopWithACallInFlight(HostTestBase):
+    """evennia reload/stop: the host never keeps the Server alive for work in flight."""
+
+    def make_llm(self) -> ScriptedLLM:
+        return SlowLLM((), slow_word="lantern")
+
+    def call_in_flight(self) -> defer.Deferred[Any]:
+        self.world.message_location(self.id2, "Ada, light the lantern please")
+        ticking = self.host.service.run_tick("ada")
+        self.clock.advance(0)
+        self.assertEqual(len(self.llm.requests), 1)
+        self.assertFalse(ticking.called)
+        return ticking
+
+    def test_stop_ends_the_call_at_once_and_saves(self) -> None:
+        """The model call is cancelled, the state written, the stop done within a turn or two."""
+        self.call_in_flight()
+        stopped = self.host.stopService()
+        self.clock.advance(0)
+        self.clock.advance(0)
+        self.assertTrue(stopped.called)
+        self.assertEqual(self.llm.cancelled, 1)
+        self.assertEqual(self.host.service.stats()["ticks_in_flight"], 0)
+        state = self.script.load_state()
+        self.assertIsNotNone(state)
+        self.assertFalse(
+            [m for m in state["history"] if m.get("role") == "assistant"],
+            "the cut-off call left an answer in the history",
+        )
+
+    def test_the_cut_off_question_is_answered_after_the_restart(self) -> None:
+        """The events of the cut-off call are saved as pending; the next host answers them."""
+        self.call_in_flight()
+        settle(self.clock, self.host.stopService())
+        pending = json.dumps(self.script.pending_events())
+        self.assertIn("light the lantern", pending)
+        self.llm = ScriptedLLM([say("The lantern is lit.")])
+        self.host = self.start_host()
+        with mock.patch.object(self.char2, "msg") as heard:
+            result = self.tick()
+        self.assertEqual(result["loop"]["termination_reason"], "terminal_tool", result)
+        self.assertIn("light the lantern", json.dumps(self.llm.requests[0]["messages"]))
+        self.assertTrue(any("The lantern is lit." in str(c) for c in heard.call_args_list))
+
+    def test_the_cut_off_loop_ends_with_the_shutdown_reason(self) -> None:
+        """The loop a stop cuts off ends with ``shutdown``, not ``stopped_by_user``."""
+        ticking = self.call_in_flight()
+        settle(self.clock, self.host.stopService())
+        outcome = result_of(ticking)
+        self.assertEqual(outcome.loop.termination_reason, "shutdown", outcome.as_dict())
+
+    def test_a_stuck_close_does_not_hold_the_server(self) -> None:
+        """Closing that never finishes: the host lets go after STOP_DEADLINE seconds."""
+        self.stop_host(self.host)
+        self.host = self.start_host(records=NeverClosing(clock=self.clock))
+        self.call_in_flight()
+        stopped = self.host.stopService()
+        self.clock.advance(0)
+        self.clock.advance(0)
+        self.assertFalse(stopped.called)
+        self.assertIsNotNone(self.script.load_state())  # saved before the close began
+        self.clock.advance(STOP_DEADLINE)
+        self.assertTrue(stopped.called)
