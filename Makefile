@@ -43,10 +43,11 @@ postgres-server:
 llama-server:
 	$(PYTHON) scripts/llama/prepare.py
 
-## The Evennia contrib under a real Evennia 5.0 (own virtualenv .venv-evennia, game dir in var/).
-EVENNIA_PYTHON ?= $(shell command -v python3.11 || echo python3)
+## The Evennia contrib under real Evennia 5.0 (Python 3.11) and 6.1 (Python 3.12), one after
+## the other, each in its own virtualenv (.venv-evennia-5.0, .venv-evennia-6.1; game dirs in var/).
+## The interpreters are found under $(pyenv root)/versions/ by full path; a missing one fails.
 test-evennia:
-	$(EVENNIA_PYTHON) scripts/evennia/run_tests.py
+	$(PYTHON) scripts/evennia/run_tests.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check ai_tools twisted tests benchmarks scripts

@@ -1,8 +1,8 @@
 """End-to-end test: a real Evennia server, a scripted model, players over telnet.
 
-    .venv-evennia/bin/python scripts/evennia/e2e.py [--workdir var/evennia-test/e2e]
+    .venv-evennia-5.0/bin/python scripts/evennia/e2e.py [--workdir DIR] [--template-db FILE]
 
-(``make test-evennia`` runs it after the unit tests.)  It
+(``make test-evennia`` runs it after the unit tests, once per Evennia version.)  It
 
 1. starts the project's scripted OpenAI-compatible model server
    (:mod:`ai_tools.testing`) on 127.0.0.1 in this process;
@@ -14,11 +14,19 @@
    assistants Ada (here) and Bob (in another room) with ``aiassistant/create``;
 4. checks, each as a named check: the player says hello and reads Ada's
    in-world answer; ``aiassistant/status`` shows the loop's result; a player
-   without builder rights asking for a DANGEROUS tool is gated (the model is
-   shown ``blocked_by_tool_mode``, the world is unchanged); a tool that raises
-   inside the server leaves the server and Bob working; ``evennia reload``
-   keeps Ada's history and she still answers; ``evennia stop`` ends both
-   processes cleanly.
+   without builder rights asking for a DANGEROUS tool is gated; a command Ada's
+   character may not run reaches the model as ``permission_denied``; a tool
+   that raises inside the server leaves the server and Bob working;
+5. restarts the game four times and times each: ``evennia reload`` while idle
+   (Ada's history kept), ``evennia reload`` while Ada's model call is in flight
+   (the scripted model answers that question after a few seconds), ``evennia
+   stop`` + ``start`` while idle and again with a call in flight.  With a call
+   in flight the game must be back within the idle time of the same run plus
+   10 s, the telnet sessions kept across a reload must get output again, new
+   connections after a start must get the connection screen, the cut-off
+   question must be answered after the restart, and the server log written
+   meanwhile must hold no traceback;
+6. ``evennia stop`` ends both processes cleanly.
 
 Everything is bounded in time (each wait, and the whole run); whatever
 happens, the server is stopped (killed if it must be) before the run ends.
@@ -29,98 +37,70 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
-import signal
-import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from twisted.conch.telnet import TelnetProtocol, TelnetTransport
-from twisted.internet import defer, protocol, task
-from twisted.internet.utils import getProcessOutputAndValue
+from e2e_support import WAIT, Checks, Game, Player, alive, login_when_up, pause, say
+from twisted.internet import defer, task
+
+from ai_tools.llm.scripted import last_user_message
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_WORKDIR = ROOT / "var" / "evennia-test" / "e2e"
-TEMPLATE_DB = ROOT / "var" / "evennia-test" / "game" / "server" / "evennia.db3"
 
 SUPERUSER, SUPERPASS = "Architect", "builder-pass-1"
 PLAYER, PLAYERPASS = "Wanderer", "player-pass-1"
 
-WAIT = 40.0
-"""Seconds any single wait may take (a telnet answer, a command)."""
-
-TOTAL = 420.0
+TOTAL = 600.0
 """Seconds the whole run may take."""
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+SLOW = 30.0
+"""Seconds the scripted model takes to answer a question the first time it is asked.
+
+Longer than the launcher takes to order the restart on a loaded machine, so the
+restart always finds the call in flight; asked again, it is answered at once."""
+
+MARGIN = 10.0
+"""Seconds a restart with a model call in flight may take beyond the idle one."""
+
+
+def _say(message: str, latency: float = 0.0) -> dict[str, Any]:
+    turn: dict[str, Any] = {"tool_calls": [{"name": "say", "arguments": {"message": message}}]}
+    if latency:
+        turn["latency"] = latency
+    return turn
+
+
+def _command(line: str) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "execute_command", "arguments": {"command": line}}]}
+
 
 SCRIPT: dict[str, Any] = {
     "rules": [
-        {
-            "match": r"hello",
-            "turns": [
-                {
-                    "tool_calls": [
-                        {
-                            "name": "say",
-                            "arguments": {
-                                "message": "Welcome, traveller! I am the keeper of this place."
-                            },
-                        }
-                    ]
-                },
-            ],
-        },
+        {"match": r"hello", "turns": [_say("Welcome, traveller! I am the keeper of this place.")]},
         {
             "match": r"lamp",
-            "turns": [
-                {
-                    "tool_calls": [
-                        {
-                            "name": "execute_command",
-                            "arguments": {"command": "@create/drop forbidden lamp"},
-                        }
-                    ]
-                },
-                {
-                    "tool_calls": [
-                        {
-                            "name": "say",
-                            "arguments": {"message": "I am not allowed to build that for you."},
-                        }
-                    ]
-                },
-            ],
+            "turns": [_command("@create/drop forbidden lamp"),
+                      _say("I am not allowed to build that for you.")],
         },
+        # A DANGEROUS tool ends the loop; the result is read on the next question.
+        {"match": r"teleport", "turns": [_command("@tel Cellar")]},
+        {"match": r"happened", "turns": [_say("I was not allowed to go.")]},
         {
             "match": r"button",
-            "turns": [
-                {"tool_calls": [{"name": "boom", "arguments": {}}]},
-                {
-                    "tool_calls": [
-                        {"name": "say", "arguments": {"message": "Ouch, that button is broken."}}
-                    ]
-                },
-            ],
+            "turns": [{"tool_calls": [{"name": "boom", "arguments": {}}]},
+                      _say("Ouch, that button is broken.")],
         },
-        {
-            "match": r"cellar",
-            "turns": [
-                {
-                    "tool_calls": [
-                        {
-                            "name": "say",
-                            "arguments": {"message": "Bob of the cellar at your service."},
-                        }
-                    ]
-                },
-            ],
-        },
+        {"match": r"cellar", "turns": [_say("Bob of the cellar at your service.")]},
+        {"match": r"lantern", "once": True, "turns": [_say("Let me see...", SLOW)]},
+        {"match": r"lantern", "turns": [_say("The lantern is lit; mind the step.")]},
+        {"match": r"candle", "once": True, "turns": [_say("Let me see...", SLOW)]},
+        # Asked again after a stop + start: a moment later, once the players are back.
+        {"match": r"candle", "turns": [_say("The candle burns for you now.", 10.0)]},
     ],
     "default": {"tool_calls": [{"name": "noop", "arguments": {}}]},
 }
@@ -141,7 +121,7 @@ class BoomTool(Tool):
 '''
 
 SETTINGS = """
-# --- written by ai_tools.contrib.evennia.e2e ------------------------------
+# --- written by the ai_tools end-to-end test ----------------------------------
 SERVERNAME = "ai_tools_e2e"
 TELNET_INTERFACES = ["127.0.0.1"]
 TELNET_PORTS = [{telnet}]
@@ -183,461 +163,430 @@ CMDSET_ADDITION = (
     "        self.add(AIAssistantCmdSet)\n"
 )
 
-
-def say(message: str) -> None:
-    """One progress line."""
-    print(f"[e2e] {message}", flush=True)
+TRACEBACK_SIGNS = ("Traceback (most recent call last)", "CancelledError", "Unhandled error")
+"""What must not appear in the server log while the game restarts."""
 
 
-def free_ports(count: int) -> list[int]:
-    """Distinct TCP ports free on 127.0.0.1 right now."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+def asks(request: Any, word: str) -> bool:
+    """Whether a recorded model request's newest user message mentions ``word``."""
+    return word in (last_user_message(request.messages) or "")
 
 
-# -- telnet ------------------------------------------------------------------------
+class Scenario:
+    """One game, two players, and the checks in the order they run."""
 
-
-class _Screen(TelnetProtocol):
-    """Collects what the server sends (telnet options refused, ANSI stripped)."""
-
-    def __init__(self) -> None:
-        self.text = ""
-        self.waiters: list[tuple[re.Pattern[str], int, defer.Deferred[str]]] = []
-        self.closed: defer.Deferred[None] = defer.Deferred()
-
-    def dataReceived(self, data: bytes) -> None:
-        self.text += _ANSI.sub("", data.decode("utf-8", "replace")).replace("\r", "")
-        for waiter in list(self.waiters):
-            pattern, start, d = waiter
-            match = pattern.search(self.text, start)
-            if match:
-                self.waiters.remove(waiter)
-                d.callback(match.group(0))
-
-    def connectionLost(self, reason: Any) -> None:
-        if not self.closed.called:
-            self.closed.callback(None)
-
-
-class Player:
-    """A telnet client logged in as one account."""
-
-    def __init__(self, reactor: Any, name: str, screen: _Screen, transport: Any) -> None:
+    def __init__(self, reactor: Any, workdir: Path, template_db: Path | None) -> None:
         self.reactor = reactor
-        self.name = name
-        self.screen = screen
-        self.transport = transport
-        self.mark = 0
-
-    @classmethod
-    async def connect(cls, reactor: Any, port: int, name: str) -> Player:
-        """Open a telnet connection and wait for the connection screen."""
-        screen = _Screen()
-        creator = protocol.ClientCreator(reactor, TelnetTransport, lambda: screen)
-        transport = await creator.connectTCP("127.0.0.1", port, timeout=WAIT)
-        player = cls(reactor, name, screen, transport)
-        await player.expect(r"connect|Connect|create", "the connection screen")
-        return player
-
-    def send(self, line: str) -> None:
-        """Type one line; later ``expect`` calls only look at newer output."""
-        self.mark = len(self.screen.text)
-        self.transport.write(line.encode("utf-8") + b"\r\n")
-
-    async def expect(self, pattern: str, what: str, timeout: float = WAIT) -> str:
-        """Wait for ``pattern`` in the output since the last ``send``."""
-        regex = re.compile(pattern, re.DOTALL)
-        match = regex.search(self.screen.text, self.mark)
-        if match:
-            return match.group(0)
-        d: defer.Deferred[str] = defer.Deferred()
-        self.screen.waiters.append((regex, self.mark, d))
-        d.addTimeout(timeout, self.reactor)
-        try:
-            return await d
-        except defer.TimeoutError:
-            tail = self.screen.text[self.mark :][-800:]
-            raise AssertionError(
-                f"{self.name}: no {what} within {timeout:.0f}s; got:\n{tail}"
-            ) from None
-
-    async def command(self, line: str, pattern: str, what: str, timeout: float = WAIT) -> str:
-        """Send ``line`` and wait for ``pattern``; returns the output since the line."""
-        self.send(line)
-        await self.expect(pattern, what, timeout)
-        return self.screen.text[self.mark :]
-
-    async def login(self, password: str, create: bool = False) -> None:
-        """Log in (creating the account first if asked); fires once in Limbo."""
-        if create:
-            await self.command(
-                f"create {self.name} {password}", r"created|[Ww]elcome", "account creation"
-            )
-        await self.command(f"connect {self.name} {password}", r"Limbo", "login into Limbo")
-
-    def close(self) -> None:
-        """Hang up."""
-        self.transport.loseConnection()
-
-
-# -- the game directory and the server processes --------------------------------------
-
-
-class Game:
-    """A fresh game directory and the ``evennia`` commands run in it."""
-
-    def __init__(self, reactor: Any, workdir: Path, llm_url: str) -> None:
-        self.reactor = reactor
-        self.dir = workdir / "game"
         self.workdir = workdir
-        self.llm_url = llm_url
-        self.telnet_port, self.amp_port = free_ports(2)
-        self.evennia = str(Path(sys.executable).parent / "evennia")
+        self.template_db = template_db
+        self.checks = Checks()
+        self.model: Any = None
+        self.game: Game = None  # type: ignore[assignment]
+        self.builder: Player | None = None
+        self.player: Player | None = None
+        self.started = False
+        self.history_before = 0
+        self.idle_reload = 0.0
+        self.idle_restart = 0.0
+        self.pending: tuple[Any, int, int] = (None, 0, 0)
+        """The cut-off model request, the server log's size then, the player's mark."""
 
-    async def create(self) -> None:
+    # -- set-up -------------------------------------------------------------------------
+
+    async def create_game(self) -> None:
         """Make, configure and migrate the game directory."""
-        if self.workdir.exists():
-            shutil.rmtree(self.workdir)
-        self.workdir.mkdir(parents=True)
-        await self.run("--init", self.dir.name, cwd=self.workdir)
-        settings = self.dir / "server" / "conf" / "settings.py"
+        game = self.game
+        game.reset_dir()
+        await game.run("--init", game.dir.name, cwd=game.workdir)
+        settings = game.dir / "server" / "conf" / "settings.py"
         text = settings.read_text()
         marker = "try:\n    from server.conf.secret_settings import *"
-        extra = SETTINGS.format(telnet=self.telnet_port, amp=self.amp_port, llm_url=self.llm_url)
+        extra = SETTINGS.format(
+            telnet=game.telnet_port, amp=game.amp_port, llm_url=self.model.url
+        )
         settings.write_text(text.replace(marker, extra + "\n" + marker))
-        cmdsets = self.dir / "commands" / "default_cmdsets.py"
+        cmdsets = game.dir / "commands" / "default_cmdsets.py"
         text = cmdsets.read_text()
         assert CMDSET_HOOK in text, "the game template's CharacterCmdSet changed"
         cmdsets.write_text(text.replace(CMDSET_HOOK, CMDSET_HOOK + CMDSET_ADDITION, 1))
-        (self.dir / "world" / "ai_faults.py").write_text(FAULTS_MODULE)
-        if TEMPLATE_DB.exists():
+        (game.dir / "world" / "ai_faults.py").write_text(FAULTS_MODULE)
+        if self.template_db is not None and self.template_db.exists():
             # A freshly migrated, never started database: the same as migrating again.
-            shutil.copy(TEMPLATE_DB, self.dir / "server" / "evennia.db3")
+            shutil.copy(self.template_db, game.dir / "server" / "evennia.db3")
         else:
-            await self.run("migrate")
+            await game.run("migrate")
 
-    def env(self) -> dict[str, str]:
-        """The environment of ``evennia`` commands (superuser for the first start)."""
-        env = dict(os.environ)
-        env.update(
-            EVENNIA_SUPERUSER_USERNAME=SUPERUSER,
-            EVENNIA_SUPERUSER_PASSWORD=SUPERPASS,
-            EVENNIA_SUPERUSER_EMAIL="",
-            PATH=str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""),
-        )
-        return env
+    def clients(self) -> tuple[Player, Player]:
+        """The builder and the player (both logged in by now)."""
+        assert self.builder is not None and self.player is not None, "not logged in"
+        return self.builder, self.player
 
-    async def run(self, *args: str, cwd: Path | None = None, timeout: float = 120.0) -> str:
-        """Run ``evennia args...``; fails with its output if it fails or hangs."""
-        d = getProcessOutputAndValue(
-            self.evennia, args, env=self.env(), path=str(cwd or self.dir), reactor=self.reactor
-        )
-        d.addTimeout(timeout, self.reactor)
-        out, err, code = await d
-        text = out.decode("utf-8", "replace") + err.decode("utf-8", "replace")
-        if code != 0:
-            raise AssertionError(f"evennia {' '.join(args)} exited {code}:\n{text[-2000:]}")
-        return text
+    async def model_request(self, word: str, after: int) -> Any:
+        """The first model request after index ``after`` asking about ``word``."""
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            for request in self.model.requests[after:]:
+                if asks(request, word):
+                    return request
+            await pause(self.reactor, 0.1)
+        raise AssertionError(f"the model was never asked about the {word}")
 
-    async def control(self, *args: str, timeout: float = 120.0) -> str:
-        """Run ``evennia start|reload|stop``, again if the launcher timed out.
+    def clean_log(self, offset: int) -> None:
+        """The server log written since ``offset`` holds no traceback."""
+        written = self.game.log_since(offset)
+        for sign in TRACEBACK_SIGNS:
+            assert sign not in written, f"server.log has {sign!r}:\n{written[-3000:]}"
 
-        The launcher gives the Portal ten seconds to answer; on a loaded machine
-        it may take longer, and running the same command again is how Evennia
-        itself says to recover ("Try again").
-        """
-        outputs = []
-        for attempt in range(4):
-            output = await self.run(*args, timeout=timeout)
-            outputs.append(output)
-            if "timed out" not in output:
+    # -- the game's life ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """``evennia start``; the very first start restarts once after its setup."""
+        output = await self.game.control("start", timeout=180.0)
+        self.started = True
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            log = self.game.log_tail(400)
+            up = "successfully started" in log or "successfully restarted" in log
+            first = "Initial setup complete" in log
+            if up and (not first or "successfully restarted" in log) and len(self.game.pids()) == 2:
                 break
-            say(f"evennia {' '.join(args)}: the launcher timed out (attempt {attempt + 1})")
-            await task.deferLater(self.reactor, 2.0, lambda: None)
-        return "\n".join(outputs)
+            await pause(self.reactor, 0.5)
+        else:
+            raise AssertionError(
+                "the server did not come up (and restart after its setup); "
+                f"evennia start said:\n{output[-1500:]}"
+            )
+        pids = self.game.pids()
+        assert set(pids) == {"server", "portal"}, f"pid files: {pids}"
 
-    def pids(self) -> dict[str, int]:
-        """The pids of the running Server and Portal (from their pid files)."""
-        found = {}
-        for name in ("server", "portal"):
-            path = self.dir / "server" / f"{name}.pid"
-            if path.exists():
-                try:
-                    found[name] = int(path.read_text().strip())
-                except ValueError:
-                    pass
-        return found
+    async def reload(self, limit: float) -> float:
+        """``evennia reload``; seconds until the kept telnet sessions are answered again.
 
-    def log_tail(self, lines: int = 40) -> str:
-        """The end of the server log (for failure reports)."""
-        path = self.dir / "server" / "logs" / "server.log"
-        if not path.exists():
-            return "(no server.log)"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-    def kill(self) -> None:
-        """Last resort: SIGKILL whatever is still running from this game."""
-        for name, pid in self.pids().items():
-            try:
-                os.kill(pid, signal.SIGKILL)
-                say(f"killed leftover {name} process {pid}")
-            except OSError:
-                pass
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists."""
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
-
-
-# -- the checks ------------------------------------------------------------------------
-
-
-class Checks:
-    """Named checks, run in order; one failing is reported and the next still runs."""
-
-    def __init__(self) -> None:
-        self.passed: list[str] = []
-        self.failed: list[tuple[str, str]] = []
-
-    async def check(self, name: str, body: Callable[[], Awaitable[Any]]) -> bool:
-        """Run one check; True if it passed."""
+        The launcher is run once (a second ``reload`` would bring back a game
+        the first one left down, hiding exactly what is tested here).
+        """
+        builder, player = self.clients()
+        old = self.game.pids().get("server")
         started = time.monotonic()
+        deadline = started + limit
+        launcher = defer.ensureDeferred(self.game.run("reload", timeout=limit + 30))
+        while old is not None and alive(old):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the old Server ({old}) still runs after {limit:.0f}s")
+            await pause(self.reactor, 0.1)
+        await builder.answered(deadline)
+        await player.answered(deadline)
+        elapsed = time.monotonic() - started
+        output = await launcher
+        if "timed out" in output:
+            say("evennia reload: the launcher timed out, the game came back regardless")
+        assert builder.connected and player.connected, "a telnet session was dropped"
+        assert elapsed <= limit, f"the game was back only after {elapsed:.1f}s (limit {limit:.1f}s)"
+        return elapsed
+
+    async def restart(self, limit: float) -> float:
+        """``evennia stop`` then ``start``; seconds until both players are logged in again.
+
+        ``start`` follows ``stop`` at once, as an admin would type it.  It is run
+        again only if the launcher says it timed out waiting for the Portal
+        ("Try again", as Evennia tells the admin), which a loaded machine causes.
+        """
+        builder, player = self.clients()
+        started = time.monotonic()
+        deadline = started + limit
+        await self.game.control("stop", timeout=limit + 30)
+        await player.screen.closed.addTimeout(WAIT, self.reactor)
+        await builder.screen.closed.addTimeout(WAIT, self.reactor)
+        launcher = defer.ensureDeferred(self.game.control("start", timeout=limit + 30))
+        port = self.game.telnet_port
+        self.player = await login_when_up(self.reactor, port, PLAYER, PLAYERPASS, deadline)
+        self.builder = await login_when_up(self.reactor, port, SUPERUSER, SUPERPASS, deadline)
+        elapsed = time.monotonic() - started
+        await launcher
+        assert elapsed <= limit, f"the game was back only after {elapsed:.1f}s (limit {limit:.1f}s)"
+        return elapsed
+
+    # -- the checks ------------------------------------------------------------------------
+
+    async def builder_creates_assistants(self) -> None:
+        """The builder logs in and creates Ada here and Bob in the cellar."""
+        self.builder = await Player.connect(self.reactor, self.game.telnet_port, SUPERUSER)
+        builder = self.builder
+        await builder.login(SUPERPASS)
+        await builder.command(
+            "aiassistant/create Ada = A keeper in a grey coat.",
+            r"Assistant Ada is running",
+            "Ada running",
+        )
+        await builder.command("@dig Cellar", r"Created room Cellar\(#\d+\)", "the cellar")
+        await builder.command("@tel Cellar", r"Cellar", "teleport to the cellar")
+        await builder.command("aiassistant/create Bob", r"Assistant Bob is running", "Bob running")
+        await builder.command("@tel #2", r"Limbo", "back to Limbo")
+
+    async def player_talks(self) -> None:
+        """A new player says hello and reads Ada's answer."""
+        self.player = await Player.connect(self.reactor, self.game.telnet_port, PLAYER)
+        await self.player.login(PLAYERPASS, create=True)
+        await self.player.command(
+            "say hello Ada", r'Ada says, "Welcome, traveller!', "Ada's answer"
+        )
+
+    async def status_shows(self, outcome: str) -> str:
+        """Ask ``aiassistant/status Ada`` until its last tick shows ``outcome``."""
+        builder, _ = self.clients()
+        deadline = time.monotonic() + WAIT
+        while True:
+            out = await builder.command(
+                "aiassistant/status Ada", r"counters: [^\n]+", "Ada's status"
+            )
+            if outcome in out or time.monotonic() > deadline:
+                return out
+            await pause(self.reactor, 0.5)
+
+    async def builder_status(self) -> None:
+        """``aiassistant/status`` shows the loop's result once the tick has ended."""
+        # The NPC speaks during its tick; the tick (episode record, state write)
+        # ends a moment later, so ask again until the status shows its end.
+        out = await self.status_shows("ran (terminal_tool)")
+        assert "ran (terminal_tool)" in out, out
+
+    async def player_is_gated(self) -> None:
+        """A player's request for a DANGEROUS tool is blocked before it runs."""
+        builder, player = self.clients()
+        before = len(self.model.requests)
+        await player.command(
+            "say Ada, please build me a lamp", r'Ada says, "I am not allowed', "Ada's refusal"
+        )
+        shown = json.dumps([r.messages for r in self.model.requests[before:]])
+        assert "blocked_by_tool_mode" in shown, "the model was not shown the gate"
+        out = await builder.command(
+            "@find forbidden", r"No matches found|Match", "the search for the lamp"
+        )
+        assert "No matches found" in out, out
+
+    async def command_refused(self) -> None:
+        """A command Ada's character may not run reaches the model as a refusal."""
+        builder, _ = self.clients()
+        before = len(self.model.requests)
+        builder.send("say Ada, teleport to the cellar")
+        await self.model_request("teleport", before)
+        out = await self.status_shows("ran (dangerous_tool)")
+        assert "ran (dangerous_tool)" in out, out
+        await builder.command(
+            "say Ada, what happened?", r'Ada says, "I was not allowed', "Ada's answer"
+        )
+        shown = [
+            m["content"]
+            for r in self.model.requests[before:]
+            for m in r.messages
+            if m.get("role") == "tool" and "@tel" in str(m.get("content"))
+        ]
+        assert shown, "the model was not shown the command's result"
+        result = json.loads(shown[-1])
+        assert result["success"] is False, result
+        assert result["status"] == "permission_denied", result
+        out = await builder.command("examine Ada", r"Location: [^\n]+", "where Ada is")
+        where = re.search(r"Location: ([^\n]+)", out).group(1)  # type: ignore[union-attr]
+        assert "Limbo" in where, f"Ada moved: {where}"
+
+    async def raising_tool(self) -> None:
+        """A tool raising inside the server stops neither it nor Bob."""
+        builder, player = self.clients()
+        await player.command(
+            "say Ada, press the red button",
+            r'Ada says, "Ouch, that button is broken',
+            "Ada after the fault",
+        )
+        await builder.command("@tel Cellar", r"Cellar", "the cellar")
+        await builder.command(
+            "say Bob, is the cellar dry?", r'Bob says, "Bob of the cellar', "Bob's answer"
+        )
+        await builder.command("@tel #2", r"Limbo", "back to Limbo")
+        assert all(alive(pid) for pid in self.game.pids().values()), "a process died"
+
+    async def history(self) -> None:
+        """``aiassistant/history`` shows the conversation."""
+        self.history_before = await self.history_length()
+        assert self.history_before >= 4, self.history_before
+
+    async def history_length(self) -> int:
+        """How many messages ``aiassistant/history`` says Ada's history holds."""
+        builder, _ = self.clients()
+        out = await builder.command(
+            "aiassistant/history Ada = 100", r"History of Ada \(last \d+ of \d+\)", "the history"
+        )
+        return int(re.search(r"History of Ada \(last \d+ of (\d+)\)", out).group(1))  # type: ignore[union-attr]
+
+    async def reload_idle(self) -> None:
+        """``evennia reload`` while idle: sessions kept, history kept, Ada still answers."""
+        self.idle_reload = await self.reload(limit=90.0)
+        say(f"idle reload: the game answered again after {self.idle_reload:.1f}s")
+        builder, player = self.clients()
+        for _ in range(60):
+            out = await builder.command(
+                "aiassistant/status Ada", r"Assistant Ada[^\n]*", "status after reload"
+            )
+            if "service not running" not in out:
+                break
+            await pause(self.reactor, 0.5)
+        after = await self.history_length()
+        assert after >= self.history_before > 0, (self.history_before, after)
+        await player.command(
+            "say hello again, Ada", r'Ada says, "Welcome, traveller!', "Ada's answer after reload"
+        )
+
+    async def cut_off(self, word: str, line: str) -> tuple[Any, int, int]:
+        """Ask Ada something slow: her model request (in flight), the log size, the mark."""
+        _, player = self.clients()
+        before = len(self.model.requests)
+        player.send(f"say Ada, {line}")
+        mark = player.mark
+        request = await self.model_request(word, before)
+        assert not request.finished.called, "the model answered before the restart"
+        return request, self.game.log_size(), mark
+
+    async def answered_after(
+        self, request: Any, word: str, answer: str, offset: int, since: int
+    ) -> None:
+        """The cut-off question is asked again and answered in-world; the log is clean."""
+        _, player = self.clients()
+        await player.expect(
+            f'Ada says, "{answer}', f"Ada's answer about the {word}", WAIT, since=since
+        )
+        assert request.disconnected, "the cut-off model call was not dropped"
+        later = [r for r in self.model.requests if r is not request and asks(r, word)]
+        assert later, f"the {word} question was not asked again after the restart"
+        self.clean_log(offset)
+
+    async def reload_in_flight(self) -> None:
+        """``evennia reload`` with a model call in flight: the game is back in time."""
+        request, offset, mark = await self.cut_off("lantern", "please light the lantern.")
+        self.pending = (request, offset, mark)
+        elapsed = await self.reload(limit=self.idle_reload + MARGIN)
+        say(f"reload with a call in flight: back after {elapsed:.1f}s "
+            f"(idle {self.idle_reload:.1f}s)")
+
+    async def answered_after_reload(self) -> None:
+        """The question the reload cut off is answered after it; the log is clean."""
+        request, offset, mark = self.pending
+        await self.answered_after(request, "lantern", "The lantern is lit", offset, mark)
+
+    async def restart_idle(self) -> None:
+        """``evennia stop`` + ``start`` while idle: new connections get the connection screen."""
+        self.idle_restart = await self.restart(limit=150.0)
+        say(f"idle stop + start: both players logged in again after {self.idle_restart:.1f}s")
+
+    async def restart_in_flight(self) -> None:
+        """``evennia stop`` + ``start`` with a model call in flight: back in time."""
+        old = self.game.pids()
+        request, offset, _ = await self.cut_off("candle", "could you light a candle?")
+        self.pending = (request, offset, 0)
+        elapsed = await self.restart(limit=self.idle_restart + MARGIN)
+        say(f"stop + start with a call in flight: back after {elapsed:.1f}s "
+            f"(idle {self.idle_restart:.1f}s)")
+        assert not any(alive(pid) for pid in old.values()), f"an old process still runs: {old}"
+
+    async def answered_after_restart(self) -> None:
+        """The question the stop cut off is answered after the start; the log is clean."""
+        request, offset, _ = self.pending
+        await self.answered_after(request, "candle", "The candle burns", offset, since=0)
+
+    async def stop(self) -> None:
+        """``evennia stop`` ends both processes and closes the sessions."""
+        pids = self.game.pids()
+        _, player = self.clients()
+        await self.game.control("stop", timeout=120.0)
+        deadline = time.monotonic() + 30
+        while any(alive(p) for p in pids.values()) and time.monotonic() < deadline:
+            await pause(self.reactor, 0.25)
+        assert not any(alive(p) for p in pids.values()), f"still running: {pids}"
+        self.started = False
+        await player.screen.closed.addTimeout(WAIT, self.reactor)
+        log = self.game.log_tail(400)
+        assert "AssistantService did not start" not in log, log[-2000:]
+        assert "Unhandled error" not in log, log[-2000:]
+
+    # -- the run ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run every check against one server; always stop it."""
+        from ai_tools.testing import Script, start_test_server
+
+        self.model = await start_test_server(Script.from_mapping(SCRIPT), self.reactor)
+        self.game = Game(self.reactor, self.workdir, {
+            "EVENNIA_SUPERUSER_USERNAME": SUPERUSER,
+            "EVENNIA_SUPERUSER_PASSWORD": SUPERPASS,
+            "EVENNIA_SUPERUSER_EMAIL": "",
+        })
         try:
-            await body()
-        except Exception as exc:  # report and go on
-            self.failed.append((name, f"{type(exc).__name__}: {exc}"))
-            say(f"FAIL {name} ({time.monotonic() - started:.1f}s): {exc}")
-            return False
-        self.passed.append(name)
-        say(f"ok   {name} ({time.monotonic() - started:.1f}s)")
-        return True
+            await self.create_game()
+            say(f"game in {self.game.dir}; telnet 127.0.0.1:{self.game.telnet_port}; "
+                f"model {self.model.url}")
+            await self.run_checks()
+        finally:
+            await self.tear_down()
 
-
-async def scenario(reactor: Any, workdir: Path, checks: Checks) -> None:
-    """Run every check against one server; always stop it."""
-    from ai_tools.testing import Script, start_test_server
-
-    model = await start_test_server(Script.from_mapping(SCRIPT), reactor)
-    game = Game(reactor, workdir, model.url)
-    builder: Player | None = None
-    player: Player | None = None
-    started = False
-    try:
-        await game.create()
-        say(f"game in {game.dir}; telnet 127.0.0.1:{game.telnet_port}; model {model.url}")
-
-        async def start() -> None:
-            nonlocal started
-            output = await game.control("start", timeout=180.0)
-            started = True
-            # The very first start runs Evennia's initial setup, then restarts the
-            # Server once; log in only after that.
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                log = game.log_tail(400)
-                up = "successfully started" in log or "successfully restarted" in log
-                first = "Initial setup complete" in log
-                if up and (not first or "successfully restarted" in log) and len(game.pids()) == 2:
-                    break
-                await task.deferLater(reactor, 0.5, lambda: None)
-            else:
-                raise AssertionError(
-                    "the server did not come up (and restart after its setup); "
-                    f"evennia start said:\n{output[-1500:]}"
-                )
-            pids = game.pids()
-            assert set(pids) == {"server", "portal"}, f"pid files: {pids}"
-
-        if not await checks.check("evennia start", start):
+    async def run_checks(self) -> None:
+        check = self.checks.check
+        if not await check("evennia start", self.start):
             return
-
-        async def builder_creates_assistants() -> None:
-            nonlocal builder
-            builder = await Player.connect(reactor, game.telnet_port, SUPERUSER)
-            await builder.login(SUPERPASS)
-            await builder.command(
-                "aiassistant/create Ada = A keeper in a grey coat.",
-                r"Assistant Ada is running",
-                "Ada running",
-            )
-            await builder.command("@dig Cellar", r"Created room Cellar\(#\d+\)", "the cellar")
-            await builder.command("@tel Cellar", r"Cellar", "teleport to the cellar")
-            await builder.command(
-                "aiassistant/create Bob", r"Assistant Bob is running", "Bob running"
-            )
-            await builder.command("@tel #2", r"Limbo", "back to Limbo")
-
-        if not await checks.check(
-            "builder creates assistants with aiassistant/create", builder_creates_assistants
-        ):
+        if not await check("builder creates assistants with aiassistant/create",
+                           self.builder_creates_assistants):
             return
+        await check("a player says hello and reads the NPC's reply", self.player_talks)
+        await check("the builder sees the loop's result in aiassistant/status",
+                    self.builder_status)
+        await check("a player without builder rights cannot run DANGEROUS tools",
+                    self.player_is_gated)
+        await check("a command the NPC may not run is refused as permission_denied",
+                    self.command_refused)
+        await check("a tool raising inside the server stops neither it nor Bob",
+                    self.raising_tool)
+        await check("aiassistant/history shows the conversation", self.history)
+        if not await check("evennia reload keeps the history and the NPC still answers",
+                           self.reload_idle):
+            return
+        if await check("evennia reload with a model call in flight: back in time, sessions kept",
+                       self.reload_in_flight):
+            await check("the question the reload cut off is answered after it, no traceback",
+                        self.answered_after_reload)
+        if not await check("evennia stop + start: new connections get the connection screen",
+                           self.restart_idle):
+            return
+        if await check("evennia stop + start with a model call in flight: back in time",
+                       self.restart_in_flight):
+            await check("the question the stop cut off is answered after the start, no traceback",
+                        self.answered_after_restart)
+        await check("evennia stop shuts down cleanly", self.stop)
 
-        async def player_talks() -> None:
-            nonlocal player
-            player = await Player.connect(reactor, game.telnet_port, PLAYER)
-            await player.login(PLAYERPASS, create=True)
-            await player.command("say hello Ada", r'Ada says, "Welcome, traveller!', "Ada's answer")
-
-        await checks.check("a player says hello and reads the NPC's reply", player_talks)
-
-        async def builder_status() -> None:
-            assert builder is not None
-            # The NPC speaks during its tick; the tick (episode record, state write)
-            # ends a moment later, so ask again until the status shows its end.
-            deadline = time.monotonic() + WAIT
-            while True:
-                out = await builder.command(
-                    "aiassistant/status Ada", r"counters: [^\n]+", "Ada's status"
-                )
-                if "ran (terminal_tool)" in out or time.monotonic() > deadline:
-                    break
-                await task.deferLater(reactor, 0.5, lambda: None)
-            assert "ran (terminal_tool)" in out, out
-
-        await checks.check(
-            "the builder sees the loop's result in aiassistant/status", builder_status
-        )
-
-        async def player_is_gated() -> None:
-            assert player is not None and builder is not None
-            before = len(model.requests)
-            await player.command(
-                "say Ada, please build me a lamp", r'Ada says, "I am not allowed', "Ada's refusal"
-            )
-            shown = json.dumps([r.messages for r in model.requests[before:]])
-            assert "blocked_by_tool_mode" in shown, "the model was not shown the gate"
-            out = await builder.command(
-                "@find forbidden", r"No matches found|Match", "the search for the lamp"
-            )
-            assert "No matches found" in out, out
-
-        await checks.check(
-            "a player without builder rights cannot run DANGEROUS tools", player_is_gated
-        )
-
-        async def raising_tool() -> None:
-            assert player is not None and builder is not None
-            await player.command(
-                "say Ada, press the red button",
-                r'Ada says, "Ouch, that button is broken',
-                "Ada after the fault",
-            )
-            await builder.command("@tel Cellar", r"Cellar", "the cellar")
-            await builder.command(
-                "say Bob, is the cellar dry?", r'Bob says, "Bob of the cellar', "Bob's answer"
-            )
-            await builder.command("@tel #2", r"Limbo", "back to Limbo")
-            assert all(alive(pid) for pid in game.pids().values()), "a process died"
-
-        await checks.check(
-            "a tool raising inside the server stops neither it nor Bob", raising_tool
-        )
-
-        history_before = 0
-
-        async def history() -> None:
-            nonlocal history_before
-            assert builder is not None
-            out = await builder.command(
-                "aiassistant/history Ada = 100",
-                r"History of Ada \(last \d+ of \d+\)",
-                "the history",
-            )
-            history_before = int(re.search(r"of (\d+)\)", out).group(1))  # type: ignore[union-attr]
-            assert history_before >= 4, out
-
-        await checks.check("aiassistant/history shows the conversation", history)
-
-        async def reload() -> None:
-            assert builder is not None and player is not None
-            old = game.pids().get("server")
-            await game.control("reload", timeout=120.0)
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline:
-                new = game.pids().get("server")
-                if new and new != old and alive(new):
-                    break
-                await task.deferLater(reactor, 0.5, lambda: None)
-            else:
-                raise AssertionError("the server did not come back after reload")
-            # Sessions survive a reload (the Portal keeps them); wait for the service.
-            for _ in range(60):
-                out = await builder.command(
-                    "aiassistant/status Ada", r"Assistant Ada[^\n]*", "status after reload"
-                )
-                if "service not running" not in out:
-                    break
-                await task.deferLater(reactor, 0.5, lambda: None)
-            out = await builder.command(
-                "aiassistant/history Ada = 100",
-                r"History of Ada \(last \d+ of \d+\)",
-                "the history after reload",
-            )
-            after = int(re.search(r"of (\d+)\)", out).group(1))  # type: ignore[union-attr]
-            assert after >= history_before > 0, (history_before, after)
-            await player.command(
-                "say hello again, Ada",
-                r'Ada says, "Welcome, traveller!',
-                "Ada's answer after reload",
-            )
-
-        await checks.check("evennia reload keeps the history and the NPC still answers", reload)
-
-        async def stop() -> None:
-            nonlocal started
-            pids = game.pids()
-            assert player is not None
-            await game.control("stop", timeout=120.0)
-            deadline = time.monotonic() + 30
-            while any(alive(p) for p in pids.values()) and time.monotonic() < deadline:
-                await task.deferLater(reactor, 0.25, lambda: None)
-            assert not any(alive(p) for p in pids.values()), f"still running: {pids}"
-            started = False
-            await player.screen.closed.addTimeout(WAIT, reactor)
-            log = game.log_tail(400)
-            assert "AssistantService did not start" not in log, log[-2000:]
-            assert "Unhandled error" not in log, log[-2000:]
-
-        await checks.check("evennia stop shuts down cleanly", stop)
-    finally:
-        for client in (builder, player):
+    async def tear_down(self) -> None:
+        for client in (self.builder, self.player):
             if client is not None:
                 client.close()
-        if started:
+        if self.started:
             try:
-                await game.control("stop", timeout=60.0)
+                await self.game.control("stop", timeout=60.0)
             except Exception as exc:
                 say(f"evennia stop failed ({exc}); killing")
-                game.kill()
-        if checks.failed:
-            say("server.log tail:\n" + game.log_tail())
-        await model.stop()
+                self.game.kill()
+        if self.checks.failed:
+            say("server.log tail:\n" + self.game.log_tail(80))
+        await self.model.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the scenario on the real reactor, print the summary."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
+    parser.add_argument("--template-db", type=Path, default=None,
+                        help="a freshly migrated evennia.db3 to copy instead of migrating")
     args = parser.parse_args(argv)
     checks = Checks()
-    outcome: dict[str, int] = {}
 
     async def run(reactor: Any) -> None:
-        body = defer.ensureDeferred(scenario(reactor, args.workdir, checks))
+        scenario = Scenario(reactor, args.workdir, args.template_db)
+        scenario.checks = checks
+        body = defer.ensureDeferred(scenario.run())
         body.addTimeout(TOTAL, reactor)
         try:
             await body
@@ -645,14 +594,11 @@ def main(argv: list[str] | None = None) -> int:
             checks.failed.append(("the whole run", f"{type(exc).__name__}: {exc}"))
             say(f"FAIL the whole run: {exc}")
 
-    def react_main(reactor: Any) -> defer.Deferred[None]:
-        return defer.ensureDeferred(run(reactor))
-
     started = time.monotonic()
     try:
-        task.react(react_main)
-    except SystemExit as stop:
-        outcome["code"] = int(stop.code or 0)
+        task.react(lambda reactor: defer.ensureDeferred(run(reactor)))
+    except SystemExit:
+        pass
     say(f"finished in {time.monotonic() - started:.0f}s")
     print(f"e2e: {len(checks.passed)} passed, {len(checks.failed)} failed", flush=True)
     return 1 if checks.failed or not checks.passed else 0
