@@ -9,8 +9,8 @@ from evennia.prototypes import prototypes as protlib
 from evennia.utils import create
 from zope.interface.verify import verifyObject
 
-from ai_tools.contrib.evennia.hearing import LISTENERS
 from ai_tools.contrib.evennia.delivery import PortalUnreachable
+from ai_tools.contrib.evennia.hearing import LISTENERS
 from ai_tools.contrib.evennia.tests.base import ContribTestBase, portal_link, result_of
 from ai_tools.contrib.evennia.world import jsonable
 from ai_tools.errors import NotFound, PermissionDenied
