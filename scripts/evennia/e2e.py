@@ -17,10 +17,12 @@
    without builder rights asking for a DANGEROUS tool is gated; a command Ada's
    character may not run reaches the model as ``permission_denied``; a tool
    that raises inside the server leaves the server and Bob working;
-5. restarts the game four times and times each: ``evennia reload`` while idle
+5. restarts the game five times and times each: ``evennia reload`` while idle
    (Ada's history kept), ``evennia reload`` while Ada's model call is in flight
-   (the scripted model answers that question after a few seconds), ``evennia
-   stop`` + ``start`` while idle and again with a call in flight.  With a call
+   (the scripted model takes its time over a question the first time it is
+   asked), ``reload`` typed in the game by the builder with a call in flight
+   (the Portal then starts the new Server itself), ``evennia stop`` + ``start``
+   while idle and again with a call in flight.  With a call
    in flight the game must be back within the idle time of the same run plus
    10 s, the telnet sessions kept across a reload must get output again, new
    connections after a start must get the connection screen, the cut-off
@@ -98,6 +100,8 @@ SCRIPT: dict[str, Any] = {
         {"match": r"cellar", "turns": [_say("Bob of the cellar at your service.")]},
         {"match": r"lantern", "once": True, "turns": [_say("Let me see...", SLOW)]},
         {"match": r"lantern", "turns": [_say("The lantern is lit; mind the step.")]},
+        {"match": r"kettle", "once": True, "turns": [_say("Let me see...", SLOW)]},
+        {"match": r"kettle", "turns": [_say("The kettle is on the fire.")]},
         {"match": r"candle", "once": True, "turns": [_say("Let me see...", SLOW)]},
         # Asked again after a stop + start: a moment later, once the players are back.
         {"match": r"candle", "turns": [_say("The candle burns for you now.", 10.0)]},
@@ -259,17 +263,23 @@ class Scenario:
         pids = self.game.pids()
         assert set(pids) == {"server", "portal"}, f"pid files: {pids}"
 
-    async def reload(self, limit: float) -> float:
+    async def reload(self, limit: float, in_game: bool = False) -> float:
         """``evennia reload``; seconds until the kept telnet sessions are answered again.
 
         The launcher is run once (a second ``reload`` would bring back a game
-        the first one left down, hiding exactly what is tested here).
+        the first one left down, hiding exactly what is tested here).  With
+        ``in_game`` the builder types ``reload`` instead: then the Portal itself
+        starts the new Server the moment the old one's link closes.
         """
         builder, player = self.clients()
         old = self.game.pids().get("server")
         started = time.monotonic()
         deadline = started + limit
-        launcher = defer.ensureDeferred(self.game.run("reload", timeout=limit + 30))
+        if in_game:
+            builder.send("reload")
+            launcher: defer.Deferred[str] = defer.succeed("")
+        else:
+            launcher = defer.ensureDeferred(self.game.run("reload", timeout=limit + 30))
         while old is not None and alive(old):
             if time.monotonic() > deadline:
                 raise AssertionError(f"the old Server ({old}) still runs after {limit:.0f}s")
@@ -471,6 +481,13 @@ class Scenario:
         request, offset, mark = self.pending
         await self.answered_after(request, "lantern", "The lantern is lit", offset, mark)
 
+    async def reload_in_game(self) -> None:
+        """``reload`` typed by the builder with a call in flight: back in time, answered."""
+        request, offset, mark = await self.cut_off("kettle", "is the kettle on?")
+        elapsed = await self.reload(limit=self.idle_reload + MARGIN, in_game=True)
+        say(f"in-game reload with a call in flight: back after {elapsed:.1f}s")
+        await self.answered_after(request, "kettle", "The kettle is on", offset, mark)
+
     async def restart_idle(self) -> None:
         """``evennia stop`` + ``start`` while idle: new connections get the connection screen."""
         self.idle_restart = await self.restart(limit=150.0)
@@ -550,6 +567,8 @@ class Scenario:
                        self.reload_in_flight):
             await check("the question the reload cut off is answered after it, no traceback",
                         self.answered_after_reload)
+        await check("reload typed in the game with a model call in flight: back, answered",
+                    self.reload_in_game)
         if not await check("evennia stop + start: new connections get the connection screen",
                            self.restart_idle):
             return
