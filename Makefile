@@ -59,19 +59,20 @@ bench: $(STAMP)
 	$(PY) -m benchmarks $(BENCH)
 
 ## The main job: the service with Pip the innkeeper, a player talking to her, each loop
-## step printed; the scripted stand-in model unless LLM_URL and LLM_MODEL are set.
+## step printed; the scripted stand-in model unless AI_TOOLS_LLM_URL and AI_TOOLS_LLM_MODEL
+## are set (the settings of docs/standalone.md, as for `make run` and twistd).
 demo: $(STAMP)
 	$(PY) -m ai_tools.standalone.demo
 
 ## The same service under twistd in the foreground until Ctrl-C (HTTP API on 127.0.0.1:8080).
+## twistd reads its settings from AI_TOOLS_... variables (AI_TOOLS_CONFIG, AI_TOOLS_LLM_URL,
+## AI_TOOLS_HTTP...: docs/standalone.md), from the environment or the make command line.
 ## twistd ends by the signal that stopped it, as Twisted intends (status 130 for Ctrl-C, 143
 ## for SIGTERM): after its clean stop that is no make error.  The trap keeps the shell alive
 ## through Ctrl-C (twistd still gets the default handler) to read the status.
-CONFIG ?= examples/assistant.toml
 run: $(STAMP)
-	trap 'true' INT; $(VENV)/bin/twistd -n --pidfile= ai-assistant --config $(CONFIG) \
-		$(if $(LLM_URL),--llm-url "$(LLM_URL)") $(if $(LLM_MODEL),--model "$(LLM_MODEL)") \
-		$(if $(LLM_API_KEY),--api-key-env LLM_API_KEY); \
+	trap 'true' INT; AI_TOOLS_CONFIG="$${AI_TOOLS_CONFIG:-examples/assistant.toml}" \
+		$(VENV)/bin/twistd -n --pidfile= ai-assistant; \
 	status=$$?; [ $$status -eq 130 ] || [ $$status -eq 143 ] || exit $$status
 
 clean:

@@ -144,6 +144,8 @@ class StandaloneService(MultiService):
     @defer.inlineCallbacks
     def _start(self) -> Any:
         config = self.config
+        for warning in config.warnings:
+            log.warn("Configuration: {warning}", warning=warning)
         if self.gc_tuning is None:  # a bad value stops the start like a bad config
             self.gc_tuning = tuning_from_environ(
                 os.environ if self._environ is None else self._environ)

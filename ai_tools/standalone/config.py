@@ -5,8 +5,7 @@ tables (every one optional; ``examples/assistant.toml`` shows them all)::
 
     [service]      tick_interval, stop_grace, max_concurrent, log_level
     [store]        backend ("sqlite", "memory" or "postgres"), path, synchronous,
-                   quick_check, dsn (postgres; the password from
-                   AI_TOOLS_DB_PASSWORD[_FILE])
+                   quick_check, dsn and password_file (postgres)
     [world]        file (the seed world file), log_size
     [models.NAME]  a model profile (ModelProfile fields), or scenario = "file"
                    for the scripted stand-in model of ai_tools.llm.scripted
@@ -17,8 +16,12 @@ tables (every one optional; ``examples/assistant.toml`` shows them all)::
                    allowed_hosts, and the limits of ``ai_tools.web.limits.HttpLimits``
     [manhole]      enabled, listen, authorized_keys, password_file, host_key
 
+The deployment settings of :mod:`ai_tools.settings` (model server, database,
+listeners, log level...) can also be given as ``twistd`` flags and
+``AI_TOOLS_…`` variables, which win over the file (:mod:`.overrides`).
 Relative paths in the file are relative to the file's directory; paths given
-on the command line are relative to the working directory.  Every mistake —
+on the command line or in a variable are relative to the working directory.
+Every mistake —
 unknown key, wrong type, missing file, an assistant naming an unknown tool or
 model profile, a listener off localhost without a token — raises
 :class:`~ai_tools.errors.ConfigError` with one line naming the file and the
@@ -42,6 +45,8 @@ import attrs
 from ai_tools.errors import ConfigError
 from ai_tools.llm.profile import ModelProfile
 from ai_tools.service.assistant import AssistantConfig
+from ai_tools.settings import environment_warnings, near_name, setting
+from ai_tools.standalone.overrides import Overlay, Overrides, apply_overrides
 from ai_tools.tools.registry import ToolRegistry
 from ai_tools.web.limits import HttpLimits
 from ai_tools.web.origin import parse_allowed_hosts
@@ -71,6 +76,8 @@ DEFAULT_DB = "var/assistants.sqlite"
 _OFF = frozenset({"off", "none", "no", "false", "disabled"})
 _SERVER_ENDPOINTS = frozenset({"tcp", "tcp6", "ssl", "unix"})
 _SCRIPTED_ONLY = frozenset({"scenario", "port"})
+Origins = Mapping[tuple[str, str], str]
+"""``(table, key)`` → the flag or variable that gave the value (see :mod:`.overrides`)."""
 _PROFILE_TYPES: dict[str, type | tuple[type, ...]] = {
     "base_url": str, "model": str, "api_key_env": str, "context_window": int,
     "extra_body": dict, "stream": bool, "timeouts": dict, "max_concurrency": int,
@@ -190,25 +197,8 @@ class Config:
     assistants: tuple[AssistantConfig, ...] = ()
     http: HttpConfig = HttpConfig()
     manhole: ManholeConfig = ManholeConfig()
-
-
-@attrs.frozen
-class Overrides:
-    """Command-line values that win over the file (None: keep the file's).
-
-    ``db`` is a SQLite path or ``memory``; ``http``/``manhole`` a port, a
-    ``host:port``, an endpoint string or ``off``; ``llm_url``/``model``/
-    ``api_key_env`` apply to every model profile (``llm_url`` turns the
-    scripted model into a real one, so it needs ``model`` then).
-    """
-
-    db: str | None = None
-    http: str | None = None
-    manhole: str | None = None
-    llm_url: str | None = None
-    model: str | None = None
-    api_key_env: str | None = None
-    log_level: str | None = None
+    warnings: tuple[str, ...] = ()
+    """Things worth saying at start-up (an ``AI_TOOLS_…`` variable that is no setting)."""
 
 
 # -- endpoints ----------------------------------------------------------------------
@@ -299,9 +289,14 @@ def endpoint_is_local(description: str) -> bool:
 
 
 class _Table:
-    """One TOML table being read: typed getters, and unknown keys reported at the end."""
+    """One TOML table being read: typed getters, and unknown keys reported at the end.
 
-    def __init__(self, data: Any, where: str, base: Path, *, required: bool = False) -> None:
+    ``origins`` maps ``(table, key)`` to the flag or variable a value came
+    from, so messages about it name that instead of the file's key.
+    """
+
+    def __init__(self, data: Any, where: str, base: Path, *, required: bool = False,
+                 origins: Mapping[tuple[str, str], str] | None = None) -> None:
         if data is None and not required:
             data = {}
         if not isinstance(data, Mapping):
@@ -309,9 +304,14 @@ class _Table:
         self.data = data
         self.where = where
         self.base = base
+        self.origins = origins or {}
         self._seen: set[str] = set()
 
     def key(self, name: str) -> str:
+        """How a message names key ``name``: its flag or variable, else its file key."""
+        origin = self.origins.get((self.where, name))
+        if origin is not None:
+            return origin
         return f"{self.where}.{name}" if self.where else name
 
     def get(self, name: str, default: Any = None) -> Any:
@@ -347,13 +347,16 @@ class _Table:
             raise ConfigError(f"{self.key(name)} must be a positive integer, not {value!r}")
         return int(value)
 
-    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
+    def choice(self, name: str, choices: tuple[str, ...], default: str,
+               aliases: Mapping[str, str] | None = None) -> str:
         value = self.typed(name, str, default)
-        if value.lower() not in choices:
+        chosen = value.strip().lower()
+        chosen = (aliases or {}).get(chosen, chosen)
+        if chosen not in choices:
             raise ConfigError(
                 f"{self.key(name)} must be one of {', '.join(choices)}, not {value!r}"
             )
-        return str(value.lower())
+        return chosen
 
     def path(self, name: str, *, must_exist: bool = False) -> Path | None:
         value = self.typed(name, str, None)
@@ -382,9 +385,16 @@ def _unknown(where: str, unknown: list[str], known: list[str]) -> str:
         label += "s"
     hints = []
     for name in unknown:
-        close = difflib.get_close_matches(name, known, n=1)
-        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        close = near_name(name, known)
+        hints.append(f"{name!r}" + (f" (did you mean {close!r}?)" if close else ""))
     return f"{label} {', '.join(hints)}; known: {', '.join(known)}"
+
+
+def _check_keys(data: Mapping[str, Any], where: str, known: Any) -> None:
+    """Unknown keys first: a typo'd key is the mistake to report, not what it left missing."""
+    unknown = sorted(str(k) for k in set(data) - set(known))
+    if unknown:
+        raise ConfigError(_unknown(where, unknown, sorted(known)))
 
 
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -418,29 +428,25 @@ def resolve_path(value: str | os.PathLike[str], base: Path) -> Path:
 # -- sections -----------------------------------------------------------------------
 
 
-def _service(table: _Table, overrides: Overrides) -> ServiceSettings:
+def _service(table: _Table) -> ServiceSettings:
     settings = ServiceSettings(
         tick_interval=table.positive("tick_interval", 1.0),
         stop_grace=table.positive("stop_grace", 10.0),
         max_concurrent=table.positive_int("max_concurrent", 100),
-        log_level=table.choice("log_level", LOG_LEVELS, "info"),
+        log_level=table.choice("log_level", LOG_LEVELS, "info", aliases={"warning": "warn"}),
     )
     table.finish()
-    if overrides.log_level is not None:
-        level = overrides.log_level.strip().lower()
-        if level == "warning":
-            level = "warn"
-        if level not in LOG_LEVELS:
-            raise ConfigError(
-                f"--log-level must be one of {', '.join(LOG_LEVELS)}, not {overrides.log_level!r}"
-            )
-        settings = attrs.evolve(settings, log_level=level)
     return settings
 
 
-def _postgres(table: _Table, dsn: str | None) -> StoreConfig:
-    """``backend = "postgres"``: the DSN checked, the password from the environment."""
-    from ai_tools.store.postgres import check_dsn, database_password
+def _postgres(table: _Table, dsn: str | None, overlay: Overlay) -> StoreConfig:
+    """``backend = "postgres"``: the DSN checked, the password from outside the file."""
+    from ai_tools.store.postgres import (
+        PASSWORD_ENV,
+        PASSWORD_FILE_ENV,
+        check_dsn,
+        database_password,
+    )
 
     if dsn is None:
         raise ConfigError(f"{table.key('dsn')} is required with backend = \"postgres\" "
@@ -449,30 +455,34 @@ def _postgres(table: _Table, dsn: str | None) -> StoreConfig:
         check_dsn(dsn)
     except ConfigError as exc:
         raise ConfigError(f"{table.key('dsn')}: {exc}") from None
-    return StoreConfig(backend="postgres", dsn=dsn, password=database_password(os.environ))
+    password_file = table.path("password_file")
+    sources = {PASSWORD_ENV: overlay.db_password or "",
+               PASSWORD_FILE_ENV: "" if password_file is None else os.fspath(password_file)}
+    try:
+        password = database_password({k: v for k, v in sources.items() if v})
+    except ConfigError as exc:
+        message = str(exc)
+        if message.startswith(PASSWORD_FILE_ENV):
+            message = table.key("password_file") + message[len(PASSWORD_FILE_ENV):]
+        raise ConfigError(message) from None
+    return StoreConfig(backend="postgres", dsn=dsn, password=password)
 
 
-def _store(table: _Table, overrides: Overrides) -> StoreConfig:
+def _store(table: _Table, overlay: Overlay) -> StoreConfig:
     backend = table.choice("backend", ("sqlite", "memory", "postgres"), "sqlite")
     path = table.path("path")
     synchronous = table.choice("synchronous", ("off", "normal", "full", "extra"), "full").upper()
     dsn = table.typed("dsn", str, None)
     quick_check = table.typed("quick_check", bool, True)
+    table.get("password_file")
     table.finish()
-    if backend == "postgres" and overrides.db is None:
+    if backend == "postgres":
         if path is not None:
             raise ConfigError(f"{table.key('path')} is only for backend = \"sqlite\"")
-        return _postgres(table, dsn)
-    if dsn is not None and backend != "postgres":  # (--db replaces a postgres store)
-        raise ConfigError(f"{table.key('dsn')} is only for backend = \"postgres\"")
-    if overrides.db is not None:
-        db = overrides.db.strip()
-        if not db:
-            raise ConfigError("--db must be a file path or 'memory'")
-        if db.lower() in ("memory", ":memory:"):
-            backend, path = "memory", None
-        else:
-            backend, path = "sqlite", resolve_path(db, Path.cwd())
+        return _postgres(table, dsn, overlay)
+    for key in ("dsn", "password_file"):
+        if key in table:
+            raise ConfigError(f"{table.key(key)} is only for backend = \"postgres\"")
     if backend == "sqlite":
         if path is None:
             path = table.base / DEFAULT_DB
@@ -509,35 +519,37 @@ def _check_profile_types(table: Mapping[str, Any], where: str) -> None:
             raise ConfigError(f"{where}.{key} must be {wanted}, not {value!r}")
 
 
-def _profile(values: Mapping[str, Any], where: str) -> ModelProfile:
+def _profile(values: Mapping[str, Any], where: str, origins: Origins | None = None
+             ) -> ModelProfile:
+    """The checked profile; a bad value given outside the file is named by its origin."""
     _check_profile_types(values, where)
     try:
         return ModelProfile.from_mapping(values, where=where)
     except ConfigError as exc:
         message = str(exc)
-        known = sorted(f.name for f in attrs.fields(ModelProfile))
-        match = re.match(rf"{re.escape(where)}: unknown key\(s\) (.+)$", message)
-        if match:
-            unknown = [k.strip() for k in match.group(1).split(",")]
-            message = _unknown(where, unknown, sorted({*known, *_SCRIPTED_ONLY}))
+        for (table, key), origin in (origins or {}).items():
+            if table == where and f"'{key}'" in message:
+                message += f" (given by {origin})"
         raise ConfigError(message) from None
 
 
-def _model(name: str, data: Any, base: Path, overrides: Overrides) -> ModelSpec:
+def _model(name: str, data: Any, base: Path, origins: Origins) -> ModelSpec:
     where = f"models.{_label(name)}"
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where} must be a table, not {_type_name(data)}")
+    known = {f.name for f in attrs.fields(ModelProfile)} | _SCRIPTED_ONLY
+    _check_keys(data, where, known)
     values = dict(data)
     values.setdefault("name", name)
     scenario = values.pop("scenario", None)
     port = values.pop("port", None)
-    if scenario is not None and overrides.llm_url is None:
+    if scenario is not None:
         if "base_url" in values:
             raise ConfigError(f"{where}: give either 'scenario' (scripted model) or 'base_url'")
         return _scripted_model(name, where, values, scenario, port, base)
     if port is not None:
         raise ConfigError(f"{where}.port is only for the scripted model (with 'scenario')")
-    return _served_model(name, where, values, overrides, scripted=scenario is not None)
+    return _served_model(name, where, values, origins)
 
 
 def _scripted_model(name: str, where: str, values: dict[str, Any], scenario_value: Any,
@@ -566,36 +578,29 @@ def _scripted_model(name: str, where: str, values: dict[str, Any], scenario_valu
                      options=options)
 
 
-def _served_model(name: str, where: str, values: dict[str, Any], overrides: Overrides, *,
-                  scripted: bool) -> ModelSpec:
-    """``[models.NAME]`` of a model server (``scripted``: a scenario the overrides replace)."""
-    if overrides.llm_url is not None:
-        values["base_url"] = overrides.llm_url
-        if scripted and overrides.model is None:
-            values.pop("model", None)
-    if overrides.model is not None:
-        values["model"] = overrides.model
-    if overrides.api_key_env is not None:
-        values["api_key_env"] = overrides.api_key_env
+def _served_model(name: str, where: str, values: dict[str, Any], origins: Origins
+                  ) -> ModelSpec:
+    """``[models.NAME]`` of a model server; the key comes from AI_TOOLS_LLM_API_KEY unless
+    the profile names another variable."""
     if "base_url" not in values:
         raise ConfigError(f"{where}: 'base_url' is required (or 'scenario' for the scripted "
                           f"model)")
     if not values.get("model"):
-        hint = " (pass --model with --llm-url)" if overrides.llm_url is not None else ""
+        url_from = origins.get((where, "base_url"))
+        model = setting("llm_model")
+        hint = (f" (with {url_from}, set --{model.option} or {model.env} too)"
+                if url_from else "")
         raise ConfigError(f"{where}: 'model' is required{hint}")
-    return ModelSpec(name=name, profile=_profile(values, where))
+    values.setdefault("api_key_env", setting("llm_api_key").env)
+    return ModelSpec(name=name, profile=_profile(values, where, origins))
 
 
-def _models(data: Any, base: Path, overrides: Overrides) -> dict[str, ModelSpec]:
+def _models(data: Any, base: Path, origins: Origins) -> dict[str, ModelSpec]:
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
         raise ConfigError(f"models must be a table of model profiles, not {_type_name(data)}")
-    models = {str(name): _model(str(name), table, base, overrides)
-              for name, table in data.items()}
-    if not models and overrides.llm_url is not None:
-        models["default"] = _model("default", {}, base, overrides)
-    return models
+    return {str(name): _model(str(name), table, base, origins) for name, table in data.items()}
 
 
 def _tool_lists(config: Mapping[str, Any], where: str) -> Iterator[tuple[str, Any]]:
@@ -642,8 +647,9 @@ def _assistant_model(model: Any, where: str, models: Mapping[str, ModelSpec]) ->
         if "default" in models:
             return "default"
         if not models:
+            url, model = setting("llm_url"), setting("llm_model")
             raise ConfigError(f"{where}: no model profile is declared (add a [models.NAME] "
-                              f"table, or pass --llm-url and --model)")
+                              f"table, or set {url.env} and {model.env})")
         raise ConfigError(f"{where}.model is required: several model profiles are "
                           f"declared ({', '.join(sorted(models))})")
     if not isinstance(model, str):
@@ -691,7 +697,7 @@ def _listener_token(table: _Table) -> str | None:
     return token
 
 
-def _http(table: _Table, overrides: Overrides) -> HttpConfig:
+def _http(table: _Table) -> HttpConfig:
     enabled = table.typed("enabled", bool, True)
     endpoint = listen_endpoint(table.get("listen", DEFAULT_HTTP_PORT), table.key("listen"))
     token = _listener_token(table)
@@ -703,32 +709,25 @@ def _http(table: _Table, overrides: Overrides) -> HttpConfig:
                                      table.where)
     table.finish()
     key = table.key("listen")
-    if overrides.http is not None:
-        endpoint = listen_endpoint(overrides.http, "--http")
-        enabled = endpoint is not None
-        key = "--http"
     if endpoint is None:
         enabled = False
         endpoint = HttpConfig().endpoint
     if enabled and token is None and not endpoint_is_local(endpoint):
         raise ConfigError(f"{key}: the HTTP API listens beyond this machine ({endpoint}); "
-                          f"set http.token_env or http.token_file so clients need a token")
+                          f"set {setting('http_token').env}, {setting('http_token_file').env} "
+                          f"or http.token_env so clients need a token")
     return HttpConfig(enabled=enabled, endpoint=endpoint, token=token, max_body=max_body,
                       allowed_hosts=allowed_hosts, limits=limits)
 
 
-def _manhole(table: _Table, overrides: Overrides, store: StoreConfig) -> ManholeConfig:
+def _manhole(table: _Table, store: StoreConfig) -> ManholeConfig:
     enabled = table.typed("enabled", bool, False)
     endpoint = listen_endpoint(table.get("listen", DEFAULT_MANHOLE_PORT), table.key("listen"))
     authorized_keys = table.path("authorized_keys")
     password_file = table.path("password_file")
     host_key = table.path("host_key")
     table.finish()
-    why = table.where
-    if overrides.manhole is not None:
-        endpoint = listen_endpoint(overrides.manhole, "--manhole")
-        enabled = endpoint is not None
-        why = "--manhole"
+    why = table.key("listen") if (table.where, "listen") in table.origins else table.where
     if endpoint is None:
         enabled, endpoint = False, ManholeConfig().endpoint
     if not enabled:
@@ -776,33 +775,57 @@ def parse_config(
 
 def _parse(data: Mapping[str, Any], source: str, base: Path, overrides: Overrides,
            registry: ToolRegistry | None) -> Config:
-    root = _Table(data, "", base)
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"the configuration must be a table, not {_type_name(data)}")
+    _check_keys(data, "", _SECTIONS)
+    overlay = apply_overrides(data, overrides)
+    document, origins = overlay.data, overlay.origins
+
+    def table(name: str) -> _Table:
+        return _Table(document.get(name), name, base, origins=origins)
+
     if registry is None:
         from ai_tools.tools import register_default_tools
 
         registry = register_default_tools()
-    service = _service(_Table(root.get("service"), "service", base), overrides)
-    store = _store(_Table(root.get("store"), "store", base), overrides)
-    world = _world(_Table(root.get("world"), "world", base))
-    models = _models(root.get("models"), base, overrides)
-    raw_assistants = root.get("assistants", [])
-    if not isinstance(raw_assistants, list):
-        raise ConfigError("assistants must be an array of tables ([[assistants]]), not "
-                          f"{_type_name(raw_assistants)}")
-    assistants: list[AssistantConfig] = []
-    for index, entry in enumerate(raw_assistants):
-        config = _assistant(index, entry, models, registry)
-        if any(a.name == config.name for a in assistants):
-            raise ConfigError(f"assistants[{index}]: a second assistant named {config.name!r}")
-        assistants.append(config)
-    http = _http(_Table(root.get("http"), "http", base), overrides)
-    manhole = _manhole(_Table(root.get("manhole"), "manhole", base), overrides, store)
-    root.finish(_SECTIONS)
+    service = _service(table("service"))
+    store = _store(table("store"), overlay)
+    world = _world(table("world"))
+    models = _models(document.get("models"), base, origins)
+    assistants = _assistants(document.get("assistants", []), models, registry)
+    http = _http(table("http"))
+    manhole = _manhole(table("manhole"), store)
     if (http.enabled and manhole.enabled and http.endpoint == manhole.endpoint
             and _split_endpoint(http.endpoint)[1:2] != ["0"]):
         raise ConfigError("http.listen and manhole.listen name the same endpoint")
     return Config(source=source, service=service, store=store, world=world, models=models,
-                  assistants=tuple(assistants), http=http, manhole=manhole)
+                  assistants=assistants, http=http, manhole=manhole,
+                  warnings=_warnings(document, models, overrides))
+
+
+def _assistants(raw: Any, models: Mapping[str, ModelSpec], registry: ToolRegistry
+                ) -> tuple[AssistantConfig, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError("assistants must be an array of tables ([[assistants]]), not "
+                          f"{_type_name(raw)}")
+    assistants: list[AssistantConfig] = []
+    for index, entry in enumerate(raw):
+        config = _assistant(index, entry, models, registry)
+        if any(a.name == config.name for a in assistants):
+            raise ConfigError(f"assistants[{index}]: a second assistant named {config.name!r}")
+        assistants.append(config)
+    return tuple(assistants)
+
+
+def _warnings(document: Mapping[str, Any], models: Mapping[str, ModelSpec],
+              overrides: Overrides) -> tuple[str, ...]:
+    """Variables that look like settings but are none (the config's own names excepted)."""
+    named = {m.profile.api_key_env for m in models.values()
+             if m.profile is not None and m.profile.api_key_env}
+    http = document.get("http")
+    if isinstance(http, Mapping) and isinstance(http.get("token_env"), str):
+        named.add(http["token_env"])
+    return tuple(environment_warnings(overrides.environ, named))
 
 
 def load_config(

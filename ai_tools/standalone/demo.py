@@ -10,10 +10,12 @@ the service stops cleanly and the demo exits 0.
 
 With no model server configured, the answers come from the scripted stand-in
 model of :mod:`ai_tools.llm.scripted` playing ``examples/demo-scenario.toml`` (no
-network, no API key).  With ``LLM_URL`` and ``LLM_MODEL`` set (and
-``LLM_API_KEY`` if the server needs one), the same demo runs against that
-OpenAI-compatible server: Ollama, llama.cpp's server, vLLM, OpenAI,
-OpenRouter...
+network, no API key).  The demo reads the same ``AI_TOOLS_…`` variables as
+``twistd ai-assistant`` (:mod:`ai_tools.settings`): with ``AI_TOOLS_LLM_URL``
+and ``AI_TOOLS_LLM_MODEL`` set (and ``AI_TOOLS_LLM_API_KEY`` if the server
+needs a key), the same demo runs against that OpenAI-compatible server:
+Ollama, llama.cpp's server, vLLM, OpenAI, OpenRouter...  Only the database
+and the listeners are the demo's own (a fresh file, no HTTP API, no console).
 """
 
 from __future__ import annotations
@@ -182,24 +184,30 @@ def _result_lookup(service: Any, name: str) -> Callable[[str], Any]:
 # -- setting up --------------------------------------------------------------------
 
 
-def model_overrides(environ: Mapping[str, str]) -> tuple[dict[str, str], str]:
-    """Overrides for a real model from LLM_URL/LLM_MODEL/LLM_API_KEY, and what to announce.
+DEMO_FLAGS = ("db", "http", "manhole")
+"""The settings the demo sets itself (a fresh database, no listeners)."""
+IGNORED = ("config", "db", "db_dsn", "http", "manhole")
+"""Settings a variable cannot change for the demo."""
 
-    Raises ValueError when only one of LLM_URL and LLM_MODEL is set.
-    """
-    url = environ.get("LLM_URL", "").strip()
-    model = environ.get("LLM_MODEL", "").strip()
-    if not url and not model:
-        return {}, ("the scripted stand-in model (ai_tools.llm.scripted) playing "
-                    "examples/demo-scenario.toml: no model server, no network.\n"
-                    "       Set LLM_URL and LLM_MODEL to use a real OpenAI-compatible server.")
-    if not url or not model:
-        raise ValueError("set both LLM_URL and LLM_MODEL (e.g. LLM_URL=http://127.0.0.1:11434/v1 "
-                         "LLM_MODEL=qwen2.5:7b-instruct)")
-    overrides = {"llm_url": url, "model": model}
-    if environ.get("LLM_API_KEY", "").strip():
-        overrides["api_key_env"] = "LLM_API_KEY"
-    return overrides, f"{model} at {url} (from LLM_URL / LLM_MODEL)"
+
+def model_line(config: Any) -> str:
+    """Which model plays Pip, as the demo announces it."""
+    from ai_tools.settings import setting
+
+    spec = next(iter(config.models.values()), None)
+    url, model = setting("llm_url").env, setting("llm_model").env
+    if spec is None or spec.profile is None:
+        return ("the scripted stand-in model (ai_tools.llm.scripted) playing "
+                "examples/demo-scenario.toml: no model server, no network.\n"
+                f"       Set {url} and {model} to use a real OpenAI-compatible server.")
+    return f"{spec.profile.model} at {spec.profile.base_url} (from {url} / {model})"
+
+
+def ignored_variables(environ: Mapping[str, str]) -> list[str]:
+    """Setting variables the demo does not follow (it keeps its own state and no listeners)."""
+    from ai_tools.settings import setting
+
+    return [setting(name).env for name in IGNORED if environ.get(setting(name).env)]
 
 
 def shown(path: Path) -> str:
@@ -271,19 +279,20 @@ def run_demo(
     from ai_tools.standalone.app import build_service, describe_failure
     from ai_tools.standalone.config import Overrides, load_config
 
-    try:
-        llm, announced = model_overrides(environ)
-    except ValueError as exc:
-        write(f"demo: {exc}")
-        return 2
     db = fresh_state(state_dir)
+    flags = dict(zip(DEMO_FLAGS, (str(db), "off", "off"), strict=True))
     try:
-        config = load_config(config_path, Overrides(db=str(db), http="off", manhole="off",
-                                                    **llm))
+        config = load_config(config_path, Overrides(flags=flags, environ=environ))
     except ConfigError as exc:
         write(f"demo: {exc}")
         return 2
-    _introduce(write, announced, db, state_dir)
+    for warning in config.warnings:
+        write(f"demo: warning: {warning}")
+    for variable in ignored_variables(environ):
+        write(f"demo: {variable} is not used by the demo (it starts from a fresh "
+              f"{shown(db)}, without listeners)")
+    real_model = any(not spec.scripted for spec in config.models.values())
+    _introduce(write, model_line(config), db, state_dir)
     yield seed_memory(db, reactor)
     write(f"Pip remembers one thing already: {SEED_MEMORY[0]!r}")
 
@@ -295,7 +304,7 @@ def run_demo(
         except Exception as exc:
             write(f"demo: the service did not start: {describe_failure(exc)}")
             return 1
-        status = yield _converse(app, write, reactor, timeout, real_model=bool(llm))
+        status = yield _converse(app, write, reactor, timeout, real_model=real_model)
         yield _print_summary(app, write)
     finally:
         yield app.stopService()
@@ -358,8 +367,9 @@ def _no_answer(done: bool, printer: StepPrinter, timeout: float, real_model: boo
     if not done:
         return f"  (no answer within {timeout:.0f} s)"
     if printer.failures:
-        return ("  The model did not answer; check LLM_URL, LLM_MODEL (and LLM_API_KEY)."
-                if real_model else "  The scripted model did not answer as scripted.")
+        return ("  The model did not answer; check AI_TOOLS_LLM_URL, AI_TOOLS_LLM_MODEL (and "
+                "AI_TOOLS_LLM_API_KEY)." if real_model
+                else "  The scripted model did not answer as scripted.")
     return ""
 
 

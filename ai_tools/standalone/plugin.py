@@ -1,10 +1,11 @@
 """Options and service factory behind ``twistd ai-assistant``.
 
 ``twistd -n ai-assistant --config assistant.toml [--db PATH] [--http LISTEN]
-[--manhole LISTEN] [--llm-url URL] [--model NAME] [--api-key-env VAR]
-[--log-level LEVEL]``: the options override the file (see
-:mod:`ai_tools.standalone.config`).  The configuration is read and checked while the
-command line is parsed, so a mistake stops twistd before anything starts:
+[--llm-url URL] [--llm-model NAME] ...``: one flag per setting of
+:mod:`ai_tools.settings`, each also an ``AI_TOOLS_…`` variable; a flag wins over
+the variable, the variable over the file.  The configuration is read and
+checked while the command line is parsed, so a mistake stops twistd before
+anything starts:
 one line on standard error (``twistd ai-assistant: error: assistant.toml:
 assistants.pip.model: unknown model profile 'gpt' (declared: local)``), no
 traceback, exit status 1.  (twistd answers a ``UsageError`` with its whole
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import sys
 from typing import Any, cast
 
@@ -37,12 +39,25 @@ from twisted.logger import (
 from twisted.python import usage
 
 from ai_tools.errors import ConfigError
-from ai_tools.standalone.config import LOG_LEVELS, Config, Overrides, load_config
+from ai_tools.settings import SETTINGS, near_name, setting
+from ai_tools.standalone.config import Config, Overrides, load_config
 
 __all__ = ["Options", "makeService"]
 
 EXIT_STARTUP_FAILED = 1
 PROGRAM = "twistd ai-assistant"
+
+
+_FLAGS = {entry.name: str(entry.option) for entry in SETTINGS if entry.flag}
+"""Setting name → its twistd option (``llm_url`` → ``llm-url``)."""
+
+
+def _option(name: str) -> list[Any]:
+    """twistd's option entry for a setting: its flag, and its variable in the help."""
+    entry = setting(name)
+    short = "c" if name == "config" else None
+    return [_FLAGS[name], short, None, f"{entry.help[0].upper()}{entry.help[1:]} "
+                                       f"(or ${entry.env})."]
 
 
 class Options(usage.Options):
@@ -52,44 +67,63 @@ class Options(usage.Options):
     longdesc = (
         "Host LLM-driven assistants in a sandbox world, with an HTTP API and an SSH "
         "console on 127.0.0.1.  The TOML config file declares model profiles, "
-        "assistants, the store, the world and the listeners; the options below "
-        "override it.  See docs/standalone.md."
+        "assistants, the store, the world and the listeners; each option below (or "
+        "its AI_TOOLS_ variable) overrides it.  See docs/standalone.md."
     )
-    optParameters = [
-        ["config", "c", None, "Path of the assistant.toml configuration file (required)."],
-        ["db", None, None, "SQLite file holding the state (or 'memory'); overrides [store]."],
-        ["http", None, None,
-         "Where the HTTP API listens: a port, host:port, a strports string, or 'off'."],
-        ["manhole", None, None,
-         "Where the SSH manhole listens (a port, host:port, strports, or 'off')."],
-        ["llm-url", None, None,
-         "Base URL of an OpenAI-compatible model server, for every model profile."],
-        ["model", None, None, "Model name to ask the server for, for every model profile."],
-        ["api-key-env", None, None,
-         "Name of the environment variable holding the model server's API key."],
-        ["log-level", None, None, f"Lowest level logged: {', '.join(LOG_LEVELS)}."],
-    ]
+    optParameters = [_option(name) for name in _FLAGS]
 
     def __init__(self) -> None:
         super().__init__()
         self.loaded: Config | None = None
+        self.environ: dict[str, str] = dict(os.environ)
 
     def overrides(self) -> Overrides:
-        """The command-line overrides."""
-        return Overrides(
-            db=self["db"], http=self["http"], manhole=self["manhole"],
-            llm_url=self["llm-url"], model=self["model"], api_key_env=self["api-key-env"],
-            log_level=self["log-level"],
-        )
+        """The command-line values and the environment, for the config."""
+        flags = {name: self[option] for name, option in _FLAGS.items()
+                 if name != "config" and self[option] is not None}
+        return Overrides(flags=flags, environ=self.environ)
+
+    def config_path(self) -> str:
+        """``--config``, else ``$AI_TOOLS_CONFIG``; exits when neither is given."""
+        path = self["config"] or self.environ.get(setting("config").env, "").strip()
+        if not path:
+            fail(f"--config is required (or {setting('config').env}), e.g. "
+                 f"--config examples/assistant.toml")
+        return str(path)
+
+    def parseOptions(self, options: Any = None) -> None:
+        """Parse; a mistyped option exits with one line naming the near one."""
+        try:
+            super().parseOptions(options)
+        except usage.UsageError as exc:
+            fail(_usage_hint(str(exc)))
 
     def postOptions(self) -> None:
         """Load and check the config: a mistake exits with one line on stderr."""
-        if not self["config"]:
-            fail("--config is required (e.g. --config examples/assistant.toml)")
         try:
-            self.loaded = load_config(self["config"], self.overrides())
+            config = load_config(self.config_path(), self.overrides())
         except ConfigError as exc:
             fail(str(exc))
+            return
+        self.loaded = config
+        for line in config.warnings:
+            _stderr(f"{PROGRAM}: warning: {line}")
+
+
+def _usage_hint(message: str) -> str:
+    """twistd's usage error, with the option meant when one was mistyped."""
+    unknown = re.match(r"option -*([\w-]+) not recognized", message)
+    if unknown:
+        close = near_name(unknown.group(1), _FLAGS.values())
+        if close:
+            return f"{message} (did you mean --{close}?)"
+    return message
+
+
+def _stderr(line: str) -> None:
+    stream = sys.__stderr__ or sys.stderr
+    stream.write(line + "\n")
+    stream.flush()
 
 
 def fail(message: str) -> None:
@@ -169,7 +203,7 @@ def makeService(options: Options) -> IService:
     config = options.loaded
     if config is None:  # postOptions was not run (a programmatic caller)
         try:
-            config = load_config(options["config"], options.overrides())
+            config = load_config(options.config_path(), options.overrides())
         except ConfigError as exc:
             fail(str(exc))
         assert config is not None

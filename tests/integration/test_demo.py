@@ -1,8 +1,9 @@
 """``python -m ai_tools.standalone.demo`` (``make demo``) as a user runs it: a real process, exit 0.
 
 Runs with the scripted stand-in model (no model server), against a model
-server named by LLM_URL/LLM_MODEL (the scripted server of ai_tools.testing,
-standing in for Ollama or vLLM), and against a server that is not there.
+server named by AI_TOOLS_LLM_URL/AI_TOOLS_LLM_MODEL (the scripted server of
+ai_tools.testing, standing in for Ollama or vLLM), and against a server that is
+not there.
 """
 
 from __future__ import annotations
@@ -91,16 +92,17 @@ async def test_demo_runs_again_from_a_fresh_state(tmp_path: Path) -> None:
 
 
 @pytest_twisted.ensureDeferred
-async def test_demo_against_a_model_server_named_by_llm_url(tmp_path: Path) -> None:
+async def test_demo_against_a_model_server_named_by_the_variables(tmp_path: Path) -> None:
     server = await start_test_server(Script.from_file(SCENARIO), reactor=reactor())
     url, model = server.url, server.model_name
     try:
-        out, err, code = await run_demo(tmp_path / "var", LLM_URL=url, LLM_MODEL=model,
-                                        LLM_API_KEY="sk-test")
+        out, err, code = await run_demo(tmp_path / "var", AI_TOOLS_LLM_URL=url,
+                                        AI_TOOLS_LLM_MODEL=model,
+                                        AI_TOOLS_LLM_API_KEY="sk-test")
     finally:
         await server.stop()
     assert code == 0, out + err
-    assert f"Model: {model} at {url} (from LLM_URL / LLM_MODEL)" in out
+    assert f"Model: {model} at {url} (from AI_TOOLS_LLM_URL / AI_TOOLS_LLM_MODEL)" in out
     assert_the_whole_story(out)
     assert len(server.requests) == 7  # five steps, then two
     assert server.requests[0].headers["authorization"] == "Bearer sk-test"
@@ -109,17 +111,32 @@ async def test_demo_against_a_model_server_named_by_llm_url(tmp_path: Path) -> N
 
 @pytest_twisted.ensureDeferred
 async def test_demo_with_an_unreachable_model_server(tmp_path: Path) -> None:
-    out, err, code = await run_demo(tmp_path / "var", LLM_URL="http://127.0.0.1:9/v1",
-                                    LLM_MODEL="nothing")
+    out, err, code = await run_demo(tmp_path / "var", AI_TOOLS_LLM_URL="http://127.0.0.1:9/v1",
+                                    AI_TOOLS_LLM_MODEL="nothing")
     assert code == 1, out + err
     assert "loop ended: llm_error (could not reach http://127.0.0.1:9/v1" in out
-    assert "check LLM_URL, LLM_MODEL" in out
+    assert "check AI_TOOLS_LLM_URL, AI_TOOLS_LLM_MODEL" in out
     assert "The service stopped." in out
     assert "Traceback" not in out + err
 
 
 @pytest_twisted.ensureDeferred
 async def test_demo_needs_both_llm_variables(tmp_path: Path) -> None:
-    out, err, code = await run_demo(tmp_path / "var", LLM_URL="http://127.0.0.1:9/v1")
+    out, err, code = await run_demo(tmp_path / "var", AI_TOOLS_LLM_URL="http://127.0.0.1:9/v1")
     assert code == 2
-    assert "set both LLM_URL and LLM_MODEL" in out + err
+    assert ("'model' is required (with AI_TOOLS_LLM_URL, set --llm-model or AI_TOOLS_LLM_MODEL "
+            "too)") in out + err
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_former_variable_names_are_named_not_silently_dropped(tmp_path: Path) -> None:
+    """LLM_URL (read by earlier versions) gets a warning naming its replacement; the demo
+    then runs with the scripted model it announces."""
+    out, err, code = await run_demo(tmp_path / "var", LLM_URL="http://127.0.0.1:9/v1",
+                                    LLM_MODEL="x", AI_TOOLS_DB="elsewhere.sqlite")
+    assert code == 0, out + err
+    assert ("demo: warning: LLM_URL is not read any more: set AI_TOOLS_LLM_URL instead"
+            in out)
+    assert "demo: warning: LLM_MODEL is not read any more" in out
+    assert "demo: AI_TOOLS_DB is not used by the demo" in out
+    assert "the scripted stand-in model" in out

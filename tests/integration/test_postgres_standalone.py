@@ -6,12 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 import pytest_twisted
 from twisted.internet import defer
 
 from ai_tools.standalone.app import StandaloneService, build_service
-from ai_tools.standalone.config import parse_config
+from ai_tools.standalone.config import Overrides, parse_config
 from ai_tools.world.shared import SharedWorld
 from tests.integration.conftest import PostgresDatabase
 
@@ -34,21 +33,20 @@ def worker(tmp_path: Path, db: PostgresDatabase) -> StandaloneService:
         "models": {"default": {"scenario": str(scenario)}},
         "assistants": [],
         "http": {"listen": "127.0.0.1:0"},
-    }, source="test.toml", base=tmp_path)
+    }, source="test.toml", base=tmp_path,
+        overrides=Overrides(environ={"AI_TOOLS_DB_PASSWORD": db.password}))
     return build_service(config, reactor=reactor())
 
 
 @pytest_twisted.ensureDeferred
 async def test_a_message_posted_to_one_worker_is_heard_on_the_other(
-    tmp_path: Path, postgres_db: PostgresDatabase, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, postgres_db: PostgresDatabase
 ) -> None:
     """Bob speaks through worker 1's API (answered once durable); worker 2's API shows
     what Pip heard; both run the shared world; stopping closes everything."""
     import treq
     from twisted.web.client import Agent, HTTPConnectionPool
 
-    monkeypatch.setenv("AI_TOOLS_DB_PASSWORD", postgres_db.password)
-    monkeypatch.delenv("AI_TOOLS_DB_PASSWORD_FILE", raising=False)
     one, two = worker(tmp_path, postgres_db), worker(tmp_path, postgres_db)
     pool = HTTPConnectionPool(reactor(), persistent=False)
     client = treq.client.HTTPClient(Agent(reactor(), pool=pool))  # type: ignore[arg-type]

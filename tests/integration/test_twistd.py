@@ -1,7 +1,7 @@
 """The real ``twistd -n ai-assistant`` process: HTTP API, SSE, SIGTERM, restart, bad configs.
 
 The model is the scripted server of :mod:`ai_tools.testing`, run in the test
-process on 127.0.0.1 and named with ``--llm-url``/``--model`` (or the
+process on 127.0.0.1 and named with ``--llm-url``/``--llm-model`` (or the
 config's ``scenario``), so nothing leaves the machine.  The process helpers
 are in :mod:`tests.integration.twistd_process`.
 """
@@ -82,7 +82,7 @@ async def test_serve_stop_and_restart_with_state_intact(tmp_path: Path, processe
     server = await start_test_server(SCRIPT, reactor=reactor())
     try:
         config = write_config(tmp_path)
-        overrides = ("--llm-url", server.url, "--model", server.model_name)
+        overrides = ("--llm-url", server.url, "--llm-model", server.model_name)
         proc, base = await start_and_wait(processes, tmp_path, config, *overrides)
         port = int(base.rsplit(":", 1)[1])
         assert (tmp_path / "twistd.pid").exists()
@@ -266,25 +266,37 @@ async def test_sigterm_with_ticks_in_flight_logs_no_critical_traceback(
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed here")
 @pytest_twisted.ensureDeferred
-async def test_make_run_takes_ctrl_c_as_a_clean_stop(tmp_path: Path) -> None:
-    """``make run`` in a terminal, Ctrl-C typed: twistd stops cleanly and ends by SIGINT,
-    and make reports no error ("make: *** [...] Interrupt" or "Error 130")."""
+async def test_make_run_reads_the_variables_and_takes_ctrl_c_as_a_clean_stop(
+        tmp_path: Path, http: Any) -> None:
+    """``make run`` in a terminal with only ``AI_TOOLS_…`` variables (on make's command line
+    and in its environment): twistd reaches the model server they name and Pip answers;
+    Ctrl-C typed: twistd stops cleanly and ends by SIGINT, and make reports no error
+    ("make: *** [...] Interrupt" or "Error 130")."""
+    server = await start_test_server(SCRIPT, reactor=reactor())
     write_scenario(tmp_path)
     config = write_config(tmp_path, models=SCENARIO_MODEL)
     venv = Path(sys.executable).parents[1]
     make = str(shutil.which("make"))
     # -o: the virtualenv counts as installed (the tests run in it), so make installs nothing.
     args = [make, "-s", "-C", str(ROOT), "-o", f"{venv}/.installed", "run", f"VENV={venv}",
-            f"CONFIG={config}"]
+            f"AI_TOOLS_CONFIG={config}"]
+    env = {**clean_environment(), "AI_TOOLS_LLM_URL": server.url,
+           "AI_TOOLS_LLM_MODEL": server.model_name, "AI_TOOLS_HTTP": "127.0.0.1:0"}
     proc = Twistd(tmp_path, args)
-    reactor().spawnProcess(proc, make, args, env=clean_environment(), path=str(tmp_path),
+    reactor().spawnProcess(proc, make, args, env=env, path=str(tmp_path),
                            usePTY=True)  # a terminal of its own: Ctrl-C reaches its group
     try:
+        match = await proc.wait_for(r"HTTP API listening on http://(127\.0\.0\.1:\d+)/")
         await proc.wait_for(r"ai_tools service ready")
+        assert f"Model profile default: {server.model_name} at {server.url}" in proc.stdout
+        await post_json(http, f"http://{match.group(1)}/messages", {
+            "character": "char:bob", "text": "Pip, what soup is it tonight?"})
+        await until(lambda: server.requests, "the model server to be asked")
         proc.transport.write(b"\x03")  # Ctrl-C: the terminal sends SIGINT to the group
         await proc.wait_ended()
     finally:
         proc.signal("KILL")
+        await server.stop()
     assert "ai_tools service stopped" in proc.stdout, proc.stdout
     assert "make: ***" not in proc.stdout, proc.stdout
     assert "Traceback" not in proc.stdout
@@ -336,7 +348,8 @@ async def test_bad_override_on_the_command_line(tmp_path: Path, processes: Any) 
     config = write_config(tmp_path, models=SCENARIO_MODEL)
     proc = processes(tmp_path, config, "--llm-url", "http://127.0.0.1:9/v1")
     await proc.wait_ended()
-    assert_one_line_failure(proc, "models.default: 'model' is required (pass --model")
+    assert_one_line_failure(proc, "models.default: 'model' is required (with --llm-url, set "
+                                  "--llm-model or AI_TOOLS_LLM_MODEL too)")
 
 
 @pytest_twisted.ensureDeferred

@@ -122,11 +122,16 @@ async def processes() -> AsyncIterator[Callable[..., Twistd]]:
     """Starts twistd processes; kills whatever is still running at the end."""
     started: list[Twistd] = []
 
-    def start(cwd: Path, config: Path | str, *extra: str) -> Twistd:
-        args = [str(TWISTD), "-n", "--pidfile", str(cwd / "twistd.pid"), "ai-assistant",
-                "--config", str(config), *extra]
+    def start(cwd: Path, config: Path | str | None, *extra: str,
+              env: dict[str, str] | None = None, daemon: bool = False) -> Twistd:
+        """twistd in ``cwd`` (``config``: None for none on the command line); ``env`` adds
+        variables; ``daemon``: without ``-n``, logging to ``twistd.log``."""
+        mode = ["--logfile", str(cwd / "twistd.log")] if daemon else ["-n"]
+        args = [str(TWISTD), *mode, "--pidfile", str(cwd / "twistd.pid"), "ai-assistant",
+                *(() if config is None else ("--config", str(config))), *extra]
         proc = Twistd(cwd, args)
-        reactor().spawnProcess(proc, str(TWISTD), args, env=clean_environment(),
+        reactor().spawnProcess(proc, str(TWISTD), args, env={**clean_environment(),
+                                                             **(env or {})},
                                path=str(cwd))
         started.append(proc)
         return proc
@@ -230,9 +235,9 @@ def sse_events(buffer: bytes) -> list[tuple[str, dict[str, Any]]]:
     return events
 
 
-async def start_and_wait(start: Callable[..., Twistd], tmp_path: Path, config: Path,
-                         *extra: str) -> tuple[Twistd, str]:
-    proc = start(tmp_path, config, *extra)
+async def start_and_wait(start: Callable[..., Twistd], tmp_path: Path, config: Path | None,
+                         *extra: str, env: dict[str, str] | None = None) -> tuple[Twistd, str]:
+    proc = start(tmp_path, config, *extra, env=env)
     match = await proc.wait_for(r"HTTP API listening on http://(127\.0\.0\.1:\d+)/")
     await proc.wait_for(r"ai_tools service ready")
     return proc, f"http://{match.group(1)}"

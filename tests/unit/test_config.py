@@ -351,7 +351,7 @@ def test_manhole_host_key_defaults_next_to_the_database(tmp_path: Path) -> None:
     keys.write_text("ssh-ed25519 AAAA test\n")
     data = with_change("manhole.authorized_keys", str(keys))
     data["store"] = {"path": str(tmp_path / "db" / "state.sqlite")}
-    config = parse_config(data, base=ROOT, overrides=Overrides(manhole="2300"))
+    config = parse_config(data, base=ROOT, overrides=Overrides(flags={"manhole": "2300"}))
     assert config.manhole.enabled
     assert config.manhole.endpoint == "tcp:2300:interface=127.0.0.1"
     assert config.manhole.host_key == tmp_path / "db" / "manhole_host_key"
@@ -420,34 +420,42 @@ def test_store_quick_check_is_on_unless_turned_off() -> None:
 
 def test_db_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    config = parse_config(base_config(), base=ROOT, overrides=Overrides(db="state/x.sqlite"))
+    message = error_of(base_config(), Overrides(flags={"db": "state/x.sqlite"}))
+    assert f"--db: the directory {tmp_path / 'state'} does not exist" in message
+    (tmp_path / "state").mkdir()
+    config = parse_config(base_config(), base=ROOT,
+                          overrides=Overrides(flags={"db": "state/x.sqlite"}))
     assert config.store.backend == "sqlite"
     assert config.store.path == tmp_path / "state" / "x.sqlite"  # relative to the cwd
     config = parse_config(with_change("store", {"path": "x.sqlite"}), base=ROOT,
-                          overrides=Overrides(db="memory"))
+                          overrides=Overrides(flags={"db": "memory"}))
     assert (config.store.backend, config.store.path) == ("memory", None)
     (tmp_path / "adir").mkdir()
-    assert "is a directory" in error_of(base_config(), Overrides(db=str(tmp_path / "adir")))
+    adir = Overrides(flags={"db": str(tmp_path / "adir")})
+    assert "is a directory" in error_of(base_config(), adir)
 
 
 def test_http_override() -> None:
-    config = parse_config(base_config(), base=ROOT, overrides=Overrides(http="9090"))
+    config = parse_config(base_config(), base=ROOT, overrides=Overrides(flags={"http": "9090"}))
     assert config.http.enabled and config.http.endpoint == "tcp:9090:interface=127.0.0.1"
-    config = parse_config(base_config(), base=ROOT, overrides=Overrides(http="off"))
+    config = parse_config(base_config(), base=ROOT, overrides=Overrides(flags={"http": "off"}))
     assert not config.http.enabled
-    message = error_of(base_config(), Overrides(http="0.0.0.0:9090"))
+    message = error_of(base_config(), Overrides(flags={"http": "0.0.0.0:9090"}))
     assert "--http: the HTTP API listens beyond this machine" in message
-    assert "--http: unknown endpoint type" in error_of(base_config(), Overrides(http="gopher:x:1"))
+    gopher = Overrides(flags={"http": "gopher:x:1"})
+    assert "--http: unknown endpoint type" in error_of(base_config(), gopher)
 
 
 def test_llm_overrides_replace_every_profile() -> None:
     data = base_config()
     data["models"]["demo"] = {"scenario": str(SCENARIO)}
     data["assistants"][0]["model"] = "demo"
-    message = error_of(data, Overrides(llm_url="http://127.0.0.1:8000"))
-    assert "models.demo: 'model' is required (pass --model with --llm-url)" in message
-    config = parse_config(data, base=ROOT, overrides=Overrides(
-        llm_url="http://127.0.0.1:8000", model="llama3", api_key_env="MY_KEY"))
+    message = error_of(data, Overrides(flags={"llm_url": "http://127.0.0.1:8000"}))
+    assert ("models.demo: 'model' is required (with --llm-url, set --llm-model or "
+            "AI_TOOLS_LLM_MODEL too)") in message
+    config = parse_config(data, base=ROOT, overrides=Overrides(flags={
+        "llm_url": "http://127.0.0.1:8000", "llm_model": "llama3",
+        "llm_api_key_env": "MY_KEY"}))
     for spec in config.models.values():
         assert not spec.scripted and spec.profile is not None
         assert spec.profile.base_url == "http://127.0.0.1:8000/v1"
@@ -457,16 +465,18 @@ def test_llm_overrides_replace_every_profile() -> None:
 def test_llm_url_alone_makes_a_default_profile() -> None:
     data = base_config()
     del data["models"]
-    config = parse_config(data, base=ROOT, overrides=Overrides(llm_url="http://127.0.0.1:1/v1",
-                                                                model="m"))
+    config = parse_config(data, base=ROOT, overrides=Overrides(flags={
+        "llm_url": "http://127.0.0.1:1/v1", "llm_model": "m"}))
     assert list(config.models) == ["default"]
     assert config.assistants[0].model == "default"
 
 
 def test_log_level_override() -> None:
-    config = parse_config(base_config(), base=ROOT, overrides=Overrides(log_level="WARNING"))
+    config = parse_config(base_config(), base=ROOT,
+                          overrides=Overrides(flags={"log_level": "WARNING"}))
     assert config.service.log_level == "warn"
-    assert "--log-level must be one of" in error_of(base_config(), Overrides(log_level="chatty"))
+    chatty = Overrides(flags={"log_level": "chatty"})
+    assert "--log-level must be one of" in error_of(base_config(), chatty)
 
 
 # -- whatever is in the file: a Config or one ConfigError line ------------------------------
@@ -512,13 +522,16 @@ def test_any_value_gives_a_config_or_one_line(changes: list[tuple[str, Any]]) ->
         assert message.startswith("fuzz.toml: ") and "\n" not in message, message
 
 
-def test_environment_is_not_read_for_models(monkeypatch: pytest.MonkeyPatch) -> None:
-    """LLM_URL is the demo's and make's business; the config file and options rule here."""
-    monkeypatch.setenv("LLM_URL", "http://127.0.0.1:9/v1")
+def test_environment_is_not_read_unless_handed_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A program loading a config reads no variable it did not hand over in Overrides
+    (twistd and make hand over the process environment)."""
+    monkeypatch.setenv("AI_TOOLS_LLM_URL", "http://127.0.0.1:9/v1")
     config = parse_config(base_config(), base=ROOT)
     profile = config.models["local"].profile
     assert profile is not None and profile.base_url == "http://127.0.0.1:11434/v1"
-    assert os.environ["LLM_URL"]  # untouched
+    config = parse_config(base_config(), base=ROOT, overrides=Overrides(environ=os.environ))
+    profile = config.models["local"].profile
+    assert profile is not None and profile.base_url == "http://127.0.0.1:9/v1"
 
 
 def test_names_with_line_breaks_keep_the_message_on_one_line() -> None:

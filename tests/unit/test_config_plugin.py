@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from twisted.application.service import IService, IServiceCollection
 from twisted.logger import ILogObserver, LogLevel
-from twisted.python import usage
 from twisted.scripts.twistd import ServerOptions
 
 from ai_tools.errors import ConfigError
@@ -35,11 +34,12 @@ def test_options_load_the_config_with_overrides(tmp_path: Path) -> None:
     assert config.service.log_level == "debug"
 
 
-def test_config_is_required() -> None:
+def test_config_is_required(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AI_TOOLS_CONFIG", raising=False)
     with pytest.raises(SystemExit) as info:
         parse()
     assert str(info.value.code) == ("twistd ai-assistant: error: --config is required "
-                                    "(e.g. --config examples/assistant.toml)")
+                                    "(or AI_TOOLS_CONFIG), e.g. --config examples/assistant.toml")
 
 
 def test_a_config_mistake_is_one_line_and_a_non_zero_exit(tmp_path: Path) -> None:
@@ -61,9 +61,17 @@ def test_a_bad_override_is_reported_like_the_file() -> None:
     assert "--log-level must be one of" in str(info.value.code)
 
 
-def test_unknown_option_stays_a_usage_error() -> None:
-    with pytest.raises(usage.UsageError):
-        parse("--config", str(EXAMPLE), "--colour", "blue")
+@pytest.mark.parametrize(("typed", "hint"), [
+    ("--colour", ""),
+    ("--model", " (did you mean --llm-model?)"),
+    ("--llm-modle", " (did you mean --llm-model?)"),
+    ("--log-levle", " (did you mean --log-level?)"),
+])
+def test_an_unknown_option_is_one_line_naming_the_near_one(typed: str, hint: str) -> None:
+    with pytest.raises(SystemExit) as info:
+        parse("--config", str(EXAMPLE), typed, "blue")
+    assert info.value.code == (f"twistd ai-assistant: error: option {typed} not "
+                               f"recognized{hint}")
 
 
 def test_make_service_builds_the_tree_without_starting_anything(tmp_path: Path) -> None:

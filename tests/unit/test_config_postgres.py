@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ai_tools.errors import ConfigError
 from ai_tools.standalone.config import Overrides, parse_config
 from tests.unit.test_config import ROOT, base_config, error_of, with_change
 
@@ -19,36 +20,77 @@ def postgres(**store: object) -> dict[str, object]:
     return data
 
 
-def test_postgres_store_with_the_password_from_the_environment(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def environment(**variables: str) -> Overrides:
+    """The settings of a process environment holding ``variables``."""
+    return Overrides(environ=variables)
+
+
+def test_postgres_store_with_the_password_from_the_environment() -> None:
     """The DSN comes from the file, the password from AI_TOOLS_DB_PASSWORD; repr hides it."""
-    monkeypatch.setenv("AI_TOOLS_DB_PASSWORD", "s3cret-pw")
-    monkeypatch.delenv("AI_TOOLS_DB_PASSWORD_FILE", raising=False)
-    config = parse_config(postgres(dsn=DSN), base=ROOT)
+    config = parse_config(postgres(dsn=DSN), base=ROOT,
+                          overrides=environment(AI_TOOLS_DB_PASSWORD="s3cret-pw"))
     assert (config.store.backend, config.store.dsn) == ("postgres", DSN)
     assert config.store.password == "s3cret-pw"
     assert "s3cret-pw" not in repr(config)
 
 
-def test_the_password_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_password_file(tmp_path: Path) -> None:
     """AI_TOOLS_DB_PASSWORD_FILE: a private file; a readable one is refused up front."""
     secret = tmp_path / "pw"
     secret.write_text("from-a-file\n")
     os.chmod(secret, 0o600)
-    monkeypatch.delenv("AI_TOOLS_DB_PASSWORD", raising=False)
-    monkeypatch.setenv("AI_TOOLS_DB_PASSWORD_FILE", str(secret))
-    assert parse_config(postgres(dsn=DSN), base=ROOT).store.password == "from-a-file"
+    given = environment(AI_TOOLS_DB_PASSWORD_FILE=str(secret))
+    assert parse_config(postgres(dsn=DSN), base=ROOT, overrides=given
+                        ).store.password == "from-a-file"
     os.chmod(secret, 0o644)
-    with pytest.raises(Exception, match="readable by others"):
-        parse_config(postgres(dsn=DSN), base=ROOT)
+    with pytest.raises(ConfigError, match=r"AI_TOOLS_DB_PASSWORD_FILE: .* is readable by others"):
+        parse_config(postgres(dsn=DSN), base=ROOT, overrides=given)
 
 
-def test_no_password_at_all_is_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_password_file_in_the_config_or_on_the_command_line(tmp_path: Path) -> None:
+    """``[store] password_file`` and ``--db-password-file`` name the same file; the flag wins
+    over the variable holding the password, the variable over the file's key."""
+    secret, other = tmp_path / "pw", tmp_path / "other"
+    secret.write_text("from-the-file\n")
+    other.write_text("from-the-flag\n")
+    os.chmod(secret, 0o600)
+    os.chmod(other, 0o600)
+    data = postgres(dsn=DSN, password_file=str(secret))
+    assert parse_config(data, base=ROOT).store.password == "from-the-file"
+    assert parse_config(data, base=ROOT, overrides=environment(AI_TOOLS_DB_PASSWORD="pw")
+                        ).store.password == "pw"
+    flag = Overrides(flags={"db_password_file": str(other)},
+                     environ={"AI_TOOLS_DB_PASSWORD": "pw"})
+    assert parse_config(data, base=ROOT, overrides=flag).store.password == "from-the-flag"
+    os.chmod(other, 0o644)
+    assert "--db-password-file: " in error_of(data, flag)
+    assert 'store.password_file is only for backend = "postgres"' in error_of(
+        with_change("store.password_file", str(secret)))
+
+
+def test_both_password_variables_are_one_too_many() -> None:
+    message = error_of(postgres(dsn=DSN), environment(AI_TOOLS_DB_PASSWORD="a",
+                                                      AI_TOOLS_DB_PASSWORD_FILE="/x"))
+    assert "give only one of AI_TOOLS_DB_PASSWORD and AI_TOOLS_DB_PASSWORD_FILE" in message
+
+
+def test_no_password_at_all_is_allowed() -> None:
     """libpq's own password file or a trust rule may do without one."""
-    monkeypatch.delenv("AI_TOOLS_DB_PASSWORD", raising=False)
-    monkeypatch.delenv("AI_TOOLS_DB_PASSWORD_FILE", raising=False)
     assert parse_config(postgres(dsn=DSN), base=ROOT).store.password is None
+
+
+def test_the_dsn_from_the_command_line_or_the_environment(tmp_path: Path) -> None:
+    """``--db-dsn``/``AI_TOOLS_DB_DSN`` choose PostgreSQL over the file's SQLite store;
+    ``--db`` and the DSN given in the same layer are one too many."""
+    data = with_change("store", {"path": str(tmp_path / "x.sqlite")})
+    config = parse_config(data, base=ROOT, overrides=environment(AI_TOOLS_DB_DSN=DSN))
+    assert (config.store.backend, config.store.dsn, config.store.path) == ("postgres", DSN, None)
+    both = Overrides(flags={"db": "memory", "db_dsn": DSN})
+    assert "give only one of --db and --db-dsn" in error_of(data, both)
+    flag_wins = Overrides(flags={"db": "memory"}, environ={"AI_TOOLS_DB_DSN": DSN})
+    assert parse_config(data, base=ROOT, overrides=flag_wins).store.backend == "memory"
+    bad = error_of(data, environment(AI_TOOLS_DB_DSN=DSN + " password=x"))
+    assert "AI_TOOLS_DB_DSN: the PostgreSQL DSN must not hold the password" in bad
 
 
 @pytest.mark.parametrize(("data", "expected"), [
@@ -68,5 +110,5 @@ def test_mistakes(data: dict[str, object], expected: str) -> None:
 
 def test_db_on_the_command_line_replaces_postgres() -> None:
     """--db (a file or 'memory') still chooses the store for this run."""
-    config = parse_config(postgres(dsn=DSN), base=ROOT, overrides=Overrides(db="memory"))
+    config = parse_config(postgres(dsn=DSN), base=ROOT, overrides=Overrides(flags={"db": "memory"}))
     assert config.store.backend == "memory"

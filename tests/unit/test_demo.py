@@ -78,16 +78,20 @@ def test_summarise_result(result: Any, summary: str) -> None:
     assert demo.summarise_result(result) == summary
 
 
-def test_model_overrides_from_the_environment() -> None:
-    overrides, announced = demo.model_overrides({})
-    assert overrides == {} and "scripted stand-in model" in announced
-    overrides, announced = demo.model_overrides({"LLM_URL": "http://127.0.0.1:11434/v1",
-                                                 "LLM_MODEL": "qwen", "LLM_API_KEY": "k"})
-    assert overrides == {"llm_url": "http://127.0.0.1:11434/v1", "model": "qwen",
-                         "api_key_env": "LLM_API_KEY"}
-    assert announced == "qwen at http://127.0.0.1:11434/v1 (from LLM_URL / LLM_MODEL)"
-    with pytest.raises(ValueError, match="set both LLM_URL and LLM_MODEL"):
-        demo.model_overrides({"LLM_MODEL": "qwen"})
+def test_the_model_line_and_the_variables_the_demo_does_not_follow() -> None:
+    from ai_tools.standalone.config import Overrides, load_config
+
+    example = demo.EXAMPLES / "assistant.toml"
+    config = load_config(example, Overrides(flags={"db": "memory"}))
+    assert "scripted stand-in model" in demo.model_line(config)
+    assert "Set AI_TOOLS_LLM_URL and AI_TOOLS_LLM_MODEL" in demo.model_line(config)
+    environ = {"AI_TOOLS_LLM_URL": "http://127.0.0.1:11434/v1", "AI_TOOLS_LLM_MODEL": "qwen"}
+    config = load_config(example, Overrides(flags={"db": "memory"}, environ=environ))
+    assert demo.model_line(config) == ("qwen at http://127.0.0.1:11434/v1 (from "
+                                       "AI_TOOLS_LLM_URL / AI_TOOLS_LLM_MODEL)")
+    assert demo.ignored_variables({"AI_TOOLS_DB": "x.sqlite", "AI_TOOLS_HTTP": "",
+                                   "AI_TOOLS_MANHOLE": "2222", **environ}) == [
+        "AI_TOOLS_DB", "AI_TOOLS_MANHOLE"]
 
 
 def test_fresh_state_removes_an_earlier_run(tmp_path: Path) -> None:
