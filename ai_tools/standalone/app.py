@@ -26,6 +26,7 @@ state saved), the model clients, the store and the scripted model servers.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -35,14 +36,17 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from ai_tools.errors import AIToolsError
-from ai_tools.standalone.config import Config, ModelSpec
+from ai_tools.settings import near_name
+from ai_tools.standalone.config import Config, ModelSpec, split_endpoint
 from ai_tools.standalone.gc_tuning import GCTuning, tuning_from_environ
 
-__all__ = ["StandaloneService", "build_service", "describe_failure"]
+__all__ = ["StandaloneService", "build_service", "busy_ports", "describe_failure"]
 
 log = Logger()
 
 WebFactory = Callable[..., IService]
+_SHOWN = 12
+"""Characters named at most in the message about an unknown one."""
 FatalHandler = Callable[[str], None]
 
 
@@ -61,6 +65,43 @@ def describe_failure(failure: Failure | BaseException) -> str:
         return f"{exc.strerror}{where}"
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def busy_ports(config: Config) -> list[str]:
+    """Why a configured TCP listener cannot listen now (a port in use), one line each.
+
+    twistd reports a daemon's start as successful once ``makeService`` and
+    ``startService`` returned, before the listeners open (after the store and
+    the world); so the ports are tried here first, with the options twistd's
+    listeners use, and released at once.  (Port 0 and UNIX sockets need no check.)
+    """
+    problems = []
+    for enabled, endpoint in ((config.http.enabled, config.http.endpoint),
+                              (config.manhole.enabled, config.manhole.endpoint)):
+        address = _tcp_address(endpoint) if enabled else None
+        if address is None:
+            continue
+        host, port = address
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError as exc:
+                problems.append(describe_failure(error.CannotListenError(host, port, exc)))
+    return problems
+
+
+def _tcp_address(endpoint: str) -> tuple[str, int] | None:
+    """``(interface, port)`` of a TCP endpoint string with a fixed port, else None."""
+    kind, *fields = split_endpoint(endpoint)
+    if kind.lower() not in ("tcp", "tcp6", "ssl") or not fields:
+        return None
+    port = int(fields[0].split("=")[-1])
+    options = dict(f.split("=", 1) for f in fields[1:] if "=" in f)
+    host = options.get("interface", "::" if kind.lower() == "tcp6" else "0.0.0.0")
+    host = host.replace("\\:", ":").strip("[]")
+    return (host, port) if port else None
 
 
 def _optional_factory(module: str, name: str) -> WebFactory | None:
@@ -282,6 +323,7 @@ class StandaloneService(MultiService):
         from ai_tools.tools import register_default_tools
 
         settings = self.config.service
+        self._check_characters()
         self.registry = register_default_tools()
         service = AssistantService(
             llms=self.clients, store=self.store, registry=self.registry, world=self.world,
@@ -292,16 +334,28 @@ class StandaloneService(MultiService):
         service.setServiceParent(self)
         yield service.when_ready()
         for assistant in self.config.assistants:
-            char = assistant.character_id
-            if char and self.world.get_object(char) is None:
-                log.warn("Assistant {assistant}: character {char} is not in the world; its "
-                         "ticks do nothing until it exists", assistant=assistant.name, char=char)
             yield service.add_assistant(assistant)
         saved = yield self.store.list_assistants()
         extra = sorted(set(saved) - {a.name for a in self.config.assistants})
         if extra:
             log.info("The store also holds assistant(s) not in the config, left asleep on "
                      "disk: {names}", names=", ".join(extra))
+
+    def _check_characters(self) -> None:
+        """Every assistant of the config plays a character of the world: else one error."""
+        characters = set(self.world.character_ids())
+        for assistant in self.config.assistants:
+            char = assistant.character_id
+            if not char or char in characters:
+                continue
+            close = near_name(char, characters)
+            known = ", ".join(sorted(characters)[:_SHOWN]) + (
+                ", ..." if len(characters) > _SHOWN else "")
+            hint = f"did you mean {close!r}? " if close else ""
+            raise AIToolsError(
+                f"assistants.{assistant.name}.character_id: no character {char!r} in the "
+                f"world {self.world.meta.get('name', 'sandbox')} ({hint}characters: "
+                f"{known or 'none'})")
 
     def _start_listeners(self) -> None:
         config = self.config

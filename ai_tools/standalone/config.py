@@ -67,6 +67,7 @@ __all__ = [
     "listen_endpoint",
     "load_config",
     "parse_config",
+    "split_endpoint",
 ]
 
 DEFAULT_HTTP_PORT = 8080
@@ -204,7 +205,7 @@ class Config:
 # -- endpoints ----------------------------------------------------------------------
 
 
-def _split_endpoint(description: str) -> list[str]:
+def split_endpoint(description: str) -> list[str]:
     """Split an endpoint string on unescaped colons (``\\:`` stays in a field)."""
     return re.split(r"(?<!\\):", description)
 
@@ -236,7 +237,7 @@ def listen_endpoint(value: Any, key: str) -> str | None:
         if ":" in host:
             return f"tcp6:{port}:interface={host.replace(':', chr(92) + ':')}"
         return f"tcp:{port}:interface={host}"
-    parts = _split_endpoint(text)
+    parts = split_endpoint(text)
     kind = parts[0].lower()
     if kind not in _SERVER_ENDPOINTS:
         raise ConfigError(
@@ -270,7 +271,7 @@ def _port(value: int, key: str) -> int:
 
 def endpoint_is_local(description: str) -> bool:
     """Whether a server endpoint string only accepts connections from this machine."""
-    parts = _split_endpoint(description)
+    parts = split_endpoint(description)
     if parts[0].lower() == "unix":
         return True
     for part in parts[1:]:
@@ -796,7 +797,7 @@ def _parse(data: Mapping[str, Any], source: str, base: Path, overrides: Override
     http = _http(table("http"))
     manhole = _manhole(table("manhole"), store)
     if (http.enabled and manhole.enabled and http.endpoint == manhole.endpoint
-            and _split_endpoint(http.endpoint)[1:2] != ["0"]):
+            and split_endpoint(http.endpoint)[1:2] != ["0"]):
         raise ConfigError("http.listen and manhole.listen name the same endpoint")
     return Config(source=source, service=service, store=store, world=world, models=models,
                   assistants=assistants, http=http, manhole=manhole,

@@ -11,8 +11,12 @@ assistants.pip.model: unknown model profile 'gpt' (declared: local)``), no
 traceback, exit status 1.  (twistd answers a ``UsageError`` with its whole
 usage text on standard output, which buries the one line that matters.)
 
-If start-up fails later (the store cannot be opened, a port is taken), the
-service logs one line, stops the reactor, and the process exits with status 1.
+The listening ports are tried before twistd daemonizes, so a port in use
+fails the start with that one line and status 1 in daemon mode too (twistd
+reports a daemon started once ``makeService`` and ``startService`` return).
+If start-up fails later (the store cannot be opened, a port taken meanwhile),
+the service logs one line, stops the reactor, and the process exits with
+status 1.
 
 A SIGTERM (or Ctrl-C's SIGINT) stops the service cleanly — state saved, store
 closed, pid file removed — and then twistd ends the process by that same
@@ -198,7 +202,7 @@ def _exit_on_fatal(message: str) -> None:
 
 def makeService(options: Options) -> IService:
     """Build the service tree from the checked options (see :mod:`ai_tools.standalone.app`)."""
-    from ai_tools.standalone.app import build_service
+    from ai_tools.standalone.app import build_service, busy_ports
 
     config = options.loaded
     if config is None:  # postOptions was not run (a programmatic caller)
@@ -207,6 +211,8 @@ def makeService(options: Options) -> IService:
         except ConfigError as exc:
             fail(str(exc))
         assert config is not None
+    for problem in busy_ports(config):  # before twistd daemonizes and reports success
+        fail(problem)
     root = _Root(config.service.log_level, getattr(options, "parent", None))
     build_service(config, on_fatal=_exit_on_fatal).setServiceParent(root)
     return cast(IService, root)

@@ -312,6 +312,10 @@ class SandboxWorld:
         obj = self.objects.get(obj_id)
         return obj.as_dict() if obj is not None else None
 
+    def character_ids(self) -> list[str]:
+        """The ids of every character in the world, sorted (start-up checks, messages)."""
+        return sorted(obj.id for obj in self.objects.values() if obj.kind == "character")
+
     def describe_location(self, char_id: str, detail: str = "normal") -> dict[str, Any]:
         """The room ``char_id`` stands in, its exits, things and other characters."""
         if detail not in ("brief", "normal", "detailed"):

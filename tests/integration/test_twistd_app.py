@@ -224,7 +224,7 @@ async def test_stop_while_starting_waits_then_closes(tmp_path: Path) -> None:
 
 
 @pytest_twisted.ensureDeferred
-async def test_memory_store_missing_character_and_leftover_assistants(tmp_path: Path) -> None:
+async def test_leftover_assistants_and_the_memory_store(tmp_path: Path) -> None:
     first = build_service(config(tmp_path, assistants=[
         {"name": "pip", "character_id": "char:pip"},
         {"name": "old", "character_id": "char:mason"}]), reactor=reactor())
@@ -232,20 +232,39 @@ async def test_memory_store_missing_character_and_leftover_assistants(tmp_path: 
     await first.when_ready()
     await first.stopService()
 
-    cfg = config(tmp_path, assistants=[{"name": "pip", "character_id": "char:ghost"}])
-    app = build_service(cfg, reactor=reactor())
-    with Captured() as captured:
-        app.startService()
-        await app.when_ready()
-        await app.stopService()
-    text = captured.text()
-    assert "character char:ghost is not in the world" in text
+    app = build_service(config(tmp_path), reactor=reactor())
+    app.startService()
+    await app.when_ready()
+    assert await app.store.list_assistants() == ["old", "pip"]  # old left asleep on disk
+    assert app.assistants.names() == ["pip"]
+    await app.stopService()
 
     memory = build_service(config(tmp_path, store={"backend": "memory"}), reactor=reactor())
     memory.startService()
     await memory.when_ready()
     assert type(memory.store).__name__ == "MemoryStore"
     await memory.stopService()
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_unknown_character_is_one_start_up_error(tmp_path: Path) -> None:
+    """An assistant whose character is not in the world stops the start with one line
+    naming the near character; nothing is left running or open."""
+    cfg = config(tmp_path, assistants=[
+        {"name": "pip", "character_id": "char:pip"},
+        {"name": "ghost", "character_id": "char:pipp"}])
+    fatal: list[str] = []
+    app = build_service(cfg, reactor=reactor(), on_fatal=fatal.append)
+    with Captured() as captured:
+        app.startService()
+        await app.stopService()
+    (message,) = fatal
+    assert message == ("assistants.ghost.character_id: no character 'char:pipp' in the world "
+                       "Saltmarsh (did you mean 'char:pip'? characters: char:alice, char:bob, "
+                       "char:mason, char:pip)")
+    assert "Traceback" not in captured.text()
+    assert app.assistants is None and app.listeners == {}  # nothing started
+    assert not app.store.is_open and app.scripted["default"].open_connections == 0
 
 
 @pytest_twisted.ensureDeferred

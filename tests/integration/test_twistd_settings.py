@@ -7,7 +7,9 @@ flags) under test.
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from tests.integration.twistd_process import (
     reactor,
     sleep,
     start_and_wait,
+    until,
     write_config,
     write_scenario,
 )
@@ -131,3 +134,64 @@ async def test_a_mistyped_option_names_the_near_one(tmp_path: Path, processes: A
     proc = processes(tmp_path, config, "--model", "qwen")
     await proc.wait_ended()
     assert_one_line_failure(proc, "option --model not recognized (did you mean --llm-model?)")
+
+
+# -- start-up mistakes found before twistd says it started ---------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_unknown_character_stops_the_start_with_one_line(tmp_path: Path,
+                                                                  processes: Any) -> None:
+    """Not a CRITICAL traceback and a service left running: one line, status 1."""
+    write_scenario(tmp_path)
+    config = write_config(tmp_path, models=SCENARIO_MODEL).read_text()
+    path = tmp_path / "assistant.toml"
+    path.write_text(config.replace('character_id = "char:pip"', 'character_id = "char:ppi"'))
+    proc = processes(tmp_path, path)
+    await proc.wait_ended()
+    assert_one_line_failure(proc, "assistants.pip.character_id: no character 'char:ppi' in "
+                                  "the world Saltmarsh (did you mean 'char:pip'?")
+    assert "#critical] Could not subscribe" not in proc.stdout
+
+
+@pytest.mark.parametrize("daemon", [False, True], ids=["foreground", "daemon"])
+@pytest_twisted.ensureDeferred
+async def test_a_port_in_use_exits_non_zero_in_both_modes(tmp_path: Path, processes: Any,
+                                                          daemon: bool) -> None:
+    """A daemonizing twistd reports its start before the listeners open; the port is
+    tried first, so the command still fails with the one line and status 1."""
+    write_scenario(tmp_path)
+    config = write_config(tmp_path, models=SCENARIO_MODEL)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = processes(tmp_path, config, "--http", f"127.0.0.1:{port}", daemon=daemon)
+        await proc.wait_ended()
+    assert_one_line_failure(proc, f"cannot listen on port {port} of 127.0.0.1: Address "
+                                  "already in use")
+    assert not (tmp_path / "state").exists()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_daemon_that_starts_reports_success(tmp_path: Path, processes: Any,
+                                                    http: Any) -> None:
+    """The other side: the daemon's parent exits 0 and the service runs (stopped here by
+    its pid file)."""
+    write_scenario(tmp_path)
+    config = write_config(tmp_path, models=SCENARIO_MODEL)
+    proc = processes(tmp_path, config, daemon=True)
+    await proc.wait_ended()
+    assert proc.exit_code == 0, proc.stdout + proc.stderr
+    pid = int((tmp_path / "twistd.pid").read_text())
+    try:
+        await until(lambda: "ai_tools service ready" in log_text(tmp_path), "the daemon")
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    await until(lambda: not (tmp_path / "twistd.pid").exists(), "the daemon to stop")
+    assert "ai_tools service stopped" in log_text(tmp_path)
+
+
+def log_text(directory: Path) -> str:
+    path = directory / "twistd.log"
+    return path.read_text() if path.exists() else ""

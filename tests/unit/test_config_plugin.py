@@ -179,3 +179,24 @@ def test_the_plugin_module_only_holds_a_service_maker() -> None:
     maker = module.aiAssistant
     assert (maker.tapname, maker.module) == ("ai-assistant", "ai_tools.standalone.plugin")
     assert not any(name.startswith("ai_tools") for name in vars(module) if name != "__name__")
+
+
+def test_busy_ports_names_a_port_in_use_and_skips_what_needs_no_check(tmp_path: Path) -> None:
+    import socket
+
+    from ai_tools.standalone.app import busy_ports
+    from ai_tools.standalone.config import Overrides, load_config
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = load_config(EXAMPLE, Overrides(flags={"http": f"127.0.0.1:{port}",
+                                                       "db": "memory"}))
+        assert busy_ports(config) == [f"cannot listen on port {port} of 127.0.0.1: Address "
+                                      "already in use"]
+        assert busy_ports(load_config(EXAMPLE, Overrides(flags={"http": "off",
+                                                                "db": "memory"}))) == []
+    for listen in ("127.0.0.1:0", f"unix:{tmp_path / 'sock'}", f"127.0.0.1:{port}"):
+        config = load_config(EXAMPLE, Overrides(flags={"http": listen, "db": "memory"}))
+        assert busy_ports(config) == []  # port 0, a socket file, a port free again

@@ -54,6 +54,15 @@ def test_get_object(world: SandboxWorld) -> None:
     assert world.get_object(12) is None  # type: ignore[arg-type]
 
 
+def test_character_ids_lists_the_characters_only(world: SandboxWorld) -> None:
+    """What the service checks its assistants' characters against at start."""
+    ids = world.character_ids()
+    assert ids == sorted(ids) and MASON in ids
+    assert all(world.get_object(i)["kind"] == "character" for i in ids)
+    everything = world.snapshot()
+    assert len(ids) == sum(1 for o in everything["objects"] if o["kind"] == "character")
+
+
 def test_returned_dicts_are_copies(world: SandboxWorld) -> None:
     """Changing a returned dict never changes the world."""
     world.get_object("obj:fountain")["aliases"].append("hacked")
