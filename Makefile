@@ -10,8 +10,10 @@ STAMP := $(VENV)/.installed
 $(STAMP): setup.cfg setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	# compat mode keeps twisted/plugins visible to twistd from an editable install
-	$(PY) -m pip install -q -e '.[dev,tokens,postgres]' --config-settings editable_mode=compat
+	# the distribution was called ai_tools before it got a name of its own
+	$(PY) -m pip uninstall -q -y ai_tools 2>/dev/null || true; rm -rf ai_tools.egg-info
+	# an editable install puts this directory on sys.path: twistd finds twisted/plugins here
+	$(PY) -m pip install -q -e '.[dev,tokens,postgres]'
 	touch $@
 
 venv: $(STAMP)

@@ -84,8 +84,8 @@ def check_dsn(dsn: str) -> dict[str, str]:
     try:
         from psycopg2.extensions import parse_dsn
     except ImportError:
-        raise ConfigError("the PostgreSQL store needs psycopg2: pip install "
-                          "'ai_tools[postgres]'") from None
+        raise ConfigError("the PostgreSQL store needs psycopg2: install the postgres extra "
+                          "of ai-tools-twisted (pip install 'CHECKOUT[postgres]')") from None
     try:
         parts = parse_dsn(dsn)
     except Exception as exc:  # psycopg2.ProgrammingError: the message says what is wrong
@@ -266,8 +266,8 @@ class PostgreSQLStore:
             self._pool = adbapi.ConnectionPool(self.driver, self.dsn, **kwargs)
         except ImportError:
             return defer.fail(AIToolsError(
-                f"the PostgreSQL store needs the {self.driver} module: pip install "
-                "'ai_tools[postgres]'"))
+                f"the PostgreSQL store needs the {self.driver} module: install the "
+                "postgres extra of ai-tools-twisted (pip install 'CHECKOUT[postgres]')"))
         d = self._pool.runWithConnection(self._migrate, self._now())
         d.addCallback(self._opened)
         d.addErrback(self._open_failed)
