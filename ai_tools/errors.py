@@ -30,6 +30,11 @@ class ConfigError(AIToolsError):
     """A configuration mistake; the message names the key and the file."""
 
 
+class ServiceNotRunning(AIToolsError):
+    """An AssistantService was used before ``startService()`` (or after it stopped):
+    nothing would ever tick, so a caller waiting for an answer would wait forever."""
+
+
 class LeaseLost(AIToolsError):
     """A state write was fenced off: this worker no longer holds the assistant's lease
     at the epoch it wrote with (another worker owns the assistant now)."""

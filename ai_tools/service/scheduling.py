@@ -44,6 +44,17 @@ def _cancel_other(other: defer.Deferred[Any], _: defer.Deferred[Any]) -> None:
     other.cancel()
 
 
+def _hand_on(outcome: Any, waiters: list[defer.Deferred[Any]]) -> None:
+    """Give a tick's outcome to the callers who joined it (those who gave up excepted)."""
+    for waiter in waiters:
+        if waiter.called:  # cancelled by its caller
+            continue
+        if isinstance(outcome, Failure):
+            waiter.errback(outcome)
+        else:
+            waiter.callback(outcome)
+
+
 class DelayedCall(Protocol):
     """What ``callLater`` returns (``IDelayedCall``), as far as we use it."""
 
@@ -74,6 +85,8 @@ class _Entry:
     """Token of its one valid heap item (-1: not in the heap)."""
     running: defer.Deferred[Any] | None = None
     ticks_started: int = 0
+    joined: list[defer.Deferred[Any]] = attrs.field(factory=list)
+    """Callers of ``run_now`` waiting for the tick in flight (see :meth:`run_now`)."""
 
 
 @attrs.define(eq=False)
@@ -273,12 +286,19 @@ class TickScheduler:
         """Run ``name``'s tick at once, outside the timer (``run_tick``).
 
         The concurrency cap does not apply to an explicit request.  If a tick
-        is already running, the tick function is still called: the assistant's
-        own guard answers "already ticking" without overlapping.
+        is already running, nothing starts: the result is that tick's outcome
+        once it ends (an event just queued started it, so "run a tick now"
+        gets the tick that answers it).  Cancelling the result leaves that
+        tick running.  An assistant not scheduled here is handed to the tick
+        function, whose guard decides.
         """
         entry = self._entries.get(name)
-        if entry is None or entry.running is not None:
+        if entry is None:
             return self._call(name)
+        if entry.running is not None:
+            joined: defer.Deferred[Any] = defer.Deferred()
+            entry.joined.append(joined)
+            return joined
         self._urgent.pop(name, None)
         return self._start(entry)
 
@@ -350,11 +370,14 @@ class TickScheduler:
         """A started tick ended: free its slot, reschedule it, hand on its outcome."""
         self._running.pop(entry.name, None)
         entry.running = None
+        joined, entry.joined = entry.joined, []
         current = self._entries.get(entry.name)
         if current is not None and current is not entry and current.running is d:
             current.running = None  # re-added meanwhile: its turn now
+            joined, current.joined = joined + current.joined, []
             self._push(current)
             self._schedule_fill()
+        _hand_on(outcome, joined)
         self._finished(entry, started_at)
         if not self._running:
             waiters, self._idle_waiters = self._idle_waiters, []

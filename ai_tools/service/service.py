@@ -37,7 +37,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ai_tools.errors import ConfigError, NotFound
+from ai_tools.errors import ConfigError, NotFound, ServiceNotRunning
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.execution.reasons import TerminationReason
 from ai_tools.loop import (
@@ -603,7 +603,9 @@ class AssistantService(MultiService):
         ``event`` is a dict (``{"type": "say", "from": "bob", "text": "hi"}``)
         or a plain string.  Events sent here count as addressed to the
         assistant (they wake it) unless they say ``"addressed": false``.
+        Raises ServiceNotRunning before ``startService()``.
         """
+        self._check_running("send")
         assistant = self.get(name)
         if isinstance(event, Mapping) and "addressed" not in event:
             event = {**event, "addressed": True}
@@ -614,11 +616,20 @@ class AssistantService(MultiService):
     def run_tick(self, name: str) -> defer.Deferred[TickResult]:
         """Run one tick of ``name`` now; fires with its :class:`~ai_tools.service.tick.TickResult`.
 
-        Never overlaps a tick in flight: then the result is ``skipped`` /
-        ``already_ticking``.  Raises NotFound for an unknown name.
+        Never overlaps a tick in flight: it fires with that tick's result
+        instead, so ``send()`` then ``run_tick()`` gives the tick that took the
+        event, whether or not the timer got there first.  Raises NotFound for
+        an unknown name, ServiceNotRunning before ``startService()``.
         """
+        self._check_running("run_tick")
         self.get(name)
         return self.scheduler.run_now(name)
+
+    def _check_running(self, what: str) -> None:
+        if not self.running:
+            raise ServiceNotRunning(
+                f"AssistantService.{what}(): the service is not running; call startService() "
+                f"first (or add it to a running application)")
 
     def _scheduled_tick(self, name: str) -> defer.Deferred[Any]:
         assistant = self._assistants.get(name)

@@ -217,8 +217,9 @@ class ConsoleHelpers:
         rows = [
             ("status()", "every assistant: mode, state, pending events, last tick"),
             ("history(name, n=20)", "the last n messages of an assistant's history"),
-            ("say(name, text)", "queue a message for an assistant (it wakes up)"),
-            ("tick(name)", "run a tick now; prints what the loop did"),
+            ("say(name, text)", "a message for an assistant; prints the tick that answers it"),
+            ("say(name, text, wait=False)", "only queue it (the assistant wakes up)"),
+            ("tick(name)", "run a tick now (or wait for the one running); what it did"),
             ("stop(name)", "kill the model call or tool in flight"),
             ("tools()", "the registered tools"),
             ("cache_stats()", "tool cache hits, misses and entries per assistant"),
@@ -262,18 +263,26 @@ class ConsoleHelpers:
                            title=f"{name}: {len(messages)} message(s), last {len(rows)}",
                            empty="(empty history)")
 
-    def say(self, name: str, text: str) -> Table | defer.Deferred[Table]:
-        """Queue ``text`` for ``name`` as if someone spoke to it; fires once saved."""
+    def say(self, name: str, text: str, wait: bool = True) -> Table | defer.Deferred[Table]:
+        """Queue ``text`` for ``name`` as if someone spoke to it; fires with what the tick
+        that takes it did (``wait=False``: once the event is saved)."""
         unknown = self._unknown(name)
         if unknown is not None:
             return unknown
         d: defer.Deferred[Any] = self.service.send(
             name, {"type": "say", "from": "console", "text": str(text)})
-        d.addCallback(lambda _: Table.of_lines([f"queued for {name}: {text!r}"]).later())
+        queued = f"queued for {name}: {text!r}"
+        if not wait:
+            d.addCallback(lambda _: Table.of_lines([queued]).later())
+            return d
+        # The event's tick may have started already (it wakes the assistant):
+        # run_tick then waits for that one instead of answering "already ticking".
+        d.addCallback(lambda _: self.service.run_tick(name))
+        d.addCallback(lambda result: Table.of_lines([queued, _tick_table(result)]).later())
         return d
 
     def tick(self, name: str) -> Table | defer.Deferred[Table]:
-        """Run one tick of ``name`` now; fires with what it did."""
+        """Run one tick of ``name`` now (or wait for the one running); fires with what it did."""
         unknown = self._unknown(name)
         if unknown is not None:
             return unknown

@@ -157,6 +157,19 @@ async def test_status_over_ssh_with_a_key(manhole: Manhole) -> None:
 
 
 @pytest_twisted.ensureDeferred
+async def test_say_over_ssh_prints_the_tick_that_answers(manhole: Manhole) -> None:
+    """'say(...)' as the SSH command waits for the tick the message starts; 'tick(...)'
+    right after runs one of its own (nothing is in flight any more)."""
+    out = (await run_command(manhole, b'say("pip", "is the chowder ready?")',
+                             key=manhole.key)).decode()
+    lines = out.splitlines()
+    assert lines[0] == "queued for pip: 'is the chowder ready?'", out
+    assert lines[1].startswith("pip tick #") and ": ran (completed)" in lines[1], out
+    out = (await run_command(manhole, b'tick("pip")', key=manhole.key)).decode()
+    assert out.startswith("pip tick #") and "already_ticking" not in out, out
+
+
+@pytest_twisted.ensureDeferred
 async def test_password_login(manhole: Manhole) -> None:
     """A password from the hashed file logs in."""
     out = await run_command(manhole, b"service.names()", password=b"letmein")

@@ -258,3 +258,25 @@ async def test_stop_service_closes_pool_and_store(tmp_path: Path) -> None:
     await h.server.stop()
     h.server = None
     await defer.succeed(None)
+
+
+@pytest_twisted.ensureDeferred
+async def test_send_then_run_tick_gives_the_tick_that_took_the_event(tmp_path: Path) -> None:
+    """The documented library pattern, three times: ``await send()`` (durable only after a
+    real SQLite write, by which time the timer has started the tick) then ``run_tick()``
+    fires with the tick that answered, never ``skipped``/``already_ticking``."""
+    h = Harness(tmp_path)
+    try:
+        service = await h.start([
+            Turn(tool_calls=[{"name": "say", "arguments": {"text": f"Answer {i}"}}])
+            for i in range(3)])
+        await service.add_assistant({"name": "ada", "character_id": "char:ada",
+                                     "persona": "You are Ada."})
+        for i in range(3):
+            await service.send("ada", {"type": "say", "from": "bob", "text": f"question {i}"})
+            result = await service.run_tick("ada")
+            assert (result.status, result.reason) == ("ran", "terminal_tool"), result
+            assert result.loop is not None and result.loop.results[0]["tool"] == "say"
+        assert len(h.server.requests) == 3
+    finally:
+        await h.close()

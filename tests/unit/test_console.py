@@ -38,7 +38,7 @@ from ai_tools.store.memory import MemoryStore
 from ai_tools.tools.base import Actor, Tool, ToolCategory
 from ai_tools.world.sandbox import SandboxWorld
 from tests.unit.sandbox_world_fixtures import EXAMPLE
-from tests.unit.service_fakes import add, make_service, settle
+from tests.unit.service_fakes import add, loop_result, make_service, settle
 from tests.unit.web_fakes import result_of
 
 # -- helpers and tables -------------------------------------------------------------------
@@ -132,17 +132,46 @@ def test_history_shows_the_last_messages(ns: dict[str, Any]) -> None:
     assert ns["history"]("mason") .endswith("(empty history)")
 
 
-def test_say_queues_and_prints_when_saved(ns: dict[str, Any]) -> None:
-    """say() returns a Deferred firing with a Table; the event is pending."""
+def test_say_without_waiting_queues_and_prints_when_saved(ns: dict[str, Any]) -> None:
+    """say(..., wait=False) returns a Deferred firing with a Table; the event is pending."""
     ns["service"].disable("pip")
     settle(ns["_clock"])
-    d = ns["say"]("pip", "the soup is cold")
+    d = ns["say"]("pip", "the soup is cold", wait=False)
     settle(ns["_clock"])
     text = result_of(d)
     assert isinstance(text, Table)
     assert repr(text) == "\nqueued for pip: 'the soup is cold'"
     event = ns["service"].get("pip").pending_events[-1]
     assert event["text"] == "the soup is cold" and event["from"] == "console"
+
+
+def test_say_prints_the_tick_that_answers(ns: dict[str, Any]) -> None:
+    """say() waits for the tick that takes the message: what it did, not "queued"."""
+    d = ns["say"]("pip", "the soup is cold")
+    settle(ns["_clock"])
+    text = result_of(d)
+    assert text.startswith("\nqueued for pip: 'the soup is cold'\npip tick #"), text
+    assert ": ran (completed)" in text and "loop: 1 iteration(s), ended completed" in text
+    assert ns["service"].get("pip").pending_events == []
+    assert len(ns["_loop"].calls) == 1
+
+
+def test_say_then_tick_while_the_tick_is_in_flight(ns: dict[str, Any]) -> None:
+    """The documented session: say(), then tick() while the model still works. Both wait
+    for the one tick the message started (never "skipped (already_ticking)")."""
+    loop = ns["_loop"]
+    loop.hang()
+    printed: list[Any] = []
+    ns["say"]("pip", "is the chowder ready?").addBoth(printed.append)
+    settle(ns["_clock"])
+    ns["tick"]("pip").addBoth(printed.append)
+    assert printed == [] and len(loop.calls) == 1
+    loop.pending[0].callback(loop_result("completed", 2))
+    settle(ns["_clock"])
+    assert len(printed) == 2
+    for text in printed:
+        assert "ran (completed)" in text and "already_ticking" not in text, text
+    assert len(loop.calls) == 1
 
 
 def test_tick_prints_what_the_tick_did(ns: dict[str, Any]) -> None:

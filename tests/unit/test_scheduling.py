@@ -343,20 +343,57 @@ def test_run_now_returns_the_tick_result() -> None:
     assert sched.due_at("a") == 5.0
 
 
-def test_run_now_while_running_does_not_break_bookkeeping() -> None:
-    """A second run_now while a tick runs reaches the tick function (its guard answers)."""
+def test_run_now_while_running_joins_the_tick_in_flight() -> None:
+    """A second run_now while a tick runs starts nothing: it fires with that tick's outcome
+    (failures too); a caller who cancels its wait leaves the tick alone."""
     clock = task.Clock()
-    first: defer.Deferred[str] = defer.Deferred()
-    results = iter([first, "already_ticking"])
-    sched = TickScheduler(clock=clock, tick=lambda n: next(results), rate_of=lambda n: 5.0)
+    calls: list[defer.Deferred[str]] = []
+
+    def tick(name: str) -> defer.Deferred[str]:
+        calls.append(defer.Deferred())
+        return calls[-1]
+
+    sched = TickScheduler(clock=clock, tick=tick, rate_of=lambda n: 5.0)
     sched.add("a", first_due=100)
     d1 = sched.run_now("a")
-    d2 = sched.run_now("a")
-    assert d2.result == "already_ticking"
+    d2, d3 = sched.run_now("a"), sched.run_now("a")
+    assert len(calls) == 1 and not d2.called
+    d3.cancel()
+    d3.addErrback(lambda f: f.trap(defer.CancelledError))
     assert sched.is_running("a")
-    first.callback("first")
-    assert d1.result == "first"
-    assert not sched.is_running("a")
+    calls[0].callback("first")
+    assert d1.result == "first" and d2.result == "first"
+    assert not sched.is_running("a") and len(calls) == 1
+    d4 = sched.run_now("a")  # the next one starts a tick of its own
+    d5 = sched.run_now("a")
+    calls[1].errback(RuntimeError("boom"))
+    for d in (d4, d5):
+        failures: list[Any] = []
+        d.addErrback(failures.append)
+        assert failures[0].check(RuntimeError)
+
+
+def test_run_now_joins_a_tick_the_timer_started() -> None:
+    """The timer started the tick (an event arrived): run_now gives that tick's outcome."""
+    _clock, ticks, sched = make()
+    sched.add("a", first_due=0)
+    sched.start()
+    assert sched.is_running("a")
+    joined = sched.run_now("a")
+    ticks.finish("a", {"status": "ran"})
+    assert joined.result == {"status": "ran"}
+    sched.stop()
+
+
+def test_a_tick_re_added_while_running_hands_its_outcome_to_who_joined() -> None:
+    _clock, ticks, sched = make()
+    sched.add("a", first_due=100)
+    sched.run_now("a")
+    sched.remove("a")
+    sched.add("a", first_due=100)  # its old tick still runs: the new entry waits for it
+    joined = sched.run_now("a")
+    ticks.finish("a", "old tick")
+    assert joined.result == "old tick"
 
 
 def test_run_now_unknown_assistant_still_calls_the_tick_function() -> None:

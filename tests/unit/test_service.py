@@ -8,12 +8,13 @@ import pytest
 from twisted.application.service import MultiService
 from twisted.internet import defer, task
 
-from ai_tools.errors import ConfigError, NotFound
+from ai_tools.errors import ConfigError, NotFound, ServiceNotRunning
 from ai_tools.loop import LoopConfig, LoopContext
 from ai_tools.service.assistant import SLEEP, Assistant
 from ai_tools.service.service import AssistantService, world_message_to_event
-from ai_tools.service.tick import IDLE, RAN, SKIPPED, TickResult
+from ai_tools.service.tick import IDLE, RAN, TickResult
 from ai_tools.store.memory import MemoryStore
+from ai_tools.tools.registry import ToolRegistry
 from tests.unit.service_fakes import (
     FakeLLM,
     FakeLoop,
@@ -230,16 +231,38 @@ def test_run_tick_returns_the_result() -> None:
         service.run_tick("nobody")
 
 
-def test_run_tick_never_overlaps() -> None:
+def test_run_tick_never_overlaps_it_joins_the_tick_in_flight() -> None:
+    """send() then run_tick(): the timer may start the tick first; run_tick then fires
+    with that tick's result (the one that took the event), never "already ticking"."""
     clock, service, loop = make_service()
     assert loop is not None
     loop.hang()
     add(service, clock, name="ada")
     service.send("ada", "hi")
-    settle(clock)
+    settle(clock)  # the timer started the tick
     second = service.run_tick("ada")
-    assert second.result.status == SKIPPED and second.result.reason == "already_ticking"
+    assert not second.called and len(loop.calls) == 1
+    loop.pending[0].callback(loop_result("completed", 1))
+    settle(clock)
+    assert second.result.status == RAN and second.result.reason == "completed"
     assert len(loop.calls) == 1
+
+
+def test_using_the_service_before_it_starts_is_a_clear_error() -> None:
+    """Nothing ticks before startService(): waiting for an answer would wait forever."""
+    clock = task.Clock()
+    service = AssistantService(llm=FakeLLM(), registry=ToolRegistry(), clock=clock,
+                               loop_runner=FakeLoop())
+    add(service, clock, name="ada")  # adding opens the store: allowed before the start
+    for call in (lambda: service.send("ada", "hi"), lambda: service.run_tick("ada")):
+        with pytest.raises(ServiceNotRunning, match=r"call startService\(\) first"):
+            call()
+    service.startService()
+    service.send("ada", "hi")
+    service.stopService()
+    clock.advance(20)
+    with pytest.raises(ServiceNotRunning):
+        service.run_tick("ada")
 
 
 def test_disable_and_enable() -> None:
