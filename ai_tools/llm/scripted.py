@@ -993,7 +993,7 @@ def start_test_server(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ai_tools.testing SCENARIO [--port N] [--interface H] [--print-port]``."""
+    """``python -m ai_tools.testing SCENARIO [--port N] [--interface H] [--quiet]``."""
     import argparse
 
     from twisted.internet import reactor as global_reactor

@@ -59,6 +59,10 @@ class Encoding(Protocol):
     def encode(self, text: str, *, disallowed_special: Any = ...) -> list[int]: ...
 
 
+def _downloads_allowed() -> bool:
+    return os.environ.get("AI_TOOLS_TIKTOKEN_DOWNLOAD") == "1"
+
+
 def load_tiktoken_encoding(name: str = DEFAULT_ENCODING) -> Encoding:
     """Load a tiktoken encoding from local files; raises ImportError or OSError.
 
@@ -70,7 +74,7 @@ def load_tiktoken_encoding(name: str = DEFAULT_ENCODING) -> Encoding:
     import tiktoken
     import tiktoken.load
 
-    if os.environ.get("AI_TOOLS_TIKTOKEN_DOWNLOAD") == "1":
+    if _downloads_allowed():
         return tiktoken.get_encoding(name)
     fetch = tiktoken.load.read_file
 
@@ -138,8 +142,9 @@ class TokenCounter:
                         "per token (install the 'tokens' extra for exact counts)",
                         cpt=CHARS_PER_TOKEN,
                     )
-                except Exception as e:
-                    log.warn(
+                except Exception as e:  # only a warning when tiktoken was asked for:
+                    asked = os.environ.get("TIKTOKEN_CACHE_DIR") or _downloads_allowed()
+                    (log.warn if asked else log.info)(
                         "tiktoken could not load encoding {encoding} ({error}); counting "
                         "about {cpt:.0f} characters per token. Set TIKTOKEN_CACHE_DIR to a "
                         "directory holding the encoding files for exact counts offline.",

@@ -54,7 +54,7 @@ from twisted.conch.checkers import (
     readAuthorizedKeyFile,
 )
 from twisted.conch.insults import insults
-from twisted.conch.ssh import connection, keys, userauth
+from twisted.conch.ssh import connection, keys, transport, userauth
 from twisted.cred import credentials, portal
 from twisted.cred import error as cred_error
 from twisted.cred.checkers import ICredentialsChecker
@@ -820,8 +820,31 @@ class ConsoleUserAuth(userauth.SSHUserAuthServer):
     attemptsBeforeDisconnect = 5
 
 
+_LOGOUTS = frozenset({transport.DISCONNECT_BY_APPLICATION, transport.DISCONNECT_CONNECTION_LOST})
+"""Disconnect reasons a client sends when it simply logs out."""
+
+
+class ConsoleServerTransport(transport.SSHServerTransport):
+    """The server side of an SSH connection, for which a client logging out is no error.
+
+    A client ends a session with a disconnect message ("disconnected by user"
+    from OpenSSH, "user closed connection" from Twisted's client); Twisted
+    logs every disconnect message at error level.
+    """
+
+    def receiveError(self, reasonCode: int, description: bytes) -> None:
+        """The client disconnected: a logout at info level, anything else as Twisted does."""
+        if reasonCode in _LOGOUTS:
+            log.info("Manhole logout ({why})",
+                     why=printable(description.decode("utf-8", "replace")))
+            return
+        super().receiveError(reasonCode, description)
+
+
 class ConsoleFactory(manhole_ssh.ConchFactory):
     """An SSH server factory with its own host key (never the class-wide dicts)."""
+
+    protocol = ConsoleServerTransport
 
     services = {
         b"ssh-userauth": ConsoleUserAuth,

@@ -24,6 +24,7 @@ from twisted.conch.endpoints import SSHCommandClientEndpoint
 from twisted.conch.ssh import channel, common, connection, keys, transport, userauth
 from twisted.internet import defer, protocol, task
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
+from twisted.logger import globalLogPublisher
 from twisted.python.filepath import FilePath
 
 from ai_tools.service.service import AssistantService
@@ -34,7 +35,7 @@ from ai_tools.standalone.console import (
     make_manhole_service,
 )
 from ai_tools.world.sandbox import SandboxWorld
-from tests.unit.service_fakes import FakeLLM, FakeLoop
+from tests.unit.service_fakes import FakeLLM, FakeLoop, LogCapture
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "world.toml"
 SSH = shutil.which("ssh")
@@ -149,8 +150,21 @@ async def run_command(m: Manhole, command: bytes, *, key: keys.Key | None = None
 
 @pytest_twisted.ensureDeferred
 async def test_status_over_ssh_with_a_key(manhole: Manhole) -> None:
-    """Key login; 'status()' prints the assistants table."""
-    out = (await run_command(manhole, b"status()", key=manhole.key)).decode()
+    """Key login; 'status()' prints the assistants table; the logout is no error."""
+    logouts: list[Any] = []
+
+    def logout(event: Any) -> None:
+        if "Manhole logout" in str(event.get("log_format")):
+            logouts.append(event)
+
+    globalLogPublisher.addObserver(logout)
+    try:
+        with LogCapture() as captured:
+            out = (await run_command(manhole, b"status()", key=manhole.key)).decode()
+            await until(lambda: logouts or captured.events, "the server to see the logout")
+    finally:
+        globalLogPublisher.removeObserver(logout)
+    assert captured.events == [] and len(logouts) == 1, captured.events
     lines = out.splitlines()
     assert lines[0].split()[:3] == ["name", "character", "mode"]
     assert lines[2].split()[:3] == ["pip", "char:pip", "awake"]

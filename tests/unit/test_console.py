@@ -602,3 +602,22 @@ def test_paths_may_start_with_a_tilde(tmp_path: Path, monkeypatch: pytest.Monkey
     assert read_password_file("~/pw").keys() == {"admin"}
     load_or_create_host_key("~/hk")
     assert (tmp_path / "hk").exists()
+
+
+def test_a_client_logging_out_is_no_error() -> None:
+    """The disconnect reasons of a logout (OpenSSH's, Twisted's) are logged at info; other
+    disconnect reasons stay errors, as Twisted logs them."""
+    from twisted.conch.ssh import transport
+
+    from ai_tools.standalone.console import ConsoleFactory, ConsoleServerTransport
+    from tests.unit.service_fakes import LogCapture
+
+    assert ConsoleFactory.protocol is ConsoleServerTransport
+    server = ConsoleServerTransport()
+    with LogCapture() as captured:
+        server.receiveError(transport.DISCONNECT_BY_APPLICATION, b"disconnected by user")
+        server.receiveError(transport.DISCONNECT_CONNECTION_LOST, b"user closed connection")
+        assert captured.events == []
+        server.receiveError(transport.DISCONNECT_PROTOCOL_ERROR, b"bad packet")
+    (event,) = captured.events
+    assert event["code"] == transport.DISCONNECT_PROTOCOL_ERROR

@@ -50,8 +50,21 @@ def test_estimate_when_tiktoken_is_not_installed(
     assert len(notes) == 1
 
 
-def test_estimate_when_the_encoding_cannot_be_downloaded(log_events: list) -> None:
-    """tiktoken installed but offline: one warning, then the estimate, loader not retried."""
+@pytest.mark.parametrize(("environ", "level"), [
+    ({}, LogLevel.info),  # the default: no files, no downloads; the estimate is expected
+    ({"TIKTOKEN_CACHE_DIR": "/srv/tiktoken"}, LogLevel.warn),  # asked for, not there
+    ({"AI_TOOLS_TIKTOKEN_DOWNLOAD": "1"}, LogLevel.warn),
+])
+def test_estimate_when_the_encoding_cannot_be_loaded(
+        log_events: list, monkeypatch: pytest.MonkeyPatch, environ: dict[str, str],
+        level: LogLevel) -> None:
+    """tiktoken installed, its files not here: one line, then the estimate, loader not
+    retried; a warning only when tiktoken was asked for (a cache directory named,
+    downloads allowed), not on every start of a service that never asked."""
+    for name in ("TIKTOKEN_CACHE_DIR", "AI_TOOLS_TIKTOKEN_DOWNLOAD"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
     calls = []
 
     def offline(name: str) -> Any:
@@ -62,8 +75,8 @@ def test_estimate_when_the_encoding_cannot_be_downloaded(log_events: list) -> No
     assert counter.count_text("x" * 8) == 2
     assert counter.count_text("x" * 9) == 3
     assert calls == ["cl100k_base"]
-    warnings = [e for e in log_events if e.get("log_level") == LogLevel.warn]
-    assert len(warnings) == 1 and "TIKTOKEN_CACHE_DIR" in warnings[0]["log_format"]
+    (line,) = [e for e in log_events if "tiktoken" in e.get("log_format", "")]
+    assert line["log_level"] == level and "TIKTOKEN_CACHE_DIR" in line["log_format"]
 
 
 def test_exact_path_uses_the_encoding() -> None:
