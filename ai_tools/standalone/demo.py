@@ -24,7 +24,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -53,8 +53,8 @@ PLAYER_LINES = (
 )
 SEED_MEMORY = ("Bob takes his fish chowder without onions.",
                {"importance": 6, "about": "Bob", "tags": ["preference"]})
-MODEL_FAILURES = frozenset({"llm_error", "llm_unavailable", "parse_error", "internal_error"})
-"""Loop endings that mean the model (or its server) did not do its part."""
+MODEL_UNREACHABLE = frozenset({"llm_error", "llm_unavailable"})
+"""Loop endings where the model server did not answer (the demo then names the settings)."""
 DEFAULT_TIMEOUT = 180.0
 """Seconds one exchange may take (a real model on a CPU can be slow)."""
 
@@ -116,66 +116,106 @@ def summarise_result(result: Any) -> str:
     return "; ".join(parts)
 
 
+ResultOf = Callable[[str, str], Any]
+"""``result_of(tool_call_id, tool)``: the decoded result of a finished call, from the history."""
+
+
 class StepPrinter:
     """Prints an assistant's loop events as they arrive (an AssistantService observer).
 
-    ``result_of(tool_call_id)`` returns the decoded result of a finished call
-    (from the history), so each step can say what the tool returned.
+    ``result_of`` finds what a call returned, so each step can say it;
+    ``tool_names`` are the tools a model may call, so the JSON of a call
+    written in the text (fallback tool calling) is told from the reasoning.
     """
 
-    def __init__(self, write: Write, result_of: Callable[[str], Any]) -> None:
+    def __init__(self, write: Write, result_of: ResultOf,
+                 tool_names: Collection[str] = ()) -> None:
         self.write = write
         self.result_of = result_of
+        self.tool_names = tool_names
         self.thinking: list[str] = []
-        self.finished = 0
-        self.failures: list[str] = []
+        self.said = ""
+        self.written_calls: list[Any] = []
 
     def __call__(self, event: Mapping[str, Any]) -> None:
-        kind = event.get("type")
-        if kind == "iteration":
+        handler = getattr(self, f"_on_{event.get('type')}", None)
+        if handler is not None:
+            handler(event)
+
+    def _on_iteration(self, event: Mapping[str, Any]) -> None:
+        self.thinking = []
+        self.write(f"  step {event.get('iteration')}: asking the model "
+                   f"({event.get('usage_percent', 0)}% of the context used)")
+
+    def _on_text_delta(self, event: Mapping[str, Any]) -> None:
+        self.thinking.append(str(event.get("text", "")))
+
+    def _on_tool_call(self, event: Mapping[str, Any]) -> None:
+        reasoning = self._reasoning_for(str(event.get("tool")))
+        if reasoning:
+            self.write(f"    reasoning: {_short(reasoning, 100)}")
+        arguments = json.dumps(event.get("arguments") or {}, ensure_ascii=False)
+        self.write(f"    tool:      {event.get('tool')}({_short(arguments, 80)})"
+                   f"  [{event.get('category') or '?'}]")
+
+    def _on_tool_result(self, event: Mapping[str, Any]) -> None:
+        ms = float(event.get("duration_ms") or 0.0)
+        cache = ", cache hit" if event.get("from_cache") else ""
+        status = "ok" if event.get("success") else str(event.get("status", "failed"))
+        result = self.result_of(str(event.get("tool_call_id", "")), str(event.get("tool", "")))
+        self.write(f"    result:    {status} in {ms:.1f} ms{cache}: {summarise_result(result)}")
+
+    def _on_signal(self, event: Mapping[str, Any]) -> None:
+        self.write(f"    signal:    {event.get('tool_name')}"
+                   f"({_short(event.get('arguments') or {}, 60)})")
+
+    def _on_termination(self, event: Mapping[str, Any]) -> None:
+        thought = "".join(self.thinking).strip()
+        if thought:
+            self.write(f"    answer:    {_short(thought, 100)}")
+        error = f" ({_short(event.get('error'), 160)})" if event.get("error") else ""
+        self.write(f"  loop ended: {event.get('reason')}{error} after "
+                   f"{event.get('iterations')} step(s), "
+                   f"{float(event.get('duration_ms') or 0) / 1000:.2f} s")
+
+    def _reasoning_for(self, tool: str) -> str:
+        """What the model wrote with this call: its text, without a call written as JSON
+        (fallback tool calling), plus that call's own ``reasoning``."""
+        if self.thinking:  # a new answer: read its text once
+            from ai_tools.llm.parsing import parse_tool_calls
+
+            text = "".join(self.thinking).strip()
             self.thinking = []
-            self.write(f"  step {event.get('iteration')}: asking the model "
-                       f"({event.get('usage_percent', 0)}% of the context used)")
-        elif kind == "text_delta":
-            self.thinking.append(str(event.get("text", "")))
-        elif kind == "tool_call":
-            thought = "".join(self.thinking).strip()
-            self.thinking = []
-            if thought:
-                self.write(f"    reasoning: {_short(thought, 100)}")
-            arguments = json.dumps(event.get("arguments") or {}, ensure_ascii=False)
-            self.write(f"    tool:      {event.get('tool')}({_short(arguments, 80)})"
-                       f"  [{event.get('category') or '?'}]")
-        elif kind == "tool_result":
-            ms = float(event.get("duration_ms") or 0.0)
-            cache = ", cache hit" if event.get("from_cache") else ""
-            status = "ok" if event.get("success") else str(event.get("status", "failed"))
-            summary = summarise_result(self.result_of(str(event.get("tool_call_id", ""))))
-            self.write(f"    result:    {status} in {ms:.1f} ms{cache}: {summary}")
-        elif kind == "signal":
-            self.write(f"    signal:    {event.get('tool_name')}"
-                       f"({_short(event.get('arguments') or {}, 60)})")
-        elif kind == "termination":
-            thought = "".join(self.thinking).strip()
-            if thought:
-                self.write(f"    answer:    {_short(thought, 100)}")
-            error = f" ({_short(event.get('error'), 160)})" if event.get("error") else ""
-            self.write(f"  loop ended: {event.get('reason')}{error} after "
-                       f"{event.get('iterations')} step(s), "
-                       f"{float(event.get('duration_ms') or 0) / 1000:.2f} s")
-            if event.get("reason") in MODEL_FAILURES:
-                self.failures.append(str(event.get("error") or event.get("reason")))
-            self.finished += 1
+            parsed = parse_tool_calls(text, self.tool_names)
+            fallback = parsed.mode == "fallback"
+            self.written_calls = list(parsed.calls) if fallback else []
+            self.said = parsed.visible_text.strip() if fallback else text
+        said, self.said = self.said, ""
+        call = next((c for c in self.written_calls if c.name == tool), None)
+        if call is None:
+            return said
+        self.written_calls.remove(call)
+        return " ".join(part for part in (said, call.reasoning or "") if part)
 
 
-def _result_lookup(service: Any, name: str) -> Callable[[str], Any]:
-    def result_of(call_id: str) -> Any:
+def _result_lookup(service: Any, name: str) -> ResultOf:
+    """Finds a call's result in the history: a ``tool`` message answering its id, or (fallback
+    tool calling, where results are user messages) the latest result of that tool."""
+    from ai_tools.llm.messages import FALLBACK_RESULT_PREFIX, is_fallback_result
+
+    def decoded(content: Any) -> Any:
+        try:
+            return json.loads(content or "null")
+        except (TypeError, ValueError):
+            return content
+
+    def result_of(call_id: str, tool: str) -> Any:
+        heading = f"{FALLBACK_RESULT_PREFIX}{tool}]"
         for message in reversed(service.get(name).history.messages):
             if message.get("role") == "tool" and message.get("tool_call_id") == call_id:
-                try:
-                    return json.loads(message.get("content") or "null")
-                except ValueError:
-                    return message.get("content")
+                return decoded(message.get("content"))
+            if is_fallback_result(message) and message["content"].startswith(heading):
+                return decoded(message["content"][len(heading):].strip())
         return None
 
     return result_of
@@ -240,25 +280,6 @@ def seed_memory(db: Path, reactor: Any) -> Any:
         yield store.add_record(ASSISTANT, MEMORIES, content, dict(metadata))
     finally:
         yield store.close()
-
-
-def _wait_for(flag: Callable[[], bool], reactor: Any, timeout: float) -> defer.Deferred[bool]:
-    """Fires True once ``flag()`` is true, False after ``timeout`` seconds (polls every 50 ms)."""
-    result: defer.Deferred[bool] = defer.Deferred()
-    deadline = reactor.seconds() + timeout
-
-    def check() -> None:
-        if flag():
-            poll.stop()
-            result.callback(True)
-        elif reactor.seconds() >= deadline:
-            poll.stop()
-            result.callback(False)
-
-    poll = task.LoopingCall(check)
-    poll.clock = reactor
-    poll.start(0.05, now=True)
-    return result
 
 
 # -- the demo ----------------------------------------------------------------------
@@ -331,7 +352,8 @@ def _converse(app: Any, write: Write, reactor: Any, timeout: float, *,
     service, world = app.assistants, app.world
     write(f"Service: {len(service.names())} assistants hosted ({', '.join(service.names())}) "
           f"in the world {world.meta.get('name', 'sandbox')}.")
-    printer = StepPrinter(write, _result_lookup(service, ASSISTANT))
+    printer = StepPrinter(write, _result_lookup(service, ASSISTANT),
+                          [t.name for t in service.registry.get_all_tools()])
     stop_observing = service.add_observer(printer, ASSISTANT)
     heard: list[str] = []
 
@@ -346,15 +368,15 @@ def _converse(app: Any, write: Write, reactor: Any, timeout: float, *,
         for line in PLAYER_LINES:
             write("")
             write(f'Bob, in {world.describe_location(PLAYER)["room"]["key"]}, says: "{line}"')
-            before, said_before = printer.finished, len(heard)
+            said_before = len(heard)
             world.message_location(PLAYER, line)
-            done = yield _wait_for(_answered(printer, service, before), reactor, timeout)
-            problem = _no_answer(done, printer, timeout, real_model)
+            tick = yield _answer(service, reactor, timeout)
+            problem = _no_answer(tick, timeout, real_model)
             if problem:
                 write(problem)
                 return 1
             if len(heard) == said_before:
-                reply = _last_text(service.history(ASSISTANT))
+                reply = tick.loop.text.strip()
                 write(f"  Pip said nothing in the room{': ' + repr(reply) if reply else '.'}")
     finally:
         stop_hearing()
@@ -362,30 +384,45 @@ def _converse(app: Any, write: Write, reactor: Any, timeout: float, *,
     return 0
 
 
-def _no_answer(done: bool, printer: StepPrinter, timeout: float, real_model: bool) -> str:
+@defer.inlineCallbacks
+def _answer(service: Any, reactor: Any, timeout: float) -> Any:
+    """The tick that answers what Bob just said (None when none came within ``timeout``).
+
+    Bob's line is already queued: ``run_tick`` starts the tick that takes it,
+    or waits for it when the timer started it first.  A tick that ran no loop
+    (one the timer had started before Bob spoke) is followed by the next.
+    """
+    for _ in range(3):
+        ticking = service.run_tick(ASSISTANT)
+        ticking.addTimeout(timeout, reactor)
+        try:
+            tick = yield ticking
+        except defer.TimeoutError:
+            return None
+        if tick.loop is not None or not service.get(ASSISTANT).pending_events:
+            return tick
+    return tick
+
+
+def _no_answer(tick: Any, timeout: float, real_model: bool) -> str:
     """Why Bob got no answer (empty when he got one)."""
-    if not done:
+    if tick is None:
         return f"  (no answer within {timeout:.0f} s)"
-    if printer.failures:
-        return ("  The model did not answer; check AI_TOOLS_LLM_URL, AI_TOOLS_LLM_MODEL (and "
-                "AI_TOOLS_LLM_API_KEY)." if real_model
-                else "  The scripted model did not answer as scripted.")
-    return ""
+    loop = tick.loop
+    if loop is None:
+        return f"  Pip did not answer: her tick was {tick.status} ({tick.reason})."
+    if not loop.failed:
+        return ""
+    reason = str(loop.termination_reason)
+    if reason in MODEL_UNREACHABLE and real_model:
+        from ai_tools.settings import setting
 
-
-def _answered(printer: StepPrinter, service: Any, before: int) -> Callable[[], bool]:
-    """Whether a loop has ended since ``before`` and the tick around it is over."""
-    def answered() -> bool:
-        return printer.finished > before and service.get(ASSISTANT).current_tick is None
-
-    return answered
-
-
-def _last_text(history: Sequence[Mapping[str, Any]]) -> str:
-    for message in reversed(history):
-        if message.get("role") == "assistant" and isinstance(message.get("content"), str):
-            return str(message["content"]).strip()
-    return ""
+        names = ", ".join(setting(n).env for n in ("llm_url", "llm_model", "llm_api_key"))
+        return f"  The model did not answer ({reason}); check {names}."
+    if reason in MODEL_UNREACHABLE:
+        return f"  The scripted model did not answer ({reason})."
+    return f"  Pip's loop failed: {reason}" + (f" ({_short(loop.error, 160)})."
+                                              if loop.error else ".")
 
 
 @defer.inlineCallbacks

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_twisted
 from twisted.internet import utils
 
@@ -140,3 +141,80 @@ async def test_the_former_variable_names_are_named_not_silently_dropped(tmp_path
     assert "demo: warning: LLM_MODEL is not read any more" in out
     assert "demo: AI_TOOLS_DB is not used by the demo" in out
     assert "the scripted stand-in model" in out
+
+
+# -- what the demo reports when the loop does not go as planned (in-process, real reactor) --
+
+
+async def demo_with_scenario(tmp_path: Path, scenario: str,
+                             **environ: str) -> tuple[list[str], int]:
+    """The demo's story with Pip's answers taken from ``scenario``; its lines and status."""
+    from ai_tools.standalone import demo
+
+    (tmp_path / "scenario.toml").write_text(scenario)
+    example = (ROOT / "examples" / "assistant.toml").read_text()
+    config = tmp_path / "assistant.toml"
+    config.write_text(example.replace('"demo-scenario.toml"', json.dumps(
+        str(tmp_path / "scenario.toml"))).replace('"world.toml"', json.dumps(
+            str(ROOT / "examples" / "world.toml"))))
+    lines: list[str] = []
+    status = await demo.run_demo(reactor(), lines.append, state_dir=tmp_path / "var",
+                                 environ=environ, timeout=60, config_path=config)
+    return lines, status
+
+
+def rule(match: str, *turns: str) -> str:
+    return f'[[rules]]\nmatch = "{match}"\n' + "".join(f"[[rules.turns]]\n{t}\n" for t in turns)
+
+
+NOTHING = 'tool_calls = [{ name = "get_attributes", arguments = { object = "no such thing" } }]'
+REPEATING = 'text = """' + "The chowder is hot.\n" * 12 + '"""'
+
+
+@pytest.mark.parametrize(("turns", "reason"), [
+    ((NOTHING,) * 6, "consecutive_errors"),
+    ((REPEATING,), "repeated_line_loop"),
+])
+@pytest_twisted.ensureDeferred
+async def test_a_failed_loop_is_a_failed_demo(tmp_path: Path, turns: tuple[str, ...],
+                                              reason: str) -> None:
+    """A loop that ends in failure (not only a model that does not answer) exits 1 and
+    says why; it is never quoted as Pip's answer."""
+    lines, status = await demo_with_scenario(tmp_path, rule("soup", *turns))
+    out = "\n".join(lines)
+    assert status == 1, out
+    assert f"  loop ended: {reason}" in out
+    assert f"  Pip's loop failed: {reason}" in out
+    assert "Pip said nothing" not in out
+    assert out.endswith("The service stopped.")
+
+
+@pytest_twisted.ensureDeferred
+async def test_after_a_failed_loop_the_previous_answer_is_not_quoted_again(
+        tmp_path: Path) -> None:
+    scenario = (rule("soup", 'text = "Fish chowder, Bob. No onions."')
+                + rule("bowls", REPEATING))
+    lines, status = await demo_with_scenario(tmp_path, scenario)
+    out = "\n".join(lines)
+    assert status == 1, out
+    assert out.count("Pip said nothing in the room: 'Fish chowder, Bob. No onions.'") == 1
+    assert "  Pip's loop failed: repeated_line_loop" in out
+
+
+@pytest_twisted.ensureDeferred
+async def test_fallback_tool_calls_show_their_reasoning_and_results(tmp_path: Path) -> None:
+    """Tool calls written in the text (fallback tool calling): the step shows the model's
+    reasoning, not the call's JSON, and what the tool returned, not "null"."""
+    look = ('text = """Let me look first.\n{"tool": "inspect_location", "parameters": '
+            '{"detail_level": "normal"}, "reasoning": "Who is here?"}"""')
+    say = 'text = """{"tool": "say", "parameters": {"message": "Chowder tonight, Bob!"}}"""'
+    scenario = rule("soup", look, say) + rule("bowls", say)
+    lines, status = await demo_with_scenario(tmp_path, scenario,
+                                             AI_TOOLS_LLM_TOOL_CALLING="fallback")
+    out = "\n".join(lines)
+    assert status == 0, out
+    assert "    reasoning: Let me look first. Who is here?" in lines, out
+    assert "inspect_location({\"detail_level\": \"normal\"})" in out
+    assert ("    result:    " in out and ": The Drowned Lantern; exits: east" in out), out
+    assert ": null" not in out and '{"tool"' not in out
+    assert 'Bob hears: Pip says, "Chowder tonight, Bob!"' in out

@@ -12,7 +12,9 @@ from ai_tools.standalone import demo
 
 def printed(events: list[dict[str, Any]], results: dict[str, Any] | None = None) -> list[str]:
     lines: list[str] = []
-    printer = demo.StepPrinter(lines.append, lambda call_id: (results or {}).get(call_id))
+    printer = demo.StepPrinter(lines.append,
+                               lambda call_id, tool: (results or {}).get(call_id),
+                               ["inspect_location", "say"])
     for event in events:
         printer(event)
     return lines
@@ -40,9 +42,9 @@ def test_a_step_says_reasoning_tool_duration_cache_and_result() -> None:
     ]
 
 
-def test_failures_are_counted_and_shown() -> None:
+def test_failures_are_shown() -> None:
     lines: list[str] = []
-    printer = demo.StepPrinter(lines.append, lambda call_id: None)
+    printer = demo.StepPrinter(lines.append, lambda call_id, tool: None)
     printer({"type": "tool_result", "tool_call_id": "x", "success": False,
              "status": "permission_denied", "duration_ms": 0.5})
     printer({"type": "text_delta", "text": "I cannot."})
@@ -53,7 +55,45 @@ def test_failures_are_counted_and_shown() -> None:
     assert lines[1] == "    answer:    I cannot."
     assert lines[2].startswith("  loop ended: llm_error (could not reach it) after 1 step(s)")
     assert lines[3] == '    signal:    hand_over({"reason": "too big"})'
-    assert printer.failures == ["could not reach it"] and printer.finished == 1
+
+
+def test_a_call_written_in_the_text_is_not_shown_as_reasoning() -> None:
+    """Fallback tool calling: the answer's text holds the call as JSON; the step shows the
+    words around it and the call's own reasoning, one call after the other."""
+    calls = [{"tool": "inspect_location", "parameters": {}, "reasoning": "Who is here?"},
+             {"tool": "say", "parameters": {"message": "hi"}}]
+    text = 'Let me look.\n' + "\n".join(__import__("json").dumps(c) for c in calls)
+    lines = printed([
+        {"type": "iteration", "iteration": 1, "usage_percent": 1.0},
+        {"type": "text_delta", "text": text[:20]},
+        {"type": "text_delta", "text": text[20:]},
+        {"type": "tool_call", "tool": "inspect_location", "tool_call_id": "a",
+         "arguments": {}, "category": "safe_chain"},
+        {"type": "tool_call", "tool": "say", "tool_call_id": "b",
+         "arguments": {"message": "hi"}, "category": "terminal"},
+    ])
+    assert lines[1:] == [
+        "    reasoning: Let me look. Who is here?",
+        "    tool:      inspect_location({})  [safe_chain]",
+        '    tool:      say({"message": "hi"})  [terminal]',
+    ]
+
+
+def test_results_are_found_in_either_history_format() -> None:
+    """A ``tool`` message answering the call's id, or (fallback) a user message holding the
+    tool's result: the step says what it returned instead of "null"."""
+    from types import SimpleNamespace
+
+    assistant = SimpleNamespace(history=SimpleNamespace(messages=[
+        {"role": "tool", "tool_call_id": "c1", "content": '{"success": true, "n": 1}'},
+        {"role": "user", "content": '[TOOL RESULT: look]\n{"success": true, "n": 2}'},
+        {"role": "user", "content": '[TOOL RESULT: look]\n{"success": true, "n": 3}'},
+    ]))
+    service = SimpleNamespace(get=lambda name: assistant)
+    result_of = demo._result_lookup(service, "pip")
+    assert result_of("c1", "say") == {"success": True, "n": 1}
+    assert result_of("other", "look") == {"success": True, "n": 3}  # the latest
+    assert result_of("other", "say") is None
 
 
 @pytest.mark.parametrize(("result", "summary"), [
