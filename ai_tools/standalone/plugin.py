@@ -30,6 +30,7 @@ from __future__ import annotations
 import atexit
 import os
 import re
+import signal
 import sys
 from typing import Any, cast
 
@@ -37,10 +38,13 @@ from twisted.application.service import IService, MultiService
 from twisted.logger import (
     FilteringLogObserver,
     ILogObserver,
+    LegacyLogObserverWrapper,
     LogLevel,
     LogLevelFilterPredicate,
+    textFileLogObserver,
 )
 from twisted.python import usage
+from twisted.python.logfile import LogFile
 
 from ai_tools.errors import ConfigError
 from ai_tools.settings import SETTINGS, near_name, setting
@@ -152,27 +156,49 @@ class _Root(MultiService):
 
 
 def _filtered_observer(level: str, server_options: Any) -> Any:
-    """twistd's own log observer (stdout, --logfile, --syslog) behind a level filter.
+    """The log destination twistd's options name, behind a ``--log-level`` filter.
 
-    None when twistd's ``--logger`` was given (that observer is the user's) or
-    when we cannot build twistd's observer here.
+    Built from public parts, as twistd documents its options: ``--syslog``
+    (with ``--prefix``) logs to syslog; ``--logfile PATH`` to that file,
+    rotated as twistd rotates it (by size, and on SIGUSR1); ``--logfile -``
+    and, in the foreground, no ``--logfile`` to standard output; a daemon
+    without ``--logfile`` to ``twistd.log``.  None — twistd then logs as it
+    would, unfiltered — when ``--logger`` names the user's own observer, when
+    there are no options (a programmatic caller), and for a daemon asked to
+    log to standard output (twistd refuses that itself).
     """
     if server_options is None or server_options.get("logger"):
         return None
-    try:
-        if sys.platform == "win32":  # pragma: no cover
-            from twisted.scripts._twistw import WindowsAppLogger as AppLogger
-        else:
-            from twisted.scripts._twistd_unix import UnixAppLogger as AppLogger
-        base = AppLogger(server_options)._getLogObserver()
-    except Exception:
-        return None
-    if not ILogObserver.providedBy(base):  # pragma: no cover - legacy observers
-        from twisted.logger import LegacyLogObserverWrapper
+    if server_options.get("syslog"):
+        from twisted.python.syslog import SyslogObserver
 
-        base = LegacyLogObserverWrapper(base)
+        legacy: Any = SyslogObserver(server_options.get("prefix") or "twisted").emit
+        base: Any = LegacyLogObserverWrapper(legacy)
+    else:
+        stream = _log_stream(server_options)
+        if stream is None:
+            return None
+        base = textFileLogObserver(stream)
     predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.levelWithName(level))
     return FilteringLogObserver(base, [cast(Any, predicate)])
+
+
+def _log_stream(server_options: Any) -> Any:
+    """Standard output or twistd's log file, as ``--logfile`` and ``-n`` choose."""
+    path = server_options.get("logfile") or ""
+    foreground = bool(server_options.get("nodaemon"))
+    if path == "-" or (foreground and not path):
+        return sys.stdout if foreground else None
+    log_file = LogFile.fromFullPath(path or "twistd.log")
+    if not signal.getsignal(signal.SIGUSR1):  # SIGUSR1 rotates the log, as under twistd
+
+        def rotate(signum: int, frame: Any) -> None:
+            from twisted.internet import reactor
+
+            reactor.callFromThread(log_file.rotate)
+
+        signal.signal(signal.SIGUSR1, rotate)
+    return log_file
 
 
 def _exit_on_fatal(message: str) -> None:

@@ -153,6 +153,26 @@ def test_a_user_logger_is_left_alone() -> None:
     server = twistd_options("--logger", "twisted.logger.textFileLogObserver")
     assert plugin._filtered_observer("warn", server) is None
     assert plugin._filtered_observer("warn", None) is None
+    # twistd itself refuses a daemon logging to standard output
+    assert plugin._filtered_observer("warn", {"logfile": "-", "nodaemon": False}) is None
+
+
+def test_in_the_foreground_the_filtered_log_goes_to_standard_output(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    observer = plugin._filtered_observer("warn", twistd_options())
+    base = {"log_namespace": "test", "log_time": 0.0, "log_system": "-"}
+    observer({**base, "log_level": LogLevel.error, "log_format": "shown line"})
+    observer({**base, "log_level": LogLevel.info, "log_format": "hidden line"})
+    out = capsys.readouterr().out
+    assert "shown line" in out and "hidden line" not in out
+
+
+def test_the_log_observer_uses_no_private_twisted_module() -> None:
+    """``--log-level`` rests on twisted.logger and twistd's documented options only."""
+    import re
+
+    source = (ROOT / "ai_tools" / "standalone" / "plugin.py").read_text()
+    assert not re.search(r"twisted\.\w+(\.\w+)*\._\w+|\._getLogObserver", source)
 
 
 def test_describe_failure_is_one_readable_line() -> None:
