@@ -302,3 +302,19 @@ def test_the_modules_reading_variables_use_the_same_names() -> None:
                            ("ENV_STREAM", "llm_stream"), ("ENV_TOOL_CALLING", "llm_tool_calling")]:
         if hasattr(llm_profile, constant):  # ModelProfile.from_environ's own names
             assert getattr(llm_profile, constant) == setting(name).env
+
+
+def test_a_missing_key_names_the_variable_to_set() -> None:
+    """A user who set LLM_API_KEY (the name make used to read) is told, at start, which
+    variable holds the key, and a 401 names that variable rather than ``api_key_env``."""
+    from ai_tools.llm.http_errors import error_for_status
+
+    config = parse_config(base_config(), base=ROOT,
+                          overrides=Overrides(environ={"LLM_API_KEY": "sk-x"}))
+    assert config.warnings == (
+        "LLM_API_KEY is not read any more: set AI_TOOLS_LLM_API_KEY instead",)
+    spec = profile(config)
+    message = str(error_for_status(401, spec.chat_url, b"{}", model=spec.model,
+                                   api_key_env=spec.api_key_env, api_key_present=False))
+    assert "check the API key in $AI_TOOLS_LLM_API_KEY (the variable is not set)" in message
+    assert "api_key_env" not in message
