@@ -1,6 +1,6 @@
 """Retries with deferred-based exponential backoff, shared by tools and model requests.
 
-The policy (DESIGN §3): 4 attempts; delay before attempt n+1 is
+The default policy: 4 attempts; delay before attempt n+1 is
 ``min(max_delay, base * multiplier ** (n - 1))`` with jitter; waits go through
 ``task.deferLater`` on an injected clock so tests drive them with ``task.Clock``.
 """

@@ -1,11 +1,11 @@
-"""Chat-history messages for tool calls, in the two formats of spec 000 §7.
+"""Chat-history messages for tool calls, in both history formats (native and fallback).
 
 Native format (models with tool calling): an assistant message carrying
 ``tool_calls``, answered by one ``{"role": "tool", "tool_call_id": ...}`` message
 per call.  Fallback format (models without): the assistant message holds the
 call as JSON text, and the result comes back as a user message starting with
 ``[TOOL RESULT: name]``.  Only normal calls go into history; exit calls are
-signals and never need an answer (spec 003).
+signals and never need an answer.
 """
 
 from __future__ import annotations

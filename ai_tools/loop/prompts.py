@@ -1,7 +1,7 @@
 """System prompts and the other texts the ReAct loop shows the model.
 
-The system prompt is rebuilt before every model call (spec 003: "regenerate the
-BIOS") from a :class:`PromptInputs` value, so the model always sees the current
+The system prompt is rebuilt before every model call from a
+:class:`PromptInputs` value, so the model always sees the current
 tool budget, iteration and token advisory.  There are three variants:
 
 * awake (the default): act in the world, talk to people, ``noop`` when idle;

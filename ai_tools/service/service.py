@@ -4,7 +4,7 @@ The service owns everything its assistants share — the tool registry, the
 tool cache (one object, a namespace per assistant), the model clients, the
 store and the world — and one :class:`~ai_tools.service.assistant.Assistant` state
 object per assistant.  One ``LoopingCall`` (the :class:`TickScheduler`) starts
-the assistants that are due; each tick follows spec 004 §1
+the assistants that are due; each tick runs its steps in order
 (:mod:`ai_tools.service.tick`).  State is persisted after every loop iteration through
 a group-committing :class:`~ai_tools.service.state_writer.StateWriter`.
 

@@ -6,7 +6,7 @@ reject a history in which a tool call has no answer, so on load every such call
 gets a synthetic "interrupted" result.  This module is pure (no I/O, no
 Twisted) so the history and service layers can reuse it.
 
-Two history formats exist (DESIGN §3):
+Two history formats exist:
 
 * native: an assistant message with ``tool_calls``, answered by
   ``{"role": "tool", "tool_call_id": ...}`` messages;

@@ -48,7 +48,7 @@ DOMAINS: tuple[ModuleType, ...] = (
     tags,
     control,
 )
-"""The domain modules of the library (spec 002 §6), plus the control tools."""
+"""The domain modules of the library (one per kind of world action), plus the control tools."""
 
 DEFAULT_TOOLS: tuple[type[Tool], ...] = tuple(
     tool for domain in DOMAINS for tool in domain.TOOLS

@@ -104,7 +104,9 @@ The category tells the ReAct loop what a call means for the loop:
 | DANGEROUS | ends after one call (changes the world) | {dangerous} |
 | ASYNC_REQUIRED | continues; the call does I/O or starts background work | {async_} |
 
-Spec 002 §6 fixes the category of most tools. For the others:
+Most categories follow from what a tool does (reads are SAFE_CHAIN, speaking is
+TERMINAL, world changes are DANGEROUS, writes to the assistant's records or other
+I/O are ASYNC_REQUIRED). Where that leaves a choice:
 `search_episodic`, `get_delegation_status` and `session_memory` are SAFE_CHAIN
 (reads, or notes in the assistant's own scratchpad that change nothing in the
 world); `add_journal_entry`, `add_goal`, `update_goal` and `relationships` are

@@ -38,3 +38,37 @@ def test_writing_tools_does_not_promise_what_the_demo_does_not_show() -> None:
     page = " ".join((ROOT / "docs" / "writing-tools.md").read_text().split())
     sentences = [s for s in page.split(". ") if "make demo" in s]
     assert sentences and not any("validat" in s for s in sentences), sentences
+
+
+SPEC_REFERENCE = re.compile(r"\b[Ss]pecs? ?0\d\d\b|\bDESIGN §")
+"""A pointer to a design document that is not in the repository ("spec 004 §2")."""
+
+BEING_REWRITTEN = {
+    # the loop engineer's modules and pages, rewritten now (issue 16)
+    "docs/react-loop.md", "docs/execution.md", "ai_tools/event_logger.py",
+    "ai_tools/execution/engine.py", "ai_tools/execution/history.py",
+    "ai_tools/llm/events.py", "ai_tools/loop/advisory.py", "ai_tools/loop/compaction.py",
+    "ai_tools/loop/run.py", "ai_tools/service/assistant.py", "ai_tools/service/patterns.py",
+    "ai_tools/service/tick.py", "ai_tools/tools/library_tool.py",
+    # the model client's, rewritten now
+    "ai_tools/llm/client.py", "ai_tools/llm/parsing.py", "ai_tools/llm/stream.py",
+    # the Evennia contrib's
+    "docs/evennia.md", "ai_tools/contrib/evennia/lookup.py",
+    "ai_tools/contrib/evennia/store.py", "ai_tools/contrib/evennia/tests/test_hearing.py",
+}
+"""Files whose owners are rewriting them: their references go with the rewrite.  Empty
+this set as they land; no other file may gain one."""
+
+
+def test_no_reference_to_a_document_that_is_not_here() -> None:
+    """Docs and docstrings name the behaviour, not a section of an absent document."""
+    found = []
+    for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md"),
+                 *(ROOT / "ai_tools").rglob("*.py")]:
+        relative = path.relative_to(ROOT).as_posix()
+        if relative in BEING_REWRITTEN:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if SPEC_REFERENCE.search(line):
+                found.append(f"{relative}:{number}: {line.strip()}")
+    assert not found, "\n".join(found)
