@@ -230,17 +230,6 @@ class SilentModel(resource.Resource):
         return server.NOT_DONE_YET
 
 
-def _loops_end_with_a_shutdown_reason() -> bool:
-    """Whether the loop side of a clean stop is in (its ``shutdown`` reason, its logging)."""
-    try:
-        from ai_tools.execution.reasons import TerminationReason
-    except ImportError:
-        return False
-    return hasattr(TerminationReason, "SHUTDOWN")
-
-
-@pytest.mark.skipif(not _loops_end_with_a_shutdown_reason(),
-                    reason="the loops' shutdown reason and their stop logging are not in yet")
 @pytest_twisted.ensureDeferred
 async def test_sigterm_with_ticks_in_flight_logs_no_critical_traceback(
         tmp_path: Path, processes: Any, http: Any) -> None:
