@@ -39,12 +39,12 @@ from twisted.web.client import Agent, HTTPConnectionPool
 
 from ai_tools.errors import LLMError, LLMRequestError
 from ai_tools.execution.history import ConversationHistory
+from ai_tools.execution.reasons import TerminationReason
 from ai_tools.llm.client import OpenAIChatClient
 from ai_tools.llm.events import AssistantMessageFinal, StreamDone, TextDelta
 from ai_tools.llm.parsing import parse_tool_calls
 from ai_tools.llm.profile import ModelProfile, Timeouts
 from ai_tools.loop import LoopConfig, LoopContext, LoopResult, execute_react_loop
-from ai_tools.loop import run as react
 from ai_tools.retry import RetryPolicy
 from ai_tools.tools.base import Actor, Tool
 from ai_tools.tools.registry import ToolRegistry
@@ -469,7 +469,7 @@ async def test_native_loop_with_tool_results_in_history(servers: dict[str, Llama
     before = len(server.requests())
     result = await run_loop(ctx, max_iterations=2)
     assert result.error is None
-    assert result.termination_reason == react.MAX_ITERATIONS
+    assert result.termination_reason == TerminationReason.MAX_ITERATIONS
     assert [r["tool"] for r in result.results] == ["look"] * 2
     assert all(r["success"] for r in result.results)
     assert server.requests()[before:] == [("POST", "/v1/chat/completions", 200)] * 2
@@ -509,7 +509,7 @@ async def test_fallback_loop_with_tool_results_in_history(servers: dict[str, Lla
     before = len(server.requests())
     result = await run_loop(ctx, max_iterations=2)
     assert result.error is None
-    assert result.termination_reason == react.MAX_ITERATIONS
+    assert result.termination_reason == TerminationReason.MAX_ITERATIONS
     assert [r["tool"] for r in result.results] == ["look"] * 2
     assert all(r["success"] for r in result.results)
     assert server.requests()[before:] == [("POST", "/v1/chat/completions", 200)] * 2

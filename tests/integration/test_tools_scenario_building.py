@@ -71,7 +71,12 @@ async def start_stack(store: Any, turns: Sequence[Turn], assistant: dict[str, An
     kind = SharedWorld if isinstance(store, PostgreSQLStore) else SandboxWorld
     world = await kind.load(store, seed=EXAMPLE_WORLD, clock=reactor())
     client = OpenAIChatClient(server.profile(), reactor=reactor())
+    # Started, so that run_tick() and send() work, with its timer stopped: the test
+    # decides when each tick runs (a heard event would otherwise start one at once).
     service = AssistantService(llm=client, store=store, world=world, clock=reactor())
+    service.startService()
+    await service.when_ready()
+    service.scheduler.stop()
     await service.add_assistant({"autonomous": True, **assistant})
     return Stack(server, service, world, store)
 

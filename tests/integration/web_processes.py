@@ -110,10 +110,12 @@ def rss_bytes(pid: int) -> int:
 
 @pytest_twisted.async_yield_fixture
 async def twistd_processes() -> AsyncIterator[Callable[..., Twistd]]:
-    """Starts twistd processes (``nofile=N`` lowers their descriptor limit); kills leftovers."""
+    """Starts twistd processes (``nofile=N`` lowers their descriptor limit, ``env`` adds
+    variables); kills leftovers."""
     started: list[Twistd] = []
 
-    def start(cwd: Path, config: Path, *extra: str, nofile: int | None = None) -> Twistd:
+    def start(cwd: Path, config: Path, *extra: str, nofile: int | None = None,
+              env: dict[str, str] | None = None) -> Twistd:
         args = [str(TWISTD), "-n", "--pidfile", str(cwd / "twistd.pid"), "ai-assistant",
                 "--config", str(config), *extra]
         executable = str(TWISTD)
@@ -122,8 +124,8 @@ async def twistd_processes() -> AsyncIterator[Callable[..., Twistd]]:
             command = " ".join(["ulimit -n", str(nofile), "&& exec", *map(_quote, args)])
             args, executable = ["/bin/sh", "-c", command], "/bin/sh"
         proc = Twistd(cwd, args)
-        reactor().spawnProcess(proc, executable, args, env=clean_environment(),
-                               path=str(cwd))
+        reactor().spawnProcess(proc, executable, args,
+                               env={**clean_environment(), **(env or {})}, path=str(cwd))
         started.append(proc)
         return proc
 

@@ -50,6 +50,9 @@ BEING_REWRITTEN = {
     "ai_tools/llm/events.py", "ai_tools/loop/advisory.py", "ai_tools/loop/compaction.py",
     "ai_tools/loop/run.py", "ai_tools/service/assistant.py", "ai_tools/service/patterns.py",
     "ai_tools/service/tick.py", "ai_tools/tools/library_tool.py",
+    "ai_tools/loop/calls.py", "ai_tools/loop/config.py", "ai_tools/loop/result.py",
+    "ai_tools/execution/calls.py", "ai_tools/execution/outcome.py",
+    "ai_tools/llm/profile.py",
     # the model client's, rewritten now
     "ai_tools/llm/client.py", "ai_tools/llm/parsing.py", "ai_tools/llm/stream.py",
     # the Evennia contrib's
