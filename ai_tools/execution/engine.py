@@ -534,10 +534,12 @@ class _ToolCallRun:
             ctx.state.errors += 1
         if ctx.reflection_mode:
             entries = build_tool_exchange(call, content, native=ctx.native_tools,
-                                          assistant_content=self.assistant_content)
+                                          assistant_content=self.assistant_content,
+                                          max_bytes=ctx.max_result_bytes)
         else:
             entries = ctx.history.add_tool_exchange(
-                call, content, native=ctx.native_tools, assistant_content=self.assistant_content)
+                call, content, native=ctx.native_tools, assistant_content=self.assistant_content,
+                max_bytes=ctx.max_result_bytes)
         tool = self.tool
         self._deliver(ToolCallOutcome(
             kind=_HISTORY, status=status, result=result, call=call,

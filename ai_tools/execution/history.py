@@ -26,6 +26,8 @@ from typing import Any
 
 import attrs
 
+from ai_tools.execution.results import DEFAULT_MAX_RESULT_BYTES, clip_arguments, clip_text
+from ai_tools.json_encoding import model_json
 from ai_tools.llm.events import ToolCall
 from ai_tools.store.history_repair import (
     FALLBACK_RESULT_PREFIX,
@@ -56,9 +58,13 @@ def is_tool_result(message: Mapping[str, Any]) -> bool:
             and content.startswith(FALLBACK_RESULT_PREFIX))
 
 
-def fallback_call_text(call: ToolCall) -> str:
-    """The assistant content of the fallback format: the call as a JSON object."""
-    body: dict[str, Any] = {"tool": call.name, "parameters": dict(call.arguments)}
+def fallback_call_text(call: ToolCall, clipped: Mapping[str, Any] | None = None) -> str:
+    """The assistant content of the fallback format: the call as a JSON object.
+
+    ``clipped`` stands for arguments too large to keep (see :func:`build_tool_exchange`).
+    """
+    body: dict[str, Any] = {"tool": call.name,
+                            "parameters": dict(call.arguments if clipped is None else clipped)}
     if call.reasoning:
         body["reasoning"] = call.reasoning
     return json.dumps(body)
@@ -70,20 +76,27 @@ def build_tool_exchange(
     *,
     native: bool,
     assistant_content: str | None = None,
+    max_bytes: int = DEFAULT_MAX_RESULT_BYTES,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The two messages recording ``call`` and its answer ``result_content`` (JSON text).
 
     ``assistant_content`` is text the model wrote next to a native call; in the
-    fallback format it goes before the JSON call.
+    fallback format it goes before the JSON call.  The arguments and that text
+    are clipped to ``max_bytes`` each (:mod:`ai_tools.execution.results`); the
+    result is shaped to that limit by the engine already.
     """
+    clipped = clip_arguments(call.arguments_json, max_bytes)
+    if assistant_content:
+        assistant_content = clip_text(assistant_content, max_bytes)
     if native:
+        arguments = call.arguments_json if clipped is None else model_json(clipped)
         entry = {"id": call.id, "type": "function",
-                 "function": {"name": call.name, "arguments": call.arguments_json}}
+                 "function": {"name": call.name, "arguments": arguments}}
         return (
             {"role": "assistant", "content": assistant_content, "tool_calls": [entry]},
             {"role": "tool", "tool_call_id": call.id, "content": result_content},
         )
-    text = fallback_call_text(call)
+    text = fallback_call_text(call, clipped)
     if assistant_content:
         text = f"{assistant_content}\n{text}"
     return (
@@ -178,9 +191,9 @@ class ConversationHistory:
         self._version += 1
         return message
 
-    def add_assistant(self, content: str) -> None:
-        """Add an assistant text message (no tool call)."""
-        self._messages.append({"role": "assistant", "content": content})
+    def add_assistant(self, content: str, max_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> None:
+        """Add an assistant text message (no tool call), clipped to ``max_bytes``."""
+        self._messages.append({"role": "assistant", "content": clip_text(content, max_bytes)})
         self._version += 1
 
     def add_tool_exchange(
@@ -190,17 +203,18 @@ class ConversationHistory:
         *,
         native: bool,
         assistant_content: str | None = None,
+        max_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Append a tool call and its answer together; return the two messages.
 
-        Raises ValueError if a native call reuses an id already in the history
-        (that id would then have two answers).
+        Oversized arguments and text are clipped to ``max_bytes`` (see
+        :func:`build_tool_exchange`).  Raises ValueError if a native call reuses
+        an id already in the history (that id would then have two answers).
         """
         if native and call.id in self._tool_call_ids:
             raise ValueError(f"tool call id {call.id!r} is already in the history")
-        exchange = build_tool_exchange(
-            call, result_content, native=native, assistant_content=assistant_content
-        )
+        exchange = build_tool_exchange(call, result_content, native=native,
+                                       assistant_content=assistant_content, max_bytes=max_bytes)
         self._messages.extend(exchange)
         self._version += 1
         if native:

@@ -22,11 +22,13 @@ from typing import Any
 from twisted.internet import defer
 
 from ai_tools.execution.engine import run_tool_call, skip_tool_call
+from ai_tools.execution.history import FALLBACK_RESULT_PREFIX
 from ai_tools.execution.outcome import OutcomeKind, ToolCallOutcome
 from ai_tools.execution.reasons import TerminationReason
+from ai_tools.execution.results import CLIPPED_KEY, clip_arguments, clip_text
 from ai_tools.llm.events import ToolCall
 from ai_tools.loop.advisory import inject_token_advisory
-from ai_tools.loop.state import LoopRun
+from ai_tools.loop.state import EVENT_TEXT_BYTES, LoopRun
 
 __all__ = ["run_calls"]
 
@@ -44,7 +46,7 @@ def run_calls(run: LoopRun, calls: Sequence[ToolCall], content: str | None
                   else calls[index + 1:], why, content)
             return
         run.emit("tool_call", tool=call.name, tool_call_id=call.id,
-                 arguments=dict(call.arguments), category=_category(run, call.name))
+                 arguments=_event_arguments(call), category=_category(run, call.name))
         answer = run_tool_call(run.execution, call, assistant_content=content)
         if isinstance(answer, defer.Deferred):
             answer = yield from _wait(run, answer)
@@ -55,7 +57,28 @@ def run_calls(run: LoopRun, calls: Sequence[ToolCall], content: str | None
             _skip(run, calls[index + 1:], why, content)
             return
     if content:
-        run.history.add_assistant(content)
+        run.add_answer(content)
+
+
+def _event_arguments(call: ToolCall) -> dict[str, Any]:
+    """The call's arguments for the ``tool_call`` event, clipped like a history entry."""
+    try:
+        clipped = clip_arguments(call.arguments_json, EVENT_TEXT_BYTES)
+    except (TypeError, ValueError, RecursionError):  # not plain JSON: the engine refuses it
+        return {CLIPPED_KEY: "[arguments that are not plain JSON]"}
+    return dict(call.arguments) if clipped is None else clipped
+
+
+def _event_result(outcome: ToolCallOutcome) -> str | None:
+    """The result's JSON text as the model reads it, clipped, for the ``tool_result`` event."""
+    if not outcome.history_entries:
+        return None
+    content = outcome.history_entries[1].get("content")
+    if not isinstance(content, str):
+        return None
+    if content.startswith(FALLBACK_RESULT_PREFIX):  # "[TOOL RESULT: name]\n{...}"
+        content = content.partition("\n")[2]
+    return clip_text(content, EVENT_TEXT_BYTES)
 
 
 def _category(run: LoopRun, name: str) -> str | None:
@@ -135,15 +158,19 @@ def _record(run: LoopRun, outcome: ToolCallOutcome, skipped: bool = False) -> No
     if skipped:
         entry["skipped"] = True
     run.tally.results.append(entry)
-    run.emit("tool_result", tool=entry["tool"], tool_call_id=entry["tool_call_id"],
-             status=outcome.status, success=entry["success"], skipped=skipped,
-             duration_ms=outcome.duration_ms, from_cache=outcome.from_cache)
+    if run.ctx.on_event is not None:
+        error = outcome.result.get("error")
+        run.emit("tool_result", tool=entry["tool"], tool_call_id=entry["tool_call_id"],
+                 status=outcome.status, success=entry["success"], skipped=skipped,
+                 duration_ms=outcome.duration_ms, from_cache=outcome.from_cache,
+                 result=_event_result(outcome),
+                 error=clip_text(error, EVENT_TEXT_BYTES) if isinstance(error, str) else None)
 
 
 def _skip(run: LoopRun, calls: Sequence[ToolCall], why: str, content: str | None) -> None:
     """Answer every remaining call "skipped" (DESIGN §3); the answer's text goes first."""
     if content:
-        run.history.add_assistant(content)
+        run.add_answer(content)
     for call in calls:
         outcome = skip_tool_call(run.execution, call, why)
         if outcome.kind == OutcomeKind.HISTORY:

@@ -9,6 +9,15 @@ and leaves a short note instead.  Either way the history stays valid: the cut
 never separates a tool call from its answers, so no tool result is orphaned
 and no tool call is left unanswered.
 
+Given a :class:`HistoryBudget` (the tick gives one: what the history may take
+for the context to be at ``target_percent`` after compaction), compaction
+also works inside the preserve window when the messages kept are still too
+big — a few huge messages fill a window without ever reaching the preserve
+window's count: it clips their texts, arguments and results, and if need be
+drops the oldest of them (:mod:`ai_tools.loop.fitting`).  So a history that
+fills the window is always brought under the threshold, however few its
+messages are.
+
 The functions work on plain lists of chat-completion message dicts;
 :func:`compact_history` applies them to an assistant's history object.
 """
@@ -25,12 +34,14 @@ from twisted.logger import Logger
 
 from ai_tools.execution.history import is_tool_result
 from ai_tools.interfaces import ILLMClient
+from ai_tools.loop.fitting import TRUNCATION_PREFIX, fit_messages
 
 __all__ = [
     "SUMMARY_PREFIX",
     "TRUNCATION_PREFIX",
     "CompactionConfig",
     "CompactionResult",
+    "HistoryBudget",
     "compact_history",
     "compact_messages",
     "needs_compaction",
@@ -43,8 +54,6 @@ log = Logger()
 SUMMARY_PREFIX = "[CONVERSATION SUMMARY]"
 """How the summary message (a user message) starts."""
 
-TRUNCATION_PREFIX = "[EARLIER CONVERSATION REMOVED]"
-"""How the note left by a deterministic truncation starts."""
 
 _SUMMARY_INSTRUCTIONS = (
     "You compress an assistant's conversation history. Write a concise summary of the "
@@ -63,6 +72,9 @@ class CompactionConfig:
     """Usage percent from which an awake assistant's history is compacted."""
     sleep_threshold: float = 70.0
     """Usage percent from which compaction runs during sleep (maintenance)."""
+    target_percent: float = attrs.field(default=50.0)
+    """Usage percent the context is brought down to when the messages kept alone would
+    stay above it: they are clipped (and the oldest dropped) to fit."""
     preserve_window: int = attrs.field(default=20)
     """The most recent messages always kept verbatim."""
     max_transcript_chars: int = 48_000
@@ -75,6 +87,19 @@ class CompactionConfig:
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"preserve_window must be a positive integer, got {value!r}")
 
+    @target_percent.validator
+    def _check_target(self, attribute: Any, value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 100:
+            raise ValueError(f"target_percent must be a percentage in (0, 100], got {value!r}")
+
+
+@attrs.frozen
+class HistoryBudget:
+    """What a history may take after compaction: ``tokens``, as ``count`` counts a message."""
+
+    tokens: int
+    count: Callable[[Mapping[str, Any]], int]
+
 
 DEFAULT_COMPACTION = CompactionConfig()
 
@@ -85,9 +110,12 @@ class CompactionResult:
 
     messages: tuple[dict[str, Any], ...]
     method: str
-    """``summary``, ``truncation`` or ``none`` (nothing old enough to compact)."""
+    """``summary``, ``truncation``, ``clipping`` (only messages clipped or dropped to fit
+    the budget) or ``none`` (nothing to compact)."""
     removed: int = 0
     """Messages replaced by the summary or dropped."""
+    clipped: int = 0
+    """Kept messages clipped to fit the budget."""
     error: str | None = None
     """Why summarising failed, when ``method`` is ``truncation``."""
 
@@ -155,18 +183,39 @@ def truncate_messages(
     return CompactionResult((note, *kept), "truncation", removed=index)
 
 
-@defer.inlineCallbacks
 def compact_messages(
     messages: Sequence[Mapping[str, Any]],
     llm: ILLMClient | None,
     config: CompactionConfig = DEFAULT_COMPACTION,
-) -> Any:
+    budget: HistoryBudget | None = None,
+) -> defer.Deferred[CompactionResult]:
     """Summarise the messages older than the preserve window with ``llm``.
 
     Fires with a :class:`CompactionResult`; never fails (a failing or empty
-    summary falls back to :func:`truncate_messages`).  Cancelling the
+    summary falls back to :func:`truncate_messages`).  With a ``budget``, the
+    messages are then fitted into it (see the module).  Cancelling the
     Deferred cancels the model request.
     """
+    d: defer.Deferred[CompactionResult] = _summarise(messages, llm, config)
+    return d.addCallback(_fitted, budget)
+
+
+def _fitted(result: CompactionResult, budget: HistoryBudget | None) -> CompactionResult:
+    """``result`` with its messages fitted into ``budget`` (unchanged if they fit)."""
+    if budget is None:
+        return result
+    fit = fit_messages(result.messages, budget.tokens, budget.count)
+    if not fit.clipped and not fit.dropped:
+        return result
+    return attrs.evolve(result, messages=fit.messages,
+                        method="clipping" if result.method == "none" else result.method,
+                        removed=result.removed + fit.dropped, clipped=fit.clipped)
+
+
+@defer.inlineCallbacks
+def _summarise(messages: Sequence[Mapping[str, Any]], llm: ILLMClient | None,
+               config: CompactionConfig) -> Any:
+    """The summary (or truncation) of the messages older than the preserve window."""
     index = split_point(messages, config.preserve_window)
     if index == 0:
         return CompactionResult(tuple(dict(m) for m in messages), "none")
@@ -224,18 +273,20 @@ def compact_history(
     llm: ILLMClient | None,
     config: CompactionConfig = DEFAULT_COMPACTION,
     on_done: Callable[[CompactionResult], None] | None = None,
+    budget: HistoryBudget | None = None,
 ) -> Any:
     """Compact ``history`` in place; fires with the :class:`CompactionResult`.
 
     ``history`` is a list of messages or the assistant's history object.  The
     messages are replaced only once the new list is ready, so a history is
-    never seen half-compacted.
+    never seen half-compacted.  ``budget``: see :func:`compact_messages`.
     """
-    result = yield compact_messages(_get_messages(history), llm, config)
+    result = yield compact_messages(_get_messages(history), llm, config, budget)
     if result.method != "none":
         _set_messages(history, result.messages)
-        log.info("History compacted by {method}: {removed} messages replaced",
-                 method=result.method, removed=result.removed)
+        log.info("History compacted by {method}: {removed} messages replaced, {clipped} "
+                 "clipped", method=result.method, removed=result.removed,
+                 clipped=result.clipped)
     if on_done is not None:
         on_done(result)
     return result

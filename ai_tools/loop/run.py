@@ -126,12 +126,23 @@ def _check_continuation(run: LoopRun) -> LoopContinuation | None:
         if continuation.reason == "max_iterations":
             tally.end(TerminationReason.MAX_ITERATIONS)
         else:
-            tally.end(TerminationReason.CRITICAL_TOKENS, continuation.message)
+            tally.end(TerminationReason.CRITICAL_TOKENS, _critical_message(run, continuation))
         return None
     tally.iteration += 1
     run.emit("iteration", max_iterations=run.max_iterations, usage_percent=round(pct, 1),
              continuation=continuation.reason, tool_budget_remaining=tally.budget)
     return continuation
+
+
+def _critical_message(run: LoopRun, continuation: LoopContinuation) -> str:
+    """Why the context is full: the history (compaction frees it), or the prompt alone."""
+    usage = run.meter.last
+    if usage is None or usage.prompt_tokens * 100.0 < usage.window * run.config.thresholds.stop:
+        return continuation.message
+    tools = len(run.plan.schemas) if run.plan is not None else 0
+    return (f"{continuation.message} The system prompt and its {tools} tool(s) alone take "
+            f"{usage.prompt_tokens} tokens of the {usage.window}-token context window: "
+            "shorten the persona or give the assistant a model with a larger window.")
 
 
 def _build_messages(run: LoopRun, plan: RequestPlan, continuation: LoopContinuation
@@ -157,6 +168,7 @@ def _call_model(run: LoopRun, plan: RequestPlan, messages: list[dict[str, Any]])
     tally, control = run.tally, run.ctx.control
     llm: Any = run.ctx.llm  # (an ILLMClient: zope declares it, mypy cannot see it)
     tally.deltas = []
+    started = run.ctx.clock.seconds()
     try:
         asked = llm.complete(messages, tools=plan.request_tools, stream=run.config.stream,
                                  on_event=run.on_llm_event)
@@ -166,17 +178,20 @@ def _call_model(run: LoopRun, plan: RequestPlan, messages: list[dict[str, Any]])
         response = yield control.track(asked if isinstance(asked, defer.Deferred)
                                        else defer.succeed(asked))
     except defer.CancelledError:
+        run.model_requested(started, "cancelled")
         tally.add_text("".join(tally.deltas))
         control.stop("cancelled")
         tally.end(control.termination, control.reason)
         return None
     except LLMError as e:
+        reason = _llm_reason(e)
+        run.model_requested(started, str(reason), str(e) or type(e).__name__)
         tally.add_text(e.partial_text or "".join(tally.deltas))
-        tally.end(_llm_reason(e), str(e) or type(e).__name__)
+        tally.end(reason, str(e) or type(e).__name__)
         return None
     finally:
         control.untrack()
-    return _take_answer(run, response)
+    return _take_answer(run, response, started)
 
 
 def _llm_reason(error: LLMError) -> TerminationReason:
@@ -186,17 +201,19 @@ def _llm_reason(error: LLMError) -> TerminationReason:
         return TerminationReason.LLM_ERROR
 
 
-def _take_answer(run: LoopRun, response: Any) -> ChatResponse | None:
+def _take_answer(run: LoopRun, response: Any, started: float) -> ChatResponse | None:
     """The answer arrived: count it; the events it saw are taken.  None if unusable.
 
     (A stop asked for meanwhile is seen before the answer's first call runs.)
     """
     tally = run.tally
     if not isinstance(response, ChatResponse):
+        error = f"the model client returned {type(response).__name__}"
+        run.model_requested(started, str(TerminationReason.LLM_ERROR), error)
         tally.add_text("".join(tally.deltas))
-        tally.end(TerminationReason.LLM_ERROR,
-                  f"the model client returned {type(response).__name__}")
+        tally.end(TerminationReason.LLM_ERROR, error)
         return None
+    run.model_requested(started, "ok", usage=response.usage)
     tally.add_usage(response.usage)
     tally.finish_reason = response.finish_reason
     if run.delivery is not None:
@@ -228,7 +245,7 @@ def _parse_answer(run: LoopRun, plan: RequestPlan, response: ChatResponse
     content = parsed.visible_text or None
     if not calls:
         if content:
-            run.history.add_assistant(content)
+            run.add_answer(content)
         tally.end(TerminationReason.COMPLETED)
     return calls, content
 

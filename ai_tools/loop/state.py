@@ -15,19 +15,24 @@ from twisted.logger import Logger
 from ai_tools.execution.engine import ExecutionContext, ExecutionState
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.execution.reasons import TerminationReason
+from ai_tools.execution.results import clip_text
 from ai_tools.llm.events import TextDelta
 from ai_tools.loop.config import LoopConfig, use_native_tools
 from ai_tools.loop.context import LoopContext, LoopProgress
 from ai_tools.loop.events import EventDelivery
 from ai_tools.loop.prompts import tick_message
-from ai_tools.loop.request import RequestPlan, plan_request
+from ai_tools.loop.request import RequestPlan, fitted_plan
 from ai_tools.loop.usage import ContextMeter, context_window
 
-__all__ = ["LoopRun", "LoopTally"]
+__all__ = ["EVENT_TEXT_BYTES", "LoopRun", "LoopTally"]
 
 log = Logger()
 
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+EVENT_TEXT_BYTES = 2048
+"""Largest text (a tool's result or arguments, an error) a loop event carries, in bytes:
+observers (the event stream, a console) see what happened, clipped with a marker."""
 
 
 def _new_usage() -> dict[str, Any]:
@@ -136,10 +141,15 @@ class LoopRun:
         return run
 
     def plan_for(self, persona: str) -> RequestPlan:
-        """The request plan for ``persona`` (the same plan while the persona holds)."""
+        """The request plan for ``persona`` (the same plan while the persona holds).
+
+        The fitted plan (:func:`~ai_tools.loop.request.fitted_plan`): fewer tools
+        when the prompt and tools alone would fill the window past the stop threshold.
+        """
         plan = self.plan
         if plan is None or plan.persona != persona:
-            plan = self.plan = plan_request(self.ctx, self.config, persona)
+            plan = self.plan = fitted_plan(self.ctx, self.config, persona, self.meter,
+                                           self.window)
         return plan
 
     def usage_percent(self) -> float:
@@ -152,6 +162,10 @@ class LoopRun:
         percent = totals["context_percent"] = usage.percent
         return percent
 
+    def add_answer(self, content: str) -> None:
+        """Keep the model's text in the history, clipped to the one entry limit."""
+        self.history.add_assistant(content, self.execution.max_result_bytes)
+
     def emit(self, kind: str, **fields: Any) -> None:
         """Publish one loop event to the observer; its errors are logged, never raised."""
         observer = self.ctx.on_event
@@ -163,6 +177,26 @@ class LoopRun:
         except Exception:
             log.failure("Loop observer of {assistant} failed on a {kind} event",
                         assistant=self.ctx.assistant_name, kind=kind)
+
+    def model_requested(self, started: float, status: str, error: str | None = None,
+                        usage: Mapping[str, Any] | None = None) -> None:
+        """Publish one ``model_request`` event: what was asked of whom, how long, what came.
+
+        ``status`` is ``ok``, ``cancelled`` or the termination reason of the
+        failure (``llm_error``, ``llm_unavailable``...); the token counts are
+        the server's (None when it gave none).
+        """
+        if self.ctx.on_event is None:
+            return
+        llm = self.ctx.llm
+        profile = getattr(llm, "profile", None)
+        usage = usage or {}
+        self.emit("model_request", profile=getattr(profile, "label", None),
+                  model=getattr(llm, "model", None),
+                  latency_ms=round((self.ctx.clock.seconds() - started) * 1000.0, 3),
+                  prompt_tokens=usage.get("prompt_tokens"),
+                  completion_tokens=usage.get("completion_tokens"), status=status,
+                  error=None if error is None else clip_text(error, EVENT_TEXT_BYTES))
 
     def on_llm_event(self, event: Any) -> None:
         """Keep streamed text (preserved if the call fails) and relay it to observers."""

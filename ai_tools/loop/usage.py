@@ -48,10 +48,15 @@ def context_window(configured: int | None, llm: Any) -> int:
 
 @attrs.frozen
 class ContextUsage:
-    """One measure: ``tokens`` of the context in a window of ``window`` tokens."""
+    """One measure: ``tokens`` of the context in a window of ``window`` tokens.
+
+    ``prompt_tokens`` of them are the prompt's (head and tool schemas), the
+    rest the history's.
+    """
 
     tokens: int
     window: int
+    prompt_tokens: int = 0
 
     @property
     def percent(self) -> float:
@@ -94,8 +99,8 @@ class ContextMeter:
         measured = (history, history.version, window)
         if self._measured == measured and self.last is not None:
             return self.last  # nothing changed since
-        usage = self.last = ContextUsage(self._prompt_tokens + self.history_tokens(history),
-                                         window)
+        prompt = self._prompt_tokens
+        usage = self.last = ContextUsage(prompt + self.history_tokens(history), window, prompt)
         self._measured = measured
         return usage
 

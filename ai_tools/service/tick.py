@@ -42,12 +42,13 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ai_tools.execution.reasons import TerminationReason
-from ai_tools.loop.compaction import compact_history, needs_compaction
+from ai_tools.loop.compaction import HistoryBudget, compact_history, needs_compaction
 from ai_tools.loop.config import GatePolicy, LoopConfig
 from ai_tools.loop.context import LoopContext, LoopControl
 from ai_tools.loop.prompts import format_events
 from ai_tools.loop.request import measure_context
 from ai_tools.loop.result import LoopResult
+from ai_tools.loop.usage import ContextUsage
 from ai_tools.service.assistant import AWAKE, SLEEP
 from ai_tools.service.episodes import EPISODES, episode_record
 from ai_tools.service.patterns import (
@@ -268,13 +269,13 @@ def _release(assistant: Assistant) -> None:
     assistant.current_tick = None
 
 
-def _usage(assistant: Assistant, host: AssistantHost, mode: str) -> float:
-    """The context usage of the loop this tick would run in ``mode``, in percent."""
+def _usage(assistant: Assistant, host: AssistantHost, mode: str) -> ContextUsage:
+    """The context usage of the loop this tick would run in ``mode``."""
     context_type = (SLEEP_CONTEXT if mode == SLEEP
                     else determine_context_type(assistant.pending_events))
     ctx = _loop_context(assistant, host, context_type, mode=mode)
     config = _loop_config(assistant, None)
-    return measure_context(ctx, config, assistant.meter, assistant.persona).percent
+    return measure_context(ctx, config, assistant.meter, assistant.persona)
 
 
 def _reflection_due(assistant: Assistant) -> bool:
@@ -290,7 +291,7 @@ def _is_idle(assistant: Assistant, host: AssistantHost) -> bool:
         return False
     if not len(assistant.history):
         return True
-    return not needs_compaction(_usage(assistant, host, AWAKE), AWAKE,
+    return not needs_compaction(_usage(assistant, host, AWAKE).percent, AWAKE,
                                 assistant.config.compaction)
 
 
@@ -373,18 +374,30 @@ def _maybe_compact(tick: _Tick, mode: str) -> defer.Deferred[None] | None:
     assistant, host = tick.assistant, tick.host
     if not len(assistant.history):
         return None
-    if not needs_compaction(_usage(assistant, host, mode), mode, assistant.config.compaction):
+    usage = _usage(assistant, host, mode)
+    if not needs_compaction(usage.percent, mode, assistant.config.compaction):
         return None
-    return _compact(tick)
+    return _compact(tick, usage)
+
+
+def _history_budget(assistant: Assistant, usage: ContextUsage) -> HistoryBudget:
+    """What the history may take for the context to be at the compaction target.
+
+    Counted as the assistant's meter counts, with the prompt of ``usage``.
+    """
+    target = assistant.config.compaction.target_percent
+    tokens = int(usage.window * target / 100.0) - usage.prompt_tokens
+    return HistoryBudget(max(tokens, 0), assistant.meter.counter.count_message)
 
 
 @defer.inlineCallbacks
-def _compact(tick: _Tick) -> Any:
+def _compact(tick: _Tick, usage: ContextUsage) -> Any:
     assistant, host = tick.assistant, tick.host
     config = assistant.config.compaction
     llm = host.llm_for(assistant.config.model)
     try:
-        result = yield compact_history(assistant.history, llm, config)
+        result = yield compact_history(assistant.history, llm, config,
+                                       budget=_history_budget(assistant, usage))
     except defer.CancelledError:
         raise
     except Exception as exc:
@@ -559,9 +572,15 @@ def _run_loop(
             outcome = entry.get("result")
             detail = outcome.get("error", "") if isinstance(outcome, dict) else ""
             tick.error(f"tool {entry.get('tool')} {entry.get('status')}: {detail}", tool=True)
-    if result.failed:
+    if result.failed or _ran_nothing(result):
         tick.error(f"{result.termination_reason}: {result.error or ''}".rstrip(": "))
     return result
+
+
+def _ran_nothing(result: LoopResult) -> bool:
+    """A loop stopped by a full context before its first model call: never a silent ``ran``."""
+    return (result.iterations == 0
+            and result.termination_reason is TerminationReason.CRITICAL_TOKENS)
 
 
 def _after_delivery(tick: _Tick, delivered: bool, result: LoopResult

@@ -676,7 +676,8 @@ def test_checkpoint_failure_does_not_stop_the_loop() -> None:
 
 
 def test_observer_events_and_failures() -> None:
-    """Observers see iteration, tool_call, tool_result, termination; their errors are swallowed."""
+    """Observers see iteration, model_request, tool_call, tool_result, termination; their
+    errors are swallowed."""
     seen: list[str] = []
 
     def observer(event: dict[str, Any]) -> None:
@@ -689,8 +690,8 @@ def test_observer_events_and_failures() -> None:
     ctx.on_event = observer
     result = run(ctx)
     assert result.termination_reason == TerminationReason.COMPLETED
-    assert seen == ["iteration", "text_delta", "text_delta", "tool_call", "tool_result",
-                    "iteration", "termination"]
+    assert seen == ["iteration", "text_delta", "text_delta", "model_request", "tool_call",
+                    "tool_result", "iteration", "model_request", "termination"]
 
 
 def test_reflection_leaves_history_and_events_alone() -> None:
