@@ -380,14 +380,18 @@ def _maybe_compact(tick: _Tick, mode: str) -> defer.Deferred[None] | None:
     return _compact(tick, usage)
 
 
-def _history_budget(assistant: Assistant, usage: ContextUsage) -> HistoryBudget:
+def _history_budget(assistant: Assistant, usage: ContextUsage) -> HistoryBudget | None:
     """What the history may take for the context to be at the compaction target.
 
-    Counted as the assistant's meter counts, with the prompt of ``usage``.
+    Counted as the assistant's meter counts, with the prompt of ``usage``.  None
+    when the prompt alone takes that much: clipping the history would not help
+    (the loop says why it cannot run), so compaction only does its usual work.
     """
     target = assistant.config.compaction.target_percent
     tokens = int(usage.window * target / 100.0) - usage.prompt_tokens
-    return HistoryBudget(max(tokens, 0), assistant.meter.counter.count_message)
+    if tokens <= 0:
+        return None
+    return HistoryBudget(tokens, assistant.meter.counter.count_message)
 
 
 @defer.inlineCallbacks

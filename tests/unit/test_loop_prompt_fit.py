@@ -107,8 +107,11 @@ def test_a_persona_that_alone_fills_the_window_is_a_tick_error() -> None:
     llm = ScriptedLLM([], context_window=WINDOW)
     clock, service, _ = make_service(llm=llm, loop=False, registry=ToolRegistry([SayTool]))
     ada = add(service, clock, name="ada", persona="You are Ada. " + "Very long. " * 4000)
+    ada.history.add_user("[EVENTS] bob says: hi")
+    ada.history.add_assistant("hello " * 200)
     service.send("ada", "hello")
     settle(clock)
+    assert len(ada.history) == 2 and "[CLIPPED" not in ada.history.messages[1]["content"]
     assert ada.last_tick["status"] == RAN and ada.last_tick["reason"] == "critical_tokens"
     assert ada.last_tick["iterations"] == 0 and llm.requests == []
     assert any("alone take" in e and "8192-token context window" in e
