@@ -410,6 +410,9 @@ def _compact(tick: _Tick, usage: ContextUsage) -> Any:
     if result.method != "none":
         tick.compaction = result.method
         assistant.count("compactions")
+        host.publish(assistant.name, {"type": "compaction", "tick": tick.number,
+                                      "method": result.method, "removed": result.removed,
+                                      "clipped": result.clipped, "error": result.error})
         if result.error:
             tick.error(f"compaction fell back to truncation: {result.error}")
         yield _checkpoint(tick, None)

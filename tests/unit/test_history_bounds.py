@@ -220,6 +220,8 @@ def test_a_few_huge_messages_stop_no_tick_even_after_a_restart() -> None:
     _, service, _ = _service_with_huge_history(store, clock)
     ada = add(service, clock, name="ada")
     assert len(ada.history) == 4  # the restart brought the huge history back
+    events: list[dict[str, Any]] = []
+    service.add_observer(events.append)
     service.send("ada", "are you there?")
     settle(clock)
     assert ada.last_tick["status"] == RAN
@@ -227,6 +229,8 @@ def test_a_few_huge_messages_stop_no_tick_even_after_a_restart() -> None:
     assert ada.counters["compactions"] == 1
     assert "[CLIPPED" in ada.history.messages[1]["content"]
     assert ada.meter.last is not None and ada.meter.last.percent < 80
+    compaction = next(e for e in events if e["type"] == "compaction")
+    assert compaction["method"] == "clipping" and compaction["clipped"] == 1
 
 
 # -- what the loop's events tell ----------------------------------------------------------
