@@ -33,6 +33,7 @@ from ai_tools.execution.results import (
     clip_text,
 )
 from ai_tools.json_encoding import model_json
+from ai_tools.llm.tokens import CHARS_PER_TOKEN
 from ai_tools.store.history_repair import fallback_tool_calls
 
 __all__ = ["MIN_CLIP_BYTES", "TRUNCATION_PREFIX", "FitResult", "fit_messages"]
@@ -67,7 +68,7 @@ def fit_messages(messages: Sequence[Mapping[str, Any]], budget: int,
     sizes = [count(m) for m in kept]
     if sum(sizes) <= budget:
         return FitResult(tuple(kept))
-    limit = max(budget * 4, MIN_CLIP_BYTES)  # about four bytes per token to start with
+    limit = max(int(budget * CHARS_PER_TOKEN), MIN_CLIP_BYTES)  # a first guess, halved as needed
     original = kept
     while True:
         kept = [_clip_message(m, limit) for m in original]
@@ -76,24 +77,25 @@ def fit_messages(messages: Sequence[Mapping[str, Any]], budget: int,
             break
         limit = max(limit // 2, MIN_CLIP_BYTES)
     clipped = sum(1 for new, old in zip(kept, original, strict=True) if new is not old)
-    start = _first_kept(kept, sizes, budget)
-    if start == 0:
+    if sum(sizes) <= budget:
         return FitResult(tuple(kept), clipped=clipped)
-    note = {"role": "user", "content": f"{TRUNCATION_PREFIX} {start} older messages were "
+    start = _first_kept(kept, sizes, budget - count(_note(len(kept))))
+    if start == 0:  # one message, or one call with its answers: nothing can go
+        return FitResult(tuple(kept), clipped=clipped)
+    return FitResult((_note(start), *kept[start:]), clipped=clipped, dropped=start)
+
+
+def _note(dropped: int) -> dict[str, Any]:
+    """The message left in place of the ``dropped`` oldest messages."""
+    return {"role": "user", "content": f"{TRUNCATION_PREFIX} {dropped} older messages were "
                                        "dropped to free context space."}
-    return FitResult((note, *kept[start:]), clipped=clipped, dropped=start)
 
 
 def _first_kept(messages: Sequence[Mapping[str, Any]], sizes: Sequence[int],
-                budget: int) -> int:
-    """Where the kept messages start: the earliest place whose tail fits, not a tool result.
-
-    A few tokens are left for the note that replaces what goes.
-    """
+                allowed: int) -> int:
+    """Where the kept messages start: the earliest place whose tail fits ``allowed``,
+    never a tool result (its call goes with it); at worst the last such place."""
     total = sum(sizes)
-    if total <= budget:
-        return 0
-    allowed = budget - 40
     last_start = 0
     for index in range(1, len(messages)):
         total -= sizes[index - 1]

@@ -286,3 +286,9 @@ def test_tool_results_and_errors_reach_the_events_clipped() -> None:
     assert result["result"].startswith('{"success": false') and "[CLIPPED" in result["result"]
     assert result["error"].startswith("eee") and len(result["error"]) <= 2048
     assert len(json.dumps(result)) < 8192
+
+
+def test_fit_keeps_the_newest_message_whatever_the_budget() -> None:
+    fit = fit_messages([{"role": "user", "content": "x" * 100_000}], 10, _count)
+    assert len(fit.messages) == 1 and fit.dropped == 0 and fit.clipped == 1
+    assert len(fit.messages[0]["content"]) <= 512
