@@ -34,6 +34,7 @@ from typing import Any
 import attrs
 from twisted.logger import Logger
 
+from ai_tools.execution.history import ConversationHistory
 from ai_tools.json_encoding import canonical_json
 from ai_tools.loop.config import ExitTool, LoopConfig, use_native_tools
 from ai_tools.loop.context import LoopContext
@@ -105,25 +106,26 @@ def plan_request(ctx: LoopContext, config: LoopConfig, persona: str) -> RequestP
 
 
 def fitted_plan(ctx: LoopContext, config: LoopConfig, persona: str, meter: ContextMeter,
-                window: int) -> RequestPlan:
+                window: int, history: ConversationHistory) -> RequestPlan:
     """The plan a loop of ``ctx`` sends in a ``window``-token context (see the module).
 
-    Measured with ``meter`` (its last measure is then of this plan).
+    Measured with ``meter`` over ``history`` (its last measure is then of this plan).
     """
     plan = plan_request(ctx, config, persona)
-    usage = meter.measure(plan.key, plan.counted_text, ctx.history, window)
+    usage = meter.measure(plan.key, plan.counted_text, history, window)
     stop = window * config.thresholds.stop / 100.0
     if usage.prompt_tokens < stop:
         return plan
     plan = _trimmed(plan, ctx, config, int(stop * PROMPT_SHARE), meter.counter.count_text)
-    meter.measure(plan.key, plan.counted_text, ctx.history, window)
+    meter.measure(plan.key, plan.counted_text, history, window)
     return plan
 
 
 def measure_context(ctx: LoopContext, config: LoopConfig, meter: ContextMeter,
                     persona: str) -> ContextUsage:
     """The context usage of the loop ``ctx`` would run now (before its first request)."""
-    fitted_plan(ctx, config, persona, meter, context_window(config.context_window, ctx.llm))
+    fitted_plan(ctx, config, persona, meter, context_window(config.context_window, ctx.llm),
+                ctx.history)
     assert meter.last is not None
     return meter.last
 

@@ -149,7 +149,7 @@ class LoopRun:
         plan = self.plan
         if plan is None or plan.persona != persona:
             plan = self.plan = fitted_plan(self.ctx, self.config, persona, self.meter,
-                                           self.window)
+                                           self.window, self.history)
         return plan
 
     def usage_percent(self) -> float:
