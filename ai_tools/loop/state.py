@@ -110,6 +110,8 @@ class LoopRun:
     nudge: tuple[int, str] | None = None
     """Where the transient ``[TICK]`` message goes in each request, and its text."""
     plan: RequestPlan | None = None
+    model_names: tuple[str | None, str | None] | None = None
+    """The model profile's label and the model's name, for ``model_request`` events."""
 
     @classmethod
     def start(cls, ctx: LoopContext, config: LoopConfig) -> LoopRun:
@@ -188,11 +190,12 @@ class LoopRun:
         """
         if self.ctx.on_event is None:
             return
-        llm = self.ctx.llm
-        profile = getattr(llm, "profile", None)
+        if self.model_names is None:
+            llm = self.ctx.llm
+            self.model_names = (getattr(getattr(llm, "profile", None), "label", None),
+                                getattr(llm, "model", None))
         usage = usage or {}
-        self.emit("model_request", profile=getattr(profile, "label", None),
-                  model=getattr(llm, "model", None),
+        self.emit("model_request", profile=self.model_names[0], model=self.model_names[1],
                   latency_ms=round((self.ctx.clock.seconds() - started) * 1000.0, 3),
                   prompt_tokens=usage.get("prompt_tokens"),
                   completion_tokens=usage.get("completion_tokens"), status=status,
