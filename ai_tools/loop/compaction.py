@@ -34,6 +34,7 @@ from twisted.logger import Logger
 
 from ai_tools.execution.history import is_tool_result
 from ai_tools.interfaces import ILLMClient
+from ai_tools.llm.tokens import CHARS_PER_TOKEN
 from ai_tools.loop.fitting import TRUNCATION_PREFIX, fit_messages
 
 __all__ = [
@@ -95,10 +96,16 @@ class CompactionConfig:
 
 @attrs.frozen
 class HistoryBudget:
-    """What a history may take after compaction: ``tokens``, as ``count`` counts a message."""
+    """What a history may take after compaction: ``tokens``, as ``count`` counts a message.
+
+    ``window`` (the model's context window in tokens, if known) also bounds the
+    summary request: its transcript takes at most half of it, so a small local
+    model is not sent more than it can read.
+    """
 
     tokens: int
     count: Callable[[Mapping[str, Any]], int]
+    window: int | None = None
 
 
 DEFAULT_COMPACTION = CompactionConfig()
@@ -196,6 +203,9 @@ def compact_messages(
     messages are then fitted into it (see the module).  Cancelling the
     Deferred cancels the model request.
     """
+    if budget is not None and budget.window:
+        fits = int(budget.window * CHARS_PER_TOKEN / 2)
+        config = attrs.evolve(config, max_transcript_chars=min(config.max_transcript_chars, fits))
     d: defer.Deferred[CompactionResult] = _summarise(messages, llm, config)
     return d.addCallback(_fitted, budget)
 

@@ -391,7 +391,7 @@ def _history_budget(assistant: Assistant, usage: ContextUsage) -> HistoryBudget 
     tokens = int(usage.window * target / 100.0) - usage.prompt_tokens
     if tokens <= 0:
         return None
-    return HistoryBudget(tokens, assistant.meter.counter.count_message)
+    return HistoryBudget(tokens, assistant.meter.counter.count_message, usage.window)
 
 
 @defer.inlineCallbacks

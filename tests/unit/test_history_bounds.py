@@ -292,3 +292,15 @@ def test_fit_keeps_the_newest_message_whatever_the_budget() -> None:
     fit = fit_messages([{"role": "user", "content": "x" * 100_000}], 10, _count)
     assert len(fit.messages) == 1 and fit.dropped == 0 and fit.clipped == 1
     assert len(fit.messages[0]["content"]) <= 512
+
+
+def test_the_summary_request_fits_a_small_window() -> None:
+    """A 2,000-token model is not sent a 48,000-character transcript to summarise."""
+    llm = ScriptedLLM([text("they talked")], context_window=2000)
+    history = [m for i in range(40) for m in ({"role": "user", "content": f"{i} " + "w" * 1500},
+                                               {"role": "assistant", "content": "ok"})]
+    result: list[Any] = []
+    budget = HistoryBudget(500, _count, window=2000)
+    compact_messages(history, llm, budget=budget).addCallback(result.append)
+    assert result[0].method == "summary"
+    assert len(llm.requests[0]["messages"][1]["content"]) <= 4000
