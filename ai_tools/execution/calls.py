@@ -1,4 +1,4 @@
-"""Reading a tool call defensively (spec 000 step 1): whatever the model sent, one ``ToolCall``.
+"""Reading a tool call defensively (the engine's first step): one ``ToolCall`` of anything.
 
 :func:`parse_tool_call` accepts every shape a model or a caller produces — the
 native ``tool_calls`` entry, the fallback JSON call (with the parameters under

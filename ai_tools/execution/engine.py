@@ -1,4 +1,4 @@
-"""Executing one tool call, deferred all the way (spec 000 §1, spec 001, DESIGN §3).
+"""Executing one tool call, deferred all the way: every step, and its one outcome.
 
 :func:`run_tool_call` takes what a model asked for and returns its
 :class:`~ai_tools.execution.outcome.ToolCallOutcome` — at once when the call
@@ -429,7 +429,7 @@ class _ToolCallRun:
         self._wait(wait, lambda _: self._dispatch(), self._internal_error)
 
     def _on_result(self, value: Any) -> None:
-        """What the tool returned: validated (spec 000 §4), retried if a retryable failure."""
+        """What the tool returned: validated, retried if a retryable failure."""
         tool = self.tool
         assert tool is not None
         result = validate_tool_result(value, tool.name)

@@ -1,6 +1,6 @@
 """The conversation history of an assistant: the chat-completion messages it has exchanged.
 
-Two formats exist (DESIGN §3):
+Two formats exist:
 
 * **native** — for models with tool calling: an assistant message carrying
   ``tool_calls``, answered by ``{"role": "tool", "tool_call_id": ..., "content": ...}``;

@@ -1,4 +1,4 @@
-"""How one tool call ended: the discriminated outcome the loop acts on (spec 001).
+"""How one tool call ended: the discriminated outcome the loop acts on.
 
 :class:`ToolCallOutcome` says whether the call's exchange went into the history
 (``history``), whether the loop must stop (``abort``, with the termination
@@ -21,7 +21,7 @@ __all__ = ["RESTART_KEY", "CallStatus", "OutcomeKind", "ToolCallOutcome"]
 
 
 class OutcomeKind(enum.StrEnum):
-    """The three kinds of outcome (spec 001)."""
+    """The three kinds of outcome."""
 
     HISTORY = "history"
     """The call was answered; its exchange is in the history (unless reflection mode)."""
@@ -58,7 +58,7 @@ RESTART_KEY = "_restart_context"
 
 @attrs.frozen
 class ToolCallOutcome:
-    """How one tool call ended (spec 001's discriminated union).
+    """How one tool call ended (a discriminated union: ``kind`` says which fields hold).
 
     ``status`` says why: a :class:`CallStatus`, or for ``abort`` the loop's
     :class:`~ai_tools.execution.reasons.TerminationReason`.  ``result`` is what

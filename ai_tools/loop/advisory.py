@@ -1,6 +1,6 @@
 """Token advisory: telling the model (and the loop) how full its context window is.
 
-One configurable scale (DESIGN §3) serves two purposes:
+One configurable scale serves two purposes:
 
 * :func:`inject_token_advisory` adds a ``_token_advisory`` entry to a tool result
   the model is about to read, from MODERATE (≥50%: "consider wrapping up") through

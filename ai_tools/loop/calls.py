@@ -168,7 +168,8 @@ def _record(run: LoopRun, outcome: ToolCallOutcome, skipped: bool = False) -> No
 
 
 def _skip(run: LoopRun, calls: Sequence[ToolCall], why: str, content: str | None) -> None:
-    """Answer every remaining call "skipped" (DESIGN §3); the answer's text goes first."""
+    """Answer every remaining call "skipped" (each call gets one answer); the answer's text
+    goes first."""
     if content:
         run.add_answer(content)
     for call in calls:

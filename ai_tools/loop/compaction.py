@@ -1,7 +1,7 @@
 """Compaction: keeping a conversation history inside the model's context window.
 
 When the history fills the context window past a threshold (80% awake, 70%
-during sleep — DESIGN §3 and spec 004 §1; measured as :mod:`ai_tools.loop.usage`
+during sleep; measured as :mod:`ai_tools.loop.usage`
 says), the messages older than a preserve
 window (the last 20) are summarised by the model into one summary message.  If
 the model fails (error, empty answer), a deterministic truncation drops them

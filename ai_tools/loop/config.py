@@ -36,7 +36,7 @@ def _check_optional_positive(instance: Any, attribute: Any, value: int | None) -
 
 @attrs.frozen
 class ExitTool:
-    """A one-way signal tool (spec 003): offered to the model, never executed.
+    """A one-way signal tool: offered to the model, never executed.
 
     When the model calls it, the call is recorded as a signal
     ``{"tool_name", "arguments", "emitted_at"}`` and published to observers; it
@@ -63,7 +63,7 @@ class ExitTool:
 
 @attrs.frozen
 class GatePolicy:
-    """Which tools the current context allows (spec 001 + 004).
+    """Which tools the current context allows (by category and by name).
 
     ``None`` for a field means "no restriction by that criterion".  A blocked
     call is not dispatched; the model sees a ``blocked_by_tool_mode`` result
@@ -82,7 +82,7 @@ class GatePolicy:
 
 @attrs.frozen
 class LoopConfig:
-    """How one loop runs. Every field has the default of DESIGN §3."""
+    """How one loop runs (every field has its documented default)."""
 
     max_iterations: int = attrs.field(default=5, validator=_check_max_iterations)
     """Iterations (model calls) per tick, 1 to 10."""

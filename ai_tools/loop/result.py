@@ -1,4 +1,4 @@
-"""What a loop run did: :class:`LoopResult` (spec 004 §5, and what the engine adds)."""
+"""What a loop run did: :class:`LoopResult`."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ __all__ = ["LoopResult"]
 
 @attrs.frozen
 class LoopResult:
-    """What a loop run did (spec 004 §5 plus reason, signals, text, usage, duration)."""
+    """What a loop run did: its iterations and results, why it ended, signals, text, usage,
+    duration."""
 
     iterations: int
     results: tuple[dict[str, Any], ...]
     termination_reason: TerminationReason = attrs.field(converter=TerminationReason)
     success: bool
-    """At least one tool call succeeded (spec 004 §5)."""
+    """At least one tool call succeeded."""
     success_count: int
     pattern_mode: str
     max_allowed_iterations: int
@@ -44,7 +45,7 @@ class LoopResult:
         return self.termination_reason.failed
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON form (spec 004 §5 keys first)."""
+        """JSON form (iterations, results, termination reason, success first)."""
         return {
             "iterations": self.iterations,
             "results": [dict(r) for r in self.results],

@@ -1,4 +1,4 @@
-"""The ReAct loop: ask the model, run the tools it calls, repeat until done (spec 004 §2).
+"""The ReAct loop: ask the model, run the tools it calls, repeat until done.
 
 :func:`execute_react_loop` runs one tick's loop for one assistant.  Each
 iteration of :func:`_run` is the spec's steps, one function each:

@@ -7,7 +7,7 @@ tick bookkeeping — and implements :class:`~ai_tools.interfaces.IAssistantRunti
 so tools reach it as ``actor.assistant``.  :meth:`Assistant.to_state` and
 :meth:`Assistant.from_state` turn it into the JSON dict the store keeps.
 
-The tick itself (spec 004 §1) lives in :mod:`ai_tools.service.tick`; the assistant
+The tick itself lives in :mod:`ai_tools.service.tick`; the assistant
 talks to the service that hosts it only through :class:`AssistantHost`.
 """
 

@@ -1,6 +1,6 @@
 """Execution-pattern selection: a ReAct loop (and how long) or a single action.
 
-Spec 004 §1 composes the choice from three layers, each refining the one before:
+The choice is composed from three layers, each refining the one before:
 
 1. **static config** — the assistant's ``execution_config``, e.g.
    ``{"pattern": "react_loop", "max_iterations": 5}``;
@@ -17,7 +17,7 @@ Recognised keys (all optional): ``pattern`` (``react_loop`` or
 ``single_action``), ``max_iterations`` (1-10, default 5),
 ``use_llm_assessment`` (bool), ``assessment_max_iterations`` (1-10),
 ``lock_pattern`` (bool).  The same layers also carry the context's tool gate
-(spec 001 + 004): ``allowed_categories`` (category values such as
+(by category and by name): ``allowed_categories`` (category values such as
 ``"safe_chain"``) and ``allowed_tools`` (tool names); see :func:`select_gate`.
 :func:`validate_execution_config` checks them up front
 with messages that name the key; :func:`select_execution_pattern` itself never
@@ -123,7 +123,7 @@ class TaskAssessment:
 
 
 def should_use_react_loop(pattern: ExecutionPattern) -> bool:
-    """Whether the tick runs a loop (spec 004 §2's decision point)."""
+    """Whether the tick runs a loop (the decision point before any model call)."""
     return pattern.mode == REACT_LOOP
 
 

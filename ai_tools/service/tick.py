@@ -1,4 +1,4 @@
-"""One tick of one assistant (spec 004 §1).
+"""One tick of one assistant: its steps, in order.
 
 :func:`at_tick` runs, in order:
 
