@@ -44,15 +44,8 @@ SPEC_REFERENCE = re.compile(r"\b[Ss]pecs? ?0\d\d\b|\bDESIGN §")
 """A pointer to a design document that is not in the repository ("spec 004 §2")."""
 
 BEING_REWRITTEN = {
-    # the loop engineer's modules and pages, rewritten now (issue 16)
-    "docs/react-loop.md", "docs/execution.md", "ai_tools/event_logger.py",
-    "ai_tools/execution/engine.py", "ai_tools/execution/history.py",
-    "ai_tools/llm/events.py", "ai_tools/loop/advisory.py", "ai_tools/loop/compaction.py",
-    "ai_tools/loop/run.py", "ai_tools/service/assistant.py", "ai_tools/service/patterns.py",
-    "ai_tools/service/tick.py", "ai_tools/tools/library_tool.py",
-    "ai_tools/loop/calls.py", "ai_tools/loop/config.py", "ai_tools/loop/result.py",
-    "ai_tools/execution/calls.py", "ai_tools/execution/outcome.py",
-    "ai_tools/llm/profile.py",
+    # modules of the default tools and the model layer, rewritten now
+    "ai_tools/llm/events.py", "ai_tools/tools/library_tool.py", "ai_tools/llm/profile.py",
     # the model client's, rewritten now
     "ai_tools/llm/client.py", "ai_tools/llm/parsing.py", "ai_tools/llm/stream.py",
     # the Evennia contrib's
