@@ -25,8 +25,6 @@ from typing import Any
 
 import attrs
 
-from ai_tools.loop.usage import rounded
-
 __all__ = [
     "DEFAULT_THRESHOLDS",
     "AdvisoryLevel",
@@ -134,7 +132,7 @@ class TokenAdvisory:
         message = _MESSAGES[level]
         if level is not AdvisoryLevel.NORMAL:  # (the normal message names no figure)
             message = message.format(pct=usage_pct)
-        return cls(level, rounded(usage_pct, 1), message)
+        return cls(level, round(usage_pct, 1), message)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form put into tool results and loop events."""

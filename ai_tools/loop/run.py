@@ -41,7 +41,6 @@ from ai_tools.loop.prompts import system_prompt_status
 from ai_tools.loop.request import RequestPlan
 from ai_tools.loop.result import LoopResult
 from ai_tools.loop.state import LoopRun
-from ai_tools.loop.usage import rounded
 
 __all__ = ["execute_react_loop"]
 
@@ -130,7 +129,7 @@ def _check_continuation(run: LoopRun) -> LoopContinuation | None:
             tally.end(TerminationReason.CRITICAL_TOKENS, _critical_message(run, continuation))
         return None
     tally.iteration += 1
-    run.emit("iteration", max_iterations=run.max_iterations, usage_percent=rounded(pct, 1),
+    run.emit("iteration", max_iterations=run.max_iterations, usage_percent=round(pct, 1),
              continuation=continuation.reason, tool_budget_remaining=tally.budget)
     return continuation
 
@@ -310,14 +309,14 @@ def _finish(run: LoopRun) -> LoopResult:
     returned = run.delivery.give_back() if run.delivery is not None else 0
     success_count = sum(1 for r in tally.results if r.get("success"))
     usage = dict(tally.usage)
-    usage["context_percent"] = rounded(usage["context_percent"], 1)
+    usage["context_percent"] = round(usage["context_percent"], 1)
     result = LoopResult(
         iterations=tally.iteration, results=tuple(tally.results),
         termination_reason=tally.reason or TerminationReason.MAX_ITERATIONS,
         success=success_count > 0, success_count=success_count,
         pattern_mode=config.pattern_mode, max_allowed_iterations=run.max_iterations,
         signals=tuple(tally.signals), text="\n".join(tally.texts), usage=usage,
-        duration_ms=rounded((run.ctx.clock.seconds() - run.started) * 1000.0, 3),
+        duration_ms=round((run.ctx.clock.seconds() - run.started) * 1000.0, 3),
         error=tally.error, tool_budget_remaining=tally.budget,
         finish_reason=tally.finish_reason, events_returned=returned,
     )

@@ -22,7 +22,7 @@ from ai_tools.loop.context import LoopContext, LoopProgress
 from ai_tools.loop.events import EventDelivery
 from ai_tools.loop.prompts import tick_message
 from ai_tools.loop.request import RequestPlan, fitted_plan
-from ai_tools.loop.usage import ContextMeter, context_window, rounded
+from ai_tools.loop.usage import ContextMeter, context_window
 
 __all__ = ["EVENT_TEXT_BYTES", "LoopRun", "LoopTally"]
 
@@ -196,7 +196,7 @@ class LoopRun:
                                 getattr(llm, "model", None))
         usage = usage or {}
         self.emit("model_request", profile=self.model_names[0], model=self.model_names[1],
-                  latency_ms=rounded((self.ctx.clock.seconds() - started) * 1000.0, 3),
+                  latency_ms=round((self.ctx.clock.seconds() - started) * 1000.0, 3),
                   prompt_tokens=usage.get("prompt_tokens"),
                   completion_tokens=usage.get("completion_tokens"), status=status,
                   error=None if error is None else clip_text(error, EVENT_TEXT_BYTES))

@@ -29,22 +29,9 @@ import attrs
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.llm.tokens import DEFAULT_CONTEXT_WINDOW, TokenCounter, default_counter
 
-__all__ = ["ContextMeter", "ContextUsage", "context_window", "rounded"]
+__all__ = ["ContextMeter", "ContextUsage", "context_window"]
 
 _NOTHING: Any = object()
-
-
-def rounded(value: float, digits: int) -> float:
-    """``value`` rounded to ``digits`` decimals, for the figures of events and results.
-
-    ``round(value, digits)`` converts the float to decimal text to round it
-    correctly: about 1.5 µs, ten times this.  A loop iteration rounds three or
-    four figures (usage, latency), so this saves about 3% of an iteration; the
-    result differs from ``round``'s only for values whose binary form is an
-    exact tie, never in the shown digits' meaning.
-    """
-    scale = 10.0 ** digits
-    return round(value * scale) / scale
 
 
 def context_window(configured: int | None, llm: Any) -> int:
