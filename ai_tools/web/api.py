@@ -173,7 +173,7 @@ class ApiResource(Resource):
             Route("GET", ("characters", "{character}", "heard"), self.heard,
                   "what a character heard (?limit=, ?after=)"),
             Route("GET", ("events",), self.events,
-                  "server-sent events (?assistant=, ?types=)"),
+                  "server-sent events (?assistant=, ?types=; Last-Event-ID replays)"),
         ]
 
     # -- lifecycle -----------------------------------------------------------------
@@ -506,14 +506,31 @@ class ApiResource(Resource):
         return {"character": character, "messages": messages}
 
     def events(self, request: Any) -> None:
-        """``GET /events?assistant=&types=``: open a server-sent event stream."""
+        """``GET /events?assistant=&types=&last_event_id=``: open a server-sent event stream.
+
+        The ``Last-Event-ID`` header (a browser's reconnect) or ``last_event_id``
+        replays the kept events the client missed.
+        """
         only = self._query(request, "assistant")
         if only is not None:
             self._assistant(only)
         types_text = self._query(request, "types")
         types = (frozenset(t.strip() for t in types_text.split(",") if t.strip())
                  if types_text else None)
-        self.hub.open(request, only, types)
+        self.hub.open(request, only, types, self._last_event_id(request))
+
+    def _last_event_id(self, request: Any) -> int | None:
+        header = request.getHeader(b"last-event-id")
+        if header is None:
+            return self._int_query(request, "last_event_id", None, 0, 2**62)
+        try:
+            value = int(header.strip())
+        except ValueError:
+            value = -1
+        if not 0 <= value <= 2**62:
+            raise ApiError(400, "Last-Event-ID must be an event id this service sent "
+                           "(a non-negative integer)", field="Last-Event-ID")
+        return value
 
 
 class ApiSite(server.Site):

@@ -2,9 +2,12 @@
 
 :class:`EventHub` observes the service's loop events and the world's messages
 once for every client; an event becomes one :class:`~ai_tools.web.sse.Frame`
-(encoded only if some stream wants it), and the same bytes go to each stream
-whose filters keep it.  Event ids are global and rise with every event, so
-a client can tell what it missed.  The hub caps the streams (in total, and
+(encoded once), and the same bytes go to each stream whose filters keep it.
+Event ids are global and rise with every event (across restarts too), so a
+client can tell what it missed; the newest frames are kept in a
+:class:`~ai_tools.web.replay.ReplayBuffer`, and a client that reconnects
+with ``Last-Event-ID`` first gets what it missed, or a ``gap`` event when
+some of it is no longer kept.  The hub caps the streams (in total, and
 per address beyond loopback), bounds each stream's backlog by bytes, and
 runs one timer for all of them: a keep-alive comment to each, and closing
 those whose client has read nothing for ``stream_stall_timeout`` seconds.
@@ -23,6 +26,7 @@ from twisted.logger import Logger
 from ai_tools.web.connections import remote_host
 from ai_tools.web.errors import ApiError
 from ai_tools.web.limits import HttpLimits
+from ai_tools.web.replay import ReplayBuffer, first_event_id
 from ai_tools.web.results import event_owner
 from ai_tools.web.sse import EventStream, Frame, format_event
 
@@ -51,11 +55,21 @@ class EventHub:
     limits: HttpLimits = attrs.field(factory=HttpLimits)
     keepalive: float = 15.0
     streams: set[EventStream] = attrs.field(factory=set, init=False)
-    last_id: int = attrs.field(default=0, init=False)
-    """The id of the newest event encoded."""
+    replay: ReplayBuffer = attrs.field(init=False)
+    """The newest frames, for clients that reconnect with ``Last-Event-ID``."""
     _per_address: Counter[str] = attrs.field(factory=Counter, init=False)
     _unsubscribe: list[Callable[[], Any]] = attrs.field(factory=list, init=False)
     _timer: task.LoopingCall | None = attrs.field(default=None, init=False)
+
+    @replay.default
+    def _new_replay(self) -> ReplayBuffer:
+        return ReplayBuffer(self.limits.replay_events, self.limits.replay_buffer,
+                            start_id=first_event_id(self.clock.seconds()))
+
+    @property
+    def last_id(self) -> int:
+        """The id of the newest event."""
+        return self.replay.newest_id
 
     def start(self) -> None:
         """Observe the service's events and the world's messages."""
@@ -74,9 +88,14 @@ class EventHub:
         for unsubscribe in callbacks:
             unsubscribe()
 
-    def open(self, request: Any, only: str | None, types: frozenset[str] | None
-             ) -> EventStream:
-        """Start a stream on ``request``; ApiError 503 when the caps are reached."""
+    def open(self, request: Any, only: str | None, types: frozenset[str] | None,
+             last_id: int | None = None) -> EventStream:
+        """Start a stream on ``request``; ApiError 503 when the caps are reached.
+
+        With ``last_id`` (the client's ``Last-Event-ID``) the stream first
+        replays the kept events after it that pass its filters, preceded by a
+        ``gap`` event when some are no longer kept.
+        """
         address = remote_host(request.getClientAddress())
         limits = self.limits
         if len(self.streams) >= limits.max_streams:
@@ -95,7 +114,20 @@ class EventHub:
         stream.on_close(lambda: self._closed(stream))
         self._start_timer()
         stream.start()
+        if last_id is not None:
+            self._catch_up(stream, last_id)
         return stream
+
+    def _catch_up(self, stream: EventStream, last_id: int) -> None:
+        catchup = self.replay.after(last_id)
+        notice = catchup.notice(last_id)
+        if notice is not None:
+            log.info("An event stream resumed after event {last_id}: {reason}, "
+                     "some events are no longer kept", last_id=last_id, reason=notice["reason"])
+            stream.send(Frame("gap", frozenset(), format_event(None, "gap", notice)))
+        for frame in catchup.frames:
+            if stream.wants(frame.type, frame.owners):
+                stream.send(frame)
 
     def _closed(self, stream: EventStream) -> None:
         self.streams.discard(stream)
@@ -135,36 +167,30 @@ class EventHub:
     # -- events in, frames out ------------------------------------------------------
 
     def _broadcast(self, kind: str, owners: frozenset[str], data: Mapping[str, Any]) -> None:
-        frame: Frame | None = None
+        frame = self._encode(kind, owners, data)
+        self.replay.add(frame)
         for stream in tuple(self.streams):
-            if not stream.wants(kind, owners):
-                continue
-            if frame is None:
-                frame = self._encode(kind, owners, data)
-            stream.send(frame)
+            if stream.wants(kind, owners):
+                stream.send(frame)
 
     def _encode(self, kind: str, owners: frozenset[str], data: Mapping[str, Any]) -> Frame:
         """The one encoding of an event; an oversized one becomes a notice of its size."""
-        self.last_id += 1
-        encoded = format_event(self.last_id, kind, data)
+        event_id = self.replay.newest_id + 1
+        encoded = format_event(event_id, kind, data)
         if len(encoded) > self.limits.max_event_bytes:
             notice = {"type": kind, "assistant": data.get("assistant"), "omitted": True,
                       "bytes": len(encoded), "time": data.get("time"),
                       "reason": f"larger than the stream's event limit "
                                 f"({self.limits.max_event_bytes} bytes)"}
-            encoded = format_event(self.last_id, kind, notice)
-        return Frame(kind, owners, encoded)
+            encoded = format_event(event_id, kind, notice)
+        return Frame(kind, owners, encoded, event_id)
 
     def _loop_event(self, event: dict[str, Any]) -> None:
-        if not self.streams:
-            return
         owner = event_owner(event)
         owners = frozenset((owner,)) if owner else frozenset()
         self._broadcast(str(event.get("type", "event")), owners, event)
 
     def _world_message(self, message: Any, receivers: tuple[str, ...]) -> None:
-        if not self.streams:
-            return
         characters = assistants_by_character(self.service)
         hearers = sorted({characters[c] for c in receivers if c in characters})
         data = message.to_dict() if hasattr(message, "to_dict") else dict(message)

@@ -57,6 +57,11 @@ class HttpLimits:
     max_event_bytes: int = attrs.field(default=64 * 1024, validator=_positive_int)
     """Largest event a stream carries; a larger one is sent as a short notice
     saying what was left out and how big it was."""
+    replay_events: int = attrs.field(default=2000, validator=_positive_int)
+    """Newest events kept for clients that reconnect with ``Last-Event-ID``."""
+    replay_buffer: int = attrs.field(default=1024 * 1024, validator=_positive_int)
+    """Bytes of those kept events; past either bound the oldest are forgotten (a
+    client that missed one of them is told, with a ``gap`` event)."""
 
     @classmethod
     def setting_names(cls) -> tuple[str, ...]:

@@ -67,6 +67,8 @@ class Frame:
     type: str
     owners: frozenset[str]
     data: bytes
+    id: int | None = None
+    """The event id (None for notices that are not events of the service: ``dropped``, ``gap``)."""
 
 
 @implementer(IPushProducer)

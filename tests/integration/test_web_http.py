@@ -71,6 +71,11 @@ class Collector(Protocol):
                 out.append((fields["event"], json.loads(fields["data"])))
         return out
 
+    def ids(self) -> list[int]:
+        """The ``id:`` of each event, in order."""
+        return [int(line[4:]) for line in self.data.decode().split("\n")
+                if line.startswith("id: ")]
+
     def hang_up(self) -> None:
         transport: Any = self.transport
         transport.stopProducing()
@@ -194,6 +199,42 @@ async def test_a_player_speaks_and_the_stream_shows_the_loop(harness: Harness) -
     assert len(harness.service._observers) == observers
     await harness.webs[0].stopService()
     assert harness.world._observers == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_dropped_stream_resumes_where_it_left_off(harness: Harness) -> None:
+    """The client hangs up; a whole loop runs while it is away; reconnecting with the
+    Last-Event-ID it saw replays every event it missed, in order, then goes on live."""
+    base = await harness.start()
+    first = Collector()
+    (await treq.get(f"{base}/events", unbuffered=True)).deliverBody(first)
+    await until(lambda: b"connected" in first.data, "the stream opened")
+    await get_json(f"{base}/assistants/pip/disable", "POST")
+    await until(lambda: first.ids(), "an event")
+    seen = first.ids()[-1]
+    first.hang_up()
+    await first.lost
+
+    await get_json(f"{base}/assistants/pip/enable", "POST")
+    code, _ = await get_json(f"{base}/messages", "POST",
+                             json={"character": "char:bob", "text": "Evening, Pip!"})
+    assert code == 200
+    code, _ = await get_json(f"{base}/assistants/pip/tick", "POST")  # the tick took it
+
+    again = Collector()
+    response = await treq.get(f"{base}/events", headers={"Last-Event-ID": str(seen)},
+                              unbuffered=True)
+    response.deliverBody(again)
+    await until(lambda: any(kind == "tick" for kind, _ in again.events()), "the replay")
+    kinds = [kind for kind, _ in again.events()]
+    assert kinds[0] == "enabled" and "gap" not in kinds
+    for kind in ("world_message", "tool_call", "tool_result", "termination", "tick"):
+        assert kind in kinds
+    assert again.ids() == list(range(seen + 1, seen + 1 + len(again.ids())))
+    await get_json(f"{base}/assistants/pip/disable", "POST")
+    await until(lambda: again.events()[-1][0] == "disabled", "a live event after the replay")
+    again.hang_up()
+    await again.lost
 
 
 @pytest_twisted.ensureDeferred

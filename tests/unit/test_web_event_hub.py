@@ -55,18 +55,19 @@ def test_each_event_is_encoded_once_for_every_stream(monkeypatch: pytest.MonkeyP
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
 
 
-def test_nothing_is_encoded_that_no_stream_wants(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Filters are checked before encoding: an unwanted event costs no encoding."""
+def test_every_event_is_encoded_once_even_with_no_stream(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """Events are kept for replay whoever listens: one encoding each, none per stream."""
     counting = Counting()
     monkeypatch.setattr(event_hub, "format_event", counting)
     api = ApiHarness()
-    stream = Stream(api, "?types=termination")
     for _ in range(50):
         api.service.publish("pip", {"type": "iteration"})
-    assert counting.calls == 0
+    assert counting.calls == 50
+    streams = [Stream(api, "?types=termination") for _ in range(5)]
     api.service.publish("pip", {"type": "termination"})
-    assert counting.calls == 1
-    assert [e["event"] for e in stream.events()] == ["termination"]
+    assert counting.calls == 51
+    assert all([e["event"] for e in s.events()] == ["termination"] for s in streams)
 
 
 def test_streams_are_capped_in_total() -> None:

@@ -29,9 +29,10 @@ class Reader(Protocol):
 class Stream:
     """An open /events response in the harness."""
 
-    def __init__(self, api: ApiHarness, query: str = "") -> None:
+    def __init__(self, api: ApiHarness, query: str = "",
+                 headers: dict[str, str] | None = None) -> None:
         self.api = api
-        d = api.start("GET", "/events" + query, unbuffered=True)
+        d = api.start("GET", "/events" + query, unbuffered=True, headers=headers)
         api.pump()
         self.response = result_of(d)
         self.reader = Reader()
