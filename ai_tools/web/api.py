@@ -5,7 +5,7 @@ Endpoints (see ``docs/http-api.md`` for each with a curl example)::
     GET  /                                   what this is, the endpoints
     GET  /assistants                         every assistant's status
     GET  /assistants/{name}                  one assistant's status
-    GET  /assistants/{name}/history?limit=N  the last N history messages
+    GET  /assistants/{name}/history?limit=&before=&after=  a page of its history
     GET  /assistants/{name}/results?limit=N  the last N loop results
     POST /assistants/{name}/tick             run a tick now; answers with its result
     POST /assistants/{name}/stop             kill what it is doing
@@ -58,6 +58,7 @@ from ai_tools.web.limits import HttpLimits
 from ai_tools.web.listen import ListeningService, binds_locally
 from ai_tools.web.messages import DIRECT_KINDS, MAX_TEXT, MESSAGE_KINDS, parse_message, speak
 from ai_tools.web.origin import OriginPolicy
+from ai_tools.web.paging import history_page
 from ai_tools.web.results import LoopRecorder
 from ai_tools.web.sse import EventStream
 
@@ -158,7 +159,7 @@ class ApiResource(Resource):
             Route("GET", ("assistants", "{name}"), self.assistant_status,
                   "one assistant's status"),
             Route("GET", ("assistants", "{name}", "history"), self.history,
-                  "the last ?limit= history messages (default 50)"),
+                  "a page of ?limit= history messages (default 50; ?before=, ?after=)"),
             Route("GET", ("assistants", "{name}", "results"), self.results,
                   "the last ?limit= loop results (default 10)"),
             Route("POST", ("assistants", "{name}", "tick"), self.tick,
@@ -389,12 +390,14 @@ class ApiResource(Resource):
         return status
 
     def history(self, request: Any, name: str) -> dict[str, Any]:
-        """``GET /assistants/{name}/history?limit=N``."""
+        """``GET /assistants/{name}/history?limit=N&before=I&after=I`` (see :mod:`.paging`)."""
         self._assistant(name)
         limit = self._int_query(request, "limit", 50)
-        messages = self.service.history(name)
-        kept = messages[-limit:] if limit else []
-        return {"assistant": name, "total": len(messages), "messages": kept}
+        before = self._int_query(request, "before", None, 0, 2**62)
+        after = self._int_query(request, "after", None, 0, 2**62)
+        assert limit is not None
+        page = history_page(self.service.history(name), limit, before, after)
+        return {"assistant": name, **page}
 
     def results(self, request: Any, name: str) -> dict[str, Any]:
         """``GET /assistants/{name}/results?limit=N``."""

@@ -77,12 +77,42 @@ def test_history_with_limit(api: ApiHarness) -> None:
     assert api.call("GET", "/assistants/pip/history?limit=0").json["messages"] == []
 
 
-@pytest.mark.parametrize("query", ["limit=x", "limit=-1", "limit=1001", "limit=1.5"])
+def test_history_pages_back_and_forward(api: ApiHarness) -> None:
+    """before= pages back from a message the client has, after= forward; each message has
+    its index; has_more says whether there is more that way."""
+    for i in range(25):
+        api.service.get("pip").history.add_user(f"m{i}")
+
+    def page(query: str) -> Any:
+        answer = api.call("GET", f"/assistants/pip/history?{query}")
+        assert answer.code == 200, answer
+        return answer.json
+
+    newest = page("limit=10")
+    assert [m["index"] for m in newest["messages"]] == list(range(15, 25))
+    assert newest["first_index"] == 15 and newest["has_more"] and newest["total"] == 25
+    older = page("limit=10&before=15")
+    assert [m["content"] for m in older["messages"]] == [f"m{i}" for i in range(5, 15)]
+    oldest = page("limit=10&before=5")
+    assert [m["index"] for m in oldest["messages"]] == [0, 1, 2, 3, 4]
+    assert not oldest["has_more"]
+    forward = page("limit=10&after=19")
+    assert [m["index"] for m in forward["messages"]] == [20, 21, 22, 23, 24]
+    assert not forward["has_more"]
+    assert page("after=24")["messages"] == [] and page("before=0")["messages"] == []
+    assert page("limit=3&after=2")["has_more"]
+    assert "index" not in api.service.history("pip")[0]  # the history itself is untouched
+    both = api.call("GET", "/assistants/pip/history?before=3&after=1")
+    assert both.code == 400 and both.json["field"] == "before"
+
+
+@pytest.mark.parametrize("query", ["limit=x", "limit=-1", "limit=1001", "limit=1.5",
+                                   "before=-1", "after=y"])
 def test_bad_limit_is_400(api: ApiHarness, query: str) -> None:
     """A limit that is not an integer in range names the field."""
     answer = api.call("GET", f"/assistants/pip/history?{query}")
     assert answer.code == 400
-    assert answer.json["field"] == "limit"
+    assert answer.json["field"] == query.split("=")[0]
 
 
 def test_tick_answers_with_the_tick_result(api: ApiHarness) -> None:
