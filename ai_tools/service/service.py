@@ -16,7 +16,8 @@ Embedding it::
     yield service.send("ada", {"type": "say", "from": "bob", "text": "hello Ada"})
 
 The control API (all by assistant name): :meth:`~AssistantService.add_assistant`,
-:meth:`~AssistantService.remove_assistant`, :meth:`~AssistantService.enable`,
+:meth:`~AssistantService.remove_assistant`, :meth:`~AssistantService.reconfigure`,
+:meth:`~AssistantService.enable`,
 :meth:`~AssistantService.disable`, :meth:`~AssistantService.send`,
 :meth:`~AssistantService.run_tick`, :meth:`~AssistantService.stop_assistant`,
 :meth:`~AssistantService.emergency_stop`,
@@ -494,10 +495,7 @@ class AssistantService(MultiService):
         name = config.name
         if name in self._assistants or name in self._adding:
             raise ConfigError(f"an assistant named {name!r} already exists")
-        if config.model not in self._llms:
-            known = ", ".join(sorted(self._llms)) or "none configured"
-            raise ConfigError(f"assistant {name!r}: unknown model {config.model!r} "
-                              f"(known: {known})")
+        self._check_model(config)
         self._adding.add(name)
         try:
             yield self._open()
@@ -577,6 +575,53 @@ class AssistantService(MultiService):
         self.publish(name, {"type": "removed", "forgotten": forget})
         log.info("Assistant {assistant} removed", assistant=name)
         return None
+
+    @defer.inlineCallbacks
+    def reconfigure(self, name: str, config: AssistantConfig | Mapping[str, Any]) -> Any:
+        """Give assistant ``name`` a new configuration in place; fires with the changed keys.
+
+        Its history, memories, pending events, counters and mode stay; nothing it
+        hears is missed (its hearing is moved, not stopped, when the character
+        changes).  A tick in flight is stopped and waited for first (at most
+        ``stop_grace`` s); a new ``persona`` replaces one a tool had set.  Fires
+        once saved.  ConfigError for a bad config, another name or an unknown model.
+        """
+        assistant = self.get(name)
+        if not isinstance(config, AssistantConfig):
+            config = AssistantConfig.from_mapping(config)
+        if config.name != name:
+            raise ConfigError(f"assistant {name!r} cannot be renamed to {config.name!r}")
+        self._check_model(config)
+        old = assistant.config
+        before = old.to_dict()
+        changed = [k for k, v in config.to_dict().items() if before.get(k) != v]
+        if not changed:
+            return changed
+        running = self.scheduler.running().get(name)
+        if running is not None:
+            self.stop_assistant(name, "reconfigured")
+            done = yield _within(_observe(running), self.stop_grace, self.clock)
+            if not done:
+                running.cancel()
+        assistant.config = config
+        if "persona" in changed:
+            assistant.persona_override = None
+        if old.character_id != config.character_id or old.hearing != config.hearing:
+            self._unhear(name)
+            if config.hearing:
+                self.hear(name)
+        self.scheduler.reschedule(name)  # at the new tick rate
+        yield self.save_state(name)
+        self.publish(name, {"type": "reconfigured", "changed": changed})
+        log.info("Assistant {assistant} reconfigured: {changed}", assistant=name,
+                 changed=", ".join(changed))
+        return changed
+
+    def _check_model(self, config: AssistantConfig) -> None:
+        if config.model not in self._llms:
+            known = ", ".join(sorted(self._llms)) or "none configured"
+            raise ConfigError(f"assistant {config.name!r}: unknown model {config.model!r} "
+                              f"(known: {known})")
 
     # -- control ---------------------------------------------------------------------
 
