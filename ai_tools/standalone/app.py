@@ -11,7 +11,8 @@ runs (and ``python -m ai_tools.standalone.demo`` too).  Starting it, in order:
    first time) — with PostgreSQL, the shared world of
    :mod:`ai_tools.world.shared`, which follows the database;
 4. the :class:`~ai_tools.service.service.AssistantService` with the configured
-   assistants (each restored from its saved state when it has one);
+   assistants and those created over the API (each restored from its saved
+   state; which configuration wins is :mod:`ai_tools.service.roster`'s rule);
 5. the listeners: the HTTP API and, when enabled, the SSH manhole;
 6. opt-in (``AI_TOOLS_GC=service``): the garbage-collector settings of
    :mod:`ai_tools.standalone.gc_tuning` for this process, restored when it stops.
@@ -211,8 +212,8 @@ class StandaloneService(MultiService):
         log.info(
             "ai_tools service ready: {count} assistant(s) ({names}); store {store}; "
             "world {world}; HTTP API {http}; manhole {manhole}",
-            count=len(config.assistants),
-            names=", ".join(a.name for a in config.assistants) or "none",
+            count=len(self.assistants.names()),
+            names=", ".join(self.assistants.names()) or "none",
             store=self._store_label(), world=self.world.meta.get("name", "sandbox"),
             http=self.addresses.get("http", "off"), manhole=self.addresses.get("manhole", "off"),
         )
@@ -319,6 +320,7 @@ class StandaloneService(MultiService):
 
     @defer.inlineCallbacks
     def _start_assistants(self) -> Any:
+        from ai_tools.service.roster import start_assistants
         from ai_tools.service.service import AssistantService
         from ai_tools.tools import register_default_tools
 
@@ -333,13 +335,8 @@ class StandaloneService(MultiService):
         self.assistants = service
         service.setServiceParent(self)
         yield service.when_ready()
-        for assistant in self.config.assistants:
-            yield service.add_assistant(assistant)
-        saved = yield self.store.list_assistants()
-        extra = sorted(set(saved) - {a.name for a in self.config.assistants})
-        if extra:
-            log.info("The store also holds assistant(s) not in the config, left asleep on "
-                     "disk: {names}", names=", ".join(extra))
+        # the config file seeds, the store keeps; the last change wins (see roster)
+        yield start_assistants(service, self.config.assistants)
 
     def _check_characters(self) -> None:
         """Every assistant of the config plays a character of the world: else one error."""
