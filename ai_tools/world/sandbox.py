@@ -316,6 +316,10 @@ class SandboxWorld:
         """The ids of every character in the world, sorted (start-up checks, messages)."""
         return sorted(obj.id for obj in self.objects.values() if obj.kind == "character")
 
+    def room_ids(self) -> list[str]:
+        """The ids of every room in the world, sorted (the operator's API lists them)."""
+        return sorted(obj.id for obj in self.objects.values() if obj.kind == "room")
+
     def describe_location(self, char_id: str, detail: str = "normal") -> dict[str, Any]:
         """The room ``char_id`` stands in, its exits, things and other characters."""
         if detail not in ("brief", "normal", "detailed"):
