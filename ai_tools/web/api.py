@@ -48,6 +48,7 @@ from ai_tools.errors import ConfigError, NotFound, PermissionDenied
 from ai_tools.web.body import (
     DEFAULT_MAX_BODY,
     LimitedRequest,
+    body_size,
     check_content_type,
     parse_json_body,
 )
@@ -57,6 +58,7 @@ from ai_tools.web.event_hub import EventHub, assistants_by_character
 from ai_tools.web.limits import HttpLimits
 from ai_tools.web.listen import ListeningService, binds_locally
 from ai_tools.web.messages import DIRECT_KINDS, MAX_TEXT, MESSAGE_KINDS, parse_message, speak
+from ai_tools.web.operator import Operator
 from ai_tools.web.origin import OriginPolicy
 from ai_tools.web.paging import history_page
 from ai_tools.web.results import LoopRecorder
@@ -149,6 +151,7 @@ class ApiResource(Resource):
         self.policy = policy if policy is not None else OriginPolicy()
         self.recorder = recorder if recorder is not None else LoopRecorder()
         self._hub: EventHub | None = None
+        self.operator = Operator(service, world)
         self._remove_recorder: Callable[[], None] | None = None
         self.routes = self._routes()
 
@@ -169,6 +172,23 @@ class ApiResource(Resource):
             Route("POST", ("assistants", "{name}", "enable"), self.enable, "let it tick"),
             Route("POST", ("assistants", "{name}", "disable"), self.disable,
                   "make its ticks exit early"),
+            Route("POST", ("assistants",), self.create_assistant,
+                  "create an assistant (body: its configuration)"),
+            Route("PATCH", ("assistants", "{name}"), self.reconfigure_assistant,
+                  "change some of its configuration (body: the keys to change)"),
+            Route("DELETE", ("assistants", "{name}"), self.remove_assistant,
+                  "remove it (?forget=true: delete its saved state too)"),
+            Route("GET", ("assistants", "{name}", "config"), self.assistant_config,
+                  "its configuration"),
+            Route("POST", ("stop",), self.stop_all, "stop what every assistant is doing"),
+            Route("POST", ("emergency-stop",), self.emergency_stop,
+                  "stop every assistant (or ?assistant=) until cleared"),
+            Route("POST", ("emergency-stop", "clear"), self.clear_emergency_stop,
+                  "clear the emergency stop (all, or ?assistant=)"),
+            Route("GET", ("world", "characters"), self.world_characters,
+                  "the world's characters, where they are, whose they are"),
+            Route("GET", ("world", "rooms"), self.world_rooms,
+                  "the world's rooms, their exits and who is in them"),
             Route("POST", ("messages",), self.post_message,
                   "a player character says, poses, whispers, pages or posts on a channel"),
             Route("GET", ("characters", "{character}", "heard"), self.heard,
@@ -367,6 +387,12 @@ class ApiResource(Resource):
                            field=key)
         return value
 
+    def _bool_query(self, request: Any, key: str) -> bool:
+        text = (self._query(request, key) or "false").lower()
+        if text not in ("true", "false", "1", "0", "yes", "no"):
+            raise ApiError(400, f"{key} must be true or false, not {text!r}", field=key)
+        return text in ("true", "1", "yes")
+
     # -- handlers ------------------------------------------------------------------------
 
     def index(self, request: Any) -> dict[str, Any]:
@@ -435,6 +461,55 @@ class ApiResource(Resource):
         d: defer.Deferred[Any] = self.service.disable(name)
         d.addCallback(lambda _: {"assistant": name, "enabled": False})
         return d
+
+    def create_assistant(self, request: Any) -> Any:
+        """``POST /assistants``: 201 once it is added and saved."""
+        return self.operator.create(parse_json_body(request, self.max_body))
+
+    def reconfigure_assistant(self, request: Any, name: str) -> Any:
+        """``PATCH /assistants/{name}``: answers once the new configuration is saved."""
+        self._assistant(name)
+        return self.operator.reconfigure(name, parse_json_body(request, self.max_body))
+
+    def remove_assistant(self, request: Any, name: str) -> Any:
+        """``DELETE /assistants/{name}?forget=``."""
+        self._assistant(name)
+        return self.operator.remove(name, self._bool_query(request, "forget"))
+
+    def assistant_config(self, request: Any, name: str) -> dict[str, Any]:
+        """``GET /assistants/{name}/config``."""
+        return self.operator.config(self._assistant(name))
+
+    def stop_all(self, request: Any) -> dict[str, Any]:
+        """``POST /stop``."""
+        return self.operator.stop_all()
+
+    def emergency_stop(self, request: Any) -> dict[str, Any]:
+        """``POST /emergency-stop?assistant=`` (optional body ``{"reason": ...}``)."""
+        name = self._query(request, "assistant")
+        body = parse_json_body(request, self.max_body) if body_size(request) else {}
+        unknown = sorted(set(body) - {"reason"})
+        if unknown:
+            raise ApiError(422, f"unknown field {unknown[0]!r} (only 'reason')",
+                           field=unknown[0])
+        reason = body.get("reason", "")
+        if not isinstance(reason, str) or len(reason) > MAX_TEXT:
+            raise ApiError(422, f"reason must be a string of at most {MAX_TEXT} characters",
+                           field="reason")
+        return self.operator.emergency_stop(name and self._assistant(name), reason)
+
+    def clear_emergency_stop(self, request: Any) -> dict[str, Any]:
+        """``POST /emergency-stop/clear?assistant=``."""
+        name = self._query(request, "assistant")
+        return self.operator.clear_emergency_stop(name and self._assistant(name))
+
+    def world_characters(self, request: Any) -> dict[str, Any]:
+        """``GET /world/characters``."""
+        return self.operator.characters()
+
+    def world_rooms(self, request: Any) -> dict[str, Any]:
+        """``GET /world/rooms``."""
+        return self.operator.rooms()
 
     @defer.inlineCallbacks
     def post_message(self, request: Any) -> Any:

@@ -20,7 +20,8 @@ from twisted.web import server
 
 from ai_tools.web.errors import ApiError, json_type, raw_error_answer
 
-__all__ = ["DEFAULT_MAX_BODY", "LimitedRequest", "check_content_type", "parse_json_body"]
+__all__ = ["DEFAULT_MAX_BODY", "LimitedRequest", "body_size", "check_content_type",
+           "parse_json_body"]
 
 log = Logger()
 
@@ -153,7 +154,8 @@ def parse_json_body(request: Any, max_body: int) -> dict[str, Any]:
     return data
 
 
-def _body_size(request: Any) -> int:
+def body_size(request: Any) -> int:
+    """Bytes of the request's body as received (0: no body)."""
     content = request.content
     if content is None:
         return 0
@@ -171,7 +173,7 @@ def check_content_type(request: Any) -> None:
     without a preflight this API does not answer.  A request without a body
     (``curl -X POST .../tick``) needs no content type.
     """
-    if _body_size(request) == 0:
+    if body_size(request) == 0:
         return
     declared = request.getHeader(b"content-type") or b""
     media_type = declared.split(b";", 1)[0].strip().lower()

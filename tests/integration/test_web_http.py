@@ -264,7 +264,7 @@ async def test_bad_requests_get_json_errors_and_serving_goes_on(harness: Harness
         ("POST", "/messages", {"json": {"character": 7, "text": "x"}}, 422),
         ("POST", "/messages", {"json": {"character": "char:zed", "text": "x"}}, 404),
         ("GET", "/assistants/zed", {}, 404),
-        ("DELETE", "/assistants/pip", {}, 405),
+        ("PUT", "/assistants/pip", {}, 405),
         ("GET", "/assistants/pip/history?limit=lots", {}, 400),
         ("POST", "/messages", {"data": b'{"text": "' + b"x" * 5000 + b'"}',
                                "headers": JSON}, 413),

@@ -1,0 +1,177 @@
+"""The operator's endpoints: create, reconfigure and remove assistants; see the world.
+
+Handlers for :class:`~ai_tools.web.api.ApiResource`'s routes (the resource
+checks Host, Origin, token and content type first).  An assistant's
+configuration is an :class:`~ai_tools.service.assistant.AssistantConfig`
+(the keys of an ``[[assistants]]`` table of the config file); it is saved in
+the store with the assistant, and the store keeps the roster across restarts
+(:mod:`ai_tools.service.roster`: removed assistants stay removed, those
+created here come back).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from twisted.internet import defer
+
+from ai_tools.errors import ConfigError
+from ai_tools.service.assistant import AssistantConfig
+from ai_tools.service.roster import Roster
+from ai_tools.web.errors import ApiError
+from ai_tools.web.event_hub import assistants_by_character
+
+__all__ = ["Operator"]
+
+_FIELD = re.compile(r"^assistant(?: '[^']*')?(?:\.(\w+)|: unknown key\(s\) (\w+)|"
+                    r": '(\w+)' is required|: unknown (model))")
+
+
+def _config_error(exc: ConfigError) -> ApiError:
+    """A 422 naming the key a ConfigError is about, when the message says it."""
+    message = str(exc)
+    found = _FIELD.match(message)
+    field = next((g for g in found.groups() if g), None) if found else None
+    return ApiError(422, message, field=field)
+
+
+class Operator:
+    """What the operator's endpoints do to ``service`` and see of ``world``."""
+
+    def __init__(self, service: Any, world: Any) -> None:
+        self.service = service
+        self.world = world
+        self.roster = Roster(service.store)
+
+    # -- assistants ----------------------------------------------------------------
+
+    def _config(self, data: Mapping[str, Any]) -> AssistantConfig:
+        try:
+            config = AssistantConfig.from_mapping(data, "assistant")
+        except ConfigError as exc:
+            raise _config_error(exc) from None
+        if config.model not in self.service.llms:
+            known = ", ".join(sorted(self.service.llms)) or "none"
+            raise ApiError(422, f"unknown model profile {config.model!r} (known: {known})",
+                           field="model")
+        self._check_character(config)
+        return config
+
+    def _check_character(self, config: AssistantConfig) -> None:
+        char_id = config.character_id
+        if char_id is None or self.world is None:
+            return
+        found = self.world.get_object(char_id)
+        if not isinstance(found, Mapping) or found.get("kind") != "character":
+            raise ApiError(422, f"no character {char_id!r} in the world (GET /world/characters "
+                           "lists them)", field="character_id")
+        owner = assistants_by_character(self.service).get(char_id)
+        if owner is not None and owner != config.name:
+            raise ApiError(422, f"{char_id} is already the character of assistant {owner!r}",
+                           field="character_id")
+
+    def _answer(self, name: str, **extra: Any) -> dict[str, Any]:
+        assistant = self.service.get(name)
+        return {"assistant": name, "config": assistant.config.to_dict(), **extra,
+                "status": self.service.status(name)}
+
+    @defer.inlineCallbacks
+    def create(self, data: Mapping[str, Any]) -> Any:
+        """``POST /assistants``: 201 with the new assistant's configuration and status."""
+        name = data.get("name")
+        if isinstance(name, str) and name in self.service:
+            raise ApiError(409, f"an assistant named {name!r} already exists "
+                           f"(PATCH /assistants/{name} changes it)", field="name")
+        config = self._config(data)
+        try:
+            yield self.service.add_assistant(config)
+        except ConfigError as exc:  # added meanwhile, or a model the service lost
+            raise ApiError(409 if "already exists" in str(exc) else 422, str(exc)) from None
+        yield self.roster.unmark_removed(config.name)
+        return 201, self._answer(config.name)
+
+    def config(self, name: str) -> dict[str, Any]:
+        """``GET /assistants/{name}/config``."""
+        return {"assistant": name, "config": self.service.get(name).config.to_dict()}
+
+    @defer.inlineCallbacks
+    def reconfigure(self, name: str, changes: Mapping[str, Any]) -> Any:
+        """``PATCH /assistants/{name}``: the keys given replace the current ones."""
+        if "name" in changes and changes["name"] != name:
+            raise ApiError(422, "an assistant cannot be renamed (create another one)",
+                           field="name")
+        if not changes:
+            raise ApiError(422, "nothing to change: send the keys to change")
+        current = self.service.get(name).config.to_dict()
+        config = self._config({**current, **changes, "name": name})
+        changed = yield self.service.reconfigure(name, config)
+        return self._answer(name, changed=changed)
+
+    @defer.inlineCallbacks
+    def remove(self, name: str, forget: bool) -> Any:
+        """``DELETE /assistants/{name}``: remove it; it stays removed after a restart."""
+        self.service.get(name)
+        yield self.service.remove_assistant(name, forget=forget)
+        yield self.roster.mark_removed(name)
+        return {"assistant": name, "removed": True, "forgotten": forget}
+
+    # -- stopping ------------------------------------------------------------------------
+
+    def stop_all(self) -> dict[str, Any]:
+        """``POST /stop``: kill the model call or tool in flight of every assistant."""
+        stopped = [n for n in self.service.names()
+                   if self.service.stop_assistant(n, "stopped through the HTTP API")]
+        return {"stopped": stopped}
+
+    def emergency_stop(self, name: str | None, reason: str) -> dict[str, Any]:
+        """``POST /emergency-stop``: stop, and no tick runs until cleared (saved)."""
+        if name is not None:
+            self.service.get(name)
+        names = self.service.emergency_stop(name, reason or "emergency stop through the API")
+        return {"emergency_stopped": sorted(names)}
+
+    def clear_emergency_stop(self, name: str | None) -> dict[str, Any]:
+        """``POST /emergency-stop/clear``."""
+        if name is not None:
+            self.service.get(name)
+        return {"cleared": sorted(self.service.clear_emergency_stop(name))}
+
+    # -- the world -------------------------------------------------------------------------
+
+    def characters(self) -> dict[str, Any]:
+        """``GET /world/characters``: every character, where it is, whose it is."""
+        world = self._world("character_ids")
+        owners = assistants_by_character(self.service)
+        found = []
+        for char_id in world.character_ids():
+            obj = world.get_object(char_id) or {}
+            room = world.get_object(obj.get("location")) if obj.get("location") else None
+            found.append({"id": char_id, "key": obj.get("key"),
+                          "location": obj.get("location"),
+                          "location_key": (room or {}).get("key"),
+                          "assistant": owners.get(char_id)})
+        return {"characters": found}
+
+    def rooms(self) -> dict[str, Any]:
+        """``GET /world/rooms``: every room, its exits and the characters in it."""
+        world = self._world("room_ids")
+        rooms = []
+        for room_id in world.room_ids():
+            room = world.get_object(room_id) or {}
+            inside = world.contents(room_id)
+            rooms.append({
+                "id": room_id, "key": room.get("key"), "description": room.get("description"),
+                "exits": [{"id": o["id"], "key": o["key"], "destination": o.get("destination")}
+                          for o in inside if o.get("kind") == "exit"],
+                "characters": [o["id"] for o in inside if o.get("kind") == "character"],
+            })
+        return {"rooms": rooms}
+
+    def _world(self, needs: str) -> Any:
+        if self.world is None:
+            raise ApiError(503, "this service has no world")
+        if not hasattr(self.world, needs):
+            raise ApiError(501, "this world cannot list its objects")
+        return self.world

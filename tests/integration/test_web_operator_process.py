@@ -1,0 +1,84 @@
+"""The operator's API against real ``twistd ai-assistant`` processes restarted on one SQLite file.
+
+What is created, reconfigured and removed over HTTP is what the next start
+brings back (the store keeps it; the config file only seeds), and an edit of
+the config file is applied at the next start without undoing the API's
+changes to other keys.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+import treq
+
+from tests.integration.web_processes import (
+    TWISTD,
+    assert_stopped_by,
+    disabled_pip,
+    start_and_wait,
+    twistd_processes,  # noqa: F401 (a fixture)
+)
+
+pytestmark = pytest.mark.skipif(not TWISTD.exists(), reason="twistd is not installed here")
+
+
+async def call(method: str, url: str, **kw: Any) -> tuple[int, Any]:
+    response = await treq.request(method, url, **kw)
+    return response.code, await response.json()
+
+
+async def restart(proc: Any, start: Any, tmp_path: Path, config: Path, kill: bool) -> Any:
+    proc.signal("KILL" if kill else "TERM")
+    await proc.wait_ended()
+    if not kill:
+        assert_stopped_by(proc, signal.SIGTERM)
+    return await start_and_wait(start, tmp_path, config)
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_store_keeps_what_the_api_did(tmp_path: Path,
+                                                twistd_processes: Any) -> None:  # noqa: F811
+    config = disabled_pip(tmp_path)
+    proc, base = await start_and_wait(twistd_processes, tmp_path, config)
+    code, created = await call("POST", f"{base}/assistants", json={
+        "name": "ada", "character_id": "char:alice", "persona": "You are Ada.",
+        "enabled": False})
+    assert code == 201, created
+    code, changed = await call("PATCH", f"{base}/assistants/pip", json={"tick_rate": 11.0})
+    assert code == 200 and changed["changed"] == ["tick_rate"], changed
+
+    # SIGKILL: what was answered is saved
+    proc, base = await restart(proc, twistd_processes, tmp_path, config, kill=True)
+    code, listed = await call("GET", f"{base}/assistants")
+    assert sorted(a["name"] for a in listed["assistants"]) == ["ada", "pip"]
+    code, pip = await call("GET", f"{base}/assistants/pip/config")
+    assert pip["config"]["tick_rate"] == 11.0  # the store's, not the file's 5.0
+    code, removed = await call("DELETE", f"{base}/assistants/pip")
+    assert code == 200 and removed["removed"] is True
+
+    proc, base = await restart(proc, twistd_processes, tmp_path, config, kill=False)
+    code, listed = await call("GET", f"{base}/assistants")
+    assert [a["name"] for a in listed["assistants"]] == ["ada"]  # the file's pip stays removed
+    assert "removed over the API" in proc.stdout
+    code, again = await call("POST", f"{base}/assistants",
+                             json={"name": "pip", "character_id": "char:pip",
+                                   "enabled": False})
+    assert code == 201 and again["config"]["tick_rate"] == 5.0
+
+    # an edit of the file is applied at the next start; the API's keys stay
+    await call("PATCH", f"{base}/assistants/pip", json={"tick_rate": 12.0})
+    config.write_text(config.read_text().replace('persona = "You are Pip, the innkeeper."',
+                                                 'persona = "You are Pip. Be brief."'))
+    proc, base = await restart(proc, twistd_processes, tmp_path, config, kill=False)
+    code, pip = await call("GET", f"{base}/assistants/pip/config")
+    assert pip["config"]["persona"] == "You are Pip. Be brief."
+    assert pip["config"]["tick_rate"] == 12.0
+    assert "the config file changed persona" in proc.stdout
+    proc.signal("TERM")
+    await proc.wait_ended()
+    assert_stopped_by(proc, signal.SIGTERM)
