@@ -161,6 +161,20 @@ class _Spawned:
         self.attributes[_check_attribute_name(name)] = _json_copy(value, f"attribute {name!r}")
 
 
+SEQS_PER_MS = 1000
+"""Message numbers a run may give per millisecond it lived (see first_message_seq)."""
+
+
+def first_message_seq(now: float) -> int:
+    """The number before a run's first message: its start time in ms times SEQS_PER_MS.
+
+    A run that lived ``t`` ms gave fewer than ``SEQS_PER_MS * t`` numbers (a
+    million messages a second), so a later run starts above all of them with
+    nothing written per message, as long as the clock does not go back.
+    """
+    return int(now * 1000) * SEQS_PER_MS
+
+
 @implementer(IWorld)
 @attrs.define(eq=False)
 class SandboxWorld:
@@ -206,10 +220,15 @@ class SandboxWorld:
         When the store holds no world yet, the world comes from ``seed`` — a
         world file path or world data (``parse_world``'s result) — and is
         written to the store in one transaction before the Deferred fires.
+        With a store, message numbers (``seq``) start above every number the
+        runs before this one gave (:func:`first_message_seq`), so a reader
+        that polls with ``after=SEQ`` is never shown an old number again.
         Without a seed the world starts empty.  A bad world file fails the
         Deferred with :class:`~ai_tools.errors.ConfigError`.
         """
         world = cls(store=store, clock=clock, log_size=log_size)
+        if store is not None:
+            world._seq = first_message_seq(world._now())
 
         def loaded(data: Mapping[str, Any] | None) -> Any:
             if data is not None:
