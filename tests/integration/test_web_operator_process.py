@@ -82,3 +82,34 @@ async def test_the_store_keeps_what_the_api_did(tmp_path: Path,
     proc.signal("TERM")
     await proc.wait_ended()
     assert_stopped_by(proc, signal.SIGTERM)
+
+
+async def page_bob(base: str, text: str) -> int:
+    code, _ = await call("POST", f"{base}/messages", json={
+        "character": "char:alice", "kind": "page", "target": "char:bob", "text": text})
+    return code
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["sigterm", "sigkill"])
+@pytest_twisted.ensureDeferred
+async def test_heard_after_seq_never_misses_a_message_across_a_restart(
+        tmp_path: Path, twistd_processes: Any, kill: bool) -> None:  # noqa: F811
+    """A player polls with the last seq it saw; the service restarts; the next message it
+    is paged has a higher seq, so the same poll shows it (before: numbering restarted at 1
+    and ``after=SEQ`` hid every new message until the count caught up)."""
+    config = disabled_pip(tmp_path)
+    proc, base = await start_and_wait(twistd_processes, tmp_path, config)
+    for n in range(3):
+        assert await page_bob(base, f"before {n}") == 200
+    code, heard = await call("GET", f"{base}/characters/char:bob/heard")
+    last = heard["messages"][-1]["seq"]
+    assert [m["text"] for m in heard["messages"]] == ["before 0", "before 1", "before 2"]
+
+    proc, base = await restart(proc, twistd_processes, tmp_path, config, kill=kill)
+    assert await page_bob(base, "after the restart") == 200
+    code, heard = await call("GET", f"{base}/characters/char:bob/heard?after={last}")
+    assert code == 200
+    assert [m["text"] for m in heard["messages"]] == ["after the restart"]
+    assert heard["messages"][0]["seq"] > last
+    proc.signal("TERM")
+    await proc.wait_ended()
