@@ -65,6 +65,8 @@ class StateWriter:
     _lazy_call: DelayedCall | None = attrs.field(init=False, default=None)
     transactions: int = attrs.field(init=False, default=0)
     """Transactions written (for status and benchmarks)."""
+    write_observers: list[Callable[[float, bool], Any]] = attrs.field(init=False, factory=list)
+    """Called after every batch with its seconds and whether a state in it failed (metrics)."""
     states_written: int = attrs.field(init=False, default=0)
     failures: int = attrs.field(init=False, default=0)
 
@@ -156,10 +158,12 @@ class StateWriter:
             self._after_batch()
             return
         self._in_flight = True
+        started, failures = self.clock.seconds(), self.failures
         d = defer.maybeDeferred(self._save_many, states)
         d.addCallbacks(self._batch_written, self._batch_failed,
                        callbackArgs=(states, waiters), errbackArgs=(states, waiters))
         d.addErrback(self._log_bug)
+        d.addBoth(self._timed, started, failures)
         d.addBoth(self._done)
 
     def _batch_written(
@@ -204,6 +208,15 @@ class StateWriter:
         for ds in waiters.values():
             for d in ds if isinstance(ds, list) else (ds,):
                 d.errback(failure)
+
+    def _timed(self, result: Any, started: float, failures: int) -> Any:
+        seconds = self.clock.seconds() - started
+        for observer in self.write_observers:
+            try:
+                observer(seconds, self.failures > failures)
+            except Exception:
+                self._log.failure("state write observer failed")
+        return result
 
     def _log_bug(self, failure: Failure) -> None:
         self._log.failure("state writer bookkeeping failed", failure)

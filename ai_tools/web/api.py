@@ -58,6 +58,8 @@ from ai_tools.web.event_hub import EventHub, assistants_by_character
 from ai_tools.web.limits import HttpLimits
 from ai_tools.web.listen import ListeningService, binds_locally
 from ai_tools.web.messages import DIRECT_KINDS, MAX_TEXT, MESSAGE_KINDS, parse_message, speak
+from ai_tools.web.metrics import CONTENT_TYPE as METRICS_TYPE
+from ai_tools.web.metrics import Metrics
 from ai_tools.web.operator import Operator
 from ai_tools.web.origin import OriginPolicy
 from ai_tools.web.paging import history_page
@@ -85,6 +87,14 @@ def _json_default(value: Any) -> Any:
 
 def _encode(data: Any) -> bytes:
     return json.dumps(data, default=_json_default, allow_nan=False).encode("utf-8") + b"\n"
+
+
+@attrs.frozen
+class TextAnswer:
+    """A 200 that is not JSON (the metrics page): its bytes and content type."""
+
+    data: bytes
+    content_type: bytes
 
 
 @attrs.frozen
@@ -152,6 +162,7 @@ class ApiResource(Resource):
         self.recorder = recorder if recorder is not None else LoopRecorder()
         self._hub: EventHub | None = None
         self.operator = Operator(service, world)
+        self.metrics = Metrics(service, streams=lambda: len(self.streams))
         self._remove_recorder: Callable[[], None] | None = None
         self.routes = self._routes()
 
@@ -193,6 +204,8 @@ class ApiResource(Resource):
                   "a player character says, poses, whispers, pages or posts on a channel"),
             Route("GET", ("characters", "{character}", "heard"), self.heard,
                   "what a character heard (?limit=, ?after=)"),
+            Route("GET", ("metrics",), self.metrics_page,
+                  "the service's figures in the Prometheus text format"),
             Route("GET", ("events",), self.events,
                   "server-sent events (?assistant=, ?types=; Last-Event-ID replays)"),
         ]
@@ -225,11 +238,13 @@ class ApiResource(Resource):
         """Start recording loop results and observing events for the streams."""
         if self._remove_recorder is None:
             self._remove_recorder = self.service.add_observer(self.recorder)
+        self.metrics.start()
         self.hub.start()
 
     def shutdown(self) -> None:
         """Close every event stream and stop observing."""
         self.hub.stop()
+        self.metrics.stop()
         if self._remove_recorder is not None:
             self._remove_recorder()
             self._remove_recorder = None
@@ -312,6 +327,12 @@ class ApiResource(Resource):
 
     def _reply(self, body: Any, request: Any, gone: list[bool]) -> None:
         if gone:
+            return
+        if isinstance(body, TextAnswer):
+            request.setHeader(b"content-type", body.content_type)
+            request.setHeader(b"content-length", str(len(body.data)).encode("ascii"))
+            request.write(body.data)
+            request.finish()
             return
         status = 200
         if isinstance(body, tuple):
@@ -502,6 +523,10 @@ class ApiResource(Resource):
         """``POST /emergency-stop/clear?assistant=``."""
         name = self._query(request, "assistant")
         return self.operator.clear_emergency_stop(name and self._assistant(name))
+
+    def metrics_page(self, request: Any) -> TextAnswer:
+        """``GET /metrics``: the Prometheus text format."""
+        return TextAnswer(self.metrics.render(), METRICS_TYPE)
 
     def world_characters(self, request: Any) -> dict[str, Any]:
         """``GET /world/characters``."""

@@ -238,6 +238,27 @@ async def test_a_dropped_stream_resumes_where_it_left_off(harness: Harness) -> N
 
 
 @pytest_twisted.ensureDeferred
+async def test_metrics_after_a_real_loop(harness: Harness) -> None:
+    """A scrape over HTTP after a player's message: the tick and the say call are counted."""
+    base = await harness.start()
+    await get_json(f"{base}/messages", "POST",
+                   json={"character": "char:bob", "text": "Evening, Pip!"})
+    await get_json(f"{base}/assistants/pip/tick", "POST")
+    response = await treq.get(f"{base}/metrics")
+    assert response.code == 200
+    assert response.headers.getRawHeaders("content-type") == [
+        "text/plain; version=0.0.4; charset=utf-8"]
+    text = (await treq.content(response)).decode()
+    samples = dict(line.rsplit(" ", 1) for line in text.splitlines()
+                   if line and not line.startswith("#"))
+    assert float(samples['ai_tools_tool_calls_total{tool="say",status="success"}']) == 1
+    ran = [k for k in samples if k.startswith('ai_tools_ticks_total{status="ran"')]
+    assert ran and sum(float(samples[k]) for k in ran) >= 1
+    assert float(samples['ai_tools_model_breaker_state{profile="default",state="closed"}']) == 1
+    assert float(samples['ai_tools_pending_events{assistant="pip"}']) == 0
+
+
+@pytest_twisted.ensureDeferred
 async def test_tick_over_http_returns_the_result(harness: Harness) -> None:
     """POST tick answers with the tick's result once it ends."""
     base = await harness.start()
