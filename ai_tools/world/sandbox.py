@@ -41,7 +41,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from ai_tools.errors import NotFound, PermissionDenied
+from ai_tools.errors import ConfigError, NotFound, PermissionDenied
 from ai_tools.interfaces import IWorld
 from ai_tools.world.commands import run_command
 from ai_tools.world.help_index import rank_help
@@ -61,6 +61,7 @@ from ai_tools.world.permissions import (
     holds,
     may_edit,
 )
+from ai_tools.world.seeding import DIGEST_KEY, merged_world, reseeded_world, world_digest
 from ai_tools.world.worldfile import load_world_file, slug, unique_id
 
 MAX_VALUE_CHARS = 8192
@@ -200,6 +201,10 @@ class SandboxWorld:
     _observers: list[Observer] = attrs.field(factory=list, init=False)
     _logs: dict[str, deque[WorldMessage]] = attrs.field(factory=dict, init=False)
     _seq: int = attrs.field(default=0, init=False)
+    seed_file: Path | None = attrs.field(default=None, init=False)
+    """The world file :meth:`load` was given (None: none, or world data)."""
+    file_changed: bool = attrs.field(default=False, init=False)
+    """The world file changed since it was last applied (see :meth:`apply_seed`)."""
 
     _log = Logger()
 
@@ -229,6 +234,8 @@ class SandboxWorld:
         world = cls(store=store, clock=clock, log_size=log_size)
         if store is not None:
             world._seq = first_message_seq(world._now())
+        if isinstance(seed, str | Path):
+            world.seed_file = Path(seed)
 
         def loaded(data: Mapping[str, Any] | None) -> Any:
             if data is not None:
@@ -238,8 +245,11 @@ class SandboxWorld:
                     name=world.meta.get("name"),
                     count=len(world.objects),
                 )
-                return world
-            world.populate(seed_data(seed))
+                return world._check_seed_file().addCallback(lambda _: world)
+            data = seed_data(seed)
+            world.populate(data)
+            if world.seed_file is not None:
+                world.meta[DIGEST_KEY] = world_digest(data)
             world._log.info(
                 "Sandbox world {name} seeded: {count} objects",
                 name=world.meta.get("name"),
@@ -250,6 +260,68 @@ class SandboxWorld:
         if store is None:
             return defer.maybeDeferred(loaded, None)
         return defer.maybeDeferred(store.load_world).addCallback(loaded)
+
+    def _check_seed_file(self) -> defer.Deferred[None]:
+        """Say at start-up when the world file changed since it was applied (not applied now)."""
+        if self.seed_file is None:
+            return defer.succeed(None)
+        try:
+            digest = world_digest(load_world_file(self.seed_file))
+        except Exception as exc:
+            self._log.warn("The world file {file} cannot be read now ({error}); the world "
+                           "saved in the store is used", file=str(self.seed_file),
+                           error=str(exc))
+            return defer.succeed(None)
+        saved = self.meta.get(DIGEST_KEY)
+        if saved is None:  # a store seeded before digests were kept: take the file as applied
+            self.meta[DIGEST_KEY] = digest
+            return self._write({"meta": {DIGEST_KEY: digest}})
+        if saved != digest:
+            self.file_changed = True
+            self._log.warn(
+                "The world file {file} changed since the world was seeded from it; the world "
+                "saved in the store is used, the file is not applied. To apply it (the "
+                "assistants keep their memories): POST /world/apply with {{\"mode\": "
+                "\"merge\"}} (add and update the file's rows, keep what was made in the game) "
+                "or {{\"mode\": \"reseed\"}} (the world becomes the file's)",
+                file=str(self.seed_file))
+        return defer.succeed(None)
+
+    def apply_seed(self, mode: str, keep: Iterable[str] = ()) -> defer.Deferred[dict[str, Any]]:
+        """Apply the world file again: ``merge`` or ``reseed`` (see :mod:`ai_tools.world.seeding`).
+
+        ``keep``: object ids that must still exist afterwards (the assistants'
+        characters): else ConfigError and nothing changes.  Fires with
+        ``{"mode", "objects", "deleted"}`` once written.  ConfigError when the
+        world was not loaded from a world file or the file is not valid.
+        """
+        if self.seed_file is None:
+            return defer.fail(ConfigError("this world was not loaded from a world file"))
+        try:
+            data = load_world_file(self.seed_file)
+        except Exception as exc:
+            return defer.fail(ConfigError(f"the world file cannot be applied: {exc}"))
+        current = self.snapshot()
+        deletes: dict[str, list[str]]
+        if mode == "merge":
+            world, deletes = merged_world(current, data), {}
+        elif mode == "reseed":
+            world, deletes = reseeded_world(current, data)
+        else:
+            return defer.fail(ConfigError(f"mode must be merge or reseed, not {mode!r}"))
+        ids = {row.get("id") for row in world["objects"]}
+        lost = sorted(set(keep) - ids)
+        if lost:
+            return defer.fail(ConfigError(
+                f"the world file has no {', '.join(lost)}, which an assistant plays"))
+        world["meta"][DIGEST_KEY] = world_digest(data)
+        self.populate(world)
+        self.file_changed = False
+        self._log.info("World file {file} applied ({mode}): {count} objects",
+                       file=str(self.seed_file), mode=mode, count=len(self.objects))
+        done = self._write(self.snapshot(), deletes)
+        return done.addCallback(lambda _: {"mode": mode, "objects": len(self.objects),
+                                           "deleted": sum(map(len, deletes.values()))})
 
     @classmethod
     def from_file(cls, path: str | Path, clock: _Clock | None = None) -> SandboxWorld:
