@@ -200,6 +200,8 @@ class ApiResource(Resource):
                   "the world's characters, where they are, whose they are"),
             Route("GET", ("world", "rooms"), self.world_rooms,
                   "the world's rooms, their exits and who is in them"),
+            Route("POST", ("world", "apply"), self.apply_world_file,
+                  "apply the world file again (body: {\"mode\": \"merge\" | \"reseed\"})"),
             Route("POST", ("messages",), self.post_message,
                   "a player character says, poses, whispers, pages or posts on a channel"),
             Route("GET", ("characters", "{character}", "heard"), self.heard,
@@ -421,6 +423,7 @@ class ApiResource(Resource):
         return {
             "service": "ai_tools",
             "assistants": self.service.names(),
+            "world_file_changed": bool(getattr(self.world, "file_changed", False)),
             "endpoints": [{"method": r.method, "path": r.path, "summary": r.summary}
                           for r in self.routes],
         }
@@ -535,6 +538,10 @@ class ApiResource(Resource):
     def world_rooms(self, request: Any) -> dict[str, Any]:
         """``GET /world/rooms``."""
         return self.operator.rooms()
+
+    def apply_world_file(self, request: Any) -> Any:
+        """``POST /world/apply``: answers once the applied world is saved."""
+        return self.operator.apply_world_file(parse_json_body(request, self.max_body))
 
     @defer.inlineCallbacks
     def post_message(self, request: Any) -> Any:

@@ -169,6 +169,28 @@ class Operator:
             })
         return {"rooms": rooms}
 
+    @defer.inlineCallbacks
+    def apply_world_file(self, body: Mapping[str, Any]) -> Any:
+        """``POST /world/apply`` ``{"mode": "merge" | "reseed"}``: apply the world file again."""
+        world = self._world("apply_seed")
+        unknown = sorted(set(body) - {"mode"})
+        if unknown:
+            raise ApiError(422, f"unknown field {unknown[0]!r} (only 'mode')", field=unknown[0])
+        mode = body.get("mode")
+        if mode not in ("merge", "reseed"):
+            raise ApiError(422, "mode must be \"merge\" (add and update the file's rows, keep "
+                           "what was made in the game) or \"reseed\" (the world becomes the "
+                           "file's)", field="mode")
+        if world.seed_file is None:
+            raise ApiError(409, "this world was not loaded from a world file ([world] file), "
+                           "or it is the database's shared world: nothing to apply")
+        keep = sorted(assistants_by_character(self.service))
+        try:
+            applied = yield world.apply_seed(mode, keep=keep)
+        except ConfigError as exc:
+            raise ApiError(422, str(exc), field="mode") from None
+        return {**applied, "file": str(world.seed_file)}
+
     def _world(self, needs: str) -> Any:
         if self.world is None:
             raise ApiError(503, "this service has no world")

@@ -3,11 +3,13 @@
 What is created, reconfigured and removed over HTTP is what the next start
 brings back (the store keeps it; the config file only seeds), and an edit of
 the config file is applied at the next start without undoing the API's
-changes to other keys.
+changes to other keys.  Message numbers rise across restarts; a changed world
+file is said at start-up and applied only on purpose.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import treq
 
 from tests.integration.web_processes import (
     TWISTD,
+    WORLD,
     assert_stopped_by,
     disabled_pip,
     start_and_wait,
@@ -111,5 +114,45 @@ async def test_heard_after_seq_never_misses_a_message_across_a_restart(
     assert code == 200
     assert [m["text"] for m in heard["messages"]] == ["after the restart"]
     assert heard["messages"][0]["seq"] > last
+    proc.signal("TERM")
+    await proc.wait_ended()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_changed_world_file_is_said_then_applied_on_purpose(
+        tmp_path: Path, twistd_processes: Any) -> None:  # noqa: F811
+    """Start-up says the file changed and does not apply it; POST /world/apply merges it;
+    Pip keeps what it heard; the next start says nothing."""
+    world = tmp_path / "world.toml"
+    world.write_text(WORLD.read_text())
+    config = disabled_pip(tmp_path)
+    config.write_text(config.read_text().replace(json.dumps(str(WORLD)),
+                                                 json.dumps(str(world))))
+    proc, base = await start_and_wait(twistd_processes, tmp_path, config)
+    code, _ = await call("POST", f"{base}/messages",
+                         json={"character": "char:bob", "text": "Remember me, Pip"})
+    assert code == 200
+    world.write_text(world.read_text() + '\n[[rooms]]\nid = "room:cellar2"\n'
+                     'key = "Wine Cellar"\ndescription = "Casks."\n')
+
+    proc, base = await restart(proc, twistd_processes, tmp_path, config, kill=False)
+    assert "changed since the world was seeded" in proc.stdout
+    code, index = await call("GET", f"{base}/")
+    assert index["world_file_changed"] is True
+    code, rooms = await call("GET", f"{base}/world/rooms")
+    assert "room:cellar2" not in [r["id"] for r in rooms["rooms"]]
+    code, bad = await call("POST", f"{base}/world/apply", json={"mode": "replace"})
+    assert code == 422 and bad["field"] == "mode"
+    code, applied = await call("POST", f"{base}/world/apply", json={"mode": "merge"})
+    assert code == 200 and applied["mode"] == "merge", applied
+    code, rooms = await call("GET", f"{base}/world/rooms")
+    assert "room:cellar2" in [r["id"] for r in rooms["rooms"]]
+    code, pip = await call("GET", f"{base}/assistants/pip")
+    assert pip["pending_events"] == 1  # what Pip heard is kept
+
+    proc, base = await restart(proc, twistd_processes, tmp_path, config, kill=False)
+    assert "changed since the world was seeded" not in proc.stdout
+    code, rooms = await call("GET", f"{base}/world/rooms")
+    assert "room:cellar2" in [r["id"] for r in rooms["rooms"]]
     proc.signal("TERM")
     await proc.wait_ended()
