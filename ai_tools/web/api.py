@@ -2,18 +2,28 @@
 
 Endpoints (see ``docs/http-api.md`` for each with a curl example)::
 
-    GET  /                                   what this is, the endpoints
-    GET  /assistants                         every assistant's status
-    GET  /assistants/{name}                  one assistant's status
-    GET  /assistants/{name}/history?limit=&before=&after=  a page of its history
-    GET  /assistants/{name}/results?limit=N  the last N loop results
-    POST /assistants/{name}/tick             run a tick now; answers with its result
-    POST /assistants/{name}/stop             kill what it is doing
-    POST /assistants/{name}/enable           let it tick
-    POST /assistants/{name}/disable          make its ticks exit early
-    POST /messages                           a player character speaks in the world
-    GET  /characters/{id}/heard?limit=&after= what a character heard
-    GET  /events?assistant=&types=           server-sent events: loop steps, world messages
+    GET    /                                  what this is, the endpoints
+    GET    /assistants                        every assistant's status
+    POST   /assistants                        create one (body: its configuration)
+    GET    /assistants/{name}                 one assistant's status
+    PATCH  /assistants/{name}                 change some of its configuration
+    DELETE /assistants/{name}?forget=         remove it
+    GET    /assistants/{name}/config          its configuration
+    GET    /assistants/{name}/history?limit=&before=&after=  a page of its history
+    GET    /assistants/{name}/results?limit=N the last N loop results
+    POST   /assistants/{name}/tick            run a tick now; answers with its result
+    POST   /assistants/{name}/stop            kill what it is doing
+    POST   /assistants/{name}/enable          let it tick
+    POST   /assistants/{name}/disable         make its ticks exit early
+    POST   /stop                              kill what every assistant is doing
+    POST   /emergency-stop?assistant=         stop all (or one) until cleared
+    POST   /emergency-stop/clear?assistant=   clear it
+    GET    /world/characters, /world/rooms    the world's characters and rooms
+    POST   /world/apply                       apply a changed world file (merge, reseed)
+    POST   /messages                          a player character speaks in the world
+    GET    /characters/{id}/heard?limit=&after= what a character heard
+    GET    /events?assistant=&types=          server-sent events (Last-Event-ID replays)
+    GET    /metrics                           the Prometheus text format
 
 Every error is a JSON object ``{"error", "status", "field"?}`` with its
 status code; the service goes on serving.  Every request passes, in order:
