@@ -107,6 +107,8 @@ class Operator:
         current = self.service.get(name).config.to_dict()
         config = self._config({**current, **changes, "name": name})
         changed = yield self.service.reconfigure(name, config)
+        if "enabled" in changes:  # the configuration's is the initial state: apply it now
+            yield (self.service.enable if config.enabled else self.service.disable)(name)
         return self._answer(name, changed=changed)
 
     @defer.inlineCallbacks

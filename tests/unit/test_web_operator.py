@@ -95,6 +95,14 @@ def test_reconfigure_keeps_memories_and_hears_the_new_character(api: ApiHarness)
     assert api.call("GET", "/assistants/pip/config").json["config"]["tick_rate"] == 9.0
 
 
+def test_reconfigure_enabled_applies_it_now(api: ApiHarness) -> None:
+    answer = api.call("PATCH", "/assistants/pip", body={"enabled": False})
+    assert answer.code == 200 and answer.json["status"]["enabled"] is False
+    assert api.service.get("pip").enabled is False
+    api.call("PATCH", "/assistants/pip", body={"enabled": True})
+    assert api.service.get("pip").enabled is True
+
+
 def test_reconfigure_with_nothing_changed_or_a_bad_key(api: ApiHarness) -> None:
     same = api.call("PATCH", "/assistants/pip", body={"tick_rate": 5.0})
     assert same.code == 200 and same.json["changed"] == []
