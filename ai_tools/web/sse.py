@@ -39,10 +39,17 @@ def _default(value: Any) -> Any:
     return repr(value)
 
 
+_encode = json.JSONEncoder(default=_default, separators=(",", ":")).encode
+"""Built once: ``json.dumps`` with options builds an encoder per call (every event is encoded)."""
+
+
 def format_event(event_id: int | None, event_type: str, data: Any) -> bytes:
     """One SSE frame: ``id`` (unless None), ``event`` and the JSON ``data`` on one line."""
-    payload = json.dumps(data, default=_default, separators=(",", ":"))
-    kind = "".join(c for c in str(event_type) if c not in "\r\n") or "message"
+    payload = _encode(data)
+    kind = str(event_type)
+    if "\r" in kind or "\n" in kind:
+        kind = kind.replace("\r", "").replace("\n", "")
+    kind = kind or "message"
     head = f"id: {event_id}\n" if event_id is not None else ""
     return f"{head}event: {kind}\ndata: {payload}\n\n".encode()
 
