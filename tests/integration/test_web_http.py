@@ -256,6 +256,9 @@ async def test_metrics_after_a_real_loop(harness: Harness) -> None:
     assert ran and sum(float(samples[k]) for k in ran) >= 1
     assert float(samples['ai_tools_model_breaker_state{profile="default",state="closed"}']) == 1
     assert float(samples['ai_tools_pending_events{assistant="pip"}']) == 0
+    # the loop's model_request events: one request, its latency observed
+    assert float(samples['ai_tools_model_requests_total{profile="default",status="ok"}']) >= 1
+    assert float(samples['ai_tools_model_request_seconds_count{profile="default"}']) >= 1
 
 
 @pytest_twisted.ensureDeferred
