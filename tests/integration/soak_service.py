@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -88,20 +87,23 @@ class Players:
         self.count = count
         self.clients = clients
         self.numbers = itertools.count(1)
+        self.posted = 0
         self.acknowledged: dict[str, int] = {}
         """token → the room (and so the assistant) of each message that got its 200."""
         self.refused: list[tuple[str, int | str]] = []
+        self.flooding = False
         self.pool = HTTPConnectionPool(reactor(), persistent=True)
         self.pool.maxPersistentPerHost = clients
         self.http = treq.client.HTTPClient(cast(Any, Agent(reactor(), pool=self.pool)))
 
-    async def post(self, base: str, number: int) -> None:
+    async def post(self, base: str) -> None:
+        number = next(self.numbers)
+        self.posted += 1
         room = number % self.count
         text = f"Ann{room}, {token(number)} here, what news?"
         body = json.dumps({"character": f"char:p{room}", "text": text}).encode()
         try:
             response = await self.http.post(f"{base}/messages", data=body, headers=JSON)
-            await response.content()
         except Exception as exc:  # the service is down: not acknowledged
             self.refused.append((token(number), type(exc).__name__))
             return
@@ -109,17 +111,34 @@ class Players:
             self.acknowledged[token(number)] = room
         else:
             self.refused.append((token(number), response.code))
+        try:
+            await response.content()
+        except Exception:
+            pass  # the service died after its answer's status line
 
     def post_many(self, base: str, count: int) -> defer.Deferred[Any]:
         """``count`` messages over ``clients`` connections; fires when all are answered."""
-        numbers = iter([next(self.numbers) for _ in range(count)])
+        numbers = iter(range(count))
 
-        async def client(mine: Iterable[int]) -> None:
-            for number in mine:
-                await self.post(base, number)
+        async def client() -> None:
+            for _ in numbers:
+                await self.post(base)
 
-        return defer.DeferredList([defer.ensureDeferred(client(numbers))
-                                   for _ in range(self.clients)])
+        return defer.DeferredList([defer.ensureDeferred(client()) for _ in range(self.clients)])
+
+    def flood(self, base: str) -> defer.Deferred[Any]:
+        """Messages over ``clients`` connections until :meth:`stop_flood`; fires once the
+        posts in flight then are answered (or failed)."""
+        self.flooding = True
+
+        async def client() -> None:
+            while self.flooding:
+                await self.post(base)
+
+        return defer.DeferredList([defer.ensureDeferred(client()) for _ in range(self.clients)])
+
+    def stop_flood(self) -> None:
+        self.flooding = False
 
     async def close(self) -> None:
         await self.pool.closeCachedConnections()
