@@ -49,7 +49,7 @@ def write_config(directory: Path, count: int, model_url: str, model_name: str) -
 name = "a{i}"
 character_id = "char:a{i}"
 persona = "You are Ann{i}."
-tick_rate = 0.5
+tick_rate = 2.0
 execution_config = {{ max_iterations = 3, allowed_tools = ["say", "noop"] }}
 """ for i in range(count))
     text = f"""
