@@ -10,13 +10,13 @@ Registries hold one instance per tool class; see :class:`ToolRegistry`.
 
 from __future__ import annotations
 
-import copy
 import enum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 from twisted.logger import Logger
 
+from ai_tools.tools.model_view import model_view
 from ai_tools.tools.validation import (
     ParameterValidator,
     ValidationResult,
@@ -145,13 +145,18 @@ class Tool:
         return result
 
     def schema(self) -> dict[str, Any]:
-        """The OpenAI-compatible function schema of this tool (a fresh copy)."""
+        """The OpenAI-compatible function schema of this tool (a fresh copy).
+
+        Its ``parameters`` are :func:`~ai_tools.tools.model_view.model_view` of
+        :attr:`parameters`: what the model needs to call the tool, without the
+        bounds the validator enforces (they cost tokens on every model call).
+        """
         return {
             "type": "function",
             "function": {
                 "name": self.name,
                 "description": self.description,
-                "parameters": copy.deepcopy(self.parameters),
+                "parameters": model_view(self.parameters),
             },
         }
 

@@ -140,11 +140,16 @@ def test_a_subclass_init_without_super_still_validates() -> None:
 
 
 def test_schema_is_an_openai_function_schema(move: Move) -> None:
-    """``schema()`` is what a chat-completions ``tools`` entry looks like, as a copy."""
+    """``schema()`` is what a chat-completions ``tools`` entry looks like, as a copy;
+    its parameters are the model's view of the schema (the bounds left to the validator)."""
     schema = move.schema()
     assert schema == {"type": "function", "function": {
-        "name": "move", "description": "Move to a room.", "parameters": Move.parameters}}
-    assert schema["function"]["parameters"] is not Move.parameters
+        "name": "move", "description": "Move to a room.", "parameters": {
+            "type": "object",
+            "properties": {"room": {"type": "string"}, "steps": {"type": "integer"}},
+            "required": ["room"]}}}
+    assert schema["function"]["parameters"]["required"] is not Move.parameters["required"]
+    assert not move.validate_parameters({"room": "hall", "steps": 0}).valid  # still bounded
 
 
 def test_repr(move: Move) -> None:
