@@ -9,8 +9,12 @@ tool budget, iteration and token advisory.  There are three variants:
 * reflection: look back on recent activity and record insights; the history
   is not changed by a reflection run.
 
-In fallback mode (models without native tool calling) the prompt also carries
-the tool schemas and the JSON convention for calling them.
+With native tool calling the tools' names, descriptions and parameters go in
+the request's ``tools=`` field, so the prompt only names the tools that end a
+turn (TERMINAL, DANGEROUS) and the exit tools (SIGNAL): every character of the
+prompt is paid for on every model call.  In fallback mode (models without
+native tool calling) the prompt carries each tool's description and parameters
+and the JSON convention for calling them.
 
 Everything here is pure: strings in, strings out.
 """
@@ -47,10 +51,10 @@ _DEFAULT_PERSONA = "You are {name}, an assistant acting inside a shared world th
 
 _MODE_TEXT = {
     "awake": (
-        "Each turn, decide what to do next and call one of your tools. Tools marked "
-        "TERMINAL (speaking to people) end your turn until someone answers; tools marked "
-        "DANGEROUS change the world and also end your turn. When there is nothing to do, "
-        "call `{noop}`."
+        "Each turn, decide what to do next and call one of your tools. TERMINAL tools "
+        "(speaking to people) end your turn until someone answers; DANGEROUS tools change "
+        "the world: use them only when asked to; they also end your turn. When there is "
+        "nothing to do, call `{noop}`."
     ),
     "sleep": (
         "You are asleep. Use this time for maintenance only: consolidate memories, review "
@@ -103,44 +107,57 @@ def _function(schema: Mapping[str, Any]) -> Mapping[str, Any]:
     return fn if isinstance(fn, Mapping) else {}
 
 
-def _tool_lines(inputs: PromptInputs) -> list[str]:
+_MARKED = ("terminal", "dangerous")
+"""The categories the prompt names: a call of such a tool ends the turn."""
+
+_SIGNAL_NOTE = ("one-way notices to your operator: recorded, not executed, "
+                "they return nothing")
+
+
+def _fallback_line(fn: Mapping[str, Any], mark: str) -> str:
+    """A tool as fallback mode lists it: name, mark, description, then its parameters."""
+    line = f"- {fn.get('name', '')}{mark}: {fn.get('description', '')}".rstrip(": ")
+    params = json.dumps(fn.get("parameters", {}), sort_keys=True, separators=(",", ":"))
+    return f"{line}\n  parameters: {params}"
+
+
+def _fallback_lines(inputs: PromptInputs) -> list[str]:
     lines = []
     for schema in inputs.tool_schemas:
         fn = _function(schema)
-        name = str(fn.get("name", ""))
+        category = inputs.tool_categories.get(str(fn.get("name", "")), "")
+        lines.append(_fallback_line(fn, f" [{category.upper()}]" if category in _MARKED else ""))
+    lines.extend(_fallback_line(_function(s), " [SIGNAL]") for s in inputs.exit_tool_schemas)
+    return lines
+
+
+def _native_lines(inputs: PromptInputs) -> list[str]:
+    """Which offered tools end a turn, and the exit tools: names only (``tools=`` has the rest)."""
+    names: dict[str, list[str]] = {category: [] for category in _MARKED}
+    for schema in inputs.tool_schemas:
+        name = str(_function(schema).get("name", ""))
         category = inputs.tool_categories.get(name, "")
-        mark = f" [{category.upper()}]" if category in ("terminal", "dangerous") else ""
-        line = f"- {name}{mark}: {fn.get('description', '')}".rstrip(": ")
-        if not inputs.native_tools:
-            params = json.dumps(fn.get("parameters", {}), sort_keys=True,
-                                separators=(",", ":"))
-            line += f"\n  parameters: {params}"
-        lines.append(line)
-    for schema in inputs.exit_tool_schemas:
-        fn = _function(schema)
-        line = f"- {fn.get('name', '')} [SIGNAL]: {fn.get('description', '')}".rstrip(": ")
-        if not inputs.native_tools:
-            params = json.dumps(fn.get("parameters", {}), sort_keys=True,
-                                separators=(",", ":"))
-            line += f"\n  parameters: {params}"
-        lines.append(line)
+        if category in names:
+            names[category].append(name)
+    lines = [f"{category.upper()} tools: {', '.join(found)}."
+             for category, found in names.items() if found]
+    signals = [str(_function(s).get("name", "")) for s in inputs.exit_tool_schemas]
+    if signals:
+        lines.append(f"SIGNAL tools ({_SIGNAL_NOTE}): {', '.join(signals)}.")
     return lines
 
 
 def render_tools_section(inputs: PromptInputs) -> str:
-    """The part of the system prompt that lists the tools (and the fallback convention)."""
+    """The part of the system prompt about the tools (and the fallback convention)."""
+    if inputs.native_tools:
+        return "\n".join(_native_lines(inputs))
     sections = []
-    tool_lines = _tool_lines(inputs)
+    tool_lines = _fallback_lines(inputs)
     if tool_lines:
-        header = "Tools:" if inputs.native_tools else "Tools (call them as described below):"
-        sections.append("\n".join([header, *tool_lines]))
+        sections.append("\n".join(["Tools (call them as described below):", *tool_lines]))
         if inputs.exit_tool_schemas:
-            sections.append(
-                "Tools marked SIGNAL are one-way notices to your operator: they are "
-                "recorded, not executed, and return nothing."
-            )
-    if not inputs.native_tools:
-        sections.append(_FALLBACK_CONVENTION.format(noop=inputs.noop_tool))
+            sections.append(f"Tools marked SIGNAL are {_SIGNAL_NOTE}.")
+    sections.append(_FALLBACK_CONVENTION.format(noop=inputs.noop_tool))
     return "\n\n".join(sections)
 
 

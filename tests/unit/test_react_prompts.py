@@ -32,16 +32,35 @@ def inputs(**kw: object) -> PromptInputs:
     return attrs.evolve(base, **kw)
 
 
-def test_awake_prompt_lists_tools_and_status() -> None:
-    """Persona default, tool list with category marks, step and budget."""
+def test_awake_prompt_names_turn_ending_tools_and_status() -> None:
+    """Persona default, the tools that end a turn by category, step and budget; with
+    native tools the descriptions and schemas are in ``tools=``, not repeated here."""
     text = build_system_prompt(inputs(tool_budget_remaining=3, iteration=1, max_iterations=4))
     assert text.startswith("You are Ada")
-    assert "- look: Look around." in text
-    assert "- say [TERMINAL]: Speak." in text
+    assert "TERMINAL tools: say." in text
+    assert "DANGEROUS tools:" not in text  # none offered
+    assert "Look around." not in text and "Speak." not in text and "look" not in text
     assert "Step 2 of at most 4 this turn." in text
     assert "Tool calls remaining this turn: 3." in text
     assert "call `noop`" in text
-    assert "parameters:" not in text  # native mode: schemas go in tools=
+    assert "parameters:" not in text
+
+
+def test_native_prompt_lists_each_category_once() -> None:
+    """Several tools of a category are named on one line, in the order offered."""
+    dig = {"type": "function", "function": {"name": "dig", "description": "Dig."}}
+    text = render_tools_section(inputs(
+        tool_schemas=[LOOK, SAY, dig, FLAG],
+        tool_categories={"look": "safe_chain", "say": "terminal", "dig": "dangerous",
+                         "flag": "terminal"}))
+    assert text.splitlines() == ["TERMINAL tools: say, flag.", "DANGEROUS tools: dig."]
+
+
+def test_fallback_prompt_lists_every_tool_with_its_mark() -> None:
+    """Fallback mode has no ``tools=``: each tool's line has its mark and description."""
+    text = build_system_prompt(inputs(native_tools=False))
+    assert "- look: Look around." in text
+    assert "- say [TERMINAL]: Speak." in text
 
 
 def test_no_budget_line_without_budget() -> None:
@@ -71,10 +90,13 @@ def test_fallback_mode_carries_schemas_and_convention() -> None:
 
 
 def test_exit_tools_marked_as_signals() -> None:
-    """Exit tools are listed as SIGNAL with an explanation."""
+    """Exit tools are named as SIGNAL tools with an explanation (fallback: with their line)."""
     text = build_system_prompt(inputs(exit_tool_schemas=[FLAG]))
-    assert "- flag [SIGNAL]: Flag it." in text
-    assert "one-way notices" in text
+    assert "SIGNAL tools (one-way notices" in text and text.count("flag") == 1
+    assert "Flag it." not in text
+    fallback = build_system_prompt(inputs(exit_tool_schemas=[FLAG], native_tools=False))
+    assert "- flag [SIGNAL]: Flag it." in fallback
+    assert "Tools marked SIGNAL are one-way notices" in fallback
 
 
 def test_advisory_only_when_elevated() -> None:
