@@ -19,7 +19,7 @@ from ai_tools.tools.validation import ValidationResult
 ATTRIBUTE_NAME: dict[str, Any] = {
     "type": "string",
     "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,63}$",
-    "description": "Attribute name: letters, digits and underscores, not starting with a digit.",
+    "description": "Letters, digits, '_'.",
 }
 MAX_VALUE_BYTES = 8192
 """Largest JSON encoding of an attribute value a model may store in one call."""
@@ -29,11 +29,7 @@ class GetAttributesTool(LibraryTool):
     """Read attribute values of one object."""
 
     name = "get_attributes"
-    description = (
-        "Read the attributes (named values such as 'weight' or 'owner') stored on an "
-        "object. Give 'names' to read only those; names the object lacks are listed in "
-        "'missing'. Use list_attributes first if you do not know which exist."
-    )
+    description = "Read an object's attributes."
     category = ToolCategory.SAFE_CHAIN
     cacheable = True
     cache_scope = "tick"
@@ -47,7 +43,6 @@ class GetAttributesTool(LibraryTool):
                 "minItems": 1,
                 "maxItems": 50,
                 "uniqueItems": True,
-                "description": "Only these attributes (all of them when omitted).",
             },
         },
         "required": ["object"],
@@ -73,11 +68,7 @@ class ListAttributesTool(LibraryTool):
     """List the attribute names of one object."""
 
     name = "list_attributes"
-    description = (
-        "List the names of the attributes stored on an object, with the type of each "
-        "value, without the values themselves. Follow with get_attributes to read the "
-        "ones you need."
-    )
+    description = "List an object's attribute names."
     category = ToolCategory.SAFE_CHAIN
     cacheable = True
     cache_scope = "tick"
@@ -101,12 +92,7 @@ class SetAttributeTool(LibraryTool):
     """Set (create or replace) one attribute on an object, with the character's rights."""
 
     name = "set_attribute"
-    description = (
-        "Set an attribute on an object (creating or replacing it) with your character's "
-        "own building rights. The value may be text, a number, true/false, a list or an "
-        "object. The previous value, if any, is returned so the change can be undone. "
-        "Changes the world: use only when asked to."
-    )
+    description = "Set an object's attribute; returns the old value."
     category = ToolCategory.DANGEROUS
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -115,7 +101,6 @@ class SetAttributeTool(LibraryTool):
             "name": ATTRIBUTE_NAME,
             "value": {
                 "type": ["string", "number", "integer", "boolean", "array", "object", "null"],
-                "description": f"The new value (JSON, at most {MAX_VALUE_BYTES} bytes encoded).",
             },
         },
         "required": ["object", "name", "value"],

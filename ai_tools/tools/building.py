@@ -24,12 +24,7 @@ class SpawnPrototypeTool(LibraryTool):
     """Create a new object from a prototype, optionally renamed and customised."""
 
     name = "spawn_prototype"
-    description = (
-        "Create a new object from a prototype (a template such as 'lantern' or 'chair') "
-        "with your character's building rights, in your room or another location. You "
-        "may give it its own name, description and attributes. An unknown prototype "
-        "fails with the list of available ones. Changes the world: use only when asked to."
-    )
+    description = "Create an object from a prototype (a template)."
     category = ToolCategory.DANGEROUS
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -38,30 +33,27 @@ class SpawnPrototypeTool(LibraryTool):
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 100,
-                "description": "The prototype's key.",
             },
             "location": {
                 **OBJECT_REFERENCE,
-                "description": "Where to put it (default: the room you are in).",
+                "description": "Default: your room.",
             },
             "key": {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 80,
                 "pattern": "^\\S(.*\\S)?$",
-                "description": "A name for the new object (default: the prototype's).",
+                "description": "Its name (default: the prototype's).",
             },
             "description": {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 4000,
-                "description": "Its description (default: the prototype's).",
             },
             "attributes": {
                 "type": "object",
                 "propertyNames": ATTRIBUTE_NAME,
                 "maxProperties": 20,
-                "description": "Attributes to set on it, e.g. {\"fuel\": 10}.",
             },
         },
         "required": ["prototype"],
@@ -109,13 +101,7 @@ class ExecuteBatchcodeTool(LibraryTool):
     """Run a list of world commands in order (builders only); never Python."""
 
     name = "execute_batchcode"
-    description = (
-        "Run a batch of game commands in order, as your character with its own rights, "
-        "e.g. to build several things at once. Each entry is one command line as a "
-        "player would type it (not code). Stops at the first refused command unless "
-        "stop_on_error is false. Needs building rights. Changes the world: use only when "
-        "asked to."
-    )
+    description = "Run game commands in order."
     category = ToolCategory.DANGEROUS
     timeout = 120
     parameters: ClassVar[dict[str, Any]] = {
@@ -126,12 +112,10 @@ class ExecuteBatchcodeTool(LibraryTool):
                 "items": COMMAND_TEXT,
                 "minItems": 1,
                 "maxItems": MAX_BATCH,
-                "description": "The command lines, run in this order.",
             },
             "stop_on_error": {
                 "type": "boolean",
                 "default": True,
-                "description": "Stop at the first command that is refused or fails.",
             },
         },
         "required": ["commands"],

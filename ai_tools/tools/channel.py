@@ -14,11 +14,7 @@ class ChannelSendTool(LibraryTool):
     """Post a message on a channel as the character."""
 
     name = "channel_send"
-    description = (
-        "Post a message on a chat channel (e.g. 'public') as your character; everyone "
-        "listening to the channel receives it. Ends your turn. An unknown channel fails "
-        "with the list of channels that exist."
-    )
+    description = "Post on a chat channel, e.g. 'public'."
     category = ToolCategory.TERMINAL
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -27,13 +23,11 @@ class ChannelSendTool(LibraryTool):
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 64,
-                "description": "The channel's name.",
             },
             "message": {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 2000,
-                "description": "What to post.",
             },
         },
         "required": ["channel", "message"],

@@ -13,7 +13,7 @@ COMMAND_TEXT: dict[str, Any] = {
     "minLength": 1,
     "maxLength": 1000,
     "pattern": "\\S",
-    "description": "The command line exactly as a player would type it, e.g. 'look lantern'.",
+    "description": "As a player types it, e.g. 'look lamp'.",
 }
 
 
@@ -56,11 +56,7 @@ class ExecuteCommandTool(LibraryTool):
     """Run one world command with the character's own rights."""
 
     name = "execute_command"
-    description = (
-        "Run one game command as your character, with your character's own rights (what "
-        "a player with your permissions could type), and read its output. Use the "
-        "dedicated tools when one exists. May change the world: use only when asked to."
-    )
+    description = "Run a game command (when no tool fits) and read its output."
     category = ToolCategory.DANGEROUS
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",

@@ -14,15 +14,14 @@ from ai_tools.tools.library_tool import LibraryTool, call, resolve_object, summa
 MAX_MESSAGE = 2000
 
 
-def _text(description: str) -> dict[str, Any]:
-    return {"type": "string", "minLength": 1, "maxLength": MAX_MESSAGE, "description": description}
+TEXT: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": MAX_MESSAGE}
+"""JSON Schema of a message's text."""
 
 
 TARGET: dict[str, Any] = {
     "type": "string",
     "minLength": 1,
     "maxLength": 200,
-    "description": "The character: its id (e.g. '#7') or its name.",
 }
 
 
@@ -50,14 +49,11 @@ class SayTool(_RoomMessageTool):
     """Say something aloud to the room."""
 
     name = "say"
-    description = (
-        "Say something aloud to everyone in your room, in your own voice. This ends your "
-        "turn: use it to answer players or report that a task is done."
-    )
+    description = "Say something to everyone in your room."
     kind = "say"
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
-        "properties": {"message": _text("What to say (plain text, no quotes needed).")},
+        "properties": {"message": TEXT},
         "required": ["message"],
         "additionalProperties": False,
     }
@@ -68,16 +64,12 @@ class PoseTool(_RoomMessageTool):
     """Describe an action of the character to the room."""
 
     name = "pose"
-    description = (
-        "Show an action or gesture to everyone in your room, written in the third person "
-        "after your name (e.g. 'nods and smiles.' shows as 'Ada nods and smiles.'). Ends "
-        "your turn."
-    )
+    description = "Show an action: 'nods.' shows as '<your name> nods.'"
     kind = "pose"
     text_param = "action"
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
-        "properties": {"action": _text("The action, continuing after your name.")},
+        "properties": {"action": TEXT},
         "required": ["action"],
         "additionalProperties": False,
     }
@@ -88,14 +80,11 @@ class EmitTool(_RoomMessageTool):
     """Show narration text to the room without attribution (builders only)."""
 
     name = "emit"
-    description = (
-        "Show narration text to everyone in your room exactly as written, without your "
-        "name (e.g. 'The lights flicker.'). Needs building rights. Ends your turn."
-    )
+    description = "Narrate to your room, shown as written, without your name."
     kind = "emit"
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
-        "properties": {"message": _text("The narration, shown as written.")},
+        "properties": {"message": TEXT},
         "required": ["message"],
         "additionalProperties": False,
     }
@@ -109,7 +98,7 @@ class _DirectMessageTool(LibraryTool):
     kind: ClassVar[str] = "whisper"
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
-        "properties": {"target": TARGET, "message": _text("What to tell them.")},
+        "properties": {"target": TARGET, "message": TEXT},
         "required": ["target", "message"],
         "additionalProperties": False,
     }
@@ -131,10 +120,7 @@ class WhisperTool(_DirectMessageTool):
     """Whisper to a character in the same room."""
 
     name = "whisper"
-    description = (
-        "Whisper privately to one character in your room; only they hear the words. "
-        "Ends your turn."
-    )
+    description = "Whisper to one character in your room."
     kind = "whisper"
     example: ClassVar[dict[str, Any]] = {"target": "Bob", "message": "Meet me at the well."}
 
@@ -143,10 +129,7 @@ class PageTool(_DirectMessageTool):
     """Send a private message to a character anywhere in the world."""
 
     name = "page"
-    description = (
-        "Send a private message to one character wherever they are in the world (they "
-        "need not be in your room). Ends your turn."
-    )
+    description = "Message a character anywhere in the world."
     kind = "page"
     example: ClassVar[dict[str, Any]] = {"target": "Bob", "message": "Your shop is built."}
 

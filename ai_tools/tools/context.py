@@ -14,7 +14,7 @@ SCAN_LIMIT = 500
 NOTE_KEY: dict[str, Any] = {
     "type": "string",
     "pattern": "^[A-Za-z0-9_.:-]{1,64}$",
-    "description": "Name of the note: letters, digits, '_', '.', ':' or '-'.",
+    "description": "Letters, digits, '_', '.', ':' or '-'.",
 }
 
 
@@ -22,12 +22,7 @@ class SessionMemoryTool(LibraryTool):
     """A key-value scratchpad for the work in progress."""
 
     name = "session_memory"
-    description = (
-        "Your scratchpad for the work in progress: short named notes (a plan, an object "
-        "id you will need again, what is left to do). action 'set' writes a note, 'get' "
-        "reads one, 'list' shows all, 'delete' removes one. For lasting knowledge use "
-        "store_memory instead."
-    )
+    description = "Notes for the work in progress (lasting facts: store_memory)."
     category = ToolCategory.SAFE_CHAIN
     needs_world = False
     needs_store = True
@@ -38,14 +33,12 @@ class SessionMemoryTool(LibraryTool):
             "action": {
                 "type": "string",
                 "enum": ["set", "get", "list", "delete"],
-                "description": "What to do with the scratchpad.",
             },
             "key": NOTE_KEY,
             "value": {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 4000,
-                "description": "The note's text (for 'set').",
             },
         },
         "required": ["action"],
@@ -109,11 +102,7 @@ class ListProjectsTool(LibraryTool):
     """The assistant's top-level goals, with sub-goal progress."""
 
     name = "list_projects"
-    description = (
-        "List your projects (goals without a parent) with their status, priority, "
-        "progress and how many of their sub-goals are done. Filter by status, 'all' for "
-        "every project."
-    )
+    description = "List your top-level goals and their progress."
     category = ToolCategory.SAFE_CHAIN
     needs_world = False
     needs_store = True
@@ -125,14 +114,12 @@ class ListProjectsTool(LibraryTool):
                 "type": "string",
                 "enum": [*STATUSES, "all"],
                 "default": "active",
-                "description": "Only projects with this status ('all' for every one).",
             },
             "limit": {
                 "type": "integer",
                 "minimum": 1,
                 "maximum": 50,
                 "default": 10,
-                "description": "Maximum number of projects.",
             },
         },
         "required": [],
@@ -174,11 +161,7 @@ class GetSystemStatusTool(LibraryTool):
     """The assistant's own status: mode, counters, budget, the world it is in."""
 
     name = "get_system_status"
-    description = (
-        "Check your own state: operating mode (awake or asleep), tick and tool-call "
-        "counters, remaining tool budget, pending events, and which world and room you "
-        "are in. Use it when unsure whether you can keep working."
-    )
+    description = "Your own mode, counters, tool budget and room."
     category = ToolCategory.SAFE_CHAIN
     needs_world = False
     needs_assistant = True

@@ -17,11 +17,7 @@ class UpdateSystemPromptTool(LibraryTool):
     """Replace the assistant's persona / system prompt (admins' assistants only)."""
 
     name = "update_system_prompt"
-    description = (
-        "Replace your own persona (system prompt) with new text, effective from your next "
-        "turn. Only when the people running you explicitly ask for it; your character "
-        "needs administrator rights. Changes who you are: use with care."
-    )
+    description = "Replace your persona (system prompt) when your operators ask."
     category = ToolCategory.DANGEROUS
     needs_world = True
     needs_assistant = True
@@ -33,13 +29,12 @@ class UpdateSystemPromptTool(LibraryTool):
                 "minLength": 20,
                 "maxLength": 8000,
                 "pattern": "\\w",
-                "description": "The complete new system prompt.",
             },
             "reason": {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 500,
-                "description": "Who asked for the change and why.",
+                "description": "Who asked for it and why.",
             },
         },
         "required": ["prompt", "reason"],
@@ -66,10 +61,7 @@ class NoopTool(LibraryTool):
     """Explicitly do nothing: the loop ends with reason 'noop'."""
 
     name = "noop"
-    description = (
-        "Signal that you are done and there is nothing (more) to do right now. The loop "
-        "ends without any action; use it instead of inventing busywork."
-    )
+    description = "Nothing (more) to do now: end the turn."
     # SAFE_CHAIN: it has no effect; the ReAct loop recognises it by name and stops.
     category = ToolCategory.SAFE_CHAIN
     needs_world = False
@@ -81,7 +73,6 @@ class NoopTool(LibraryTool):
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 500,
-                "description": "Why nothing needs doing (optional).",
             }
         },
         "required": [],

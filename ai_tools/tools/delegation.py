@@ -38,10 +38,8 @@ class DelegateTaskTool(LibraryTool):
 
     name = "delegate_task"
     description = (
-        "Hand a self-contained task to a helper sub-agent that works in the background "
-        "with only the tools you list and at most 'budget' tool calls. Returns a task id "
-        "at once; its result arrives later as an event, and get_delegation_status shows "
-        "its progress. Describe the task completely: the helper sees nothing else."
+        "Hand a complete task to a background helper with the tools it may use; "
+        "the result comes later as an event."
     )
     category = ToolCategory.ASYNC_REQUIRED
     needs_world = False
@@ -55,7 +53,6 @@ class DelegateTaskTool(LibraryTool):
                 "minLength": 10,
                 "maxLength": 4000,
                 "pattern": "\\w",
-                "description": "The complete task, with everything the helper needs to know.",
             },
             "tools": {
                 "type": "array",
@@ -63,13 +60,12 @@ class DelegateTaskTool(LibraryTool):
                 "minItems": 1,
                 "maxItems": 30,
                 "uniqueItems": True,
-                "description": "Names of the tools the helper may use.",
             },
             "budget": {
                 "type": "integer",
                 "minimum": 1,
                 "maximum": MAX_SUB_AGENT_BUDGET,
-                "description": "Most tool calls the helper may make (capped by configuration).",
+                "description": "Most tool calls it may make.",
             },
         },
         "required": ["task", "tools"],
@@ -112,10 +108,7 @@ class GetDelegationStatusTool(LibraryTool):
     """Report on a delegated task."""
 
     name = "get_delegation_status"
-    description = (
-        "Check on a task you delegated with delegate_task: whether it is running, done "
-        "or failed, the tool calls it used, and its result once done."
-    )
+    description = "Check a delegated task and its result."
     category = ToolCategory.SAFE_CHAIN
     needs_world = False
     needs_assistant = True
@@ -127,7 +120,6 @@ class GetDelegationStatusTool(LibraryTool):
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 100,
-                "description": "The id delegate_task returned.",
             }
         },
         "required": ["task_id"],

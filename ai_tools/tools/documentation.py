@@ -15,12 +15,7 @@ class DocLookupTool(LibraryTool):
     """Search the engine's documentation and the world's help entries."""
 
     name = "doc_lookup"
-    description = (
-        "Look up documentation by keywords: how the tools, the assistant engine and its "
-        "configuration work (the project's own manual), plus the game's help entries "
-        "(commands, building, rules). Returns the best matching sections with their page "
-        "and a score."
-    )
+    description = "Search the engine manual and the game's help."
     category = ToolCategory.SAFE_CHAIN
     cacheable = True
     cache_scope = "session"
@@ -34,20 +29,17 @@ class DocLookupTool(LibraryTool):
                 "minLength": 1,
                 "maxLength": 300,
                 "pattern": "\\w",
-                "description": "Keywords, e.g. 'spawn prototype overrides'.",
             },
             "source": {
                 "type": "string",
                 "enum": ["all", "docs", "help"],
                 "default": "all",
-                "description": "'docs' for the engine manual, 'help' for the game's help.",
             },
             "limit": {
                 "type": "integer",
                 "minimum": 1,
                 "maximum": 10,
                 "default": 3,
-                "description": "Maximum results from each source.",
             },
         },
         "required": ["query"],

@@ -27,7 +27,6 @@ ENTITY: dict[str, Any] = {
     "type": "string",
     "minLength": 1,
     "maxLength": 200,
-    "description": "Who or what: a character's name or id (e.g. 'Bob' or '#7').",
 }
 SCAN_LIMIT = 500
 """How many records of a collection an entity lookup scans, newest first."""
@@ -72,11 +71,7 @@ class RecallEntityProfileTool(LibraryTool):
     """Everything the assistant knows about one entity."""
 
     name = "recall_entity_profile"
-    description = (
-        "Recall what you know about someone or something: the world's description of it "
-        "(if it exists here), your recorded relationship with it, memories about it and "
-        "how many past conversations involve it. Use it before dealing with a person."
-    )
+    description = "What you know about someone or something."
     category = ToolCategory.SAFE_CHAIN
     needs_world = False
     needs_store = True
@@ -90,7 +85,6 @@ class RecallEntityProfileTool(LibraryTool):
                 "minimum": 0,
                 "maximum": 20,
                 "default": 5,
-                "description": "How many memories about the entity to include.",
             },
         },
         "required": ["entity"],
@@ -139,12 +133,7 @@ class RelationshipsTool(LibraryTool):
     """List or record the assistant's relationships with others."""
 
     name = "relationships"
-    description = (
-        "Your relationships with others. action 'list' shows them (all, or only one "
-        "entity's); action 'set' records how you relate to an entity: a relation such as "
-        "'friend' or 'client', a sentiment from -5 (hostile) to 5 (devoted) and notes. "
-        "'set' replaces the previous record for that entity."
-    )
+    description = "List or set how you relate to others."
     category = ToolCategory.ASYNC_REQUIRED
     needs_world = False
     needs_store = True
@@ -156,33 +145,29 @@ class RelationshipsTool(LibraryTool):
                 "type": "string",
                 "enum": ["list", "set"],
                 "default": "list",
-                "description": "'list' to read, 'set' to record.",
             },
             "entity": ENTITY,
             "relation": {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 100,
-                "description": "How you relate to them, e.g. 'friend', 'client', 'rival'.",
             },
             "sentiment": {
                 "type": "integer",
                 "minimum": -5,
                 "maximum": 5,
-                "description": "-5 hostile ... 0 neutral ... 5 devoted.",
+                "description": "-5 hostile to 5 devoted.",
             },
             "notes": {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 2000,
-                "description": "What you want to remember about this relationship.",
             },
             "limit": {
                 "type": "integer",
                 "minimum": 1,
                 "maximum": 100,
                 "default": 20,
-                "description": "Maximum number of relationships listed.",
             },
         },
         "required": [],
@@ -270,10 +255,7 @@ class RecallConversationContextTool(LibraryTool):
     """The latest exchanges with one entity, oldest first."""
 
     name = "recall_conversation_context"
-    description = (
-        "Recall your most recent conversations with someone, in the order they happened "
-        "(oldest first), each with its time, so you can pick up where you left off."
-    )
+    description = "Your latest conversations with someone."
     category = ToolCategory.SAFE_CHAIN
     needs_world = False
     needs_store = True
@@ -287,7 +269,6 @@ class RecallConversationContextTool(LibraryTool):
                 "minimum": 1,
                 "maximum": 50,
                 "default": 10,
-                "description": "Maximum number of past exchanges.",
             },
         },
         "required": ["entity"],

@@ -27,7 +27,6 @@ GOAL_TEXT: dict[str, Any] = {
     "minLength": 3,
     "maxLength": 1000,
     "pattern": "\\w",
-    "description": "What is to be achieved, as one clear sentence.",
 }
 
 
@@ -45,11 +44,7 @@ class AddGoalTool(LibraryTool):
     """Add a goal (or a sub-goal of an existing one)."""
 
     name = "add_goal"
-    description = (
-        "Add a goal you intend to pursue, with a priority. Give parent_id to make it a "
-        "sub-goal of an existing goal. Goals without a parent are your projects. Returns "
-        "the goal's id for update_goal and decompose_goal."
-    )
+    description = "Add a goal (a sub-goal with parent_id); returns its id."
     category = ToolCategory.ASYNC_REQUIRED
     needs_world = False
     needs_store = True
@@ -62,9 +57,8 @@ class AddGoalTool(LibraryTool):
                 "type": "string",
                 "enum": PRIORITIES,
                 "default": "normal",
-                "description": "How urgent it is.",
             },
-            "parent_id": {**records.RECORD_ID, "description": "Id of the goal this is part of."},
+            "parent_id": records.RECORD_ID,
         },
         "required": ["description"],
         "additionalProperties": False,
@@ -93,11 +87,7 @@ class UpdateGoalTool(LibraryTool):
     """Change a goal's status, progress, priority or wording, or add a progress note."""
 
     name = "update_goal"
-    description = (
-        "Update one of your goals: its status (active, blocked, completed, abandoned), "
-        "progress in percent, priority or description, and/or add a progress note. "
-        "Completing a goal sets its progress to 100."
-    )
+    description = "Change a goal's status, progress or text, or add a note."
     category = ToolCategory.ASYNC_REQUIRED
     needs_world = False
     needs_store = True
@@ -106,20 +96,19 @@ class UpdateGoalTool(LibraryTool):
         "type": "object",
         "properties": {
             "goal_id": records.RECORD_ID,
-            "status": {"type": "string", "enum": STATUSES, "description": "New status."},
+            "status": {"type": "string", "enum": STATUSES},
             "progress": {
                 "type": "integer",
                 "minimum": 0,
                 "maximum": 100,
-                "description": "Progress in percent.",
+                "description": "Percent.",
             },
-            "priority": {"type": "string", "enum": PRIORITIES, "description": "New priority."},
+            "priority": {"type": "string", "enum": PRIORITIES},
             "description": GOAL_TEXT,
             "note": {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 1000,
-                "description": "A progress note to append.",
             },
         },
         "required": ["goal_id"],
@@ -205,11 +194,7 @@ class DecomposeGoalTool(LibraryTool):
     """Ask the model to split a goal into ordered sub-goals and store them."""
 
     name = "decompose_goal"
-    description = (
-        "Break one of your goals into smaller ordered sub-goals: the model proposes "
-        "them and they are stored as sub-goals (children) of the goal, each with its own "
-        "id. Use it for goals too big to do in one step."
-    )
+    description = "Split a big goal into ordered sub-goals."
     category = ToolCategory.ASYNC_REQUIRED
     timeout = 120
     needs_world = False
@@ -225,13 +210,11 @@ class DecomposeGoalTool(LibraryTool):
                 "minimum": 2,
                 "maximum": 10,
                 "default": 5,
-                "description": "At most this many sub-goals.",
             },
             "guidance": {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 1000,
-                "description": "Constraints or hints for the split.",
             },
         },
         "required": ["goal_id"],

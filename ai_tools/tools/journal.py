@@ -14,11 +14,7 @@ class AddJournalEntryTool(LibraryTool):
     """Write an entry in the assistant's journal."""
 
     name = "add_journal_entry"
-    description = (
-        "Write an entry in your journal: what you did, decided or learned, so that you "
-        "(and the people running you) can review your work later. Give it a short title "
-        "and tags such as the project's name."
-    )
+    description = "Write in your journal what you did, decided or learned."
     category = ToolCategory.ASYNC_REQUIRED
     needs_world = False
     needs_store = True
@@ -31,13 +27,11 @@ class AddJournalEntryTool(LibraryTool):
                 "minLength": 1,
                 "maxLength": 8000,
                 "pattern": "\\S",
-                "description": "The entry text.",
             },
             "title": {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 200,
-                "description": "A short title.",
             },
             "tags": records.SHORT_TAGS,
         },
@@ -71,10 +65,7 @@ class ReviewJournalTool(LibraryTool):
     """Read the newest journal entries."""
 
     name = "review_journal"
-    description = (
-        "Read your most recent journal entries, newest first (or oldest first), "
-        "optionally only those with a tag. Use search_journal to find entries by content."
-    )
+    description = "Read your latest journal entries."
     category = ToolCategory.SAFE_CHAIN
     needs_world = False
     needs_store = True
@@ -87,19 +78,16 @@ class ReviewJournalTool(LibraryTool):
                 "minimum": 1,
                 "maximum": 50,
                 "default": 10,
-                "description": "Maximum number of entries.",
             },
             "tag": {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 40,
-                "description": "Only entries carrying this tag.",
             },
             "order": {
                 "type": "string",
                 "enum": ["newest_first", "oldest_first"],
                 "default": "newest_first",
-                "description": "Order of the entries returned.",
             },
         },
         "required": [],
@@ -134,10 +122,7 @@ class SearchJournalTool(LibraryTool):
     """Full-text search over journal entries."""
 
     name = "search_journal"
-    description = (
-        "Search your journal entries by keywords, best match first, each with its id, "
-        "score and time. Use it to find what you did about something before."
-    )
+    description = "Search your journal."
     category = ToolCategory.SAFE_CHAIN
     needs_world = False
     needs_store = True
@@ -151,7 +136,6 @@ class SearchJournalTool(LibraryTool):
                 "minimum": 1,
                 "maximum": 50,
                 "default": 5,
-                "description": "Maximum number of entries.",
             },
         },
         "required": ["query"],

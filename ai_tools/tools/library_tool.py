@@ -31,10 +31,7 @@ OBJECT_REFERENCE: dict[str, Any] = {
     "type": "string",
     "minLength": 1,
     "maxLength": 200,
-    "description": (
-        "An object id (as shown in other results, e.g. '#12' or 'obj:lamp'), the object's "
-        "name, 'here' for the room you are in, or 'me' for yourself."
-    ),
+    "description": "Id, name, 'here' or 'me'.",
 }
 """JSON Schema of a parameter naming a world object."""
 

@@ -13,12 +13,7 @@ class InspectLocationTool(LibraryTool):
     """Describe the room the character stands in: exits, objects, other characters."""
 
     name = "inspect_location"
-    description = (
-        "Look around the room you are in. Returns the room (id, name, description), its "
-        "exits and where they lead, the objects here and the other characters present. "
-        "Use 'detailed' to also see attributes and tags, 'brief' for names only. "
-        "Use it before acting on anything nearby."
-    )
+    description = "Look around your room: exits, objects, people."
     category = ToolCategory.SAFE_CHAIN
     cacheable = True
     cache_scope = "tick"
@@ -29,7 +24,6 @@ class InspectLocationTool(LibraryTool):
                 "type": "string",
                 "enum": ["brief", "normal", "detailed"],
                 "default": "normal",
-                "description": "How much to include: brief, normal or detailed.",
             }
         },
         "required": [],

@@ -13,7 +13,6 @@ QUERY: dict[str, Any] = {
     "minLength": 1,
     "maxLength": 500,
     "pattern": "\\w",
-    "description": "Keywords to search for; records matching more (and rarer) words rank first.",
 }
 
 
@@ -23,7 +22,6 @@ def _limit(default: int, maximum: int = 50) -> dict[str, Any]:
         "minimum": 1,
         "maximum": maximum,
         "default": default,
-        "description": "Maximum number of records to return.",
     }
 
 
@@ -31,12 +29,7 @@ class StoreMemoryTool(LibraryTool):
     """Remember a fact or observation for later ticks and sessions."""
 
     name = "store_memory"
-    description = (
-        "Save something worth remembering (a fact, a preference, a promise, what "
-        "happened) to your long-term memory, so recall_memories can find it later, even "
-        "after a restart. Rate its importance from 1 (trivial) to 10 (vital) and name who "
-        "or what it is about when that applies."
-    )
+    description = "Save something to your long-term memory."
     category = ToolCategory.ASYNC_REQUIRED
     needs_world = False
     needs_store = True
@@ -49,21 +42,19 @@ class StoreMemoryTool(LibraryTool):
                 "minLength": 1,
                 "maxLength": 4000,
                 "pattern": "\\S",
-                "description": "What to remember, as a self-contained sentence or two.",
             },
             "importance": {
                 "type": "integer",
                 "minimum": 1,
                 "maximum": 10,
                 "default": 5,
-                "description": "1 = trivial, 10 = vital.",
+                "description": "1 trivial to 10 vital.",
             },
             "tags": records.SHORT_TAGS,
             "about": {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 200,
-                "description": "Who or what this memory is about (a name or object id).",
             },
         },
         "required": ["content"],
@@ -100,11 +91,7 @@ class RecallMemoriesTool(LibraryTool):
     """Search long-term memories (or list the newest)."""
 
     name = "recall_memories"
-    description = (
-        "Search your long-term memories by keywords, best match first, each with its id, "
-        "score and when it was stored. Without a query, returns your most recent "
-        "memories. Use it before answering about people, places or past promises."
-    )
+    description = "Search your long-term memories (latest ones without a query)."
     category = ToolCategory.SAFE_CHAIN
     needs_world = False
     needs_store = True
@@ -118,7 +105,6 @@ class RecallMemoriesTool(LibraryTool):
                 "type": "integer",
                 "minimum": 1,
                 "maximum": 10,
-                "description": "Only memories at least this important.",
             },
         },
         "required": [],
@@ -157,11 +143,7 @@ class SearchEpisodicTool(LibraryTool):
     """Search summaries of past exchanges and events."""
 
     name = "search_episodic"
-    description = (
-        "Search your episodic memory: summaries of past conversations and events the "
-        "host recorded for you (who was there, what happened), best match first with "
-        "ids, scores and times. Optionally only episodes involving one participant."
-    )
+    description = "Search summaries of your past conversations and events."
     category = ToolCategory.SAFE_CHAIN
     needs_world = False
     needs_store = True
@@ -174,7 +156,6 @@ class SearchEpisodicTool(LibraryTool):
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 200,
-                "description": "Only episodes involving this character (name or id).",
             },
             "limit": _limit(5),
         },

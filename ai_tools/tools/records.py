@@ -36,7 +36,6 @@ SESSION = "session"
 RECORD_ID: dict[str, Any] = {
     "type": "integer",
     "minimum": 1,
-    "description": "A record id, as returned by the tool that created or listed it.",
 }
 
 SHORT_TAGS: dict[str, Any] = {
@@ -44,7 +43,6 @@ SHORT_TAGS: dict[str, Any] = {
     "items": {"type": "string", "minLength": 1, "maxLength": 40, "pattern": "^\\S(.*\\S)?$"},
     "maxItems": 10,
     "uniqueItems": True,
-    "description": "Short keywords to find this again.",
 }
 
 _RESERVED = frozenset({"id", "content", "created_at", "updated_at", "time", "score", "parent_id"})

@@ -34,7 +34,10 @@ An assistant's configuration picks which of them it may use in each context
 (`allowed_tools`, `allowed_categories` in its execution config). Every call is
 validated against the tool's JSON Schema before it runs: wrong types, values out
 of range, unknown enum values and missing parameters come back to the model as
-errors it can fix; parameters a schema does not declare are dropped.
+errors it can fix; parameters a schema does not declare are dropped. The model
+is shown each schema without its bounds (lengths, patterns, ranges, counts) and
+defaults, which keeps the offer small enough for an 8,192-token model; the
+constraints column below is what validation applies (see `docs/writing-tools.md`).
 
 ## What a tool returns
 

@@ -15,12 +15,7 @@ class SearchObjectTool(LibraryTool):
     """Find objects whose name or alias matches a query, best match first."""
 
     name = "search_object"
-    description = (
-        "Find world objects (rooms, exits, characters, things) by name or alias, best "
-        "match first. Limit to your current room with scope 'here', or to one kind. "
-        "Returns each match's id, which other tools accept. An empty list means nothing "
-        "matched."
-    )
+    description = "Find rooms, exits, characters or things by name; gives ids."
     category = ToolCategory.SAFE_CHAIN
     cacheable = True
     cache_scope = "tick"
@@ -31,25 +26,21 @@ class SearchObjectTool(LibraryTool):
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 200,
-                "description": "Name, alias or part of a name to look for.",
             },
             "kind": {
                 "type": "string",
                 "enum": OBJECT_KINDS,
-                "description": "Only objects of this kind.",
             },
             "scope": {
                 "type": "string",
                 "enum": ["here", "world"],
                 "default": "world",
-                "description": "'here' searches only your current room; 'world' everywhere.",
             },
             "limit": {
                 "type": "integer",
                 "minimum": 1,
                 "maximum": 50,
                 "default": 10,
-                "description": "Maximum number of matches to return.",
             },
         },
         "required": ["query"],

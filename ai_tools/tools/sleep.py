@@ -12,7 +12,6 @@ REASON: dict[str, Any] = {
     "type": "string",
     "minLength": 1,
     "maxLength": 500,
-    "description": "Why, in a few words (kept in your history and the logs).",
 }
 
 
@@ -20,11 +19,7 @@ class GoToSleepTool(LibraryTool):
     """Switch the assistant to sleep mode (consolidation and reflection ticks)."""
 
     name = "go_to_sleep"
-    description = (
-        "Go to sleep: switch to sleep mode, where you stop acting in the world and "
-        "consolidate memories until you are woken (by a player addressing you or your "
-        "schedule). Use it when nothing needs doing for a long while."
-    )
+    description = "Idle for long? Sleep until someone addresses you or it is time to wake."
     category = ToolCategory.ASYNC_REQUIRED
     needs_world = False
     needs_assistant = True
@@ -50,10 +45,7 @@ class WaitTool(LibraryTool):
     """End this turn without acting, to wait for something to happen."""
 
     name = "wait"
-    description = (
-        "Do nothing more this turn and wait for something to happen (a player's answer, "
-        "an event, a delegated task finishing). Ends your turn without speaking."
-    )
+    description = "Wait for an answer or an event without speaking."
     # TERMINAL: like speaking, waiting ends the loop to await the next input.
     category = ToolCategory.TERMINAL
     needs_world = False

@@ -19,14 +19,12 @@ TAG: dict[str, Any] = {
     "minLength": 1,
     "maxLength": 64,
     "pattern": "^\\S(.*\\S)?$",
-    "description": "The tag text (no leading or trailing spaces).",
 }
 TAG_CATEGORY: dict[str, Any] = {
     "type": "string",
     "minLength": 1,
     "maxLength": 64,
     "pattern": "^\\S(.*\\S)?$",
-    "description": "Optional tag category, e.g. 'zone' or 'quest'.",
 }
 
 
@@ -34,10 +32,7 @@ class GetTagsTool(LibraryTool):
     """List the tags on one object."""
 
     name = "get_tags"
-    description = (
-        "List the tags (labels with an optional category) on an object. Give a category "
-        "to see only the tags of that category."
-    )
+    description = "List an object's tags."
     category = ToolCategory.SAFE_CHAIN
     cacheable = True
     cache_scope = "tick"
@@ -62,11 +57,7 @@ class AddTagTool(LibraryTool):
     """Put a tag on an object, with the character's rights."""
 
     name = "add_tag"
-    description = (
-        "Add a tag (a label, optionally in a category) to an object with your character's "
-        "own building rights, e.g. to mark everything belonging to one area. Changes the "
-        "world: use only when asked to."
-    )
+    description = "Tag an object, optionally in a category."
     category = ToolCategory.DANGEROUS
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -90,11 +81,7 @@ class RemoveTagTool(LibraryTool):
     """Take a tag off an object, with the character's rights."""
 
     name = "remove_tag"
-    description = (
-        "Remove a tag from an object with your character's own building rights. Give the "
-        "same category the tag was added with. Fails with not_found if the object does "
-        "not carry that tag. Changes the world: use only when asked to."
-    )
+    description = "Remove a tag from an object."
     category = ToolCategory.DANGEROUS
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -123,10 +110,7 @@ class SearchByTagTool(LibraryTool):
     """Find the objects carrying a tag."""
 
     name = "search_by_tag"
-    description = (
-        "Find every object carrying a tag (optionally only in one category), e.g. all "
-        "objects tagged 'market' in category 'zone'. An empty list means none carry it."
-    )
+    description = "Find the objects with a tag."
     category = ToolCategory.SAFE_CHAIN
     cacheable = True
     cache_scope = "tick"
@@ -141,7 +125,6 @@ class SearchByTagTool(LibraryTool):
                 "minimum": 1,
                 "maximum": 100,
                 "default": 20,
-                "description": "Maximum number of objects to return.",
             },
         },
         "required": ["tag"],

@@ -100,7 +100,8 @@ def test_each_domain_module_holds_its_tools() -> None:
 
 @pytest.mark.parametrize("tool", TOOLS, ids=lambda t: t.name)
 def test_schema_is_valid_and_strict(tool: LibraryTool) -> None:
-    """A valid JSON Schema of an object, closed to unknown parameters, every property typed."""
+    """A valid JSON Schema of an object, closed to unknown parameters, every property typed
+    and bounded (the bounds the validator applies; the model is shown the schema without them)."""
     schema = tool.parameters
     jsonschema.Draft202012Validator.check_schema(schema)
     json.dumps(tool.schema())
@@ -109,7 +110,6 @@ def test_schema_is_valid_and_strict(tool: LibraryTool) -> None:
     assert set(schema.get("required", [])) <= set(schema["properties"])
     for name, prop in schema["properties"].items():
         assert "type" in prop, f"{tool.name}.{name} has no type"
-        assert len(prop.get("description", "")) >= 8, f"{tool.name}.{name} lacks a description"
         if prop["type"] == "string" and "enum" not in prop:
             assert "maxLength" in prop or "pattern" in prop, f"{tool.name}.{name} is unbounded"
         if prop["type"] == "integer":
@@ -117,9 +117,24 @@ def test_schema_is_valid_and_strict(tool: LibraryTool) -> None:
 
 
 @pytest.mark.parametrize("tool", TOOLS, ids=lambda t: t.name)
+def test_the_model_is_shown_every_parameter(tool: LibraryTool) -> None:
+    """What the model is shown names every parameter with its type, enum and whether it
+    is required, and every description: only the bounds are left to the validator."""
+    shown = tool.schema()["function"]["parameters"]
+    schema = tool.parameters
+    assert shown.get("required", []) == schema.get("required", [])
+    assert shown["properties"].keys() == schema["properties"].keys()
+    for name, prop in schema["properties"].items():
+        for keyword in ("type", "enum", "description"):
+            assert shown["properties"][name].get(keyword) == prop.get(keyword), (name, keyword)
+
+
+@pytest.mark.parametrize("tool", TOOLS, ids=lambda t: t.name)
 def test_description_is_written_for_a_model(tool: LibraryTool) -> None:
-    """Non-trivial, and not just the name repeated."""
-    assert len(tool.description) >= 40
+    """A sentence that says more than the name, and short: it is sent with every model
+    call (the whole offer has a budget, see test_tool_schema_budget)."""
+    assert 20 <= len(tool.description) <= 110, len(tool.description)
+    assert tool.description[0].isupper()
     assert tool.description.strip() != tool.name
 
 
