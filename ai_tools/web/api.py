@@ -63,6 +63,7 @@ from ai_tools.web.body import (
     parse_json_body,
 )
 from ai_tools.web.connections import ConnectionLimits, GuardedChannel
+from ai_tools.web.console import ConsolePages, RawAnswer
 from ai_tools.web.errors import ApiError, error_body
 from ai_tools.web.event_hub import EventHub, assistants_by_character
 from ai_tools.web.limits import HttpLimits
@@ -170,6 +171,7 @@ class ApiResource(Resource):
         self.limits = limits if limits is not None else HttpLimits()
         self.policy = policy if policy is not None else OriginPolicy()
         self.recorder = recorder if recorder is not None else LoopRecorder()
+        self.console = ConsolePages(self._token, lambda: self.clock.seconds(), max_body)
         self._hub: EventHub | None = None
         self.operator = Operator(service, world)
         self.metrics = Metrics(service, streams=lambda: len(self.streams))
@@ -285,15 +287,21 @@ class ApiResource(Resource):
 
     def _admit(self, request: Any) -> tuple[Route, dict[str, str]]:
         """The checks every request passes, in this order: Host and Origin (403), the
-        token (401), the route (404/405), a JSON body's content type (415)."""
+        token (401), the route (404/405), a JSON body's content type (415).  The
+        console's page, files and sign-in need no token (:mod:`ai_tools.web.console`)."""
         self.policy.check(request)
-        self._check_token(request)
-        route, params = self._route(request)
+        console = self.console.handler_for(request)
+        params: dict[str, str] = {}
+        if console is not None:
+            route = Route("", (), console, "the web console")
+        else:
+            self._check_token(request)
+            route, params = self._route(request)
         check_content_type(request)
         return route, params
 
     def _check_token(self, request: Any) -> None:
-        if self._token is None:
+        if self._token is None or self.console.signed_in(request):
             return
         header = request.getHeader(b"authorization")
         challenge = {"WWW-Authenticate": 'Bearer realm="ai_tools"'}
@@ -339,6 +347,9 @@ class ApiResource(Resource):
 
     def _reply(self, body: Any, request: Any, gone: list[bool]) -> None:
         if gone:
+            return
+        if isinstance(body, RawAnswer):
+            body.write_to(request)
             return
         if isinstance(body, TextAnswer):
             request.setHeader(b"content-type", body.content_type)

@@ -1,0 +1,257 @@
+// The console page: sign-in, the assistants, one assistant's loop, speaking as a player.
+
+import { call, get, post, seg, onSignedOut } from "./api.js";
+import { $, el, appendBounded, truncate, milliseconds } from "./dom.js";
+import { card, stateOf, lastReason } from "./assistants.js";
+import { openStream } from "./events.js";
+import { LiveLog } from "./live.js";
+import { LatencyChart } from "./chart.js";
+import { Speaker } from "./speak.js";
+
+const page = {
+  statuses: new Map(),
+  selected: null,
+  endpoints: new Set(),
+  historyLimit: 20,
+  stream: null,
+  refreshTimer: null,
+};
+const live = new LiveLog($("#live"));
+const chart = new LatencyChart($("#chart"), $("#chart-note"));
+const speaker = new Speaker();
+
+// -- sign-in --------------------------------------------------------------------------
+
+async function boot() {
+  const session = await call("GET", "/session").catch(() => null);
+  if (session === null) {
+    setConnection("unreachable");
+    setTimeout(boot, 3000);
+    return;
+  }
+  $("#sign-out").hidden = !session.token_required;
+  if (session.token_required && !session.signed_in) {
+    showSignIn();
+    return;
+  }
+  start();
+}
+
+function showSignIn(message = "") {
+  if (page.stream) page.stream.close();
+  page.stream = null;
+  $("#console").hidden = true;
+  $("#emergency").hidden = true;
+  $("#sign-in").hidden = false;
+  $("#sign-in-error").textContent = message;
+  setConnection("signed out");
+  $("#token").focus();
+}
+
+$("#sign-in-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  try {
+    await post("/session", { token: $("#token").value });
+    $("#token").value = "";
+    $("#sign-in").hidden = true;
+    start();
+  } catch (error) {
+    $("#sign-in-error").textContent = error.message;
+  }
+});
+
+$("#sign-out").addEventListener("click", async () => {
+  await call("DELETE", "/session").catch(() => null);
+  showSignIn("Signed out.");
+});
+
+onSignedOut(() => showSignIn("The session ended: sign in again."));
+
+// -- the page's state ---------------------------------------------------------------
+
+async function start() {
+  $("#console").hidden = false;
+  const index = await get("/").catch(() => ({ endpoints: [] }));
+  page.endpoints = new Set(index.endpoints.map((e) => `${e.method} ${e.path}`));
+  $("#emergency").hidden = emergencyPath() === null;
+  await refresh();
+  await speaker.start(page.endpoints);
+  if (page.selected === null && page.statuses.size) select([...page.statuses.keys()][0]);
+  if (!page.stream) page.stream = openStream({ onEvent, onState: setConnection, onGap });
+  clearInterval(page.refreshTimer);
+  page.refreshTimer = setInterval(refresh, 5000);
+}
+
+async function refresh() {
+  let answer;
+  try {
+    answer = await get("/assistants");
+  } catch (error) {
+    if (error.status === 0) setConnection("unreachable");
+    return;
+  }
+  page.statuses = new Map(answer.assistants.map((status) => [status.name, status]));
+  renderAssistants();
+  renderFacts();
+}
+
+let refreshSoon = null;
+function scheduleRefresh() {
+  if (refreshSoon === null) {
+    refreshSoon = setTimeout(() => { refreshSoon = null; refresh(); }, 150);
+  }
+}
+
+function renderAssistants() {
+  const list = $("#assistants");
+  const focused = document.activeElement && document.activeElement.closest("#assistants li");
+  const focusName = focused ? focused.dataset.assistant : null;
+  list.replaceChildren(...[...page.statuses.values()].map(
+    (status) => card(status, status.name === page.selected, select)));
+  if (focusName) {
+    const again = list.querySelector(`li[data-assistant="${CSS.escape(focusName)}"] button`);
+    if (again) again.focus();
+  }
+}
+
+function setConnection(state) {
+  const node = $("#connection");
+  node.dataset.state = state;
+  node.textContent = {
+    live: "live",
+    reconnecting: "reconnecting…",
+    unreachable: "the service is unreachable",
+  }[state] || state;
+}
+
+function onGap(why) {
+  $("#notice").textContent = `Some events were missed (${why}); the page reloaded its state.`;
+  refresh();
+  if (page.selected) loadDetail();
+}
+
+// -- one assistant -------------------------------------------------------------------
+
+function select(name) {
+  page.selected = name;
+  page.historyLimit = 20;
+  live.clear();
+  chart.clear();
+  $("#detail").hidden = false;
+  $("#detail-title").textContent = name;
+  renderAssistants();
+  loadDetail();
+}
+
+function renderFacts() {
+  const status = page.statuses.get(page.selected);
+  if (!status) return;
+  $("#toggle").textContent = status.enabled ? "Disable" : "Enable";
+  $("#detail").dataset.state = stateOf(status).join(" ");
+  const facts = [
+    ["state", stateOf(status).join(", ")],
+    ["last loop", lastReason(status)],
+    ["character", status.character_id],
+    ["model", status.model],
+    ["pending events", status.pending_events],
+    ["history", `${status.history_length} messages`],
+    ["context", status.context_percent === null ? "–" : `${status.context_percent}%`],
+    ["tool in flight", status.ticking && status.current_tool_call
+      ? truncate(status.current_tool_call.tool || status.current_tool_call, 80) : "none"],
+  ];
+  $("#facts").replaceChildren(...facts.flatMap(([key, value]) =>
+    [el("dt", { text: key }), el("dd", { text: value ?? "–" })]));
+}
+
+async function loadDetail() {
+  const name = page.selected;
+  renderFacts();
+  const [history, results] = await Promise.all([
+    get(`/assistants/${seg(name)}/history?limit=${page.historyLimit}`).catch(() => null),
+    get(`/assistants/${seg(name)}/results?limit=5`).catch(() => null),
+  ]);
+  if (name !== page.selected) return;
+  if (history) renderHistory(history);
+  if (results) renderLoops(results.loops);
+}
+
+function renderHistory(history) {
+  $("#history").replaceChildren(...history.messages.map((message) => {
+    const calls = (message.tool_calls || []).map((c) => `${c.function ? c.function.name : c.name}()`);
+    const text = [message.content ? truncate(message.content, 300) : "", calls.join(" ")].join(" ").trim();
+    return el("li", { class: `message ${message.role}` }, el("span", { class: "kind", text: message.role }), text);
+  }));
+  $("#history-older").hidden = history.messages.length >= history.total || page.historyLimit >= 1000;
+}
+
+function renderLoops(loops) {
+  $("#loops").replaceChildren(...loops.slice().reverse().map((loop) => el("li", { class: "loop" },
+    el("span", { class: "kind", text: `tick ${loop.tick ?? "–"}` }),
+    `${loop.termination_reason} · ${loop.iterations} iteration(s) · ${milliseconds(loop.duration_ms)} · `,
+    (loop.tool_calls || []).map((c) => `${c.tool}${c.from_cache ? " (cache)" : ""}`).join(", "))));
+}
+
+$("#history-older").addEventListener("click", () => {
+  page.historyLimit = Math.min(1000, page.historyLimit * 2);
+  loadDetail();
+});
+
+function onEvent(name, data) {
+  if (name === "world_message") speaker.heardSomething(data);
+  const owner = data.assistant || null;
+  const mine = owner === page.selected ||
+    (name === "world_message" && (data.assistants || []).concat(data.from_assistant || []).includes(page.selected));
+  if (mine) {
+    live.add(name, data);
+    chart.add(name, data);
+  }
+  if (name !== "text_delta" && name !== "world_message" && name !== "iteration") scheduleRefresh();
+  if (mine && (name === "tick" || name === "termination")) loadDetail();
+}
+
+// -- controls --------------------------------------------------------------------------
+
+async function control(label, action) {
+  const status = $("#control-status");
+  status.textContent = `${label}…`;
+  try {
+    const answer = await action();
+    status.textContent = `${label}: ${summary(answer)}`;
+  } catch (error) {
+    status.textContent = `${label} failed: ${error.message}`;
+  }
+  refresh();
+}
+
+function summary(answer) {
+  if (answer && answer.status && answer.reason !== undefined) return `${answer.status} · ${answer.reason ?? ""}`;
+  if (answer && "stopped" in answer) return answer.stopped ? "stopped" : "nothing was running";
+  if (answer && "enabled" in answer) return answer.enabled ? "enabled" : "disabled";
+  return "done";
+}
+
+const path = (verb) => `/assistants/${seg(page.selected)}/${verb}`;
+$("#tick").addEventListener("click", () => control("Tick", () => post(path("tick"))));
+$("#stop").addEventListener("click", () => control("Stop", () => post(path("stop"))));
+$("#toggle").addEventListener("click", () => {
+  const status = page.statuses.get(page.selected);
+  const verb = status && status.enabled ? "disable" : "enable";
+  control(verb === "disable" ? "Disable" : "Enable", () => post(path(verb)));
+});
+
+function emergencyPath() {
+  for (const endpoint of page.endpoints) {
+    const [method, where] = endpoint.split(" ");
+    if (method === "POST" && /emergency/.test(where) && !where.includes("{") && !/clear/.test(where)) return where;
+  }
+  return null;
+}
+
+$("#emergency").addEventListener("click", () => {
+  const where = emergencyPath();
+  if (where && window.confirm("Stop every assistant now?")) {
+    control("Emergency stop", () => post(where));
+  }
+});
+
+boot();
