@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-core test-evennia postgres-server llama-server lint bench demo run clean
+.PHONY: venv test test-core test-evennia postgres-server llama-server chromium lint bench demo run clean
 
 $(STAMP): setup.cfg setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,7 +21,7 @@ venv: $(STAMP)
 ## The whole suite: the core tests with coverage, then the Evennia contrib tests.
 test: test-core test-evennia
 
-test-core: $(STAMP) postgres-server llama-server
+test-core: $(STAMP) postgres-server llama-server chromium
 	rm -f .coverage .coverage.*
 	AI_TOOLS_LLAMA_REQUIRED=1 $(PY) -m coverage run -m pytest tests -q -p no:randomly
 	$(PY) -m coverage combine -q || true
@@ -37,6 +37,16 @@ postgres-server:
 	else \
 		echo "PostgreSQL server binaries are missing: install them (Debian: apt-get install" \
 			"postgresql) or set AI_TOOLS_PG_BINDIR" >&2; exit 1; \
+	fi
+
+## Headless Chromium for the web console's browser tests (tests/browser/): Debian's package,
+## installed when missing and we are root, as in CI.  The tests fail, never skip, without it.
+chromium:
+	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	else \
+		echo "Chromium is missing: install it (Debian: apt-get install chromium)" >&2; exit 1; \
 	fi
 
 ## The real model server of the llama.cpp interoperability test: llama-cpp-python built

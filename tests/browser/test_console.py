@@ -1,0 +1,76 @@
+"""The web console in a real browser, used as an operator uses it.
+
+Headless Chromium (Debian's package) against a real ``twistd ai-assistant``
+running the example configuration with the scripted model: sign in with the
+token, see the example assistants, speak to Pip as Bob and watch her loop and
+her answer arrive live, disable and enable her.  Every test also fails if the
+page asked any host but the service (see ``conftest.page``).
+"""
+
+from __future__ import annotations
+
+import json
+
+from tests.browser.chromium import Page
+from tests.browser.conftest import Service
+
+SOUP = "Evening, Pip! What's the soup tonight, and do you remember how I take it?"
+
+
+def test_the_page_shows_the_example_assistants(page: Page, service: Service) -> None:
+    """Pip and Mason are listed with their state, last loop and next tick."""
+    cards = page.evaluate("""[...document.querySelectorAll('#assistants li')].map(li => ({
+        name: li.dataset.assistant, state: li.dataset.state, text: li.innerText}))""")
+    assert [c["name"] for c in cards] == ["mason", "pip"]
+    for card in cards:
+        assert card["state"].split()[0] in ("awake", "asleep"), card
+        assert "next tick" in card["text"] and "pending" in card["text"], card
+    assert page.text("#connection") == "live"
+
+
+def test_speaking_as_bob_shows_pips_loop_and_answer_live(page: Page, service: Service) -> None:
+    """Bob asks about the soup; Pip's tool calls, her loop's end and her answer appear."""
+    page.click("#assistants li[data-assistant='pip'] button")
+    page.wait_for("document.querySelector('#detail-title').textContent === 'pip'", "Pip's panel")
+    page.fill("#character", "char:bob")
+    page.fill("#text", SOUP)
+    page.click("#speak-form button[type=submit]")
+    page.wait_for("/Heard by/.test(document.querySelector('#speak-status').textContent)",
+                  "the message's acknowledgement")
+    page.wait_for("[...document.querySelectorAll('#live li')].some(li => "
+                  "li.dataset.event === 'tool_call' && /inspect_location/.test(li.textContent))",
+                  "Pip's first tool call in the live loop")
+    page.wait_for("[...document.querySelectorAll('#heard li')].some(li => "
+                  "/Fish chowder tonight/.test(li.textContent))", "Pip's answer in Bob's hearing")
+    live = page.text("#live")
+    for step in ("recall_memories", "get_attributes", "say", "loop ended"):
+        assert step in live, live
+    heard = page.text("#heard")
+    assert "Pip says" in heard, heard
+
+
+def test_disable_and_enable_pip(page: Page, service: Service) -> None:
+    """The toggle disables Pip (her card says so, the API agrees) and enables her again."""
+    page.click("#assistants li[data-assistant='pip'] button")
+    page.wait_for("document.querySelector('#toggle').textContent === 'Disable'", "the toggle")
+    page.click("#toggle")
+    page.wait_for("/disabled/.test(document.querySelector("
+                  "\"#assistants li[data-assistant='pip']\").dataset.state)", "Pip disabled")
+    assert service.call("GET", "/assistants/pip")["enabled"] is False
+    page.wait_for("document.querySelector('#toggle').textContent === 'Enable'", "Enable")
+    page.click("#toggle")
+    page.wait_for("!/disabled/.test(document.querySelector("
+                  "\"#assistants li[data-assistant='pip']\").dataset.state)", "Pip enabled")
+    assert service.call("GET", "/assistants/pip")["enabled"] is True
+
+
+def test_the_page_is_served_with_its_security_policy(page: Page, service: Service) -> None:
+    """The HTML and every file come with ``default-src 'self'``; JSON clients get JSON."""
+    responses = page.events("Network.responseReceived")
+    own = [r["response"] for r in responses if r["response"]["url"].startswith(service.url)
+           and r["type"] in ("Document", "Script", "Stylesheet")]
+    assert {r["mimeType"] for r in own} >= {"text/html", "text/javascript", "text/css"}
+    for response in own:
+        headers = {k.lower(): v for k, v in response["headers"].items()}
+        assert headers["content-security-policy"].startswith("default-src 'self'"), response
+    assert json.dumps(service.call("GET", "/")).startswith('{"service": "ai_tools"')
