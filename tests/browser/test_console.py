@@ -10,10 +10,14 @@ page asked any host but the service (see ``conftest.page``).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from tests.browser.chromium import Page
-from tests.browser.conftest import Service
+from tests.browser.chromium import Browser, Page
+from tests.browser.conftest import Service, sign_in
 
+SHOTS = Path(__file__).resolve().parents[2] / "docs"
+CONTROL_NAME = """e => e.id || e.closest('[data-assistant]')?.dataset.assistant
+    || `${e.tagName}:${e.textContent.trim()}`"""
 SOUP = "Evening, Pip! What's the soup tonight, and do you remember how I take it?"
 
 
@@ -74,3 +78,45 @@ def test_the_page_is_served_with_its_security_policy(page: Page, service: Servic
         headers = {k.lower(): v for k, v in response["headers"].items()}
         assert headers["content-security-policy"].startswith("default-src 'self'"), response
     assert json.dumps(service.call("GET", "/")).startswith('{"service": "ai_tools"')
+
+
+def test_every_control_is_reachable_by_tab(page: Page, service: Service) -> None:
+    """Tab from the top of the page visits every button, field and list entry, in order."""
+    page.click("#assistants li[data-assistant='pip'] button")
+    page.wait_for("!document.querySelector('#detail').hidden", "Pip's panel")
+    page.evaluate(f"window.controlName = {CONTROL_NAME}")
+    controls = page.evaluate("""[...document.querySelectorAll(
+        'button, input, select, textarea, a[href], [tabindex]')]
+        .filter(e => !e.disabled && e.offsetParent !== null && e.tabIndex >= 0)
+        .map(controlName)""")
+    assert {"tick", "stop", "toggle", "character", "kind", "text", "send", "mason",
+            "pip"} <= set(controls)
+    reached = []
+    for _ in range(2 * len(controls) + 4):  # from wherever focus is, round the page
+        page.press("Tab", "Tab", 9)
+        reached.append(page.evaluate("controlName(document.activeElement)"))
+    assert set(controls) <= set(reached), (controls, reached)
+    # and a control works from the keyboard: Enter on Pip's toggle disables her
+    page.evaluate("document.querySelector('#toggle').focus()")
+    page.press("Enter", "Enter", 13)
+    page.wait_for("document.querySelector('#toggle').textContent === 'Enable'", "Pip disabled")
+    page.press("Enter", "Enter", 13)
+    page.wait_for("document.querySelector('#toggle').textContent === 'Disable'", "Pip enabled")
+
+
+def test_a_phone_width_needs_no_horizontal_scroll(browser: Browser, service: Service) -> None:
+    """At 390 px every panel fits: nothing is wider than the screen, after a loop too."""
+    phone = browser.new_page(390, 844)
+    try:
+        sign_in(phone, service)
+        phone.click("#assistants li[data-assistant='pip'] button")
+        phone.wait_for("document.querySelector('#history li')", "Pip's history")
+        width = phone.evaluate("document.documentElement.scrollWidth")
+        wide = phone.evaluate("""[...document.querySelectorAll('body *')]
+            .filter(e => e.getBoundingClientRect().right > 391)
+            .map(e => e.id || e.className || e.tagName)""")
+        phone.screenshot(SHOTS / "web-console-390.png")
+        assert width <= 390 and wide == [], (width, wide)
+        assert phone.foreign_requests(service.url) == [] and phone.errors() == []
+    finally:
+        phone.close()

@@ -7,18 +7,22 @@ import { openStream } from "./events.js";
 import { LiveLog } from "./live.js";
 import { LatencyChart } from "./chart.js";
 import { Speaker } from "./speak.js";
+import { Manager } from "./manage.js";
 
 const page = {
   statuses: new Map(),
   selected: null,
   endpoints: new Set(),
-  historyLimit: 20,
+  history: null,
   stream: null,
   refreshTimer: null,
 };
 const live = new LiveLog($("#live"));
 const chart = new LatencyChart($("#chart"), $("#chart-note"));
 const speaker = new Speaker();
+const manager = new Manager({ changed: () => refresh(), selected: () => page.selected, select });
+const HISTORY_PAGE = 20;
+const LIVE_KEY = "ai_tools.console.live";
 
 // -- sign-in --------------------------------------------------------------------------
 
@@ -42,6 +46,7 @@ function showSignIn(message = "") {
   page.stream = null;
   $("#console").hidden = true;
   $("#emergency").hidden = true;
+  $("#emergency-clear").hidden = true;
   $("#sign-in").hidden = false;
   $("#sign-in-error").textContent = message;
   setConnection("signed out");
@@ -73,11 +78,20 @@ async function start() {
   $("#console").hidden = false;
   const index = await get("/").catch(() => ({ endpoints: [] }));
   page.endpoints = new Set(index.endpoints.map((e) => `${e.method} ${e.path}`));
-  $("#emergency").hidden = emergencyPath() === null;
+  const characters = page.endpoints.has("GET /world/characters")
+    ? ((await get("/world/characters").catch(() => null)) || {}).characters || [] : [];
+  manager.start(page.endpoints, characters);
   await refresh();
-  await speaker.start(page.endpoints);
-  if (page.selected === null && page.statuses.size) select([...page.statuses.keys()][0]);
-  if (!page.stream) page.stream = openStream({ onEvent, onState: setConnection, onGap });
+  await speaker.start(characters);
+  const saved = savedLive();
+  if (page.selected === null && page.statuses.size) {
+    select(saved && page.statuses.has(saved.assistant) ? saved.assistant : [...page.statuses.keys()][0],
+      saved ? saved.from : null);
+  }
+  if (!page.stream) {
+    const from = saved && saved.assistant === page.selected ? saved.from : null;
+    page.stream = openStream({ onEvent, onState: setConnection, onGap, from });
+  }
   clearInterval(page.refreshTimer);
   page.refreshTimer = setInterval(refresh, 5000);
 }
@@ -91,6 +105,8 @@ async function refresh() {
     return;
   }
   page.statuses = new Map(answer.assistants.map((status) => [status.name, status]));
+  if (page.selected !== null && !page.statuses.has(page.selected)) select(null);
+  manager.statuses(answer.assistants);
   renderAssistants();
   renderFacts();
 }
@@ -132,15 +148,28 @@ function onGap(why) {
 
 // -- one assistant -------------------------------------------------------------------
 
-function select(name) {
+// The live log survives a reload: the id before its first event is kept for this tab,
+// and the reloaded page asks the stream to replay from there (Last-Event-ID).
+function savedLive() {
+  try {
+    return JSON.parse(window.sessionStorage.getItem(LIVE_KEY));
+  } catch (error) {
+    return null;
+  }
+}
+
+function select(name, from = null) {
   page.selected = name;
-  page.historyLimit = 20;
+  page.history = null;
+  page.liveFrom = from;
   live.clear();
   chart.clear();
-  $("#detail").hidden = false;
-  $("#detail-title").textContent = name;
+  $("#configure").open = false;
+  $("#detail").hidden = name === null;
+  $("#detail-title").textContent = name || "";
+  window.sessionStorage.setItem(LIVE_KEY, JSON.stringify({ assistant: name, from }));
   renderAssistants();
-  loadDetail();
+  if (name !== null) loadDetail();
 }
 
 function renderFacts() {
@@ -167,21 +196,46 @@ async function loadDetail() {
   const name = page.selected;
   renderFacts();
   const [history, results] = await Promise.all([
-    get(`/assistants/${seg(name)}/history?limit=${page.historyLimit}`).catch(() => null),
+    get(`/assistants/${seg(name)}/history?limit=${HISTORY_PAGE}`).catch(() => null),
     get(`/assistants/${seg(name)}/results?limit=5`).catch(() => null),
   ]);
   if (name !== page.selected) return;
-  if (history) renderHistory(history);
+  if (history) {
+    page.history = history;
+    $("#history").replaceChildren(...history.messages.map(historyItem));
+    showOlderButton(history);
+  }
   if (results) renderLoops(results.loops);
 }
 
-function renderHistory(history) {
-  $("#history").replaceChildren(...history.messages.map((message) => {
-    const calls = (message.tool_calls || []).map((c) => `${c.function ? c.function.name : c.name}()`);
-    const text = [message.content ? truncate(message.content, 300) : "", calls.join(" ")].join(" ").trim();
-    return el("li", { class: `message ${message.role}` }, el("span", { class: "kind", text: message.role }), text);
-  }));
-  $("#history-older").hidden = history.messages.length >= history.total || page.historyLimit >= 1000;
+function historyItem(message) {
+  const calls = (message.tool_calls || []).map((c) => `${c.function ? c.function.name : c.name}()`);
+  const text = [message.content ? truncate(message.content, 300) : "", calls.join(" ")].join(" ").trim();
+  return el("li", { class: `message ${message.role}`, "data-index": message.index ?? null },
+    el("span", { class: "kind", text: message.role }), text);
+}
+
+function showOlderButton(history) {
+  const more = history.first_index !== undefined ? history.has_more && history.first_index > 0
+    : history.messages.length < history.total;
+  $("#history-older").hidden = !more;
+}
+
+/** One page further back (the before= cursor), added above what is shown. */
+async function olderHistory() {
+  const name = page.selected;
+  const shown = page.history;
+  if (!shown || shown.first_index === undefined) return;
+  const older = await get(`/assistants/${seg(name)}/history?limit=${HISTORY_PAGE}&before=${shown.first_index}`)
+    .catch(() => null);
+  if (!older || name !== page.selected) return;
+  if (older.total < shown.total) {
+    loadDetail(); // trimmed or compacted meanwhile: positions changed, start again
+    return;
+  }
+  $("#history").prepend(...older.messages.map(historyItem));
+  page.history = { ...shown, first_index: older.first_index, has_more: older.has_more };
+  showOlderButton(page.history);
 }
 
 function renderLoops(loops) {
@@ -191,17 +245,18 @@ function renderLoops(loops) {
     (loop.tool_calls || []).map((c) => `${c.tool}${c.from_cache ? " (cache)" : ""}`).join(", "))));
 }
 
-$("#history-older").addEventListener("click", () => {
-  page.historyLimit = Math.min(1000, page.historyLimit * 2);
-  loadDetail();
-});
+$("#history-older").addEventListener("click", olderHistory);
 
-function onEvent(name, data) {
+function onEvent(name, data, id) {
   if (name === "world_message") speaker.heardSomething(data);
   const owner = data.assistant || null;
   const mine = owner === page.selected ||
     (name === "world_message" && (data.assistants || []).concat(data.from_assistant || []).includes(page.selected));
   if (mine) {
+    if (page.liveFrom === null && id !== null) {
+      page.liveFrom = id - 1;
+      window.sessionStorage.setItem(LIVE_KEY, JSON.stringify({ assistant: page.selected, from: page.liveFrom }));
+    }
     live.add(name, data);
     chart.add(name, data);
   }
@@ -237,21 +292,6 @@ $("#toggle").addEventListener("click", () => {
   const status = page.statuses.get(page.selected);
   const verb = status && status.enabled ? "disable" : "enable";
   control(verb === "disable" ? "Disable" : "Enable", () => post(path(verb)));
-});
-
-function emergencyPath() {
-  for (const endpoint of page.endpoints) {
-    const [method, where] = endpoint.split(" ");
-    if (method === "POST" && /emergency/.test(where) && !where.includes("{") && !/clear/.test(where)) return where;
-  }
-  return null;
-}
-
-$("#emergency").addEventListener("click", () => {
-  const where = emergencyPath();
-  if (where && window.confirm("Stop every assistant now?")) {
-    control("Emergency stop", () => post(where));
-  }
 });
 
 boot();

@@ -8,20 +8,24 @@ export const EVENT_NAMES = [
   "iteration", "tool_call", "tool_result", "signal", "termination", "tick", "text_delta",
   "mode", "enabled", "disabled", "stopped", "added", "removed", "emergency_stop",
   "emergency_stop_cleared", "unavailable", "world_message", "dropped", "model_request",
-  "configured", "persona",
+  "configured", "persona", "gap",
 ];
 
 /**
  * Open the stream; onEvent(name, data, id) for each event, onState(state)
  * with "live", "reconnecting" or "unreachable", onGap() when events were missed.
  */
-export function openStream({ onEvent, onState, onGap }) {
+export function openStream({ onEvent, onState, onGap, from = null }) {
   let source = null;
   let lastId = null;
   let failures = 0;
 
   function connect() {
-    source = new EventSource("/events", { withCredentials: true });
+    // After a reload, ask for what came since `from`; EventSource itself sends
+    // Last-Event-ID when it reconnects, and the header wins over the query.
+    const since = lastId ?? from;
+    const url = since === null ? "/events" : `/events?last_event_id=${since}`;
+    source = new EventSource(url, { withCredentials: true });
     source.addEventListener("open", () => {
       failures = 0;
       onState("live");
@@ -50,6 +54,11 @@ export function openStream({ onEvent, onState, onGap }) {
     const id = message.lastEventId ? Number(message.lastEventId) : null;
     if (name === "dropped") {
       onGap(`the service dropped ${data.missed} events for this page`);
+      return;
+    }
+    if (name === "gap") {
+      onGap(data.reason === "restarted" ? "the service restarted"
+        : "more happened than the service keeps for a reconnection");
       return;
     }
     if (id !== null && lastId !== null && id <= lastId) {

@@ -21,14 +21,9 @@ export class Speaker {
     this.kindChanged();
   }
 
-  /** Fill the character list (the world's players when the API lists them). */
-  async start(endpoints) {
-    let players = [];
-    if (endpoints.has("GET /characters")) {
-      const answer = await get("/characters").catch(() => null);
-      const characters = answer ? answer.characters || [] : [];
-      players = characters.filter((c) => !c.assistant).map((c) => ({ id: c.id, key: c.key || c.id }));
-    }
+  /** Fill the character list with the world's players (characters no assistant plays). */
+  async start(characters) {
+    const players = characters.filter((c) => !c.assistant).map((c) => ({ id: c.id, key: c.key || c.id }));
     $("#characters").replaceChildren(...players.map((p) => el("option", { value: p.id, text: p.key })));
     const saved = window.localStorage.getItem(STORAGE_KEY);
     const chosen = saved || (players.length ? players[0].id : "");
