@@ -132,6 +132,10 @@ async def test_wheel_ships_the_plugin_without_a_twisted_package(tmp_path: Path) 
     }
     missing = sorted(modules - names)
     assert not missing, f"not in the wheel (list the package in setup.cfg): {missing}"
+    console = {p.relative_to(source).as_posix()
+               for p in (source / "ai_tools" / "web" / "console" / "static").iterdir()}
+    assert "ai_tools/web/console/static/index.html" in console
+    assert console <= names, f"the web console's files are not in the wheel: {console - names}"
 
 
 def source_modules(source: Path) -> list[str]:
