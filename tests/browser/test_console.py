@@ -10,12 +10,23 @@ page asked any host but the service (see ``conftest.page``).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from tests.browser.chromium import Browser, Page
 from tests.browser.conftest import Service, sign_in
 
-SHOTS = Path(__file__).resolve().parents[2] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def screenshot(page: Page, name: str, tmp_path: Path) -> None:
+    """A screenshot for docs/: written there when missing or when AI_TOOLS_UPDATE_SCREENSHOTS
+    is set (committed once), else into the test's directory (the checkout stays clean)."""
+    target = DOCS / name
+    if target.exists() and not os.environ.get("AI_TOOLS_UPDATE_SCREENSHOTS"):
+        target = tmp_path / name
+    page.screenshot(target)
+    assert target.stat().st_size > 10_000, target
 CONTROL_NAME = """e => e.id || e.closest('[data-assistant]')?.dataset.assistant
     || `${e.tagName}:${e.textContent.trim()}`"""
 SOUP = "Evening, Pip! What's the soup tonight, and do you remember how I take it?"
@@ -32,7 +43,8 @@ def test_the_page_shows_the_example_assistants(page: Page, service: Service) -> 
     assert page.text("#connection") == "live"
 
 
-def test_speaking_as_bob_shows_pips_loop_and_answer_live(page: Page, service: Service) -> None:
+def test_speaking_as_bob_shows_pips_loop_and_answer_live(page: Page, service: Service,
+                                                          tmp_path: Path) -> None:
     """Bob asks about the soup; Pip's tool calls, her loop's end and her answer appear."""
     page.click("#assistants li[data-assistant='pip'] button")
     page.wait_for("document.querySelector('#detail-title').textContent === 'pip'", "Pip's panel")
@@ -51,6 +63,7 @@ def test_speaking_as_bob_shows_pips_loop_and_answer_live(page: Page, service: Se
         assert step in live, live
     heard = page.text("#heard")
     assert "Pip says" in heard, heard
+    screenshot(page, "web-console.png", tmp_path)
 
 
 def test_disable_and_enable_pip(page: Page, service: Service) -> None:
@@ -104,7 +117,8 @@ def test_every_control_is_reachable_by_tab(page: Page, service: Service) -> None
     page.wait_for("document.querySelector('#toggle').textContent === 'Disable'", "Pip enabled")
 
 
-def test_a_phone_width_needs_no_horizontal_scroll(browser: Browser, service: Service) -> None:
+def test_a_phone_width_needs_no_horizontal_scroll(browser: Browser, service: Service,
+                                                  tmp_path: Path) -> None:
     """At 390 px every panel fits: nothing is wider than the screen, after a loop too."""
     phone = browser.new_page(390, 844)
     try:
@@ -115,7 +129,7 @@ def test_a_phone_width_needs_no_horizontal_scroll(browser: Browser, service: Ser
         wide = phone.evaluate("""[...document.querySelectorAll('body *')]
             .filter(e => e.getBoundingClientRect().right > 391)
             .map(e => e.id || e.className || e.tagName)""")
-        phone.screenshot(SHOTS / "web-console-390.png")
+        screenshot(phone, "web-console-390.png", tmp_path)
         assert width <= 390 and wide == [], (width, wide)
         assert phone.foreign_requests(service.url) == [] and phone.errors() == []
     finally:
