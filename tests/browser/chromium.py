@@ -118,8 +118,19 @@ class Browser:
             self._buffer += chunk
         *complete, self._buffer = self._buffer.split(b"\0")
         messages = [json.loads(raw) for raw in complete]
+        for message in messages:
+            if message.get("method") == "Page.javascriptDialogOpening":
+                self._accept_dialog(message.get("sessionId"))
         self.events.extend(m for m in messages if "method" in m)
         return [m for m in messages if "id" in m]
+
+    def _accept_dialog(self, session: str | None) -> None:
+        """Answer OK to a ``confirm()``, as the operator does (its reply is not awaited:
+        the command that opened the dialog is still waiting for its own)."""
+        self._next_id += 1
+        message = {"id": self._next_id, "method": "Page.handleJavaScriptDialog",
+                   "params": {"accept": True}, "sessionId": session}
+        os.write(self._write_fd, json.dumps(message).encode("utf-8") + b"\0")
 
     # -- tabs ----------------------------------------------------------------------------
 
