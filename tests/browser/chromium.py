@@ -14,6 +14,7 @@ import base64
 import fcntl
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -174,7 +175,8 @@ class Page:
         self.context = context
         self.target = target
         self.session = session
-        self._seen = len(browser.events)
+        self.expected_failures: list[str] = []
+        """Regular expressions of ``status URL`` answers a test expects to fail."""
 
     def send(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         return self.browser.send(method, params, session=self.session)
@@ -195,13 +197,21 @@ class Page:
         return [url for url in self.requested_urls()
                 if urlsplit(url).netloc != own and not url.startswith("about:")]
 
+    def failed_responses(self) -> list[str]:
+        """``status URL`` of every answer of 400 or more the page got."""
+        failed = [f"{r['response']['status']} {r['response']['url']}"
+                  for r in self.events("Network.responseReceived")
+                  if r["response"]["status"] >= 400]
+        return [f for f in failed if not any(re.search(p, f) for p in self.expected_failures)]
+
     def errors(self) -> list[str]:
-        """Exceptions thrown in the page and console errors (CSP violations among them)."""
+        """Exceptions thrown in the page and console errors (CSP violations among them);
+        failed requests are :meth:`failed_responses`."""
         thrown = [e["exceptionDetails"].get("exception", {}).get("description")
                   or e["exceptionDetails"].get("text", "")
                   for e in self.events("Runtime.exceptionThrown")]
         logged = [e["entry"]["text"] for e in self.events("Log.entryAdded")
-                  if e["entry"]["level"] == "error"]
+                  if e["entry"]["level"] == "error" and e["entry"].get("source") != "network"]
         return thrown + logged
 
     def resize(self, width: int, height: int) -> None:

@@ -119,12 +119,15 @@ def sign_in(page: Page, service: Service) -> None:
 
 @pytest.fixture
 def page(browser: Browser, service: Service) -> Iterator[Page]:
-    """A signed-in tab of 1280x800; at the end, no request left the service, nothing threw."""
+    """A signed-in tab of 1280x800; at the end, no request left the service, nothing threw
+    (a failed request's console message included)."""
     tab = browser.new_page()
     sign_in(tab, service)
     yield tab
     foreign = tab.foreign_requests(service.url)
     errors = tab.errors()
+    failed = tab.failed_responses()
     tab.close()
     assert foreign == [], f"the page asked other hosts: {foreign}"
     assert errors == [], f"the page reported errors: {errors}"
+    assert failed == [], f"requests of the page failed: {failed}"

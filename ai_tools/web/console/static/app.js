@@ -76,6 +76,7 @@ onSignedOut(() => showSignIn("The session ended: sign in again."));
 
 async function start() {
   $("#console").hidden = false;
+  setConnection("connecting…");
   const index = await get("/").catch(() => ({ endpoints: [] }));
   page.endpoints = new Set(index.endpoints.map((e) => `${e.method} ${e.path}`));
   const characters = page.endpoints.has("GET /world/characters")
