@@ -40,7 +40,8 @@ def test_the_page_shows_the_example_assistants(page: Page, service: Service) -> 
     for card in cards:
         assert card["state"].split()[0] in ("awake", "asleep"), card
         assert "next tick" in card["text"] and "pending" in card["text"], card
-    assert page.text("#connection") == "live"
+    page.wait_for("document.querySelector('#connection').textContent === 'live'",
+                  "the event stream's connection")
 
 
 def test_speaking_as_bob_shows_pips_loop_and_answer_live(page: Page, service: Service,
@@ -108,7 +109,8 @@ def test_every_control_is_reachable_by_tab(page: Page, service: Service) -> None
     for _ in range(2 * len(controls) + 4):  # from wherever focus is, round the page
         page.press("Tab", "Tab", 9)
         reached.append(page.evaluate("controlName(document.activeElement)"))
-    assert set(controls) <= set(reached), (controls, reached)
+    missing = set(controls) - set(reached)
+    assert not missing, f"not reached by Tab: {missing}; controls {controls}; reached {reached}"
     # and a control works from the keyboard: Enter on Pip's toggle disables her
     page.evaluate("document.querySelector('#toggle').focus()")
     page.press("Enter", "Enter", 13)

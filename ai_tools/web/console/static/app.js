@@ -165,6 +165,9 @@ function select(name, from = null) {
   page.liveFrom = from;
   live.clear();
   chart.clear();
+  $("#history").replaceChildren();
+  $("#loops").replaceChildren();
+  $("#history-older").hidden = true;
   $("#configure").open = false;
   $("#detail").hidden = name === null;
   $("#detail-title").textContent = name || "";
