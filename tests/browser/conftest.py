@@ -38,22 +38,33 @@ class Service:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.token = secrets.token_urlsafe(24)
-        token_file = directory / "api-token"
-        token_file.write_text(self.token)
-        token_file.chmod(0o600)
-        self.log = directory / "twistd.out"
+        self.token_file = directory / "api-token"
+        self.token_file.write_text(self.token)
+        self.token_file.chmod(0o600)
+        self.runs = 0
+        self.start("127.0.0.1:0")
+
+    def start(self, listen: str) -> None:
+        """Start twistd (its API on ``listen``) and wait until it is ready."""
+        self.runs += 1
+        self.log = self.directory / f"twistd-{self.runs}.out"
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("LLM_", "AI_TOOLS_", "COVERAGE_PROCESS"))}
         env["PYTHONUNBUFFERED"] = "1"
         args = [str(TWISTD), "-n", "--pidfile=", "ai-assistant",
                 "--config", str(ROOT / "examples" / "assistant.toml"),
-                "--http", "127.0.0.1:0", "--http-token-file", str(token_file),
-                "--db", str(directory / "assistants.sqlite"), "--tick-interval", "0.2"]
+                "--http", listen, "--http-token-file", str(self.token_file),
+                "--db", str(self.directory / "assistants.sqlite"), "--tick-interval", "0.2"]
         with self.log.open("wb") as out:
-            self.process = subprocess.Popen(args, cwd=directory, env=env, stdout=out,
+            self.process = subprocess.Popen(args, cwd=self.directory, env=env, stdout=out,
                                             stderr=subprocess.STDOUT)
         self.url = "http://" + self._wait_for(r"HTTP API listening on http://(127\.0\.0\.1:\d+)/")
         self._wait_for(r"ai_tools service ready()")
+
+    def restart(self) -> None:
+        """Stop it, then start it again on the same port with the same state."""
+        self.stop()
+        self.start(self.url.removeprefix("http://"))
 
     def output(self) -> str:
         return self.log.read_text("utf-8", "replace")
@@ -95,7 +106,8 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
         yield running
     finally:
         running.stop()
-    assert "Traceback" not in running.output(), running.output()
+    for log in sorted(running.directory.glob("twistd-*.out")):
+        assert "Traceback" not in log.read_text(), log.read_text()
 
 
 @pytest.fixture(scope="module")

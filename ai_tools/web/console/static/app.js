@@ -142,7 +142,9 @@ function setConnection(state) {
 }
 
 function onGap(why) {
-  $("#notice").textContent = `Some events were missed (${why}); the page reloaded its state.`;
+  if (why !== null) {
+    $("#notice").textContent = `Some events were missed (${why}); the page reloaded its state.`;
+  }
   refresh();
   if (page.selected) loadDetail();
 }

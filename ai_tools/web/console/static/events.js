@@ -13,7 +13,8 @@ export const EVENT_NAMES = [
 
 /**
  * Open the stream; onEvent(name, data, id) for each event, onState(state)
- * with "live", "reconnecting" or "unreachable", onGap() when events were missed.
+ * with "live", "reconnecting" or "unreachable", onGap(why) when events were missed
+ * (why: null when the stream is back after a break and nothing is known missed).
  */
 export function openStream({ onEvent, onState, onGap, from = null }) {
   let source = null;
@@ -27,6 +28,7 @@ export function openStream({ onEvent, onState, onGap, from = null }) {
     const url = since === null ? "/events" : `/events?last_event_id=${since}`;
     source = new EventSource(url, { withCredentials: true });
     source.addEventListener("open", () => {
+      if (failures > 0) onGap(null); // back after a break: what is shown may be stale
       failures = 0;
       onState("live");
     });
