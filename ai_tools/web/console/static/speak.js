@@ -25,6 +25,8 @@ export class Speaker {
   async start(characters) {
     const players = characters.filter((c) => !c.assistant).map((c) => ({ id: c.id, key: c.key || c.id }));
     $("#characters").replaceChildren(...players.map((p) => el("option", { value: p.id, text: p.key })));
+    $("#targets").replaceChildren(...characters.map((c) => el("option", {
+      value: c.assistant || c.id, text: c.assistant ? `${c.key} (assistant)` : c.key })));
     const saved = window.localStorage.getItem(STORAGE_KEY);
     const chosen = saved || (players.length ? players[0].id : "");
     $("#character").value = chosen;
