@@ -64,6 +64,10 @@ def test_speaking_as_bob_shows_pips_loop_and_answer_live(page: Page, service: Se
         assert step in live, live
     heard = page.text("#heard")
     assert "Pip says" in heard, heard
+    page.wait_for("/the last took \\d+ ms, \\d+ tokens/.test("
+                  "document.querySelector('#chart-note').textContent)", "the model chart")
+    assert "model_request" in page.evaluate(
+        "[...document.querySelectorAll('#live li')].map(li => li.dataset.event).join(' ')")
     screenshot(page, "web-console.png", tmp_path)
 
 

@@ -1,8 +1,6 @@
-// A small bar chart of model latency (and tokens, when the events carry them).
+// A small chart of one assistant's last model requests: latency as bars, tokens as a line.
 //
-// With per-request model events the bars are those requests; without them a
-// request's latency is read from the stream itself: the time from an
-// iteration's start to the model's answer (its first tool call, or the end).
+// Fed by the stream's model_request events (one per model call of a loop).
 
 const KEEP = 30;
 
@@ -11,61 +9,60 @@ export class LatencyChart {
     this.canvas = canvas;
     this.note = note;
     this.samples = [];
-    this.started = null;
   }
 
   clear() {
     this.samples = [];
-    this.started = null;
     this.draw();
   }
 
-  /** Feed every event of the selected assistant. */
+  /** Feed every event of the selected assistant (only model requests count). */
   add(name, data) {
-    if (name === "model_request") {
-      const ms = data.duration_ms ?? data.latency_ms;
-      const usage = data.usage || data;
-      this.push(ms, usage.total_tokens ?? null);
-      this.started = null;
-    } else if (name === "iteration") {
-      this.started = data.time ?? null;
-    } else if ((name === "tool_call" || name === "termination") && this.started !== null && data.time) {
-      this.push((data.time - this.started) * 1000, null);
-      this.started = null;
-    }
-  }
-
-  push(ms, tokens) {
-    if (typeof ms !== "number" || !Number.isFinite(ms)) return;
-    this.samples.push({ ms, tokens });
+    if (name !== "model_request" || typeof data.latency_ms !== "number") return;
+    const counted = [data.prompt_tokens, data.completion_tokens].filter((n) => typeof n === "number");
+    const tokens = counted.length ? counted.reduce((a, b) => a + b, 0) : null;
+    this.samples.push({ ms: data.latency_ms, tokens, ok: data.status === "ok" });
     if (this.samples.length > KEEP) this.samples.shift();
     this.draw();
   }
 
   draw() {
-    const { canvas } = this;
+    const { canvas, samples } = this;
     const context = canvas.getContext("2d");
-    const width = canvas.width;
-    const height = canvas.height;
+    const { width, height } = canvas;
     context.clearRect(0, 0, width, height);
-    const samples = this.samples;
     if (!samples.length) {
       this.note.textContent = "No model requests seen yet on this page.";
       return;
     }
-    const top = Math.max(...samples.map((s) => s.ms), 1);
-    const barWidth = width / KEEP;
+    const slot = width / KEEP;
+    const plot = height - 16;
+    const topMs = Math.max(...samples.map((s) => s.ms), 1);
     samples.forEach((sample, index) => {
-      const barHeight = Math.max(2, (sample.ms / top) * (height - 14));
-      context.fillStyle = "#2f6f4f";
-      context.fillRect(index * barWidth + 2, height - barHeight, barWidth - 4, barHeight);
+      const bar = Math.max(2, (sample.ms / topMs) * plot);
+      context.fillStyle = sample.ok ? "#2f6f4f" : "#a12a1f";
+      context.fillRect(index * slot + 2, height - bar, slot - 4, bar);
     });
+    const withTokens = samples.map((s, i) => [i, s.tokens]).filter(([, t]) => t !== null);
+    const topTokens = Math.max(...withTokens.map(([, t]) => t), 1);
+    if (withTokens.length) {
+      context.strokeStyle = "#1a5fb4";
+      context.lineWidth = 2;
+      context.beginPath();
+      withTokens.forEach(([i, t], n) => {
+        const x = i * slot + slot / 2;
+        const y = height - (t / topTokens) * plot;
+        if (n === 0) context.moveTo(x, y);
+        else context.lineTo(x, y);
+      });
+      context.stroke();
+    }
     context.fillStyle = "#333";
     context.font = "12px sans-serif";
-    context.fillText(`max ${Math.round(top)} ms`, 4, 12);
+    const tokensLabel = withTokens.length ? ` · tokens (line) up to ${topTokens}` : "";
+    context.fillText(`latency (bars) up to ${Math.round(topMs)} ms${tokensLabel}`, 4, 12);
     const last = samples[samples.length - 1];
-    const tokens = samples.filter((s) => s.tokens !== null);
-    const tokenText = tokens.length ? `, ${tokens[tokens.length - 1].tokens} tokens` : "";
-    this.note.textContent = `${samples.length} request(s); the last took ${Math.round(last.ms)} ms${tokenText}.`;
+    const lastTokens = last.tokens === null ? "" : `, ${last.tokens} tokens`;
+    this.note.textContent = `${samples.length} request(s); the last took ${Math.round(last.ms)} ms${lastTokens}.`;
   }
 }

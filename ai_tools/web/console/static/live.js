@@ -32,7 +32,11 @@ export function describe(name, data) {
     case "world_message":
       return data.line || `${data.sender_key || data.sender_id}: ${data.text}`;
     case "model_request":
-      return `model request · ${milliseconds(data.duration_ms ?? data.latency_ms)}`;
+      return `${data.model || data.profile || "model"} · ${data.status} · ${milliseconds(data.latency_ms)}` +
+        (data.prompt_tokens != null ? ` · ${data.prompt_tokens} + ${data.completion_tokens ?? "?"} tokens` : "") +
+        (data.error ? ` · ${truncate(data.error, 160)}` : "");
+    case "compaction":
+      return `history compacted (${data.method}): ${data.removed} removed${data.error ? ` · ${truncate(data.error, 160)}` : ""}`;
     case "text_delta":
       return null;
     default:
