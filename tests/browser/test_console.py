@@ -71,6 +71,41 @@ def test_speaking_as_bob_shows_pips_loop_and_answer_live(page: Page, service: Se
     screenshot(page, "web-console.png", tmp_path)
 
 
+def test_a_reload_mid_loop_loses_nothing(page: Page, service: Service) -> None:
+    """Reloaded after Pip's first tool call, the page replays what it missed (Last-Event-ID):
+    every step of her loop is there once, in order."""
+    page.click("#assistants li[data-assistant='pip'] button")
+    page.wait_for("document.querySelector('#detail-title').textContent === 'pip'", "Pip's panel")
+    page.fill("#character", "char:bob")
+    page.fill("#text", SOUP)
+    page.click("#speak-form button[type=submit]")
+    page.wait_for("document.querySelector('#live li[data-event=tool_call]')", "a first tool call")
+    page.goto(service.url + "/")
+    page.wait_for("/loop ended/.test(document.querySelector('#live').textContent)",
+                  "the end of Pip's loop after the reload")
+    calls = page.evaluate("[...document.querySelectorAll('#live li[data-event=tool_call]')]"
+                          ".map(li => li.lastChild.textContent.split('(')[0])")
+    assert calls == ["inspect_location", "recall_memories", "search_object", "get_attributes",
+                     "get_attributes", "say"], calls
+    assert page.text("#detail-title") == "pip"
+
+
+def test_history_pages_back_to_the_first_message(page: Page, service: Service) -> None:
+    """"Show older" adds the page before the oldest shown until the first message."""
+    page.click("#assistants li[data-assistant='pip'] button")
+    page.wait_for("document.querySelector('#history li')", "Pip's history")
+    for _ in range(20):
+        if page.evaluate("document.querySelector('#history-older').hidden"):
+            break
+        shown = page.evaluate("document.querySelectorAll('#history li').length")
+        page.click("#history-older")
+        page.wait_for(f"document.querySelectorAll('#history li').length > {shown}", "an older page")
+    indexes = page.evaluate("[...document.querySelectorAll('#history li')]"
+                            ".map(li => Number(li.dataset.index))")
+    total = service.call("GET", "/assistants/pip/history?limit=1")["total"]
+    assert indexes == list(range(total)), indexes
+
+
 def test_disable_and_enable_pip(page: Page, service: Service) -> None:
     """The toggle disables Pip (her card says so, the API agrees) and enables her again."""
     page.click("#assistants li[data-assistant='pip'] button")
@@ -102,6 +137,9 @@ def test_every_control_is_reachable_by_tab(page: Page, service: Service) -> None
     """Tab from the top of the page visits every button, field and list entry, in order."""
     page.click("#assistants li[data-assistant='pip'] button")
     page.wait_for("!document.querySelector('#detail').hidden", "Pip's panel")
+    for summary in ("#create summary", "#configure summary"):  # opened from the keyboard too
+        page.evaluate(f"document.querySelector('{summary}').focus()")
+        page.press("Enter", "Enter", 13)
     page.evaluate(f"window.controlName = {CONTROL_NAME}")
     controls = page.evaluate("""[...document.querySelectorAll(
         'button, input, select, textarea, a[href], [tabindex]')]
@@ -140,3 +178,73 @@ def test_a_phone_width_needs_no_horizontal_scroll(browser: Browser, service: Ser
         assert phone.foreign_requests(service.url) == [] and phone.errors() == []
     finally:
         phone.close()
+
+
+def test_create_configure_and_remove_an_assistant(page: Page, service: Service) -> None:
+    """Wren is created on Alice's character, her tick rate changed, then removed."""
+    page.evaluate("document.querySelector('#create').open = true")
+    page.wait_for("document.querySelector('#create-character option[value=\"char:alice\"]')",
+                  "Alice among the free characters")
+    page.fill("#create-name", "wren")
+    page.evaluate("document.querySelector('#create-character').value = 'char:alice'")
+    page.fill("#create-persona", "You are Wren, a quiet traveller.")
+    page.click("#create-button")
+    page.wait_for("document.querySelector(\"#assistants li[data-assistant='wren']\")",
+                  "Wren's card")
+    page.wait_for("document.querySelector('#detail-title').textContent === 'wren'",
+                  "Wren chosen")
+    assert service.call("GET", "/assistants/wren")["character_id"] == "char:alice"
+
+    page.evaluate("document.querySelector('#configure').open = true")
+    page.wait_for("document.querySelector('#configure-persona').value.includes('Wren')",
+                  "Wren's configuration in the form")
+    page.fill("#configure-tick-rate", "7")
+    page.click("#configure-button")
+    page.wait_for("/Saved: tick_rate/.test(document.querySelector('#configure-status')"
+                  ".textContent)", "the change saved")
+    assert service.call("GET", "/assistants/wren/config")["config"]["tick_rate"] == 7
+
+    # Wren's last events may make the page ask for her loops as she goes: a 404 is fine
+    page.expected_failures.append(r"^404 .*/assistants/wren/")
+    page.click("#remove")  # confirm() is accepted
+    page.wait_for("!document.querySelector(\"#assistants li[data-assistant='wren']\")",
+                  "Wren gone from the list")
+    names = [a["name"] for a in service.call("GET", "/assistants")["assistants"]]
+    assert "wren" not in names
+
+
+def test_emergency_stop_all_and_clear(page: Page, service: Service) -> None:
+    """The header's emergency stop stops every assistant until cleared."""
+    page.wait_for("!document.querySelector('#emergency').hidden", "the emergency button")
+    page.click("#emergency")  # confirm() is accepted
+    page.wait_for("[...document.querySelectorAll('#assistants li')].every(li => "
+                  "/emergency-stopped/.test(li.dataset.state))", "every card stopped")
+    statuses = service.call("GET", "/assistants")["assistants"]
+    assert all(s["emergency_stopped"] for s in statuses), statuses
+    page.wait_for("!document.querySelector('#emergency-clear').hidden", "the clear button")
+    page.click("#emergency-clear")
+    page.wait_for("[...document.querySelectorAll('#assistants li')].every(li => "
+                  "!/emergency-stopped/.test(li.dataset.state))", "every card cleared")
+    assert not any(s["emergency_stopped"]
+                   for s in service.call("GET", "/assistants")["assistants"])
+
+
+def test_the_page_says_when_the_service_is_gone_and_catches_up(page: Page,
+                                                               service: Service) -> None:
+    """Stopped, the service is shown unreachable; restarted, the page reconnects, is told
+    the events it had seen are from the previous run, and reloads its state.
+    (Last in the module: it restarts the service.)"""
+    page.click("#assistants li[data-assistant='pip'] button")
+    page.wait_for("document.querySelector('#connection').textContent === 'live'", "live")
+    service.call("POST", "/messages", {"character": "char:bob",
+                                       "text": "Perfect. Two bowls, please, Pip."})
+    page.wait_for("document.querySelector('#live li[data-event=termination]')",
+                  "the page seeing a loop of this run")
+    service.stop()
+    page.wait_for("/unreachable/.test(document.querySelector('#connection').textContent)",
+                  "the service shown unreachable")
+    service.restart()
+    page.wait_for("document.querySelector('#connection').textContent === 'live'",
+                  "the page connected again", timeout=30)
+    page.wait_for("/missed.*service restarted/.test(document.querySelector('#notice')"
+                  ".textContent)", "the page saying it reloaded its state")
