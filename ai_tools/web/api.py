@@ -101,14 +101,6 @@ def _encode(data: Any) -> bytes:
 
 
 @attrs.frozen
-class TextAnswer:
-    """A 200 that is not JSON (the metrics page): its bytes and content type."""
-
-    data: bytes
-    content_type: bytes
-
-
-@attrs.frozen
 class Route:
     """One endpoint: method, path pattern (``{name}`` segments are parameters), handler."""
 
@@ -351,12 +343,6 @@ class ApiResource(Resource):
         if isinstance(body, RawAnswer):
             body.write_to(request)
             return
-        if isinstance(body, TextAnswer):
-            request.setHeader(b"content-type", body.content_type)
-            request.setHeader(b"content-length", str(len(body.data)).encode("ascii"))
-            request.write(body.data)
-            request.finish()
-            return
         status = 200
         if isinstance(body, tuple):
             status, body = body
@@ -548,9 +534,9 @@ class ApiResource(Resource):
         name = self._query(request, "assistant")
         return self.operator.clear_emergency_stop(name and self._assistant(name))
 
-    def metrics_page(self, request: Any) -> TextAnswer:
+    def metrics_page(self, request: Any) -> RawAnswer:
         """``GET /metrics``: the Prometheus text format."""
-        return TextAnswer(self.metrics.render(), METRICS_TYPE)
+        return RawAnswer(self.metrics.render(), METRICS_TYPE)
 
     def world_characters(self, request: Any) -> dict[str, Any]:
         """``GET /world/characters``."""

@@ -41,7 +41,8 @@ Handler = Callable[[Any], Any]
 
 @attrs.frozen
 class RawAnswer:
-    """An answer that is not JSON: a status, the bytes and their content type."""
+    """An answer that is not JSON (the console's files, the metrics page): a status, the
+    bytes and their content type, sent under the console's security headers."""
 
     body: bytes
     content_type: bytes
