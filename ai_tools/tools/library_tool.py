@@ -11,7 +11,7 @@ refusals into results the model reads instead of tracebacks:
 * an ambiguous object name → ``status: ambiguous`` with the candidates.
 
 Anything else propagates, so the execution engine can classify and retry
-transient failures (DESIGN §3).  Tools only talk to ``actor.world`` and
+transient failures (retried with back-off).  Tools only talk to ``actor.world`` and
 ``actor.store``, which is what lets one implementation serve the sandbox world
 and the Evennia adapter.
 """

@@ -45,7 +45,7 @@ SPEC_REFERENCE = re.compile(r"\b[Ss]pecs? ?0\d\d\b|\bDESIGN §")
 
 BEING_REWRITTEN = {
     # modules of the default tools and the model layer, rewritten now
-    "ai_tools/llm/events.py", "ai_tools/tools/library_tool.py", "ai_tools/llm/profile.py",
+    "ai_tools/llm/events.py", "ai_tools/llm/profile.py",
     # the model client's, rewritten now
     "ai_tools/llm/client.py", "ai_tools/llm/parsing.py", "ai_tools/llm/stream.py",
     # the Evennia contrib's
