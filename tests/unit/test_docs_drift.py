@@ -68,3 +68,15 @@ def test_no_reference_to_a_document_that_is_not_here() -> None:
             if SPEC_REFERENCE.search(line):
                 found.append(f"{relative}:{number}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_the_readme_layer_table_names_every_module() -> None:
+    """The README's layer table is how a new engineer finds a module: none is left out."""
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("| package / module"):]
+    table = table[:table.index("\n\n")]
+    missing = [path.relative_to(ROOT).as_posix()
+               for path in sorted((ROOT / "ai_tools").rglob("*.py"))
+               if "tests" not in path.parts and path.stem != "__init__"
+               and f"`{path.stem}`" not in table]
+    assert not missing, missing
