@@ -425,13 +425,16 @@ class PostgreSQLStore:
         self,
         states: Mapping[str, Mapping[str, Any]],
         fence: tuple[str, Mapping[str, int]] | None = None,
+        heard: Mapping[str, int] | None = None,
     ) -> defer.Deferred[None]:
         """Replace the saved states of several assistants in one transaction (all or none).
 
         ``fence`` is ``(worker, {name: epoch})``: then every state is written
         only while ``worker`` holds that assistant's lease at that epoch, and
         the call fails with :class:`~ai_tools.errors.LeaseLost` (writing
-        nothing) otherwise.
+        nothing) otherwise.  ``heard`` (with ``fence``): per assistant, the
+        last world message its state holds, so that the next owner hears again
+        what came after (:meth:`heard_seq`).
         """
         try:
             rows = [(check_name(name, "assistant name"), check_state(state))
@@ -440,7 +443,8 @@ class PostgreSQLStore:
                 fence = (check_name(fence[0], "worker"), dict(fence[1]))
         except (TypeError, ValueError) as exc:
             return defer.fail(exc)
-        return self._write(sql.save_states, rows, self._now(), fence)
+        return self._write(sql.save_states, rows, self._now(), fence,
+                           None if heard is None else dict(heard))
 
     def delete_assistant(self, name: str) -> defer.Deferred[bool]:
         """Forget ``name``; fires True if it had saved state."""
@@ -575,6 +579,30 @@ class PostgreSQLStore:
     def assistant_epochs(self) -> defer.Deferred[dict[str, int | None]]:
         """The lease epoch each saved state was written under (None: unfenced)."""
         return self._query(sql.assistant_epochs)
+
+    def lease_round(
+        self, worker: str, names: Sequence[str], ttl: float, keep: float
+    ) -> defer.Deferred[tuple[dict[str, int], list[str], dict[str, tuple[str, float]]]]:
+        """A lease manager's round in one transaction (``postgres_statements.lease_round``).
+
+        ``worker`` is alive for ``ttl``, its leases among ``names`` renewed; fires
+        with the renewed ``{name: epoch}``, the live workers and every lease's
+        owner and expiry.
+        """
+        return self._write(sql.lease_round, check_name(worker, "worker"), list(names),
+                           self._now(), ttl, keep)
+
+    def heard_seq(self, name: str) -> defer.Deferred[int | None]:
+        """The last world message ``name``'s saved state holds (None: not recorded)."""
+        return self._query(sql.heard_seq, name)
+
+    def retire_worker(self, worker: str) -> defer.Deferred[int]:
+        """``worker`` stops: its leases go at once (epochs kept); how many it held."""
+        return self._write(sql.retire_worker, worker)
+
+    def assistant_writes(self) -> defer.Deferred[list[tuple[int, str, str, int]]]:
+        """The fenced writes logged, ``(seq, name, worker, epoch)`` (kept ``keep`` seconds)."""
+        return self._query(sql.assistant_writes)
 
     # -- world --------------------------------------------------------------
 

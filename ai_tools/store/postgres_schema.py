@@ -23,8 +23,9 @@ What differs from SQLite, and why:
 * The sandbox world's tables carry a ``version`` (the world clock value of the
   transaction that last wrote the row, see :mod:`ai_tools.world.shared`) and
   keep their insertion order in ``ord``; messages have one global sequence.
-* ``assistant_leases`` and ``assistants.epoch`` are the ownership seam for
-  several worker processes (docs/scaling.md).
+* ``assistant_leases``, ``assistants.epoch``, ``lease_workers`` and
+  ``assistant_writes`` are how several worker processes share the assistants
+  (:mod:`ai_tools.service.leases`, docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -143,6 +144,26 @@ MIGRATIONS: tuple[Migration, ...] = (
                 expires_at double precision NOT NULL
             )""",
             "CREATE INDEX assistant_leases_by_worker ON assistant_leases (worker)",
+        ),
+    ),
+    Migration(
+        4,
+        "workers sharing the assistants: who is alive, the epoch of every state write,"
+        " the last world message each assistant's saved state holds",
+        (
+            "ALTER TABLE assistants ADD COLUMN heard_seq bigint",
+            """CREATE TABLE lease_workers (
+                worker text PRIMARY KEY,
+                expires_at double precision NOT NULL   -- alive until then (renewed)
+            )""",
+            """CREATE TABLE assistant_writes (
+                seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                name text NOT NULL,
+                worker text NOT NULL,
+                epoch bigint NOT NULL,
+                written_at double precision NOT NULL
+            )""",
+            "CREATE INDEX assistant_writes_by_time ON assistant_writes (written_at)",
         ),
     ),
 )

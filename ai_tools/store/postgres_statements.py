@@ -40,17 +40,23 @@ _SAVE = (
 
 # A fenced write: only where the lease is held by this worker at this epoch (the
 # lease rows locked until commit, so they cannot change hands meanwhile), and
-# never over a state written under a newer epoch.
+# never over a state written under a newer epoch.  Each write is logged with its
+# epoch in assistant_writes (who wrote what under which lease, checked in tests).
 _SAVE_FENCED = (
-    "INSERT INTO assistants (name, state, updated_at, epoch)"
-    " SELECT v.name, v.state, v.updated_at, l.epoch"
-    " FROM (VALUES %s) AS v (name, state, updated_at, epoch)"
-    " JOIN assistant_leases l ON l.name = v.name AND l.epoch = v.epoch AND l.worker = %s"
+    "WITH written AS ("
+    " INSERT INTO assistants (name, state, updated_at, epoch, heard_seq)"
+    " SELECT v.name, v.state, v.updated_at, l.epoch, v.heard_seq"
+    " FROM (VALUES %s) AS v (name, state, updated_at, epoch, heard_seq)"
+    " JOIN assistant_leases l ON l.name = v.name AND l.epoch = v.epoch AND l.worker = {worker}"
     " FOR SHARE OF l"
     " ON CONFLICT (name) DO UPDATE SET state = excluded.state,"
-    " updated_at = excluded.updated_at, epoch = excluded.epoch"
+    " updated_at = excluded.updated_at, epoch = excluded.epoch,"
+    " heard_seq = COALESCE(excluded.heard_seq, assistants.heard_seq)"
     " WHERE assistants.epoch IS NULL OR assistants.epoch <= excluded.epoch"
-    " RETURNING name"
+    " RETURNING name, epoch, updated_at),"
+    " logged AS (INSERT INTO assistant_writes (name, worker, epoch, written_at)"
+    " SELECT name, {worker}, epoch, updated_at FROM written)"
+    " SELECT name FROM written"
 )
 
 
@@ -59,12 +65,14 @@ def save_states(
     rows: Sequence[tuple[str, str]],
     now: float,
     fence: tuple[str, Mapping[str, int]] | None,
+    heard: Mapping[str, int] | None = None,
 ) -> None:
     """Upsert ``(name, state_json)`` rows; fenced by ``(worker, {name: epoch})``.
 
     A fenced write of an assistant whose lease this worker no longer holds at
     that epoch raises :class:`LeaseLost` (the store's savepoint then undoes
-    the whole call).
+    the whole call).  ``heard`` gives, per assistant, the last world message
+    the state holds (kept when not given; fenced writes only).
     """
     from psycopg2.extras import execute_values
 
@@ -78,13 +86,23 @@ def save_states(
     missing = [name for name, _ in rows if name not in epochs]
     if missing:
         raise LeaseLost(f"no lease epoch given for {', '.join(missing)}")
-    sql = cursor.mogrify(_SAVE_FENCED.replace("%s", "%%s", 1), (worker,)).decode()
+    heard = heard or {}
+    quoted = cursor.mogrify("%s", (worker,)).decode().replace("%", "%%")
     written = {row[0] for row in execute_values(
-        cursor, sql, [(name, state, now, epochs[name]) for name, state in rows],
-        template="(%s, %s, %s::float8, %s::bigint)", page_size=len(rows), fetch=True)}
+        cursor, _SAVE_FENCED.format(worker=quoted),
+        [(name, state, now, epochs[name], heard.get(name)) for name, state in rows],
+        template="(%s, %s, %s::float8, %s::bigint, %s::bigint)", page_size=len(rows),
+        fetch=True)}
     lost = [name for name, _ in rows if name not in written]
     if lost:
         raise LeaseLost(f"worker {worker} no longer holds the lease of {', '.join(lost)}")
+
+
+def heard_seq(cursor: Any, name: str) -> int | None:
+    """The last world message ``name``'s saved state holds (None: not recorded)."""
+    cursor.execute("SELECT heard_seq FROM assistants WHERE name = %s", (name,))
+    row = cursor.fetchone()
+    return None if row is None or row[0] is None else int(row[0])
 
 
 def delete_assistant(cursor: Any, name: str) -> bool:
@@ -308,4 +326,47 @@ def list_leases(cursor: Any) -> list[tuple[str, str, int, float]]:
     cursor.execute(
         "SELECT name, worker, epoch, expires_at FROM assistant_leases ORDER BY name COLLATE \"C\"")
     return [(name, worker, int(epoch), float(expires)) for name, worker, epoch, expires
+            in cursor.fetchall()]
+
+
+def lease_round(
+    cursor: Any, worker: str, names: Sequence[str], now: float, ttl: float, keep: float
+) -> tuple[dict[str, int], list[str], dict[str, tuple[str, float]]]:
+    """One round of a worker's lease manager, in one transaction.
+
+    Marks ``worker`` alive until ``now + ttl``, renews the leases it still
+    holds among ``names`` and forgets workers and write-log rows older than
+    ``keep`` seconds.  Returns the renewed ``{name: epoch}``, the live workers
+    (sorted) and every lease as ``{name: (worker, expires_at)}``.
+    """
+    cursor.execute(
+        "INSERT INTO lease_workers (worker, expires_at) VALUES (%s, %s)"
+        " ON CONFLICT (worker) DO UPDATE SET expires_at = excluded.expires_at",
+        (worker, now + ttl))
+    renewed = renew_leases(cursor, worker, names, now, ttl)
+    cursor.execute("DELETE FROM lease_workers WHERE expires_at < %s", (now - keep,))
+    cursor.execute("DELETE FROM assistant_writes WHERE written_at < %s", (now - keep,))
+    cursor.execute("SELECT worker FROM lease_workers WHERE expires_at > %s"
+                   " ORDER BY worker COLLATE \"C\"", (now,))
+    live = [row[0] for row in cursor.fetchall()]
+    cursor.execute("SELECT name, worker, expires_at FROM assistant_leases")
+    leases = {name: (owner, float(expires)) for name, owner, expires in cursor.fetchall()}
+    return renewed, live, leases
+
+
+def retire_worker(cursor: Any, worker: str) -> int:
+    """``worker`` stops: its leases expire now (epochs kept) and it is no longer alive."""
+    released = release_leases(cursor, worker, None)
+    cursor.execute("DELETE FROM lease_workers WHERE worker = %s", (worker,))
+    return released
+
+
+def assistant_writes(cursor: Any) -> list[tuple[int, str, str, int]]:
+    """The fenced writes logged, ``(seq, name, worker, epoch)`` by ``seq``.
+
+    For one assistant ``seq`` follows commit order: a write holds its lease row
+    (``FOR SHARE``) until it commits, and the lease cannot change hands meanwhile.
+    """
+    cursor.execute("SELECT seq, name, worker, epoch FROM assistant_writes ORDER BY seq")
+    return [(int(seq), name, worker, int(epoch)) for seq, name, worker, epoch
             in cursor.fetchall()]
