@@ -234,6 +234,10 @@ class AssistantService(MultiService):
         self._writer: StateWriter | None = None
         self._ready: defer.Deferred[None] | None = None
         self._observer_errors = itertools.count()
+        self.ownership: Any = None
+        """Who decides which assistants this process runs when several workers share
+        them (:class:`~ai_tools.service.leases.LeaseManager`): told ``stopping()`` when
+        ticking stops, ``stopped()`` (releasing its leases) once every state is saved."""
 
     # -- shared resources (the AssistantHost protocol) ----------------------------
 
@@ -393,6 +397,8 @@ class AssistantService(MultiService):
     def _shutdown(self) -> Any:
         if self._scheduler is not None:
             self._scheduler.stop()
+        if self.ownership is not None:
+            self.ownership.stopping()
         for name in list(self._hearing):
             self._unhear(name)
         in_flight = self._in_flight()
@@ -403,10 +409,7 @@ class AssistantService(MultiService):
                          count=len(self._in_flight()), grace=self.stop_grace)
                 self._cancel_in_flight()
                 yield _within(self._all_finished(), self.stop_grace, self.clock)
-        if self._writer is not None or self._assistants:
-            for name in self._assistants:
-                self.writer.save(name).addErrback(self._final_save_failed, name)
-            yield self.writer.flush()
+        yield self._final_save()
         for name, client in self._unique_llms():
             try:
                 yield defer.maybeDeferred(client.close)
@@ -420,6 +423,19 @@ class AssistantService(MultiService):
             except Exception:
                 log.failure("Closing the assistant store failed")
         return None
+
+    @defer.inlineCallbacks
+    def _final_save(self) -> Any:
+        """Save every assistant; then let the other workers have them (if shared)."""
+        if self._writer is not None or self._assistants:
+            for name in self._assistants:
+                self.writer.save(name).addErrback(self._final_save_failed, name)
+            yield self.writer.flush()
+        if self.ownership is not None:
+            try:
+                yield defer.maybeDeferred(self.ownership.stopped)
+            except Exception:
+                log.failure("Releasing this worker's assistants failed")
 
     def _final_save_failed(self, failure: Failure, name: str) -> None:
         log.error("Final save of {assistant} failed: {error}", assistant=name,
@@ -479,7 +495,8 @@ class AssistantService(MultiService):
 
     @defer.inlineCallbacks
     def add_assistant(
-        self, config: AssistantConfig | Mapping[str, Any], *, restore: bool = True
+        self, config: AssistantConfig | Mapping[str, Any], *, restore: bool = True,
+        hear_after: int | None = None,
     ) -> Any:
         """Add an assistant; fires with its :class:`Assistant` once its state is saved.
 
@@ -487,8 +504,8 @@ class AssistantService(MultiService):
         With ``restore`` (the default) a state saved under the same name —
         history, pending events, mode, counters — is loaded (its tool calls cut
         off by a crash get an "interrupted" answer); the given configuration
-        wins over the saved one.  Fails with ConfigError for a bad config, a
-        duplicate name or an unknown model.
+        wins over the saved one.  ``hear_after``: see :meth:`hear`.  Fails with
+        ConfigError for a bad config, a duplicate name or an unknown model.
         """
         if not isinstance(config, AssistantConfig):
             config = AssistantConfig.from_mapping(config)
@@ -509,7 +526,7 @@ class AssistantService(MultiService):
                                          or assistant.has_addressed_event()):
             self.scheduler.notify(name)
         if config.hearing:
-            self.hear(name)
+            self.hear(name, hear_after)
         yield self.save_state(name)
         self.publish(name, {"type": "added", "restored": state is not None})
         log.info("Assistant {assistant} added ({how})", assistant=name,
@@ -542,16 +559,19 @@ class AssistantService(MultiService):
             restored.append(name)
         return restored
 
-    def remove_assistant(self, name: str, *, forget: bool = False) -> defer.Deferred[None]:
+    def remove_assistant(
+        self, name: str, *, forget: bool = False, save: bool = True
+    ) -> defer.Deferred[None]:
         """Remove an assistant: stop it, save it (or, with ``forget``, delete its state).
 
         A tick in flight is killed and waited for (at most ``stop_grace`` s).
-        Raises NotFound for an unknown name.
+        Without ``save`` (another worker owns it now) the tick is cancelled at
+        once and nothing is written.  Raises NotFound for an unknown name.
         """
-        return self._remove(self.get(name), forget)
+        return self._remove(self.get(name), forget, save)
 
     @defer.inlineCallbacks
-    def _remove(self, assistant: Assistant, forget: bool) -> Any:
+    def _remove(self, assistant: Assistant, forget: bool, save: bool = True) -> Any:
         name = assistant.name
         self.scheduler.remove(name)
         self._unhear(name)
@@ -561,10 +581,12 @@ class AssistantService(MultiService):
             control.stop("assistant removed")
         running = self.scheduler.running().get(name)
         if running is not None:
-            done = yield _within(_observe(running), self.stop_grace, self.clock)
+            done = (yield _within(_observe(running), self.stop_grace, self.clock)) if save \
+                else False
             if not done:
                 running.cancel()
-        yield self.save_state(name)
+        if save:
+            yield self.save_state(name)
         del self._assistants[name]
         self.cache.forget(name)
         if forget:
@@ -788,30 +810,25 @@ class AssistantService(MultiService):
 
     # -- hearing --------------------------------------------------------------------------
 
-    def hear(self, name: str) -> bool:
+    def hear(self, name: str, after: int | None = None) -> bool:
         """Subscribe the assistant's character in the world: what it hears becomes events.
 
-        Its own messages are ignored.  Returns False when there is no world,
-        no character, or it is already subscribed.
+        Its own messages are ignored.  With ``after`` (a message ``seq``), what
+        the character heard after it (as far as the world's log of what it
+        heard goes) is heard again first, in the same turn: a worker taking
+        over an assistant hears what came after its saved state.  Returns False
+        when there is no world, no character, or it is already subscribed.
         """
         assistant = self.get(name)
         char_id = assistant.config.character_id
         if self.world is None or not char_id or name in self._hearing:
             return False
+        if after is not None:
+            for message in self.world.heard(char_id, after=after):
+                self._heard(name, char_id, message)
 
         def listener(message: Any) -> None:
-            try:
-                event = world_message_to_event(message)
-                if _sender_of(event) == char_id:
-                    return
-                live = self._assistants.get(name)
-                if live is not None:
-                    # A failed write is logged and counted by the assistant; whoever
-                    # acknowledges the message learns it through when_heard_saved().
-                    live.queue_event(event).addErrback(lambda _: None)
-            except Exception:
-                log.failure("Hearing of {assistant} failed on {message!r}",
-                            assistant=name, message=message)
+            self._heard(name, char_id, message)
 
         try:
             unsubscribe = self.world.subscribe(char_id, listener)
@@ -821,6 +838,21 @@ class AssistantService(MultiService):
             return False
         self._hearing[name] = unsubscribe if callable(unsubscribe) else (lambda: None)
         return True
+
+    def _heard(self, name: str, char_id: str, message: Any) -> None:
+        """What ``name``'s character heard becomes a pending event (its own words do not)."""
+        try:
+            event = world_message_to_event(message)
+            if _sender_of(event) == char_id:
+                return
+            live = self._assistants.get(name)
+            if live is not None:
+                # A failed write is logged and counted by the assistant; whoever
+                # acknowledges the message learns it through when_heard_saved().
+                live.queue_event(event).addErrback(lambda _: None)
+        except Exception:
+            log.failure("Hearing of {assistant} failed on {message!r}",
+                        assistant=name, message=message)
 
     def when_heard_saved(self, character_ids: Iterable[str]) -> defer.Deferred[None]:
         """Fires once what the assistants of ``character_ids`` have heard so far is durable.

@@ -53,6 +53,9 @@ class StateWriter:
     max_batch: int = 1000
     lazy_delay: float = 1.0
     """Longest wait of a :meth:`save_soon` request."""
+    save_options: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+    """Extra keyword arguments of each ``save_many`` call, given the states it writes:
+    the lease fence of workers sharing the assistants (:mod:`ai_tools.service.leases`)."""
 
     _log = Logger()
 
@@ -128,7 +131,9 @@ class StateWriter:
 
     def _save_many(self, states: Mapping[str, Mapping[str, Any]]) -> Any:
         store: Any = self.store  # zope interfaces do not type their methods
-        return store.save_many(states)
+        if self.save_options is None:
+            return store.save_many(states)
+        return store.save_many(states, **self.save_options(states))
 
     def _kick(self) -> None:
         if self._in_flight or self._call is not None:
