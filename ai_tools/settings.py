@@ -109,6 +109,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("db_password", None, "the PostgreSQL password", "...", flag=False),
     Setting("db_password_file", "store.password_file",
             "a file holding the PostgreSQL password (mode 600)", "/run/secrets/db"),
+    Setting("worker_name", "workers.name",
+            "this worker's name among those sharing a PostgreSQL store (default host:pid)",
+            "worker-1"),
+    Setting("lease_ttl", "workers.lease_ttl",
+            "seconds a worker's leases last unrenewed (failover delay)", "15"),
+    Setting("lease_interval", "workers.lease_interval",
+            "seconds between a worker's lease renewals", "5"),
     # -- the world, the listeners, the scheduler, the log
     Setting("world", "world.file", "the world file seeding the sandbox world",
             "examples/world.toml"),

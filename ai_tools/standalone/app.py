@@ -153,6 +153,8 @@ class StandaloneService(MultiService):
         self._web_factory = web_factory
         self._manhole_factory = manhole_factory
         self.assistants: Any = None
+        self.leases: Any = None
+        """The lease manager when this process is one of several workers (PostgreSQL)."""
         self.world: Any = None
         self.store: Any = None
         self.registry: Any = None
@@ -335,8 +337,30 @@ class StandaloneService(MultiService):
         self.assistants = service
         service.setServiceParent(self)
         yield service.when_ready()
-        # the config file seeds, the store keeps; the last change wins (see roster)
-        yield start_assistants(service, self.config.assistants)
+        if self.config.store.backend == "postgres":
+            # one worker of several: the assistants of the config are shared by lease
+            yield self._share_assistants(service)
+        else:
+            # the config file seeds, the store keeps; the last change wins (see roster)
+            yield start_assistants(service, self.config.assistants)
+
+    def _share_assistants(self, service: Any) -> defer.Deferred[None]:
+        """With PostgreSQL this process is one worker of several: it runs the assistants
+        whose lease it holds (:mod:`ai_tools.service.leases`)."""
+        import socket
+
+        from ai_tools.service.leases import LeaseManager
+
+        workers = self.config.workers
+        self.leases = LeaseManager(
+            service, self.store, self.config.assistants,
+            worker=workers.name or f"{socket.gethostname()}:{os.getpid()}",
+            ttl=workers.lease_ttl, interval=workers.lease_interval)
+        log.info("Worker {worker}: sharing {count} assistant(s) with the other workers "
+                 "(leases of {ttl:g}s renewed every {interval:g}s)", worker=self.leases.worker,
+                 count=len(self.config.assistants), ttl=workers.lease_ttl,
+                 interval=workers.lease_interval)
+        return self.leases.start()
 
     def _check_characters(self) -> None:
         """Every assistant of the config plays a character of the world: else one error."""

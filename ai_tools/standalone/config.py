@@ -186,6 +186,19 @@ class ManholeConfig:
 
 
 @attrs.frozen
+class WorkersConfig:
+    """``[workers]`` (PostgreSQL store): how worker processes share the assistants."""
+
+    name: str | None = None
+    """This worker's name among them (default: host name and process id)."""
+    lease_ttl: float = 15.0
+    """Seconds a worker's leases last without renewal (how long a dead worker's
+    assistants wait before another worker takes them)."""
+    lease_interval: float = 5.0
+    """Seconds between a worker's lease rounds (renewing, taking, giving up)."""
+
+
+@attrs.frozen
 class Config:
     """The whole checked configuration (build the service with :mod:`ai_tools.standalone.app`)."""
 
@@ -198,6 +211,7 @@ class Config:
     assistants: tuple[AssistantConfig, ...] = ()
     http: HttpConfig = HttpConfig()
     manhole: ManholeConfig = ManholeConfig()
+    workers: WorkersConfig = WorkersConfig()
     warnings: tuple[str, ...] = ()
     """Things worth saying at start-up (an ``AI_TOOLS_…`` variable that is no setting)."""
 
@@ -495,6 +509,23 @@ def _store(table: _Table, overlay: Overlay) -> StoreConfig:
                        quick_check=quick_check)
 
 
+def _workers(table: _Table, store: StoreConfig) -> WorkersConfig:
+    """``[workers]``: only with the PostgreSQL store (SQLite is one process)."""
+    given = [key for key in ("name", "lease_ttl", "lease_interval") if key in table]
+    if given and store.backend != "postgres":
+        raise ConfigError(f"{table.key(given[0])} is only for [store] backend = \"postgres\"")
+    name = table.typed("name", str, None)
+    if name is not None and not name.strip():
+        raise ConfigError(f"{table.key('name')} must not be empty")
+    workers = WorkersConfig(name=name, lease_ttl=table.positive("lease_ttl", 15.0),
+                            lease_interval=table.positive("lease_interval", 5.0))
+    table.finish()
+    if workers.lease_interval >= workers.lease_ttl:
+        raise ConfigError(f"{table.key('lease_interval')} ({workers.lease_interval:g}) must be "
+                          f"shorter than {table.key('lease_ttl')} ({workers.lease_ttl:g})")
+    return workers
+
+
 def _world(table: _Table) -> WorldConfig:
     path = table.path("file", must_exist=True)
     log_size = table.positive_int("log_size", 200)
@@ -752,7 +783,7 @@ def _manhole(table: _Table, store: StoreConfig) -> ManholeConfig:
 
 # -- the file -------------------------------------------------------------------------
 
-_SECTIONS = ("service", "store", "world", "models", "assistants", "http", "manhole")
+_SECTIONS = ("service", "store", "world", "models", "assistants", "http", "manhole", "workers")
 
 
 def parse_config(
@@ -796,11 +827,12 @@ def _parse(data: Mapping[str, Any], source: str, base: Path, overrides: Override
     assistants = _assistants(document.get("assistants", []), models, registry)
     http = _http(table("http"))
     manhole = _manhole(table("manhole"), store)
+    workers = _workers(table("workers"), store)
     if (http.enabled and manhole.enabled and http.endpoint == manhole.endpoint
             and split_endpoint(http.endpoint)[1:2] != ["0"]):
         raise ConfigError("http.listen and manhole.listen name the same endpoint")
     return Config(source=source, service=service, store=store, world=world, models=models,
-                  assistants=assistants, http=http, manhole=manhole,
+                  assistants=assistants, http=http, manhole=manhole, workers=workers,
                   warnings=_warnings(document, models, overrides))
 
 

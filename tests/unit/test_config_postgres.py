@@ -112,3 +112,46 @@ def test_db_on_the_command_line_replaces_postgres() -> None:
     """--db (a file or 'memory') still chooses the store for this run."""
     config = parse_config(postgres(dsn=DSN), base=ROOT, overrides=Overrides(flags={"db": "memory"}))
     assert config.store.backend == "memory"
+
+
+# -- [workers]: sharing the assistants ------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "key", "values", "expected"), [
+    ("worker_name", "name", ("file-w", "env-w", "flag-w"), ("file-w", "env-w", "flag-w")),
+    ("lease_ttl", "lease_ttl", (20, "30", "40"), (20.0, 30.0, 40.0)),
+    ("lease_interval", "lease_interval", (2, "3", "4"), (2.0, 3.0, 4.0)),
+])
+def test_worker_settings_flag_beats_variable_beats_file(
+    name: str, key: str, values: tuple[object, str, str], expected: tuple[object, ...]
+) -> None:
+    """``[workers]`` name, lease_ttl, lease_interval: each also a variable and a flag."""
+    from ai_tools.settings import setting
+
+    in_file, in_env, on_flag = values
+    data = postgres(dsn=DSN)
+    data["workers"] = {key: in_file}
+    env = {setting(name).env: in_env}
+    given = [Overrides(), Overrides(environ=env), Overrides(flags={name: on_flag}, environ=env)]
+    read = [getattr(parse_config(data, base=ROOT, overrides=o).workers, key) for o in given]
+    assert tuple(read) == expected
+
+
+def test_worker_defaults() -> None:
+    """Leases of 15 s renewed every 5 s; the worker named by host and process."""
+    workers = parse_config(postgres(dsn=DSN), base=ROOT).workers
+    assert (workers.name, workers.lease_ttl, workers.lease_interval) == (None, 15.0, 5.0)
+
+
+@pytest.mark.parametrize(("workers", "store", "expected"), [
+    ({"lease_ttl": 5}, None, 'workers.lease_ttl is only for [store] backend = "postgres"'),
+    ({"lease_ttl": 5, "lease_interval": 5}, DSN,
+     "workers.lease_interval (5) must be shorter than workers.lease_ttl (5)"),
+    ({"lease_ttl": -1}, DSN, "workers.lease_ttl must be a positive number"),
+    ({"name": " "}, DSN, "workers.name must not be empty"),
+    ({"ttl": 3}, DSN, "workers"),
+])
+def test_worker_mistakes(workers: dict[str, object], store: str | None, expected: str) -> None:
+    data = postgres(dsn=store) if store else base_config()
+    data["workers"] = workers
+    assert expected in error_of(data)

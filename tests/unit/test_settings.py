@@ -60,7 +60,8 @@ CASES: dict[str, tuple[Any, str, str, Read, tuple[Any, Any, Any]]] = {
 """Settings whose three ways are checked by one test; the others have their own below."""
 
 OWN_TESTS = {"config", "db", "db_dsn", "db_password", "db_password_file", "http_token",
-             "http_token_file", "llm_api_key", "gc", "tiktoken_download"}
+             "http_token_file", "llm_api_key", "gc", "tiktoken_download",
+             "worker_name", "lease_ttl", "lease_interval"}  # tests/unit/test_config_postgres.py
 
 
 def file_with(name: str, value: Any, tmp_path: Path) -> dict[str, Any]:
