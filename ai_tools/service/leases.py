@@ -218,7 +218,7 @@ class LeaseManager:
         world, char_id = self.service.world, config.character_id
         if world is not None and char_id and config.hearing:
             if after is None:  # never owned before: it hears from now on
-                after = world.clock_value()
+                after = world.clock_value
             missed = [m["seq"] for m in world.heard(char_id, after=after)]
             self.heard[name] = max([after, *missed])
             self._unhear[name] = world.subscribe(char_id, lambda m: self._note(name, m))
