@@ -90,6 +90,7 @@ class LeaseManager:
     _unhear: dict[str, Any] = attrs.field(init=False, factory=dict)
     _loop: task.LoopingCall | None = attrs.field(init=False, default=None)
     _round: defer.Deferred[None] | None = attrs.field(init=False, default=None)
+    _round_waiters: list[defer.Deferred[None]] = attrs.field(init=False, factory=list)
     _valid_until: float = attrs.field(init=False, default=0.0)
     _stopping: bool = attrs.field(init=False, default=False)
     _by_name: dict[str, AssistantConfig] = attrs.field(init=False, factory=dict)
@@ -142,8 +143,7 @@ class LeaseManager:
     def stopped(self) -> Any:
         """Every state is saved: let every lease go at once (epochs kept)."""
         self.stopping()
-        if self._round is not None:
-            yield self._round
+        yield self._after_round()
         released = yield self.store.retire_worker(self.worker)
         log.info("Worker {worker} released {count} lease(s)", worker=self.worker,
                  count=released)
@@ -162,9 +162,13 @@ class LeaseManager:
                                 worker=self.worker, error=f.getErrorMessage()))
 
     def run_round(self) -> defer.Deferred[None]:
-        """Renew, then take or give up assistants to reach this worker's share."""
+        """Renew, then take or give up assistants to reach this worker's share.
+
+        One round runs at a time: asked for during one, a new round starts
+        once it ended.
+        """
         if self._round is not None:
-            return defer.succeed(None)
+            return self._after_round().addCallback(lambda _: self.run_round())
         d = self._run_round()
         self._round = d
         d.addBoth(self._round_done)
@@ -172,7 +176,18 @@ class LeaseManager:
 
     def _round_done(self, result: Any) -> Any:
         self._round = None
+        waiters, self._round_waiters = self._round_waiters, []
+        for waiter in waiters:
+            waiter.callback(None)
         return result
+
+    def _after_round(self) -> defer.Deferred[None]:
+        """Fires (with None, whatever its outcome) once the round in flight ended."""
+        if self._round is None:
+            return defer.succeed(None)
+        waiter: defer.Deferred[None] = defer.Deferred()
+        self._round_waiters.append(waiter)
+        return waiter
 
     @defer.inlineCallbacks
     def _run_round(self) -> Any:

@@ -183,3 +183,20 @@ def assert_one_owner_at_a_time(writes: list[tuple[int, str, str, int]]) -> None:
         last[name] = epoch
         assert owner.setdefault((name, epoch), worker) == worker, (name, epoch)
 
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_whose_rounds_fail_stops_its_assistants_after_the_ttl(
+    workers: Any
+) -> None:
+    """No successful round for the ttl (a database out of reach, a stalled process):
+    the worker stops running its assistants before another may take them."""
+    clock, start = workers
+    one = start("w1")
+    await one.leases.start()  # its timer runs on the lease clock
+    assert one.owned() == NAMES
+    clock.advance(TTL + 0.5)  # the timer fires once, late: leases may be gone by now
+    assert one.owned() == [] and one.leases.epochs == {}
+    await one.leases.run_round()  # and it takes them again, as nobody else did
+    assert one.owned() == NAMES
+    one.leases.stopping()
