@@ -13,8 +13,8 @@ With the PostgreSQL store, every worker runs the same configuration; the
   :class:`~ai_tools.service.state_writer.StateWriter`): a worker that lost a
   lease — paused past ``ttl``, cut off from the database — cannot overwrite
   the new owner; its write fails with :class:`~ai_tools.errors.LeaseLost`.  A
-  lease found lost at a round (or not renewed for ``ttl``) stops the assistant
-  here at once, without a write.
+  lease found lost at a round, or all of them when no round succeeded before
+  they expire, stops the assistant here at once, without a write.
 * **Spreading.** The live workers, sorted by name, each aim at an even share
   (the first ``n % workers`` one more).  A worker below its share takes free
   and expired leases; above it, it lets go of assistants whose tick is not
@@ -91,7 +91,8 @@ class LeaseManager:
     _loop: task.LoopingCall | None = attrs.field(init=False, default=None)
     _round: defer.Deferred[None] | None = attrs.field(init=False, default=None)
     _round_waiters: list[defer.Deferred[None]] = attrs.field(init=False, factory=list)
-    _valid_until: float = attrs.field(init=False, default=0.0)
+    _deadline: Any = attrs.field(init=False, default=None)
+    """The delayed call stopping every assistant when the leases expire unrenewed."""
     _stopping: bool = attrs.field(init=False, default=False)
     _by_name: dict[str, AssistantConfig] = attrs.field(init=False, factory=dict)
 
@@ -138,6 +139,9 @@ class LeaseManager:
         if self._loop is not None and self._loop.running:
             self._loop.stop()
         self._loop = None
+        if self._deadline is not None and self._deadline.active():
+            self._deadline.cancel()
+        self._deadline = None
 
     @defer.inlineCallbacks
     def stopped(self) -> Any:
@@ -155,8 +159,6 @@ class LeaseManager:
     def _timer(self) -> None:
         if self._round is not None:
             return  # the last round is still running (a slow database)
-        if self.clock.seconds() > self._valid_until:
-            self._drop(list(self.epochs), "not renewed in time")
         self.run_round().addErrback(
             lambda f: log.error("Lease round of {worker} failed: {error}",
                                 worker=self.worker, error=f.getErrorMessage()))
@@ -194,7 +196,7 @@ class LeaseManager:
         started = self.clock.seconds()
         renewed, live, leases = yield self.store.lease_round(
             self.worker, list(self.epochs), self.ttl, self.keep)
-        self._valid_until = started + self.ttl
+        self._arm_deadline(started + self.ttl)
         self._drop([n for n, e in self.epochs.items() if renewed.get(n) != e], "lease lost")
         if self._stopping:
             return
@@ -203,6 +205,19 @@ class LeaseManager:
             yield self._take(target - len(self.epochs), leases, started)
         elif len(self.epochs) > target:
             yield self._give(len(self.epochs) - target)
+
+    def _arm_deadline(self, expires: float) -> None:
+        """Stop every assistant when the leases just renewed expire, unless renewed again:
+        a worker whose rounds stall (a database out of reach) stops before another
+        worker may take its assistants."""
+        if self._deadline is not None and self._deadline.active():
+            self._deadline.cancel()
+        self._deadline = self.clock.callLater(
+            max(0.0, expires - self.clock.seconds()), self._expired)
+
+    def _expired(self) -> None:
+        self._deadline = None
+        self._drop(list(self.epochs), f"leases not renewed within {self.ttl:g}s")
 
     @defer.inlineCallbacks
     def _take(self, count: int, leases: Mapping[str, tuple[str, float]], now: float) -> Any:

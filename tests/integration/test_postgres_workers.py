@@ -125,7 +125,10 @@ async def test_a_worker_that_lost_a_lease_stops_and_cannot_overwrite(workers: An
     one = start("w1")
     await one.leases.start(timer=False)
     await one.service.send("ada", "before the stall")
-    clock.advance(TTL + 1)  # w1 renews nothing meanwhile: a stalled worker
+    # A stalled worker (a paused process): no rounds, and its own deadline does not
+    # stop it first either; what it still writes must be fenced off.
+    one.leases.stopping()
+    clock.advance(TTL + 1)
     two = start("w2")
     await two.leases.start(timer=False)
     assert two.owned() == NAMES
@@ -189,13 +192,16 @@ def assert_one_owner_at_a_time(writes: list[tuple[int, str, str, int]]) -> None:
 async def test_a_worker_whose_rounds_fail_stops_its_assistants_after_the_ttl(
     workers: Any
 ) -> None:
-    """No successful round for the ttl (a database out of reach, a stalled process):
-    the worker stops running its assistants before another may take them."""
+    """No successful round for the ttl (a database out of reach, a hung round): the
+    worker stops running its assistants when their leases expire, before another
+    worker may take them."""
     clock, start = workers
     one = start("w1")
-    await one.leases.start()  # its timer runs on the lease clock
+    await one.leases.start(timer=False)
     assert one.owned() == NAMES
-    clock.advance(TTL + 0.5)  # the timer fires once, late: leases may be gone by now
+    clock.advance(TTL - 0.1)  # no round meanwhile: as if every round hung
+    assert one.owned() == NAMES
+    clock.advance(0.1)  # the leases expire now: another worker may take them
     assert one.owned() == [] and one.leases.epochs == {}
     await one.leases.run_round()  # and it takes them again, as nobody else did
     assert one.owned() == NAMES
