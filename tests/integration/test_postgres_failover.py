@@ -79,15 +79,19 @@ tick_rate = 0.2
     return config
 
 
-async def start_worker(start: Callable[..., Twistd], tmp_path: Path, name: str,
-                       db: PostgresDatabase) -> tuple[Twistd, str]:
+def start_worker(start: Callable[..., Twistd], tmp_path: Path, name: str,
+                 db: PostgresDatabase) -> Twistd:
     directory = tmp_path / name
     config = write_worker(directory, db)
-    proc = start(directory, config, "--worker-name", name,
+    return start(directory, config, "--worker-name", name,
                  env={"AI_TOOLS_DB_PASSWORD": db.password})
+
+
+async def api_of(proc: Twistd) -> str:
+    """The worker's API address, once it is ready."""
     match = await proc.wait_for(r"HTTP API listening on http://(127\.0\.0\.1:\d+)/")
     await proc.wait_for(r"ai_tools service ready")
-    return proc, f"http://{match.group(1)}"
+    return f"http://{match.group(1)}"
 
 
 def owners(db: PostgresDatabase) -> dict[str, str]:
@@ -112,8 +116,9 @@ def assert_valid_history(history: list[dict[str, Any]]) -> None:
 async def test_a_killed_workers_assistants_resume_on_the_other(
     tmp_path: Path, postgres_db: PostgresDatabase, processes: Any, http: Any
 ) -> None:
-    one, url_one = await start_worker(processes, tmp_path, "w1", postgres_db)
-    two, url_two = await start_worker(processes, tmp_path, "w2", postgres_db)
+    one = start_worker(processes, tmp_path, "w1", postgres_db)
+    two = start_worker(processes, tmp_path, "w2", postgres_db)  # both start at once
+    url_one, url_two = await api_of(one), await api_of(two)
     try:
         await until(lambda: sorted(owners(postgres_db).values()) == ["w1", "w2"],
                     "one assistant on each worker", limit=20)
