@@ -62,6 +62,8 @@ MODES: dict[str, tuple[Turn, ...]] = {
                   Turn(fault=Fault.truncated_stream(2)), Turn(fault=Fault.stream_error())),
     # every answer healthy but slow: many calls in flight at once
     "slow_streams": (SLOW, SLOW, HEALTHY),
+    # every answer held back past the test (a call stays in flight)
+    "held": (Turn(latency=HANG),),
     # the model answers nothing usable
     "outage": (Turn(fault=Fault.server_error(503)), Turn(fault=Fault.reset()),
                Turn(fault=Fault.malformed_json())),

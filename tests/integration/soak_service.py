@@ -40,9 +40,14 @@ def write_world(directory: Path, count: int) -> Path:
     return path
 
 
-def write_config(directory: Path, count: int, model_url: str, model_name: str) -> Path:
-    """The service: ``count`` assistants on SQLite, the model at ``model_url`` with short
-    deadlines and a quick breaker, the HTTP API on a free port of 127.0.0.1."""
+DEADLINES = "connect = 1.0, headers = 1.0, idle = 0.75, total = 3.0"
+"""The model client's deadlines of the soak: short, so hanging answers end soon."""
+
+
+def write_config(directory: Path, count: int, model_url: str, model_name: str,
+                 timeouts: str = DEADLINES) -> Path:
+    """The service: ``count`` assistants on SQLite, the model at ``model_url`` with
+    ``timeouts`` and a quick breaker, the HTTP API on a free port of 127.0.0.1."""
     world = write_world(directory, count)
     assistants = "".join(f"""
 [[assistants]]
@@ -69,7 +74,7 @@ base_url = {json.dumps(model_url)}
 model = {json.dumps(model_name)}
 max_concurrency = 16
 breaker_cooldown = 1.0
-timeouts = {{ connect = 1.0, headers = 1.0, idle = 0.75, total = 3.0 }}
+timeouts = {{ {timeouts} }}
 
 [http]
 listen = "127.0.0.1:0"
