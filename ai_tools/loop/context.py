@@ -14,6 +14,7 @@ from ai_tools.execution.history import ConversationHistory
 from ai_tools.execution.reasons import TerminationReason
 from ai_tools.interfaces import ILLMClient
 from ai_tools.loop.config import GatePolicy
+from ai_tools.loop.events import EventDelivery
 from ai_tools.loop.usage import ContextMeter
 from ai_tools.tools.base import Actor
 from ai_tools.tools.registry import ToolRegistry
@@ -36,6 +37,9 @@ class LoopControl:
     """Why, in words (the loop result's ``error``)."""
     termination: TerminationReason = TerminationReason.STOPPED_BY_USER
     """The termination reason the loop ends with."""
+    delivery: EventDelivery | None = None
+    """The pending events the loop delivered (None: none): whoever writes the state
+    while the loop runs asks it what to save (:meth:`EventDelivery.saved`)."""
     _in_flight: defer.Deferred[Any] | None = None
 
     def stop(self, reason: str = "stopped by user",

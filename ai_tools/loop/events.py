@@ -9,6 +9,13 @@ failing, a stop, a shutdown — gives the batch back: the message leaves the
 history and the events go back to the front of the pending list, in order,
 ahead of anything heard meanwhile.  Whatever is saved next holds them as
 pending, so nothing a player said is lost to a failed or interrupted turn.
+
+Until then the batch is in neither place for good, so a state written while
+the model call is in flight (a checkpoint of another kind: an event heard, a
+flag set, an emergency stop) asks the delivery what to save
+(:meth:`EventDelivery.saved`): the batch as pending, in front, and the history
+without its message — as if it had been given back.  A process killed after
+such a write starts again with the batch pending, and answers it.
 """
 
 from __future__ import annotations
@@ -46,6 +53,17 @@ class EventDelivery:
         message = history.add_user(format_events(events))
         pending.clear()
         return cls(pending, events, history, message)
+
+    def saved(self, messages: list[dict[str, Any]], pending: list[dict[str, Any]]
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The history ``messages`` and ``pending`` events a state written now holds.
+
+        Taken or given back, they are as they are; still undecided, the batch is
+        pending (in front, in order) and its message is left out of the history.
+        """
+        if self.taken or self.returned:
+            return messages, pending
+        return [m for m in messages if m is not self.message], [*self.events, *pending]
 
     def take(self) -> None:
         """A model answer that saw the batch arrived: it is the model's now."""

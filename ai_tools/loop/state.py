@@ -137,6 +137,7 @@ class LoopRun:
         )
         if not ctx.reflection:
             run.delivery = EventDelivery.deliver(ctx.pending_events, history)
+        ctx.control.delivery = run.delivery  # (what a state written meanwhile asks)
         last = history.since(-1)
         if run.delivery is None and (not last or last[0].get("role") != "user"):
             run.nudge = (len(history), tick_message(ctx.reflection))

@@ -612,11 +612,12 @@ class Assistant:
         every iteration must be cheap): encode or copy it at once, as the
         stores do, and do not modify it.
         """
-        state: dict[str, Any] = self._state_fields()
+        history, pending = self._history_and_pending()
+        state: dict[str, Any] = self._state_fields(pending)
         state["config"] = self._config_json_dict()
         # Messages are never modified in place (ConversationHistory's rule) and
         # the store encodes the state when it is handed over: no deep copy needed.
-        state["history"] = self.history.messages
+        state["history"] = history
         return state
 
     def encoded_state(self) -> EncodedState:
@@ -626,11 +627,24 @@ class Assistant:
         configuration and the history messages already encoded are re-used.
         Raises TypeError/ValueError if the state is not JSON-serialisable.
         """
-        rest = self._state_fields()
+        history, pending = self._history_and_pending()
+        rest = self._state_fields(pending)
         # Replaced, never modified, once per tick: its JSON is kept like the config's.
         replaced = {"last_tick": rest.pop("last_tick")}
         return EncodedState(self._encoder.encode_parts(
-            self._config_json_dict(), self.history.messages, rest, replaced))
+            self._config_json_dict(), history, rest, replaced))
+
+    def _history_and_pending(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The history messages and pending events a state written now holds.
+
+        While a loop's model call is in flight, the batch of pending events it
+        delivered is not taken yet: the loop's delivery says what to save (the
+        batch pending, the history without its message), so a process killed
+        after this write answers the batch when it starts again.
+        """
+        messages, pending = self.history.messages, list(self.pending_events)
+        delivery = self.control.delivery if self.control is not None else None
+        return (messages, pending) if delivery is None else delivery.saved(messages, pending)
 
     def _config_json_dict(self) -> dict[str, Any]:
         cached = self._config_dict
@@ -638,8 +652,8 @@ class Assistant:
             cached = self._config_dict = (self.config, self.config.to_dict())
         return cached[1]
 
-    def _state_fields(self) -> dict[str, Any]:
-        """Every saved field but ``config`` and ``history``."""
+    def _state_fields(self, pending: list[dict[str, Any]]) -> dict[str, Any]:
+        """Every saved field but ``config`` and ``history`` (``pending``: the events)."""
         execution: dict[str, Any] = dict(self.execution_state.counters())
         execution["current_tool_call"] = self.execution_state.current_tool_call
         return dict(
@@ -648,7 +662,7 @@ class Assistant:
             mode_reason=self.mode_reason,
             enabled=self.enabled,
             emergency_stopped=self.emergency_stopped,
-            pending_events=list(self.pending_events),
+            pending_events=pending,
             persona_override=self.persona_override,
             execution=execution,
             counters=self.counters,

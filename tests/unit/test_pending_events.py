@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from twisted.internet import task
 from twisted.logger import LogLevel
 
 from ai_tools.errors import LLMError, LLMUnavailable
 from ai_tools.loop import LoopConfig, TerminationReason, execute_react_loop
 from ai_tools.loop.prompts import EVENTS_PREFIX
+from ai_tools.store.memory import MemoryStore
 from tests.unit.react_fakes import (
     Pending,
     SayTool,
@@ -98,6 +100,27 @@ def test_an_answer_that_saw_them_takes_them() -> None:
     assert result.termination_reason == TerminationReason.LLM_ERROR
     assert result.events_returned == 0 and ctx.pending_events == []
     assert len(events_messages(ctx.history.messages)) == 1
+
+
+def test_a_state_written_during_the_call_holds_the_batch_as_pending() -> None:
+    """Until an answer saw it, the delivery tells a writer: the batch is pending, in
+    front of what was heard meanwhile, and its message is not in the history."""
+    hanging = Pending()
+    ctx = make_ctx(ScriptedLLM([hanging]), pending_events=[dict(E1), dict(E2)])
+    d = execute_react_loop(ctx)
+    delivery = ctx.control.delivery
+    assert delivery is not None and ctx.pending_events == []
+    ctx.pending_events.append(dict(E3))
+    before = ctx.history.messages
+    assert len(events_messages(before)) == 1
+    messages, pending = delivery.saved(before, list(ctx.pending_events))
+    assert pending == [E1, E2, E3] and events_messages(messages) == []
+    assert messages == before[:-1]
+    assert hanging.deferred is not None
+    hanging.deferred.callback(text("Hi Bob."))  # the answer saw them: taken
+    assert d.result.events_returned == 0
+    messages, pending = delivery.saved(ctx.history.messages, list(ctx.pending_events))
+    assert pending == [E3] and len(events_messages(messages)) == 1
 
 
 def test_the_result_carries_the_last_finish_reason() -> None:
@@ -212,6 +235,42 @@ def test_a_clean_stop_ends_loops_with_shutdown_and_keeps_the_events() -> None:
     saved = service.store.load_assistant("ada").result
     assert [e["text"] for e in saved["pending_events"]] == ["hello"]
     assert not events_messages(saved["history"])
+
+
+def test_a_batch_in_flight_at_a_write_survives_a_kill() -> None:
+    """Disabled, a message heard and an emergency flag saved while the model call is in
+    flight; the process dies before the answer.  Restored from the store, the batch is
+    pending in front of the later message, no ``[EVENTS]`` message dangles in the
+    history, and one answer takes both, in order."""
+    store_clock = task.Clock()
+    store = MemoryStore(clock=store_clock)
+    hanging = Pending()
+    clock, service, _ = make_service(store_clock, llm=ScriptedLLM([hanging]), loop=False,
+                                     registry=make_registry(), store=store)
+    ada = add(service, clock, name="ada")
+    service.send("ada", dict(E1))
+    settle(clock)
+    assert hanging.deferred is not None and ada.pending_events == []  # delivered
+    service.disable("ada")
+    service.send("ada", dict(E2))  # heard while the model thinks
+    settle(clock)
+    for saved in (store.load_assistant("ada").result, ada.to_state()):
+        assert [e["text"] for e in saved["pending_events"]] == ["hello", "anyone?"]
+        assert not events_messages(saved["history"]) and not saved["enabled"]
+    # SIGKILL: the first service is abandoned as it is; a new one reads the store
+    llm = ScriptedLLM([answer(call("say", {"text": "Hello Bob!"}, "c1"))])
+    clock, again, _ = make_service(clock, llm=llm, loop=False, registry=make_registry(),
+                                   store=store)
+    ada = add(again, clock, name="ada")
+    assert [e["text"] for e in ada.pending_events] == ["hello", "anyone?"]
+    assert not events_messages(ada.history.messages) and not ada.enabled
+    again.enable("ada")
+    settle(clock)
+    assert ada.last_tick["reason"] == "terminal_tool" and ada.pending_events == []
+    delivered = events_messages(llm.requests[0]["messages"])
+    assert len(delivered) == 1 and delivered[0].index("hello") < delivered[0].index("anyone?")
+    saved = store.load_assistant("ada").result
+    assert saved["pending_events"] == [] and len(events_messages(saved["history"])) == 1
 
 
 def test_the_tool_that_speaks_is_told_when_it_has_nobody() -> None:
