@@ -18,7 +18,8 @@ test times restarts), from a fresh clone it:
    keeps its own versions;
 3. creates a game directory with ``evennia --init`` under
    ``var/evennia-test/<version>/`` (git-ignored), writes its settings (listeners
-   on 127.0.0.1 only, free ports) and migrates its database;
+   on 127.0.0.1 only, free ports) and migrates its database (a copy of it is
+   the unit tests' database, kept between runs);
 4. runs ``evennia test --settings settings.py ai_tools.contrib.evennia`` (the
    contrib's tests under Evennia's own test runner and test base classes);
 5. runs the end-to-end test (``scripts/evennia/e2e.py``) against a real
@@ -306,6 +307,10 @@ def ensure_game(target: Target) -> None:
     run([target.bin("evennia"), "--init", game.name], cwd=game.parent)
     write_settings(game)
     run([target.bin("evennia"), "migrate"], cwd=game)
+    # The test database starts as a copy of the migrated one (``--keepdb`` then
+    # applies nothing), instead of Evennia's migrations run a second time.
+    database = game / "server" / "evennia.db3"
+    shutil.copyfile(database, database.with_name("test-evennia.db3"))
     stamp.write_text(wanted + "\n")
     log(f"game directory ready in {time.monotonic() - started:.0f}s")
 
