@@ -278,8 +278,8 @@ def ensure_venv(target: Target, python: str) -> None:
     run([*pip, "--upgrade", "pip", "setuptools", "wheel"])
     log(f"installing {target.requirement} and ai_tools into {target.venv.name}")
     run([*pip, target.requirement, *TEST_REQUIREMENTS])
-    # compat mode: a plain path entry, so Evennia's importers and twistd find ai_tools.
-    run([*pip, "-e", str(ROOT), "--config-settings", "editable_mode=compat"])
+    # An editable install puts the checkout on sys.path (Evennia's twistd imports it from there).
+    run([*pip, "-e", str(ROOT)])
     stamp.write_text(wanted + "\n")
     log(f"{target.venv.name} ready in {time.monotonic() - started:.0f}s")
 
