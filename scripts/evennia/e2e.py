@@ -59,22 +59,22 @@ DEFAULT_WORKDIR = ROOT / "var" / "evennia-test" / "e2e"
 SUPERUSER, SUPERPASS = "Architect", "builder-pass-1"
 PLAYER, PLAYERPASS = "Wanderer", "player-pass-1"
 
-TOTAL = 900.0
+TOTAL = 1500.0
 """Seconds the whole run may take."""
 
-SLOW = 30.0
+SLOW = 120.0
 """Seconds the scripted model takes to answer a question the first time it is asked.
 
-Longer than the launcher takes to order the restart on a loaded machine, so the
+Longer than the launcher takes to order the restart even on a heavily loaded machine, so the
 restart always finds the call in flight; asked again, it is answered at once."""
 
 MARGIN = 10.0
 """Seconds a restart with a model call in flight may take beyond the idle one."""
 
-RELOAD_LIMIT = 90.0
+RELOAD_LIMIT = 180.0
 """Seconds any reload may take before it counts as leaving the game down."""
 
-RESTART_LIMIT = 150.0
+RESTART_LIMIT = 300.0
 """Seconds any ``evennia stop`` + ``start`` may take before it counts as failed."""
 
 PROMPT_STOP = 2.0
@@ -517,11 +517,20 @@ class Scenario:
         assert later, f"the {word} question was not asked again after the restart"
         self.clean_log(offset)
 
+    @staticmethod
+    def was_cut_off(request: Any) -> None:
+        """The model call was still in flight when the Server stopped (it was dropped)."""
+        assert not (request.finished.called and not request.disconnected), (
+            f"the model answered before the restart reached the Server (after {SLOW:.0f}s): "
+            "the machine is too slow for this check, nothing was cut off"
+        )
+
     async def reload_in_flight(self) -> None:
         """``evennia reload`` with a model call in flight: back, sessions kept, prompt stop."""
         request, offset, mark = await self.cut_off("lantern", "please light the lantern.")
         self.pending = (request, offset, mark)
         elapsed = await self.reload(limit=RELOAD_LIMIT)
+        self.was_cut_off(request)
         self.in_flight.append(("evennia reload", elapsed))
         say(f"reload with a call in flight: back after {elapsed:.1f}s")
         self.stopped_promptly(offset)
@@ -535,6 +544,7 @@ class Scenario:
         """``reload`` typed by the builder with a call in flight: back in time, answered."""
         request, offset, mark = await self.cut_off("kettle", "is the kettle on?")
         elapsed = await self.reload(limit=RELOAD_LIMIT, in_game=True)
+        self.was_cut_off(request)
         self.in_flight.append(("in-game reload", elapsed))
         say(f"in-game reload with a call in flight: back after {elapsed:.1f}s")
         self.stopped_promptly(offset)
@@ -563,6 +573,7 @@ class Scenario:
         request, offset, _ = await self.cut_off("candle", "could you light a candle?")
         self.pending = (request, offset, 0)
         elapsed = await self.restart(limit=RESTART_LIMIT)
+        self.was_cut_off(request)
         self.in_flight.append(("evennia stop + start", elapsed))
         say(f"stop + start with a call in flight: back after {elapsed:.1f}s")
         assert not any(alive(pid) for pid in old.values()), f"an old process still runs: {old}"
