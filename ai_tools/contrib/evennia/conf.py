@@ -20,11 +20,12 @@ PLAYER_GATE = {"allowed_categories": ["safe_chain", "terminal", "async_required"
 DEFAULTS: dict[str, Any] = {
     # The OpenAI-compatible model every assistant uses (an ai_tools ModelProfile
     # table).  The API key is read from the environment variable named by
-    # ``api_key_env`` and never stored in the database.
+    # ``api_key_env`` (the same default variable as the standalone service) and
+    # never stored in the database.
     "AI_TOOLS_LLM": {
         "base_url": "http://127.0.0.1:11434/v1",
         "model": "llama3.1",
-        "api_key_env": "AI_TOOLS_API_KEY",
+        "api_key_env": "AI_TOOLS_LLM_API_KEY",
     },
     # More model profiles by name; an assistant picks one with config ``model``.
     "AI_TOOLS_LLMS": {},
