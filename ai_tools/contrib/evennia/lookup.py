@@ -1,4 +1,4 @@
-"""Finding an assistant's script from its character or its name (spec 002 §8).
+"""Finding an assistant's script from its character or its name.
 
 Tag first: the character's ``db.assistant_key`` names the assistant, and its
 script carries the tag ``ai_assistant:<key>`` (category ``system``).  Fallback:

@@ -1,7 +1,7 @@
 """ScriptStore: the IStore of assistants hosted in Evennia.
 
 An assistant's state (history, pending events, mode, counters) lives on its
-:class:`~.scripts.AssistantScript`, as the issue and DESIGN §3 ask: it moves
+:class:`~.scripts.AssistantScript`: it moves
 with the game's database, survives ``evennia reload`` and is deleted with the
 character.  Everything else the engine stores — memories, journal, goals and
 the persistent tool cache — goes to an ordinary ai_tools store given as

@@ -64,7 +64,7 @@ class TestHeardMessage(ContribTestBase):
 
 
 class TestScriptsAndLookup(ContribTestBase):
-    """AssistantScript state and the spec 002 §8 lookup."""
+    """AssistantScript state and the lookup from character to script."""
 
     def test_bind_and_lookup_by_tag(self) -> None:
         """The tag names the assistant; the character finds its script."""
