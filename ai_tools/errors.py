@@ -55,6 +55,9 @@ class LLMError(AIToolsError):
     """
 
     reason = "llm_error"
+    attempts = 0
+    """HTTP requests the failed call sent (set by the model client; 0 when none was,
+    e.g. refused by an open circuit breaker)."""
 
     def __init__(self, message: str, partial_text: str = "") -> None:
         super().__init__(message)
@@ -118,3 +121,15 @@ class LLMTimeout(LLMError):
 
 class LLMProtocolError(LLMError):
     """The answer was not what an OpenAI-compatible server sends (bad JSON, cut stream)."""
+
+
+class LLMEmptyAnswer(LLMProtocolError):
+    """The model answered with nothing: no text, no tool call, no reasoning.
+
+    The server worked (it is not counted against it); the message says how the
+    answer ended (``finish_reason``) and what that usually means.
+    """
+
+
+class LLMEmptyStream(LLMConnectionError):
+    """A streamed answer ended before its first chunk (no data, no ``[DONE]``)."""

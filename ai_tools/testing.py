@@ -26,16 +26,19 @@ from ai_tools.llm.scripted import (
     main,
     start_test_server,
 )
+from ai_tools.llm.server_kinds import SERVER_KINDS, ServerKind
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
     "EXHAUSTED_TEXT",
+    "SERVER_KINDS",
     "Fault",
     "RecordedRequest",
     "Rule",
     "Script",
     "ScriptedModel",
     "ScriptedModelResource",
+    "ServerKind",
     "TestServer",
     "ToolCallSpec",
     "Turn",

@@ -18,16 +18,25 @@ for a slot, in an attempt, or in a back-off wait) and fails it with
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
+import attrs
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from ai_tools.errors import LLMError, LLMUnavailable
+from ai_tools.errors import LLMEmptyStream, LLMError, LLMRequestError, LLMUnavailable
 from ai_tools.llm.channel import ModelChannel
 from ai_tools.llm.consumer import EventCallback
 from ai_tools.llm.events import ChatResponse
 from ai_tools.llm.exchange import Exchange, at_deadline, deadline_passed
+
+
+class RequestBuilder(Protocol):
+    """What a call needs to build its request body again (see ``_changed_request``)."""
+
+    offers_tools: bool
+
+    def build(self, streaming: bool) -> bytes: ...
 
 
 class ModelCall:
@@ -42,6 +51,8 @@ class ModelCall:
         "_exchange",
         "_has_slot",
         "_on_event",
+        "_rebuilt",
+        "_request",
         "_slot",
         "_streaming",
         "_timer",
@@ -49,10 +60,13 @@ class ModelCall:
     )
 
     def __init__(
-        self, channel: ModelChannel, body: bytes, streaming: bool, on_event: EventCallback | None
+        self, channel: ModelChannel, body: bytes, streaming: bool, on_event: EventCallback | None,
+        request: RequestBuilder | None = None,
     ) -> None:
         self._channel = channel
         self._body = body
+        self._request = request
+        self._rebuilt = False
         self._streaming = streaming
         self._on_event = on_event
         self._attempt = 0
@@ -135,6 +149,9 @@ class ModelCall:
         if isinstance(exc, defer.CancelledError):
             breaker.release_probe()
         elif isinstance(exc, LLMError) and not isinstance(exc, LLMUnavailable):
+            if self._changed_request(exc, exchange):
+                self._timer = self._channel.clock.callLater(0, self._wait_for_slot)
+                return
             verdict = self._channel.verdict(exc)
             if verdict == "success":
                 breaker.record_success()
@@ -144,6 +161,37 @@ class ModelCall:
                     self._retry_later(exc, error)
                     return
         self._end(error)
+
+    def _changed_request(self, exc: LLMError, exchange: Exchange | None) -> bool:
+        """Whether the failure taught the client something that changes the request, which
+        is then rebuilt to be sent again at once (once per call, only before any text):
+
+        * a context-overflow 400 naming a smaller window than the one in use: the
+          request's default ``max_tokens`` shrinks with it;
+        * a streamed answer with tools that ended before its first chunk: requests
+          offering tools are sent unstreamed from now on (logged once).
+        """
+        request, channel = self._request, self._channel
+        if request is None or self._rebuilt or (exchange is not None and exchange.produced):
+            return False
+        if isinstance(exc, LLMRequestError) and exc.status == 400:
+            if not channel.window.learn_from_error(str(exc)):
+                return False
+        elif isinstance(exc, LLMEmptyStream) and self._streaming and request.offers_tools:
+            if channel.stream_tools:
+                channel.stream_tools = False
+                channel.log.warn(
+                    "Model {label}: a streamed answer offering tools ended before its first "
+                    "chunk; asking for whole answers whenever tools are offered",
+                    label=channel.profile.label)
+            self._streaming = False
+        else:
+            return False
+        body = request.build(self._streaming)
+        if body == self._body and isinstance(exc, LLMRequestError):
+            return False
+        self._body, self._rebuilt = body, True
+        return True
 
     def _retry_later(self, exc: LLMError, error: BaseException | Failure) -> None:
         """Wait and try again, if attempts and time are left; else end with ``error``."""
@@ -199,6 +247,11 @@ class ModelCall:
         self._release_slot()
         self._channel.calls.discard(self)
         if isinstance(outcome, Failure | BaseException):
+            error = outcome.value if isinstance(outcome, Failure) else outcome
+            if isinstance(error, LLMError):
+                error.attempts = self._attempt
             self.result.errback(outcome)
+        elif self._attempt != 1:
+            self.result.callback(attrs.evolve(outcome, attempts=self._attempt))
         else:
             self.result.callback(outcome)

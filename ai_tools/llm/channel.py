@@ -9,16 +9,20 @@ retry rules, :meth:`ModelChannel.send`, the answer limits and the redactor.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+import attrs
+import treq
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.web.http_headers import Headers
 
 from ai_tools.errors import (
     LLMConnectionError,
+    LLMEmptyAnswer,
     LLMError,
     LLMProtocolError,
     LLMRequestError,
@@ -31,9 +35,13 @@ from ai_tools.llm.http_errors import redact_headers
 from ai_tools.llm.profile import AnswerLimits, ModelProfile
 from ai_tools.llm.redaction import Redactor
 from ai_tools.llm.transport import prepared_url
+from ai_tools.llm.window import PROBE_BODY_BYTES, PROBE_TIMEOUT, ContextWindow, Probe
 from ai_tools.retry import RetryPolicy, is_retryable_error
 
 USER_AGENT = b"ai_tools (twisted; +openai-compatible)"
+ANSWER_CHARS_PER_TOKEN = 32
+"""Characters per token of the window an answer may have (a token is ~4 on average)."""
+MIN_ANSWER_CHARS = 64 * 1024
 
 Verdict = Literal["retry", "fail", "success"]
 """What a failed attempt says: try again, count it against the server, or the server is fine."""
@@ -51,17 +59,21 @@ class ModelChannel:
         "_environ",
         "_headers",
         "_http",
+        "_limits",
         "_rand",
         "_redactors",
         "breaker",
         "calls",
         "clock",
+        "finish_warned",
         "log",
         "profile",
         "retry_policy",
         "slots",
+        "stream_tools",
         "url",
         "wall_clock",
+        "window",
     )
 
     def __init__(
@@ -84,12 +96,20 @@ class ModelChannel:
         self.slots = defer.DeferredSemaphore(profile.max_concurrency)
         self.calls: set[Any] = set()
         self.url = prepared_url(profile.chat_url)
+        self.window = ContextWindow.for_profile(profile)
+        self.stream_tools = True
+        """False once a streamed answer with tools came back empty (llama-cpp-python
+        cannot stream a call the model chose): requests offering tools then ask for
+        whole answers."""
         self.log = Logger(namespace="ai_tools.llm.client")
         self._http: Any = http
         self._environ = environ
         self._rand = rand
         self._headers: dict[tuple[bool, str | None], Headers] = {}
         self._redactors: dict[str | None, Redactor] = {}
+        self._limits: AnswerLimits | None = None
+        self.finish_warned: set[str] = set()
+        """Unknown finish reasons already logged (once each)."""
 
     # -- the key and what it must not leak into --------------------------------------------
 
@@ -112,12 +132,18 @@ class ModelChannel:
         return redactor
 
     def answer_limits(self) -> AnswerLimits:
-        """The caps on one answer.
-
-        The profile's fixed caps today; this is the one place a cap derived
-        from the model's context window will come from.
-        """
-        return self.profile.limits
+        """The caps on one answer: the profile's, with the answer's characters also
+        capped by the context window (``ANSWER_CHARS_PER_TOKEN`` per token of it, at
+        least ``MIN_ANSWER_CHARS``): no answer can be longer than the window it
+        must fit in, so a stream past that is an error, never an answer."""
+        limits = self.profile.limits
+        cap = max(self.window.tokens * ANSWER_CHARS_PER_TOKEN, MIN_ANSWER_CHARS)
+        if cap >= limits.answer_chars:
+            return limits
+        cached = self._limits
+        if cached is None or cached.answer_chars != cap:
+            cached = self._limits = attrs.evolve(limits, answer_chars=cap)
+        return cached
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -140,6 +166,43 @@ class ModelChannel:
             allow_redirects=False,
             reactor=self.clock,
         )
+
+    def fetch(self, probe: Probe) -> defer.Deferred[tuple[int, bytes]]:
+        """Send a metadata request (window discovery); fires with (status, body).
+
+        The body is read up to ``PROBE_BODY_BYTES`` (a longer one counts as
+        no answer: status 0), the whole request within ``PROBE_TIMEOUT``
+        seconds (or the profile's total deadline, if less); fails when the
+        server cannot be reached or does not answer in time.
+        """
+        headers = Headers({b"Accept": [b"application/json"], b"User-Agent": [USER_AGENT]})
+        key = self.api_key()
+        if key:
+            headers.setRawHeaders(b"Authorization",
+                                  [b"Bearer " + key.encode("latin-1", "replace")])
+        data = None
+        if probe.body is not None:
+            headers.setRawHeaders(b"Content-Type", [b"application/json"])
+            data = json.dumps(probe.body).encode("utf-8")
+        parts: list[bytes] = []
+        size = [0]
+
+        def keep(chunk: bytes) -> None:
+            size[0] += len(chunk)
+            if size[0] > PROBE_BODY_BYTES:
+                raise ValueError(f"more than {PROBE_BODY_BYTES} bytes")
+            parts.append(chunk)
+
+        def read(response: Any) -> Any:
+            return treq.collect(response, keep).addCallbacks(
+                lambda _: (response.code, b"".join(parts)), lambda _: (0, b""))
+
+        total = self.profile.timeouts.total
+        asked = self._http.request(probe.method, probe.url, data=data, headers=headers,
+                                   unbuffered=True, allow_redirects=False, reactor=self.clock)
+        asked.addCallback(read)
+        asked.addTimeout(min(PROBE_TIMEOUT, total or PROBE_TIMEOUT), self.clock)
+        return asked
 
     def _request_headers(self, streaming: bool) -> Headers:
         """Request headers, built once per (mode, key) and reused (the agents copy them)."""
@@ -167,7 +230,7 @@ class ModelChannel:
 
     def verdict(self, error: LLMError) -> Verdict:
         """What a failed attempt's ``error`` says about the server."""
-        if isinstance(error, LLMRequestError | RepeatedLineLoop):
+        if isinstance(error, LLMRequestError | RepeatedLineLoop | LLMEmptyAnswer):
             return "success"
         if isinstance(error, LLMServerError | LLMConnectionError | LLMTimeout):
             return "retry"

@@ -33,6 +33,7 @@ from typing import Any
 
 import attrs
 from twisted.internet import defer
+from twisted.python.failure import Failure
 from twisted.web.client import HTTPConnectionPool
 from twisted.web.iweb import IAgent
 from zope.interface import implementer
@@ -44,9 +45,9 @@ from ai_tools.llm.call import ModelCall
 from ai_tools.llm.channel import ModelChannel
 from ai_tools.llm.consumer import EventCallback
 from ai_tools.llm.events import ChatResponse
-from ai_tools.llm.profile import ModelProfile
-from ai_tools.llm.tokens import context_window_for
+from ai_tools.llm.profile import ModelProfile, default_max_tokens
 from ai_tools.llm.transport import http_client, pooled_agent
+from ai_tools.llm.window import discover_window
 from ai_tools.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -79,6 +80,7 @@ class OpenAIChatClient:
     wall_clock: Callable[[], float] = attrs.field(default=time.time,
                                                   on_setattr=attrs.setters.frozen)
     _pool: HTTPConnectionPool | None = attrs.field(default=None, init=False)
+    _discovery: list[defer.Deferred[int]] | None = attrs.field(default=None, init=False)
     _channel: ModelChannel = attrs.field(init=False)
     _closed: bool = attrs.field(default=False, init=False)
 
@@ -125,8 +127,48 @@ class OpenAIChatClient:
 
     @property
     def context_window(self) -> int:
-        """Context window in tokens (configured, else known for the model)."""
-        return context_window_for(self.profile.model, self.profile.context_window)
+        """Context window in tokens: what the server reports (see
+        :mod:`ai_tools.llm.window`), the configured one (the smaller of the two when
+        both), else a known model's, else 8,192."""
+        return self._channel.window.tokens
+
+    @property
+    def context_window_source(self) -> str:
+        """Where :attr:`context_window` comes from, in words (for status pages and logs)."""
+        return self._channel.window.source
+
+    def learn_context_window(self) -> defer.Deferred[int]:
+        """Ask the server for the model's context window (once); fires with the window in
+        use, logged with where it came from.  Never fails: a server that cannot be
+        reached leaves the window as it is (and is asked again at the next call)."""
+        window = self._channel.window
+        if window.settled:
+            window.report()
+            return defer.succeed(window.tokens)
+        waiter: defer.Deferred[int] = defer.Deferred()
+        if self._discovery is not None:
+            self._discovery.append(waiter)
+        else:
+            self._discovery = [waiter]
+            discover_window(self.profile, self._channel.fetch).addBoth(self._discovered)
+        return waiter
+
+    def _discovered(self, found: Any) -> None:
+        window = self._channel.window
+        if isinstance(found, Failure):
+            self._channel.log.warn(
+                "Model {label}: could not ask the server for its context window ({error}); "
+                "using {tokens} tokens for now", label=self.profile.label,
+                error=found.getErrorMessage() or repr(found.value), tokens=window.tokens)
+        else:
+            window.settled = True
+            if found is not None:
+                window.learn(*found)
+            else:
+                window.report()
+        waiters, self._discovery = self._discovery or [], None
+        for waiter in waiters:
+            waiter.callback(window.tokens)
 
     def complete(
         self,
@@ -142,18 +184,39 @@ class OpenAIChatClient:
 
         ``tools`` are OpenAI tool dicts or objects with a ``schema()`` method;
         ``tool_choice`` is ``"auto"``, ``"none"``, ``"required"``, a tool name
-        or a dict.  ``stream`` None follows the profile.  ``on_event`` gets each
-        semantic event as it arrives.  Fails with an
-        :class:`~ai_tools.errors.LLMError` subclass carrying ``partial_text``.
+        or a dict (None: the profile's, ``"auto"`` by default).  ``stream`` None
+        follows the profile.  ``on_event`` gets each semantic event as it
+        arrives.  Fails with an :class:`~ai_tools.errors.LLMError` subclass
+        carrying ``partial_text``.  The first call waits for the window to be
+        learned (:meth:`learn_context_window`): the request's default
+        ``max_tokens`` comes from it.
         """
         if self._closed:
             return defer.fail(LLMError(f"model client for {self.profile.label} is closed"))
+        request = _Request(self, messages, tools, tool_choice, extra_body)
         streaming = self.profile.stream if stream is None else bool(stream)
+        if self._channel.window.settled:
+            return self._start(request, streaming, on_event)
+        inner: list[defer.Deferred[Any]] = [self.learn_context_window()]
+        result: defer.Deferred[ChatResponse] = defer.Deferred(lambda _: inner[0].cancel())
+
+        def learned(_: object) -> None:
+            if not result.called:
+                inner[0] = self._start(request, streaming, on_event)
+                inner[0].chainDeferred(result)
+
+        inner[0].addCallbacks(learned, lambda _: None)
+        return result
+
+    def _start(self, request: _Request, streaming: bool,
+               on_event: EventCallback | None) -> defer.Deferred[ChatResponse]:
+        if request.offers_tools and not self._channel.stream_tools:
+            streaming = False
         try:
-            body = self._request_body(messages, tools, tool_choice, streaming, extra_body)
+            body = request.build(streaming)
         except (TypeError, ValueError) as e:
             return defer.fail(LLMRequestError(f"cannot encode the request: {e}"))
-        call = ModelCall(self._channel, body, streaming, on_event)
+        call = ModelCall(self._channel, body, streaming, on_event, request)
         call.start()
         return call.result
 
@@ -166,30 +229,57 @@ class OpenAIChatClient:
             return self._pool.closeCachedConnections()
         return defer.succeed(None)
 
-    # -- the request ----------------------------------------------------------------
 
-    def _request_body(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Any] | None,
-        tool_choice: Any,
-        streaming: bool,
-        extra_body: Mapping[str, Any] | None,
-    ) -> bytes:
-        body: dict[str, Any] = {"model": self.profile.model, "messages": list(messages)}
-        if tools and self.profile.tool_calling == "native":
-            body["tools"] = [
-                t.schema() if callable(getattr(t, "schema", None)) else dict(t) for t in tools
-            ]
-            if tool_choice is not None:
-                body["tool_choice"] = _tool_choice(tool_choice)
+class _Request:
+    """One ``complete()``'s request, encoded for streaming or not (and again when the
+    call learns something that changes it: the window, the stream mode)."""
+
+    __slots__ = ("_client", "_extra", "_messages", "_tool_choice", "_tools", "offers_tools")
+
+    def __init__(self, client: OpenAIChatClient, messages: Sequence[Mapping[str, Any]],
+                 tools: Sequence[Any] | None, tool_choice: Any,
+                 extra_body: Mapping[str, Any] | None) -> None:
+        self._client = client
+        self._messages = messages
+        self._tools = tools
+        self._tool_choice = tool_choice
+        self._extra = extra_body
+        self.offers_tools = bool(tools) and client.profile.tool_calling == "native"
+
+    def build(self, streaming: bool) -> bytes:
+        """The request body: model, messages, tools and their choice, stream, max_tokens,
+        the profile's extra body, then this call's."""
+        profile = self._client.profile
+        body: dict[str, Any] = {"model": profile.model,
+                                "messages": sendable_messages(self._messages)}
+        if self.offers_tools:
+            body["tools"] = [t.schema() if callable(getattr(t, "schema", None)) else dict(t)
+                             for t in self._tools or ()]
+            choice = profile.tool_choice if self._tool_choice is None else self._tool_choice
+            if choice is not None:
+                body["tool_choice"] = _tool_choice(choice)
         body["stream"] = streaming
-        if streaming and self.profile.stream_usage:
+        if streaming and profile.stream_usage:
             body["stream_options"] = {"include_usage": True}
-        body.update(self.profile.extra_body)
-        if extra_body:
-            body.update(extra_body)
+        max_tokens = (profile.max_tokens if profile.max_tokens is not None
+                      else default_max_tokens(self._client.context_window))
+        if max_tokens:
+            body["max_tokens"] = max_tokens
+        body.update(profile.extra_body)
+        if self._extra:
+            body.update(self._extra)
         return _ENCODER.encode(body).encode("utf-8")
+
+
+def sendable_messages(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """``messages`` as every server accepts them: an assistant message's ``content`` is
+    ``""`` rather than null (llama-cpp-python answers 500 to null, e.g. beside
+    ``tool_calls``), whatever the history holds.  Copies only the messages it changes."""
+    sendable = list(messages)
+    for index, message in enumerate(sendable):
+        if message.get("content", "") is None and message.get("role") == "assistant":
+            sendable[index] = {**message, "content": ""}
+    return sendable
 
 
 def _tool_choice(choice: Any) -> Any:

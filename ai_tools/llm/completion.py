@@ -44,6 +44,8 @@ def parse_completion(
     url = profile.chat_url
     data = _decode(raw, url)
     choice, message = _first_choice(data, raw, url)
+    if message.get("content", "") is None:  # (beside tool calls): "" is what every server takes
+        message = {**message, "content": ""}
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
     response = ChatResponse.from_message(
         message,

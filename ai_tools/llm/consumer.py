@@ -128,6 +128,13 @@ class StreamConsumer:
                 f"the model repeated itself ({self.detector.repeated!r})", self.assembler.text
             )
 
+    @property
+    def empty(self) -> bool:
+        """Whether nothing of an answer has arrived (no text, call, model name, usage)."""
+        assembler = self.assembler
+        return (assembler.size == 0 and not assembler.model and assembler.usage is None
+                and assembler.finish_reason is None and assembler.error is None)
+
     def close(self) -> bool:
         """End of body: flush the parser; True if the answer is complete."""
         self.parser.close(self._sse_event)

@@ -163,6 +163,8 @@ class ChatResponse:
     usage: Mapping[str, Any] | None = None
     model: str = ""
     message: Mapping[str, Any] = attrs.field(factory=dict)
+    attempts: int = 1
+    """HTTP requests the call sent to get this answer (retries included)."""
 
     @property
     def text(self) -> str:

@@ -30,12 +30,14 @@ from twisted.python.failure import Failure
 
 from ai_tools.errors import (
     LLMConnectionError,
+    LLMEmptyStream,
     LLMError,
     LLMProtocolError,
     LLMServerError,
     LLMTimeout,
     RepeatedLineLoop,
 )
+from ai_tools.llm.answer import checked_answer
 from ai_tools.llm.body import BodyError, BodyReader, DeadlinePassed
 from ai_tools.llm.channel import ModelChannel
 from ai_tools.llm.completion import parse_completion
@@ -184,6 +186,14 @@ class Exchange:
     def _succeed(self, response: ChatResponse) -> None:
         self._stop_timer()
         if not self._done:
+            channel = self._channel
+            try:
+                checked_answer(response, channel.profile.chat_url, channel.profile.label,
+                               channel.finish_warned)
+            except LLMError as e:
+                e.partial_text = e.partial_text or response.content
+                self._fail(e)
+                return
             self._end()
             self._owner.exchange_succeeded(self._redactor.response(response))
 
@@ -313,6 +323,8 @@ class Exchange:
         """The answer of a stream that has ended; raises if it is not a complete one."""
         url = self._channel.profile.chat_url
         if not consumer.close():
+            if consumer.empty:
+                raise LLMEmptyStream(f"the stream from {url} ended before its first chunk")
             raise LLMConnectionError(f"the stream from {url} ended before [DONE] (truncated)",
                                      consumer.text)
         if consumer.looped():

@@ -29,7 +29,7 @@ def assistant_tool_calls_message(
     """Native: the assistant message asking for ``calls`` (pass normal calls only)."""
     return {
         "role": "assistant",
-        "content": content or None,
+        "content": content or "",
         "tool_calls": [call.to_openai() for call in calls],
     }
 

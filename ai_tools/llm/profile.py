@@ -24,8 +24,27 @@ ENV_API_KEY_ENV = "AI_TOOLS_LLM_API_KEY_ENV"
 ENV_CONTEXT_WINDOW = "AI_TOOLS_LLM_CONTEXT_WINDOW"
 ENV_STREAM = "AI_TOOLS_LLM_STREAM"
 ENV_TOOL_CALLING = "AI_TOOLS_LLM_TOOL_CALLING"
+ENV_TOOL_CHOICE = "AI_TOOLS_LLM_TOOL_CHOICE"
+ENV_MAX_TOKENS = "AI_TOOLS_LLM_MAX_TOKENS"
 
 TOOL_CALLING_MODES = ("native", "fallback")
+TOOL_CHOICES = ("auto", "required", "none")
+
+MAX_TOKENS_SHARE = 4
+"""The default ``max_tokens`` is the context window divided by this (a quarter)..."""
+MAX_TOKENS_CEILING = 4096
+"""...and never more than this many tokens."""
+
+
+def default_max_tokens(window: int) -> int:
+    """The ``max_tokens`` sent when a profile sets none: a quarter of ``window``, at most
+    4,096 tokens (at least 1).
+
+    A reply may then never fill the window by itself: a model that does not stop
+    (7,439 tokens over 198 s were seen) leaves three quarters of it to the history,
+    and a large window does not let one reply run for minutes.
+    """
+    return max(1, min(window // MAX_TOKENS_SHARE, MAX_TOKENS_CEILING))
 
 
 def _seconds_or_none(instance: Any, attribute: Any, value: Any) -> None:
@@ -104,8 +123,13 @@ class ModelProfile:
     ``max_tokens``, ``top_p``, server-specific options...).  ``tool_calling``
     says whether the model gets ``tools=`` (``"native"``) or tool calls are
     described in the prompt and parsed from the text (``"fallback"``).
-    ``context_window`` None means: look the model up in
-    :func:`ai_tools.llm.tokens.context_window_for`.  ``log_requests`` logs
+    ``context_window`` None means: what the server reports, else look the model
+    up in :func:`ai_tools.llm.tokens.context_window_for` (see
+    :mod:`ai_tools.llm.window`); ``discover_window`` False never asks the
+    server.  ``tool_choice`` is sent with the tools (``"auto"`` by default; None
+    sends none).  ``max_tokens`` caps each reply (None: a quarter of the
+    window, at most 4,096, see :func:`default_max_tokens`; 0: send no cap);
+    a ``max_tokens`` in ``extra_body`` wins.  ``log_requests`` logs
     every request at debug level (credentials redacted); off by default, as a
     log event per request costs more CPU than parsing its stream.
     """
@@ -128,6 +152,9 @@ class ModelProfile:
     limits: AnswerLimits = attrs.field(factory=AnswerLimits)
     name: str = ""
     log_requests: bool = False
+    tool_choice: str | None = "auto"
+    max_tokens: int | None = None
+    discover_window: bool = True
 
     def __attrs_post_init__(self) -> None:
         if not self.model:
@@ -141,6 +168,15 @@ class ModelProfile:
             )
         if self.context_window is not None and self.context_window < 1:
             raise ConfigError("model profile: 'context_window' must be a positive integer")
+        if self.tool_choice is not None and self.tool_choice not in TOOL_CHOICES:
+            raise ConfigError(
+                f"model profile: 'tool_choice' must be one of {TOOL_CHOICES} or none "
+                f"(\"off\"), got {self.tool_choice!r}"
+            )
+        if self.max_tokens is not None and (isinstance(self.max_tokens, bool) or not isinstance(
+                self.max_tokens, int) or self.max_tokens < 0):
+            raise ConfigError("model profile: 'max_tokens' must be a positive integer "
+                              "(0: send none)")
         for field, kind in (("timeouts", Timeouts), ("repetition", RepetitionConfig),
                             ("limits", AnswerLimits)):
             if not isinstance(getattr(self, field), kind):
@@ -170,6 +206,8 @@ class ModelProfile:
             if not data.get(required):
                 raise ConfigError(f"{where}: '{required}' is required")
         values = dict(data)
+        if values.get("tool_choice") in ("off", ""):
+            values["tool_choice"] = None
         try:
             if isinstance(values.get("timeouts"), Mapping):
                 values["timeouts"] = Timeouts(**values["timeouts"])
@@ -190,7 +228,9 @@ class ModelProfile:
         ``AI_TOOLS_LLM_URL`` and ``AI_TOOLS_LLM_MODEL`` are required;
         ``AI_TOOLS_LLM_API_KEY_ENV`` names the variable holding the key
         (e.g. ``OPENAI_API_KEY``); optional ``AI_TOOLS_LLM_CONTEXT_WINDOW``,
-        ``AI_TOOLS_LLM_STREAM`` (``0``/``1``) and ``AI_TOOLS_LLM_TOOL_CALLING``.
+        ``AI_TOOLS_LLM_STREAM`` (``0``/``1``), ``AI_TOOLS_LLM_TOOL_CALLING``,
+        ``AI_TOOLS_LLM_TOOL_CHOICE`` (``auto``, ``required``, ``none``, ``off``)
+        and ``AI_TOOLS_LLM_MAX_TOKENS``.
         """
         env = os.environ if environ is None else environ
         url = env.get(ENV_URL, "").strip()
@@ -202,15 +242,19 @@ class ModelProfile:
         values: dict[str, Any] = {"base_url": url, "model": model}
         if env.get(ENV_API_KEY_ENV, "").strip():
             values["api_key_env"] = env[ENV_API_KEY_ENV].strip()
-        if env.get(ENV_CONTEXT_WINDOW, "").strip():
-            try:
-                values["context_window"] = int(env[ENV_CONTEXT_WINDOW])
-            except ValueError:
-                raise ConfigError(
-                    f"${ENV_CONTEXT_WINDOW} must be an integer, got {env[ENV_CONTEXT_WINDOW]!r}"
-                ) from None
+        for variable, key in ((ENV_CONTEXT_WINDOW, "context_window"),
+                              (ENV_MAX_TOKENS, "max_tokens")):
+            if env.get(variable, "").strip():
+                try:
+                    values[key] = int(env[variable])
+                except ValueError:
+                    raise ConfigError(
+                        f"${variable} must be an integer, got {env[variable]!r}"
+                    ) from None
         if env.get(ENV_STREAM, "").strip():
             values["stream"] = env[ENV_STREAM].strip().lower() not in ("0", "false", "no", "off")
         if env.get(ENV_TOOL_CALLING, "").strip():
             values["tool_calling"] = env[ENV_TOOL_CALLING].strip()
+        if env.get(ENV_TOOL_CHOICE, "").strip():
+            values["tool_choice"] = env[ENV_TOOL_CHOICE].strip()
         return cls.from_mapping(values, where="environment")

@@ -52,6 +52,7 @@ from twisted.web import server as web_server
 from twisted.web.resource import Resource
 
 from ai_tools.llm.profile import ModelProfile
+from ai_tools.llm.server_kinds import SERVER_KINDS, ServerKind
 
 __all__ = [
     "Fault",
@@ -538,9 +539,13 @@ class ScriptedModelResource(Resource):
             [Mapping[str, str], Mapping[str, Any]], str
         ] = default_conversation_key,
         log_requests: bool = True,
+        server_kind: ServerKind | None = None,
     ) -> None:
         super().__init__()
         self.model = model
+        self.server_kind = server_kind or ServerKind()
+        self.metadata_requests: list[tuple[str, str]] = []
+        """(method, path) of every request but a chat completion, in order."""
         self.log_requests = log_requests
         self.reactor = reactor
         self.api_key = api_key
@@ -589,20 +594,24 @@ class ScriptedModelResource(Resource):
 
     def render_GET(self, request: Any) -> bytes:
         path = request.path.decode("latin-1")
-        if path.rstrip("/").endswith("/models"):
-            request.setHeader(b"content-type", b"application/json")
-            return json.dumps(
-                {
-                    "object": "list",
-                    "data": [
-                        {"id": self.model.model_name, "object": "model", "owned_by": "ai_tools"}
-                    ],
-                }
-            ).encode()
-        return self._error(request, 404, f"no such endpoint: GET {path}")
+        self.metadata_requests.append(("GET", path))
+        return self._metadata(request, "GET", path)
+
+    def _metadata(self, request: Any, method: str, path: str) -> bytes:
+        """A metadata request, answered as the emulated server kind does (else 404)."""
+        answer = self.server_kind.metadata(method, path, self.model.model_name)
+        if answer is None:
+            return self._error(request, 404, f"no such endpoint: {method} {path}")
+        status, payload = answer
+        request.setResponseCode(status)
+        request.setHeader(b"content-type", b"application/json")
+        return json.dumps(payload).encode()
 
     def render_POST(self, request: Any) -> bytes | int:
         path = request.path.decode("latin-1")
+        if not path.rstrip("/").endswith("/chat/completions"):
+            self.metadata_requests.append(("POST", path))
+            return self._metadata(request, "POST", path)
         raw = request.content.read()
         headers = {
             k.decode("latin-1").lower(): v[0].decode("latin-1")
@@ -623,12 +632,15 @@ class ScriptedModelResource(Resource):
             if len(self.requests) >= count:
                 self._waiters.remove((count, d))
                 d.callback(self.requests[count - 1])
-        if not path.rstrip("/").endswith("/chat/completions"):
-            return self._error(request, 404, f"no such endpoint: POST {path}")
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return self._error(request, 400, "the body must be a JSON object with 'messages'")
         if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
             return self._error(request, 401, "Incorrect API key provided", "invalid_api_key")
+        overflow = self.server_kind.overflow(body)
+        if overflow is not None:
+            request.setResponseCode(overflow[0])
+            request.setHeader(b"content-type", b"application/json")
+            return json.dumps(overflow[1]).encode()
         record.conversation = self.conversation_key(headers, body)
         turn, why = self.model.next_turn(record.conversation, body["messages"])
         record.turn = turn
@@ -693,7 +705,10 @@ class ScriptedModelResource(Resource):
             request.write(b'{"id": "scripted", "choices": [{"message": {"content": "cut')
             request.finish()
             return
-        if stream:
+        if stream and self.server_kind.breaks_stream(body):
+            request.setHeader(b"content-type", b"text/event-stream")
+            request.finish()
+        elif stream:
             self._stream(request, body, turn)
         else:
             self._whole(request, body, turn)
@@ -957,6 +972,7 @@ def start_test_server(
     ] = default_conversation_key,
     backlog: int = 511,
     log_requests: bool = True,
+    server_kind: ServerKind | None = None,
 ) -> defer.Deferred[TestServer]:
     """Start a scripted server; fires with a :class:`TestServer`.
 
@@ -964,6 +980,8 @@ def start_test_server(
     :class:`Fault`, text), a scenario mapping, or ``{conversation: script}``.
     With ``api_key``, requests without ``Authorization: Bearer <api_key>`` get 401.
     ``log_requests=False`` drops the log event per request (a load test's server).
+    ``server_kind`` (:class:`~ai_tools.llm.server_kinds.ServerKind`) makes it answer
+    metadata requests and overlong prompts as llama.cpp, Ollama, vLLM... do.
     """
     if reactor is None:
         from twisted.internet import reactor as global_reactor
@@ -975,7 +993,7 @@ def start_test_server(
         return defer.fail(e)
     resource = ScriptedModelResource(
         model, reactor, api_key=api_key, conversation_key=conversation_key,
-        log_requests=log_requests,
+        log_requests=log_requests, server_kind=server_kind,
     )
     site = _ScriptedSite(resource)
     site.displayTracebacks = False
@@ -993,7 +1011,8 @@ def start_test_server(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ai_tools.testing SCENARIO [--port N] [--interface H] [--quiet]``."""
+    """``python -m ai_tools.testing SCENARIO [--port N] [--interface H] [--quiet]
+    [--server-kind KIND --context-window N [--slots N]]``."""
     import argparse
 
     from twisted.internet import reactor as global_reactor
@@ -1008,6 +1027,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--interface", default="127.0.0.1")
     parser.add_argument("--quiet", action="store_true", help="do not log each request")
+    parser.add_argument("--server-kind", choices=SERVER_KINDS, default="openai",
+                        help="answer metadata requests as this kind of server does")
+    parser.add_argument("--context-window", type=int, default=None,
+                        help="the window the server reports (and enforces), in tokens")
+    parser.add_argument("--slots", type=int, default=1, help="llama.cpp's --parallel")
     args = parser.parse_args(argv)
     try:
         script = Script.from_file(args.scenario)
@@ -1018,8 +1042,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         observer: Any = textFileLogObserver(sys.stderr)
         globalLogBeginner.beginLoggingTo([observer])
     try:
+        kind = ServerKind(args.server_kind, args.context_window, args.slots)
         server_d = start_test_server(script, reactor, interface=args.interface, port=args.port,
-                                     log_requests=not args.quiet)
+                                     log_requests=not args.quiet, server_kind=kind)
     except Exception as e:  # e.g. the port is taken
         print(f"cannot listen: {e}", file=sys.stderr)
         return 2

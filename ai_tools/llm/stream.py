@@ -224,7 +224,7 @@ class ChatStreamAssembler:
 
     def message(self) -> dict[str, Any]:
         """The assistant message assembled so far."""
-        message: dict[str, Any] = {"role": "assistant", "content": self.text or None}
+        message: dict[str, Any] = {"role": "assistant", "content": self.text}
         if self._calls:
             message["tool_calls"] = [
                 {

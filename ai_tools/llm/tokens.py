@@ -97,11 +97,16 @@ def context_window_for(model: str, configured: int | None = None) -> int:
     """The context window: the configured one, else a known model's, else 8192."""
     if configured:
         return configured
+    return known_context_window(model) or DEFAULT_CONTEXT_WINDOW
+
+
+def known_context_window(model: str) -> int | None:
+    """The window ``model`` was made with, when ai_tools knows the model; else None."""
     name = model.lower().rsplit("/", 1)[-1]
     for prefix in sorted(KNOWN_CONTEXT_WINDOWS, key=len, reverse=True):
         if name.startswith(prefix):
             return KNOWN_CONTEXT_WINDOWS[prefix]
-    return DEFAULT_CONTEXT_WINDOW
+    return None
 
 
 class TokenCounter:

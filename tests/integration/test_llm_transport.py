@@ -86,7 +86,8 @@ async def serve(status: int, body: bytes, headers: dict[bytes, bytes] | None = N
     port = reactor().listenTCP(0, site, interface="127.0.0.1")
     url = f"http://127.0.0.1:{port.getHost().port}/v1"
     client = OpenAIChatClient(
-        ModelProfile(base_url=url, model="m", **{"stream": False, **profile}),
+        ModelProfile(base_url=url, model="m", **{"stream": False, "discover_window": False,
+                                                 **profile}),
         reactor=reactor(),
         retry_policy=RetryPolicy(max_attempts=1),
     )

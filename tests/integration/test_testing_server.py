@@ -55,7 +55,8 @@ async def test_bad_requests_are_answered_like_an_api() -> None:
             )
             assert response.code == status
             assert "error" in await response.json()
-        assert len(server.requests) == 3
+        assert len(server.requests) == 2  # the chat requests
+        assert server.resource.metadata_requests == [("POST", "/v1/nowhere")]
     finally:
         await server.stop()
 

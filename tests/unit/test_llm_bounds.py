@@ -59,7 +59,7 @@ def test_a_streamed_answer_longer_than_the_default_cap_is_refused() -> None:
     """2 MiB of streamed text (cap: 1 MiB characters) is a protocol error, not an answer;
     the partial text it carries stays within the cap."""
     piece = "x" * (64 * 1024)
-    h = Harness([Turn(text=piece * 32, chunk_chars=len(piece))])
+    h = Harness([Turn(text=piece * 32, chunk_chars=len(piece))], context_window=65536)
     with pytest.raises(LLMProtocolError, match="longer than 1048576 characters") as info:
         h.run(h.client.complete(USER))
     assert len(info.value.partial_text) <= AnswerLimits().answer_chars
@@ -88,7 +88,7 @@ def test_a_gzip_bomb_stream_stops_at_the_decoded_byte_cap() -> None:
     bomb = gzip.compress(line * 640, compresslevel=9)
     assert len(bomb) < 200 * 1024
     resource = _Stream(bomb, encoding=b"gzip")
-    h = Harness([], resource=resource)
+    h = Harness([], resource=resource, discover_window=False)
     with pytest.raises(LLMProtocolError, match=f"larger than {32 * MiB} bytes"):
         h.run(h.client.complete(USER))
     assert len(resource.requests) == 1
@@ -98,7 +98,7 @@ def test_an_sse_line_longer_than_the_limit_is_refused() -> None:
     """A 2 MiB line (default limit 1 MiB) fails the stream instead of being buffered."""
     body = b": " + b"b" * (2 * MiB) + b"\n\n" + _chunk("hi") + b"data: [DONE]\n\n"
     resource = _Stream(body)
-    h = Harness([], resource=resource)
+    h = Harness([], resource=resource, discover_window=False)
     with pytest.raises(LLMProtocolError, match=f"longer than {MiB} bytes"):
         h.run(h.client.complete(USER))
 

@@ -422,7 +422,7 @@ def test_connection_refused_is_a_connection_error() -> None:
 
     clock = Clock()
     client = OpenAIChatClient(
-        ModelProfile(base_url="http://127.0.0.1:9", model="m"),
+        ModelProfile(base_url="http://127.0.0.1:9", model="m", discover_window=False),
         reactor=clock,
         agent=Refusing(),
         retry_policy=RetryPolicy(max_attempts=2, base_delay=1.0, jitter=False),
