@@ -71,10 +71,10 @@ class LoopTally:
         if text:
             self.texts.append(text)
 
-    def add_usage(self, usage: Mapping[str, Any] | None) -> None:
-        """Add one model answer's token counts."""
+    def add_usage(self, usage: Mapping[str, Any] | None, attempts: int = 1) -> None:
+        """Add one model answer's token counts, and the HTTP requests it took."""
         totals = self.usage
-        totals["requests"] += 1
+        totals["requests"] += attempts
         for key in _USAGE_KEYS:
             value = (usage or {}).get(key)
             if isinstance(value, int):
