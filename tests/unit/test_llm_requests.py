@@ -76,12 +76,9 @@ def test_tool_choice_per_profile(setting: str | None, sent: str | None) -> None:
     assert h.requests[0].body.get("tool_choice") == sent
 
 
-def test_tool_choice_off_in_a_config_table_and_the_environment() -> None:
+def test_tool_choice_off_and_max_tokens_in_a_config_table() -> None:
     base = {"base_url": "http://h/v1", "model": "m"}
-    assert ModelProfile.from_mapping({**base, "tool_choice": "off"}).tool_choice is None
-    env = {"AI_TOOLS_LLM_URL": "http://h/v1", "AI_TOOLS_LLM_MODEL": "m",
-           "AI_TOOLS_LLM_TOOL_CHOICE": "off", "AI_TOOLS_LLM_MAX_TOKENS": "300"}
-    profile = ModelProfile.from_environ(env)
+    profile = ModelProfile.from_mapping({**base, "tool_choice": "off", "max_tokens": 300})
     assert (profile.tool_choice, profile.max_tokens) == (None, 300)
     with pytest.raises(Exception, match="tool_choice"):
         ModelProfile.from_mapping({**base, "tool_choice": "sometimes"})
