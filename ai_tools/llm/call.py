@@ -56,6 +56,7 @@ class ModelCall:
         "_slot",
         "_streaming",
         "_timer",
+        "_unstreamed",
         "result",
     )
 
@@ -67,6 +68,7 @@ class ModelCall:
         self._body = body
         self._request = request
         self._rebuilt = False
+        self._unstreamed = False
         self._streaming = streaming
         self._on_event = on_event
         self._attempt = 0
@@ -135,6 +137,14 @@ class ModelCall:
 
     def exchange_succeeded(self, response: ChatResponse) -> None:
         """The attempt got an answer."""
+        if self._unstreamed:  # whole, after a stream that broke: ask whole from now on
+            channel = self._channel
+            if channel.stream_tools:
+                channel.stream_tools = False
+                channel.log.warn(
+                    "Model {label}: a streamed answer offering tools ended before its first "
+                    "chunk and the same request unstreamed was answered; asking for whole "
+                    "answers whenever tools are offered", label=channel.profile.label)
         self._exchange = None
         self._release_slot()
         self._channel.breaker.record_success()
@@ -150,7 +160,11 @@ class ModelCall:
             breaker.release_probe()
         elif isinstance(exc, LLMError) and not isinstance(exc, LLMUnavailable):
             if self._changed_request(exc, exchange):
-                self._timer = self._channel.clock.callLater(0, self._wait_for_slot)
+                if self._unstreamed:  # the server may close the connection the stream used
+                    self._channel.drop_idle_connections().addBoth(
+                        lambda _: None if self._ended else self._wait_for_slot())
+                else:
+                    self._timer = self._channel.clock.callLater(0, self._wait_for_slot)
                 return
             verdict = self._channel.verdict(exc)
             if verdict == "success":
@@ -168,8 +182,10 @@ class ModelCall:
 
         * a context-overflow 400 naming a smaller window than the one in use: the
           request's default ``max_tokens`` shrinks with it;
-        * a streamed answer with tools that ended before its first chunk: requests
-          offering tools are sent unstreamed from now on (logged once).
+        * a streamed answer with tools that ended before its first chunk (or a
+          connection closed cleanly without an answer): it is asked for whole, and if
+          that is answered, requests offering tools are sent unstreamed from now on
+          (logged once).
         """
         request, channel = self._request, self._channel
         if request is None or self._rebuilt or (exchange is not None and exchange.produced):
@@ -178,13 +194,8 @@ class ModelCall:
             if not channel.window.learn_from_error(str(exc)):
                 return False
         elif isinstance(exc, LLMEmptyStream) and self._streaming and request.offers_tools:
-            if channel.stream_tools:
-                channel.stream_tools = False
-                channel.log.warn(
-                    "Model {label}: a streamed answer offering tools ended before its first "
-                    "chunk; asking for whole answers whenever tools are offered",
-                    label=channel.profile.label)
             self._streaming = False
+            self._unstreamed = True
         else:
             return False
         body = request.build(self._streaming)

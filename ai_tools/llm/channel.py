@@ -60,6 +60,7 @@ class ModelChannel:
         "_headers",
         "_http",
         "_limits",
+        "_pool",
         "_rand",
         "_redactors",
         "breaker",
@@ -87,6 +88,7 @@ class ModelChannel:
         environ: Mapping[str, str] | None,
         rand: Callable[[], float],
         wall_clock: Callable[[], float],
+        pool: Any = None,
     ) -> None:
         self.profile = profile
         self.clock = clock
@@ -96,6 +98,7 @@ class ModelChannel:
         self.slots = defer.DeferredSemaphore(profile.max_concurrency)
         self.calls: set[Any] = set()
         self.url = prepared_url(profile.chat_url)
+        self._pool = pool
         self.window = ContextWindow.for_profile(profile)
         self.stream_tools = True
         """False once a streamed answer with tools came back empty (llama-cpp-python
@@ -167,6 +170,13 @@ class ModelChannel:
             reactor=self.clock,
         )
 
+    def drop_idle_connections(self) -> defer.Deferred[None]:
+        """Close the pool's idle connections (a server that broke a stream may close the
+        connection it used just as it would be used again); nothing without a pool."""
+        if self._pool is None:
+            return defer.succeed(None)
+        return self._pool.closeCachedConnections()
+
     def fetch(self, probe: Probe) -> defer.Deferred[tuple[int, bytes]]:
         """Send a metadata request (window discovery); fires with (status, body).
 
@@ -175,7 +185,8 @@ class ModelChannel:
         seconds (or the profile's total deadline, if less); fails when the
         server cannot be reached or does not answer in time.
         """
-        headers = Headers({b"Accept": [b"application/json"], b"User-Agent": [USER_AGENT]})
+        headers = Headers({b"Accept": [b"application/json"], b"User-Agent": [USER_AGENT],
+                           b"Connection": [b"close"]})  # once per client: not for the pool
         key = self.api_key()
         if key:
             headers.setRawHeaders(b"Authorization",

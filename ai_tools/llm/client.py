@@ -112,6 +112,7 @@ class OpenAIChatClient:
             environ=self.environ,
             rand=self.rand,
             wall_clock=self.wall_clock,
+            pool=self._pool,
         )
 
     def __repr__(self) -> str:

@@ -26,7 +26,9 @@ from typing import Any, cast
 
 import attrs
 from twisted.internet import defer
+from twisted.internet.error import ConnectionDone
 from twisted.python.failure import Failure
+from twisted.web.client import ResponseNeverReceived
 
 from ai_tools.errors import (
     LLMConnectionError,
@@ -221,6 +223,9 @@ class Exchange:
         if error is None:
             if failure.check(defer.CancelledError):
                 error = defer.CancelledError()
+            elif self._consumer is not None and _closed_without_answer(failure):
+                error = LLMEmptyStream(f"{self._channel.profile.chat_url} closed the "
+                                       "connection without answering a streamed request")
             else:
                 reason = describe_failure(cast(BaseException, failure.value))
                 error = LLMConnectionError(
@@ -373,3 +378,12 @@ class Exchange:
 def _is_json(response: Any) -> bool:
     """Whether a streaming request got a JSON answer instead (the server ignored stream)."""
     return "json" in (header_value(response.headers, "content-type") or "").lower()
+
+
+def _closed_without_answer(failure: Failure) -> bool:
+    """Whether the server closed the connection cleanly before any response (as
+    llama-cpp-python does when it cannot stream an answer)."""
+    if not failure.check(ResponseNeverReceived):
+        return False
+    reasons = list(getattr(failure.value, "reasons", None) or ())
+    return bool(reasons) and all(r.check(ConnectionDone) for r in reasons)

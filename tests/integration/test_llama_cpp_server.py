@@ -37,7 +37,7 @@ import treq
 from twisted.logger import formatEvent, globalLogPublisher
 from twisted.web.client import Agent, HTTPConnectionPool
 
-from ai_tools.errors import LLMError, LLMRequestError
+from ai_tools.errors import LLMEmptyAnswer, LLMRequestError
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.execution.reasons import TerminationReason
 from ai_tools.llm.client import OpenAIChatClient
@@ -179,6 +179,12 @@ async def raw_stream(server: LlamaServer, body: dict[str, Any]) -> bytes:
                              {**body, "model": MODEL_ALIAS, "stream": True})
     assert status == 200
     return data
+
+
+def chats(server: LlamaServer, before: int = 0) -> list[tuple[str, str, int]]:
+    """The chat requests of the server's access log from the ``before``-th request on
+    (the client's metadata requests for the window left out)."""
+    return [r for r in server.requests()[before:] if r[1] == "/v1/chat/completions"]
 
 
 def sse_chunks(data: bytes) -> tuple[list[dict[str, Any]], int, bool]:
@@ -334,39 +340,45 @@ async def test_auto_tool_choice_text_answer_is_empty(servers: dict[str, LlamaSer
     """A limitation of this server, which docs/models.md warns about: when the model
     chooses to answer in text under ``tool_choice: "auto"``, the server constrains
     the text by its grammar for further calls, and the answer comes back empty.
-    If this fails, the server was fixed: update the docs."""
-    response = await clients(servers["native"]).complete(
-        [{"role": "system", "content": "You are a guide in a small town."},
-         {"role": "user", "content": "Say hi to Bob."}],
-        tools=[LOOK], tool_choice="auto", stream=False)
-    assert response.tool_calls == ()
-    assert response.finish_reason == "stop"
-    assert response.content == ""
+    The client says so (an empty answer, finish_reason stop), never takes it for an
+    answer.  If this fails, the server was fixed: update the docs."""
+    server = servers["native"]
+    messages = [{"role": "system", "content": "You are a guide in a small town."},
+                {"role": "user", "content": "Say hi to Bob."}]
+    status, data = await raw("POST", server.url + "/chat/completions", {
+        "model": MODEL_ALIAS, "messages": messages, "tools": [LOOK], "tool_choice": "auto",
+        "temperature": 0, "max_tokens": 32})
+    message = json.loads(data)["choices"][0]["message"]
+    assert status == 200 and not message.get("tool_calls") and not message.get("content")
+    with pytest.raises(LLMEmptyAnswer, match=r"empty answer.*finish_reason 'stop'"):
+        await clients(server).complete(messages, tools=[LOOK], stream=False)
 
 
 @pytest_twisted.ensureDeferred
-async def test_streamed_auto_tool_call_is_an_error_not_an_empty_answer(
+async def test_streamed_auto_tool_call_is_asked_again_whole(
         servers: dict[str, LlamaServer], clients: Any) -> None:
     """llama-cpp-python cannot stream a call the model chose itself (``tool_choice:
-    "auto"``): it answers 200 and ends the stream at once, without ``[DONE]``.
+    "auto"``, the profile's default): it answers 200 and ends the stream at once,
+    without ``[DONE]`` (checked on the raw stream).
 
-    The client must report that as a failed request, never as an empty answer
-    (today: a truncated stream).
-    The prompt is one for which the model (greedy) picks the tool, which the
-    same request unstreamed confirms first.
+    The client asks again for the whole answer at once, gets the call, and from
+    then on asks for whole answers when tools are offered.  The prompt is one for
+    which the model (greedy) picks the tool.
     """
     server = servers["native"]
     client = clients(server)
     messages = [{"role": "system", "content": "You act through tools."},
                 {"role": "user", "content": "Look at the sky."}]
-    whole = await client.complete(messages, tools=[LOOK], tool_choice="auto", stream=False)
-    assert whole.tool_calls, "the model answered in text: choose a prompt where it calls look"
     chunks, _, done = sse_chunks(await raw_stream(server, {
         "messages": messages, "tools": [LOOK], "tool_choice": "auto", "temperature": 0,
         "max_tokens": 32}))
     assert chunks == [] and not done
-    with pytest.raises(LLMError):
-        await client.complete(messages, tools=[LOOK], tool_choice="auto", stream=True)
+    before = len(server.requests())
+    response = await client.complete(messages, tools=[LOOK], stream=True)
+    assert [c.name for c in response.tool_calls] == ["look"] and response.attempts == 2
+    again = await client.complete(messages, tools=[LOOK], stream=True)
+    assert again.attempts == 1 and again.tool_calls
+    assert chats(server, before) == [("POST", "/v1/chat/completions", 200)] * 3
 
 
 @pytest_twisted.ensureDeferred
@@ -419,12 +431,9 @@ async def test_window_overflow_is_a_clear_request_error(servers: dict[str, Llama
     with pytest.raises(LLMRequestError, match="maximum context length is 2048 tokens") as caught:
         await client.complete([{"role": "user", "content": "word " * 2100}], stream=False)
     assert caught.value.status == 400
-    assert server.requests()[before:] == [("POST", "/v1/chat/completions", 400)]
+    assert chats(server, before) == [("POST", "/v1/chat/completions", 400)]
 
 
-@known_client_defect("no window discovery: the client never asks the server for its "
-                     "context window (GET /v1/models here) and never logs which window it "
-                     "uses or where that came from")
 @pytest_twisted.ensureDeferred
 async def test_window_is_asked_of_the_server_and_logged(servers: dict[str, LlamaServer],
                                                         clients: Any) -> None:
@@ -447,16 +456,28 @@ async def test_window_is_asked_of_the_server_and_logged(servers: dict[str, Llama
         globalLogPublisher.removeObserver(cast(Any, observe))
     assert result.usage["requests"] == 1
     asked = [path for method, path, _ in server.requests() if method == "GET"]
-    assert "/v1/models" in asked or "/props" in asked
-    assert any(str(client.context_window) in line for line in logged), logged
+    assert "/v1/models" in asked and "/props" in asked
+    assert client.context_window == 8192
+    (line,) = [text for text in logged if "context window" in text]
+    assert "8192 tokens" in line and "does not know ('local')" in line
+
+
+@pytest_twisted.ensureDeferred
+async def test_window_is_learned_from_the_overflow_error(servers: dict[str, LlamaServer],
+                                                         clients: Any) -> None:
+    """This server names its window only in the 400 of a prompt too long for it: the
+    client takes the window from there (and uses it from then on)."""
+    server = servers["plain"]
+    client = clients(server, context_window=None)
+    with pytest.raises(LLMRequestError, match="maximum context length is 2048 tokens"):
+        await client.complete([{"role": "user", "content": "word " * 2100}], stream=False)
+    assert client.context_window == 2048
+    assert "context-overflow error" in client.context_window_source
 
 
 # -- the ReAct loop ------------------------------------------------------------------
 
 
-@known_client_defect('assistant tool-call messages are sent with "content": null; '
-                     "llama-cpp-python answers 500, so every native loop fails at its "
-                     "second step")
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 @pytest_twisted.ensureDeferred
 async def test_native_loop_with_tool_results_in_history(servers: dict[str, LlamaServer],
@@ -472,13 +493,11 @@ async def test_native_loop_with_tool_results_in_history(servers: dict[str, Llama
     assert result.termination_reason == TerminationReason.MAX_ITERATIONS
     assert [r["tool"] for r in result.results] == ["look"] * 2
     assert all(r["success"] for r in result.results)
-    assert server.requests()[before:] == [("POST", "/v1/chat/completions", 200)] * 2
+    assert chats(server, before) == [("POST", "/v1/chat/completions", 200)] * 2
     roles = [m["role"] for m in ctx.history.messages]
     assert roles == ["user", "assistant", "tool", "assistant", "tool"]
 
 
-@known_client_defect("no tool_choice is sent with the tools, and llama-cpp-python then "
-                     "drops the tools: the loop's model never sees them")
 @pytest_twisted.ensureDeferred
 async def test_loop_offers_its_tools(servers: dict[str, LlamaServer], clients: Any) -> None:
     """The loop's request makes the server put the tools in the prompt: its prompt
@@ -512,15 +531,13 @@ async def test_fallback_loop_with_tool_results_in_history(servers: dict[str, Lla
     assert result.termination_reason == TerminationReason.MAX_ITERATIONS
     assert [r["tool"] for r in result.results] == ["look"] * 2
     assert all(r["success"] for r in result.results)
-    assert server.requests()[before:] == [("POST", "/v1/chat/completions", 200)] * 2
+    assert chats(server, before) == [("POST", "/v1/chat/completions", 200)] * 2
     messages = ctx.history.messages
     assert [m["role"] for m in messages] == ["user"] + ["assistant", "user"] * 2
     assert all("tool_calls" not in m for m in messages)
     assert all(m["content"].startswith("[TOOL RESULT: look]") for m in messages[2::2])
 
 
-@known_client_defect("no default max_tokens: a profile that sets none lets a reply run "
-                     "to the end of the server's window")
 @pytest_twisted.ensureDeferred
 async def test_reply_is_bounded_without_max_tokens(servers: dict[str, LlamaServer],
                                                    clients: Any) -> None:

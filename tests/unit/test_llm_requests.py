@@ -10,18 +10,25 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from twisted.internet import defer
+from twisted.internet.error import ConnectionDone, ConnectionRefusedError
+from twisted.internet.task import Clock
 from twisted.logger import formatEvent
+from twisted.python.failure import Failure
+from twisted.web.client import ResponseNeverReceived
 
 from ai_tools.errors import (
+    LLMConnectionError,
     LLMEmptyAnswer,
     LLMRequestError,
     LLMServerError,
     LLMUnavailable,
 )
-from ai_tools.llm.client import sendable_messages
+from ai_tools.llm.client import OpenAIChatClient, sendable_messages
 from ai_tools.llm.events import ToolCall
 from ai_tools.llm.messages import assistant_tool_calls_message
 from ai_tools.llm.profile import ModelProfile, default_max_tokens
+from ai_tools.retry import RetryPolicy
 from ai_tools.testing import Fault, ServerKind, Turn
 from tests.unit.test_llm_client import TOOLS, USER, Harness, logged  # noqa: F401  (a fixture)
 
@@ -177,6 +184,50 @@ def test_a_stream_broken_by_tools_is_asked_again_whole_and_remembered(
     assert [r.body["stream"] for r in h.requests] == [True, False, False, True]
     warnings = [formatEvent(e) for e in logged if "first chunk" in formatEvent(e)]
     assert len(warnings) == 1 and "whole answers" in warnings[0]
+
+
+class ClosingOnStreams:
+    """An agent that closes every streamed request cleanly before any header (as
+    llama-cpp-python may when it cannot stream), and passes the others on."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def request(self, method: bytes, uri: bytes, headers: Any = None, body: Any = None) -> Any:
+        accept = headers.getRawHeaders(b"accept", [b""])[0] if headers else b""
+        if accept == b"text/event-stream":
+            return defer.fail(ResponseNeverReceived([Failure(ConnectionDone())]))
+        if self.inner is None:
+            return defer.fail(ConnectionRefusedError("nobody home"))
+        return self.inner.request(method, uri, headers, body)
+
+
+def test_a_connection_closed_without_answer_to_a_streamed_request_with_tools() -> None:
+    """The server may instead close the connection cleanly before any header: the
+    request is asked again whole, and once that is answered, whole from then on."""
+    h = Harness([Turn(tool_calls=[("look", {})]), Turn(tool_calls=[("look", {})])])
+    client = OpenAIChatClient(h.client.profile, reactor=h.clock,
+                              agent=ClosingOnStreams(h.stub),
+                              retry_policy=RetryPolicy(max_attempts=1))
+    answer = h.run(client.complete(USER, tools=TOOLS))
+    assert answer.tool_calls and answer.attempts == 2
+    assert h.run(client.complete(USER, tools=TOOLS)).attempts == 1
+    assert [r.body["stream"] for r in h.requests] == [False, False]
+
+
+def test_a_server_that_answers_nothing_keeps_streaming() -> None:
+    """When the whole request fails too (nothing answers), nothing is learned: the next
+    request offering tools is streamed again."""
+    closing, clock = ClosingOnStreams(None), Clock()
+    client = OpenAIChatClient(ModelProfile(base_url="http://h/v1", model="m",
+                                           discover_window=False),
+                              reactor=clock, agent=closing,
+                              retry_policy=RetryPolicy(max_attempts=1))
+    failures: list = []
+    client.complete(USER, tools=TOOLS).addErrback(failures.append)
+    clock.advance(0)
+    assert failures and failures[0].check(LLMConnectionError)
+    assert client._channel.stream_tools
 
 
 # -- attempts ----------------------------------------------------------------------------------
