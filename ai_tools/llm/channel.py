@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import attrs
 import treq
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web.http_headers import Headers
 
 from ai_tools.errors import (
@@ -31,7 +32,7 @@ from ai_tools.errors import (
     RepeatedLineLoop,
 )
 from ai_tools.llm.breaker import CircuitBreaker
-from ai_tools.llm.http_errors import redact_headers
+from ai_tools.llm.http_errors import describe_failure, redact_headers
 from ai_tools.llm.profile import AnswerLimits, ModelProfile
 from ai_tools.llm.redaction import Redactor
 from ai_tools.llm.transport import prepared_url
@@ -209,10 +210,22 @@ class ModelChannel:
                 lambda _: (response.code, b"".join(parts)), lambda _: (0, b""))
 
         total = self.profile.timeouts.total
+        limit = min(PROBE_TIMEOUT, total or PROBE_TIMEOUT)
+
+        def late(result: Any, timeout: float) -> Any:
+            raise LLMTimeout(f"{probe.method} {probe.url}: no answer within {timeout:g}s")
+
+        def unreachable(failure: Failure) -> Any:
+            if failure.check(LLMTimeout):
+                return failure
+            raise LLMConnectionError(f"{probe.method} {probe.url}: "
+                                     f"{describe_failure(cast(BaseException, failure.value))}")
+
         asked = self._http.request(probe.method, probe.url, data=data, headers=headers,
                                    unbuffered=True, allow_redirects=False, reactor=self.clock)
         asked.addCallback(read)
-        asked.addTimeout(min(PROBE_TIMEOUT, total or PROBE_TIMEOUT), self.clock)
+        asked.addTimeout(limit, self.clock, onTimeoutCancel=late)
+        asked.addErrback(unreachable)
         return asked
 
     def _request_headers(self, streaming: bool) -> Headers:

@@ -160,7 +160,7 @@ class OpenAIChatClient:
             self._channel.log.warn(
                 "Model {label}: could not ask the server for its context window ({error}); "
                 "using {tokens} tokens for now", label=self.profile.label,
-                error=found.getErrorMessage() or repr(found.value), tokens=window.tokens)
+                error=found.getErrorMessage(), tokens=window.tokens)
         else:
             window.settled = True
             if found is not None:

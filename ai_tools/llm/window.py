@@ -49,7 +49,7 @@ log = Logger(namespace="ai_tools.llm.window")
 
 PROBE_BODY_BYTES = 1 << 20
 """The most one metadata answer may be (``/props`` carries the chat template)."""
-PROBE_TIMEOUT = 30.0
+PROBE_TIMEOUT = 10.0
 """Seconds one metadata request may take, at most (less when the call's total is less)."""
 
 _OVERFLOW_PATTERNS = (

@@ -18,7 +18,13 @@ from twisted.logger import formatEvent
 from ai_tools.errors import LLMConnectionError, LLMRequestError
 from ai_tools.llm.client import OpenAIChatClient
 from ai_tools.llm.profile import ModelProfile
-from ai_tools.llm.window import ContextWindow, read_llama_cpp, server_root, window_in_error
+from ai_tools.llm.window import (
+    PROBE_TIMEOUT,
+    ContextWindow,
+    read_llama_cpp,
+    server_root,
+    window_in_error,
+)
 from ai_tools.retry import RetryPolicy
 from ai_tools.testing import ServerKind
 from tests.unit.test_llm_client import USER, Harness, logged  # noqa: F401  (a fixture)
@@ -178,3 +184,22 @@ def test_window_state_without_a_server() -> None:
     assert window.tokens == 128_000 and "known for model 'gpt-4o'" in window.source
     assert window.learn(32_000, "test") and window.tokens == 32_000
     assert not window.learn(32_000, "test")
+
+
+def test_a_server_that_never_answers_the_metadata_request(logged: list) -> None:  # noqa: F811
+    """Each metadata request has its deadline; the log says what happened, and the call
+    goes on with the window it has."""
+
+    class Silent:
+        def request(self, *args: Any, **kwargs: Any) -> defer.Deferred:
+            return defer.Deferred()  # never answers (cancellable)
+
+    clock = Clock()
+    client = OpenAIChatClient(ModelProfile(base_url="http://127.0.0.1:9", model="local"),
+                              reactor=clock, agent=Silent(),
+                              retry_policy=RetryPolicy(max_attempts=1))
+    learned = client.learn_context_window()
+    clock.advance(PROBE_TIMEOUT)
+    assert learned.result == 8192
+    (line,) = [formatEvent(e) for e in logged if "could not ask" in formatEvent(e)]
+    assert "GET http://127.0.0.1:9/v1/models: no answer within 10s" in line
