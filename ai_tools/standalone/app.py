@@ -269,9 +269,9 @@ class StandaloneService(MultiService):
                 log.info("Model profile {name}: {model} at {url}", name=name,
                          model=profile.model, url=profile.base_url)
             client = self.clients[name] = OpenAIChatClient(profile, reactor=self.reactor)
-            # the model's window, from its server when it tells it (logged with its source),
-            # before any assistant measures its context against it; never fails
-            yield client.learn_context_window()
+            # the model's window, from its server when it tells it (logged with its source);
+            # never fails, and a slow server does not hold the start (its first call waits)
+            client.learn_context_window()
 
     def _start_scripted(self, spec: ModelSpec) -> defer.Deferred[Any]:
         from ai_tools.llm.scripted import Script, start_test_server
