@@ -162,7 +162,7 @@ def _positive(value: Any) -> int | None:
 def _same_model(name: Any, model: str) -> bool:
     if not isinstance(name, str):
         return False
-    return name == model or name == f"{model}:latest" or name.split(":")[0] == model
+    return name in (model, f"{model}:latest") or f"{name}:latest" == model
 
 
 def _listed(data: Any, key: str, model: str) -> list[Mapping[str, Any]]:

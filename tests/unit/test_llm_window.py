@@ -22,6 +22,7 @@ from ai_tools.llm.window import (
     PROBE_TIMEOUT,
     ContextWindow,
     read_llama_cpp,
+    read_ollama_running,
     server_root,
     window_in_error,
 )
@@ -203,3 +204,14 @@ def test_a_server_that_never_answers_the_metadata_request(logged: list) -> None:
     assert learned.result == 8192
     (line,) = [formatEvent(e) for e in logged if "could not ask" in formatEvent(e)]
     assert "GET http://127.0.0.1:9/v1/models: no answer within 10s" in line
+
+
+def test_ollama_s_running_list_is_read_for_this_model_only() -> None:
+    """Another model loaded (or another tag of it) says nothing of this one's window."""
+    running = {"models": [{"name": "qwen2.5:7b", "model": "qwen2.5:7b", "context_length": 4096}]}
+    assert read_ollama_running(running, "qwen2.5:7b") == (
+        4096, "Ollama GET /api/ps context_length (the loaded model's num_ctx)")
+    assert read_ollama_running(running, "qwen2.5") is None  # qwen2.5:latest, not :7b
+    assert read_ollama_running(running, "llama3.1") is None
+    assert read_ollama_running({"models": [{"name": "llama3.1:latest",
+                                            "context_length": 2048}]}, "llama3.1")[0] == 2048
