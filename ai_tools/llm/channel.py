@@ -40,8 +40,10 @@ from ai_tools.llm.window import PROBE_BODY_BYTES, PROBE_TIMEOUT, ContextWindow, 
 from ai_tools.retry import RetryPolicy, is_retryable_error
 
 USER_AGENT = b"ai_tools (twisted; +openai-compatible)"
-ANSWER_CHARS_PER_TOKEN = 32
-"""Characters per token of the window an answer may have (a token is ~4 on average)."""
+ANSWER_CHARS_PER_TOKEN = 128
+"""Characters per token of the window an answer may have: ~4 on average, and no token of
+the usual vocabularies decodes to more than this (long runs of spaces are the longest), so
+an answer over it cannot have fit the window."""
 MIN_ANSWER_CHARS = 64 * 1024
 
 Verdict = Literal["retry", "fail", "success"]

@@ -66,6 +66,20 @@ def test_a_streamed_answer_longer_than_the_default_cap_is_refused() -> None:
     assert len(h.requests) == 1  # not retried
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_small_window_caps_the_answer_too(stream: bool) -> None:
+    """2,048 tokens of window hold no answer of 262,144 characters (128 a token): a
+    longer one is refused; the profile's cap still holds for a large window."""
+    piece = "x" * (64 * 1024)
+    h = Harness([Turn(text=piece * 5, chunk_chars=len(piece))], context_window=2048,
+                stream=stream)
+    with pytest.raises(LLMProtocolError, match="longer than 262144 characters"):
+        h.run(h.client.complete(USER))
+    h = Harness([Turn(text=piece * 5, chunk_chars=len(piece))], context_window=128_000,
+                stream=stream)
+    assert len(h.run(h.client.complete(USER)).content) == 5 * len(piece)
+
+
 def test_a_plain_answer_over_the_answer_cap_is_refused_too() -> None:
     """The same cap holds for a whole (non-streamed) answer."""
     h = Harness([Turn(text="y" * 5000)], stream=False, limits=AnswerLimits(answer_chars=1000))
