@@ -11,7 +11,7 @@ Each :meth:`OpenAIChatClient.complete` is a :class:`~ai_tools.llm.call.ModelCall
 running :class:`~ai_tools.llm.exchange.Exchange` attempts over the client's
 :class:`~ai_tools.llm.channel.ModelChannel`.  The client caps concurrent
 requests with a ``DeferredSemaphore``, streams answers through a byte-level
-SSE parser into the semantic events of spec 003, retries 429, 5xx and
+SSE parser into semantic events (text deltas, the final message, done), retries 429, 5xx and
 connection failures with the shared :class:`~ai_tools.retry.RetryPolicy`
 (honouring ``Retry-After``), fails at once with a clear message on 400, 401,
 403 and 404, stops calling a failing server through a circuit breaker, bounds

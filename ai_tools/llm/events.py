@@ -1,6 +1,6 @@
 """Values a model request produces: streamed semantic events, tool calls, the response.
 
-The streamed events are the ones of spec 003: a tool loop consumes
+The streamed events are the semantic ones: a tool loop consumes
 :class:`TextDelta`, :class:`AssistantMessageFinal`, :class:`StreamDone`,
 :class:`ServerError` and :class:`UsageUpdate` without knowing how the transport
 framed them.  A non-streaming request produces the same events (one

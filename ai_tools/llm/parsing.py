@@ -1,4 +1,4 @@
-"""Find the tool calls in a model's answer and sort them (spec 003, DESIGN §3).
+"""Find the tool calls in a model's answer and sort them.
 
 Structured ``tool_calls`` come first.  When there are none, the text is
 searched for calls written as JSON (models without native tool calling): a

@@ -81,7 +81,7 @@ class Timeouts:
 
 @attrs.frozen
 class AnswerLimits:
-    """How much a model server may send back for one answer (DESIGN §5: bounded by bytes).
+    """How much a model server may send back for one answer, bounded in bytes.
 
     ``body_bytes`` caps the decoded bytes of a successful response body,
     plain or streamed (a gzip body counts as it decodes, so a small

@@ -1,4 +1,4 @@
-"""Turn streamed chat-completion chunks into the semantic events of spec 003.
+"""Turn streamed chat-completion chunks into semantic events (text deltas, the final message, done).
 
 An OpenAI-compatible server streams ``chat.completion.chunk`` objects as SSE
 ``data:`` lines and ends with ``data: [DONE]``.  Text arrives as ``delta.content``
