@@ -106,6 +106,14 @@ class LeaseManager:
 
     # -- the service's hooks -----------------------------------------------------
 
+    def assistant_of_character(self, character: str) -> str | None:
+        """The configured assistant speaking through ``character``, whichever worker runs
+        it (every worker runs the same configuration): the API refuses to speak as it."""
+        for config in self.configs:
+            if config.character_id == character:
+                return config.name
+        return None
+
     def save_options(self, states: Mapping[str, Any]) -> dict[str, Any]:
         """The fence (and what was heard) of a state write: ``save_many``'s keywords."""
         epochs, heard = self.epochs, self.heard

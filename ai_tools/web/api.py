@@ -578,6 +578,10 @@ class ApiResource(Resource):
         if not isinstance(sender, Mapping) or sender.get("kind") != "character":
             raise ApiError(404, f"no character with id {character!r}", field="character")
         owner = assistants_by_character(self.service).get(character)
+        ownership = getattr(self.service, "ownership", None)
+        if owner is None and ownership is not None:
+            # With workers, the assistant may run on another one: ask who shares them.
+            owner = ownership.assistant_of_character(character)
         if owner is not None:
             raise ApiError(403, f"{character} is the character of assistant {owner!r}; "
                            "the API speaks only as players", field="character")

@@ -123,6 +123,25 @@ def test_the_api_does_not_speak_as_an_assistant() -> None:
     assert heard == []
 
 
+class OtherWorkers:
+    """The service's ownership hook when workers share the assistants (service/leases.py)."""
+
+    def assistant_of_character(self, character: str) -> str | None:
+        return "sage" if character == "char:alice" else None
+
+
+def test_the_api_does_not_speak_as_an_assistant_another_worker_runs() -> None:
+    """With workers, an assistant this worker does not run is still refused as a speaker."""
+    api = ApiHarness()
+    api.service.ownership = OtherWorkers()
+    answer: Answer = api.call("POST", "/messages",
+                              body={"character": "char:alice", "text": "I quit."})
+    assert answer.code == 403, answer
+    assert "assistant 'sage'" in answer.json["error"]
+    bob = api.call("POST", "/messages", body={"character": "char:bob", "text": "hello"})
+    assert bob.code == 200, bob
+
+
 # -- the service side: one durable path for every host ------------------------------------
 
 
