@@ -139,16 +139,8 @@ def start_assistants(service: Any, configured: Sequence[AssistantConfig]) -> Any
         log.info("The config file no longer names {names}: left asleep on disk (their "
                  "saved state stays in the store)", names=", ".join(dropped))
     for name in sorted(saved - removed - set(before) - configured_names):
-        state = yield service.store.load_assistant(name)
-        try:
-            config = AssistantConfig.from_mapping((state or {}).get("config") or {},
-                                                  f"saved assistant {name!r}")
-            yield service.add_assistant(config)
-        except Exception as exc:
-            log.error("Saved assistant {assistant} not brought back: {error}",
-                      assistant=name, error=str(exc))
-            continue
-        added.append(name)
+        if (yield service.restore_assistant(name)):
+            added.append(name)
     return added
 
 

@@ -547,17 +547,24 @@ class AssistantService(MultiService):
         for name in names:
             if name in self._assistants or name in self._adding:
                 continue
-            state = yield self.store.load_assistant(name)
-            try:
-                config = AssistantConfig.from_mapping((state or {}).get("config") or {},
-                                                      f"saved assistant {name!r}")
-                yield self.add_assistant(config)
-            except Exception as exc:
-                log.error("Saved assistant {assistant} not restored: {error}",
-                          assistant=name, error=str(exc))
-                continue
-            restored.append(name)
+            if (yield self.restore_assistant(name)):
+                restored.append(name)
         return restored
+
+    @defer.inlineCallbacks
+    def restore_assistant(self, name: str) -> Any:
+        """Bring back one saved assistant with its saved configuration; fires True, or
+        False after logging why it could not (unknown model, bad config)."""
+        state = yield self.store.load_assistant(name)
+        try:
+            config = AssistantConfig.from_mapping((state or {}).get("config") or {},
+                                                  f"saved assistant {name!r}")
+            yield self.add_assistant(config)
+        except Exception as exc:
+            log.error("Saved assistant {assistant} not restored: {error}",
+                      assistant=name, error=str(exc))
+            return False
+        return True
 
     def remove_assistant(
         self, name: str, *, forget: bool = False, save: bool = True
