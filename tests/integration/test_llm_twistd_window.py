@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 import pytest_twisted
 
-from ai_tools.testing import Rule, Script, ServerKind, Turn, start_test_server
+from ai_tools.testing import ServerKind, start_test_server
 from tests.integration.twistd_process import (
     SCENARIO_MODEL,
+    SOUP_SCRIPT,
     TWISTD,
     assert_stopped_by,
-    get_json,
+    bob_heard,
     http,
     post_json,
     processes,
@@ -35,22 +36,10 @@ __all__ = ["http", "processes"]  # fixtures
 
 pytestmark = pytest.mark.skipif(not TWISTD.exists(), reason="twistd is not installed here")
 
-SCRIPT = Script(
-    rules=(Rule(match="soup", turns=(
-        Turn(tool_calls=[{"name": "say", "arguments": {"message": "Chowder, Bob."}}]),)),),
-    default=Turn(tool_calls=[{"name": "noop", "arguments": {"reason": "nothing"}}]),
-)
-
-
-async def heard(http: Any, base: str, text: str) -> bool:
-    messages = (await get_json(http, f"{base}/characters/char:bob/heard"))["messages"]
-    return any(m["text"] == text for m in messages)
-
-
 @pytest_twisted.ensureDeferred
 async def test_a_llama_cpp_server_with_an_8192_window_and_an_unknown_model(
         tmp_path: Path, processes: Any, http: Any) -> None:
-    server = await start_test_server(SCRIPT, reactor=reactor(),
+    server = await start_test_server(SOUP_SCRIPT, reactor=reactor(),
                                      server_kind=ServerKind("llama.cpp", 8192))
     try:
         write_scenario(tmp_path)
@@ -63,7 +52,7 @@ async def test_a_llama_cpp_server_with_an_8192_window_and_an_unknown_model(
         await post_json(http, f"{base}/messages",
                         {"character": "char:bob", "text": "What soup tonight, Pip?"})
         for _ in range(400):
-            if server.requests and await heard(http, base, "Chowder, Bob."):
+            if server.requests and await bob_heard(http, base, "Chowder, Bob."):
                 break
             await sleep(0.05)
         assert ("context window 8192 tokens (llama.cpp GET /props n_ctx per slot)"
@@ -74,7 +63,7 @@ async def test_a_llama_cpp_server_with_an_8192_window_and_an_unknown_model(
         offered = {tool["function"]["name"] for tool in request["tools"]}
         assert "say" in offered and request["tool_choice"] == "auto"  # (trimmed to fit)
         assert request["max_tokens"] == 2048
-        assert await heard(http, base, "Chowder, Bob."), proc.stdout[-4000:]
+        assert await bob_heard(http, base, "Chowder, Bob."), proc.stdout[-4000:]
         proc.signal("TERM")
         await proc.wait_ended()
         assert_stopped_by(proc, signal.SIGTERM)

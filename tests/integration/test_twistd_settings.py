@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 import pytest_twisted
 
-from ai_tools.testing import Rule, Script, Turn, start_test_server
+from ai_tools.testing import start_test_server
 from tests.integration.twistd_process import (
     SCENARIO_MODEL,
+    SOUP_SCRIPT,
     TWISTD,
     assert_one_line_failure,
     assert_stopped_by,
-    get_json,
+    bob_heard,
     http,
     post_json,
     processes,
@@ -38,25 +39,13 @@ __all__ = ["http", "processes"]  # fixtures
 
 pytestmark = pytest.mark.skipif(not TWISTD.exists(), reason="twistd is not installed here")
 
-SCRIPT = Script(
-    rules=(Rule(match="soup", turns=(
-        Turn(tool_calls=[{"name": "say", "arguments": {"message": "Chowder, Bob."}}]),)),),
-    default=Turn(tool_calls=[{"name": "noop", "arguments": {"reason": "nothing"}}]),
-)
-
-
-async def heard(http: Any, base: str, text: str) -> bool:
-    messages = (await get_json(http, f"{base}/characters/char:bob/heard"))["messages"]
-    return any(m["text"] == text for m in messages)
-
-
 @pytest_twisted.ensureDeferred
 async def test_variables_alone_configure_twistd(tmp_path: Path, processes: Any,
                                                 http: Any) -> None:
     """No option but the variables: the config file, the model server (over the config's
     scripted model), its key, the HTTP listener and the database all come from them; a
     mistyped variable and a retired one are named on stderr."""
-    server = await start_test_server(SCRIPT, reactor=reactor())
+    server = await start_test_server(SOUP_SCRIPT, reactor=reactor())
     try:
         write_scenario(tmp_path)
         config = write_config(tmp_path, models=SCENARIO_MODEL, http_listen="127.0.0.1:9")
@@ -75,10 +64,10 @@ async def test_variables_alone_configure_twistd(tmp_path: Path, processes: Any,
         await post_json(http, f"{base}/messages",
                         {"character": "char:bob", "text": "What soup tonight, Pip?"})
         for _ in range(400):
-            if await heard(http, base, "Chowder, Bob."):
+            if await bob_heard(http, base, "Chowder, Bob."):
                 break
             await sleep(0.05)
-        assert await heard(http, base, "Chowder, Bob.")
+        assert await bob_heard(http, base, "Chowder, Bob.")
         request = server.requests[0]
         assert request.headers["authorization"] == "Bearer sk-test-key"
         assert request.body["model"] == server.model_name

@@ -23,7 +23,7 @@ import treq
 from twisted.internet import defer, protocol, task
 from twisted.web.client import Agent, HTTPConnectionPool
 
-from ai_tools.testing import TestServer
+from ai_tools.testing import Rule, Script, TestServer, Turn
 
 ROOT = Path(__file__).resolve().parents[2]
 WORLD = ROOT / "examples" / "world.toml"
@@ -279,3 +279,17 @@ def assert_one_line_failure(proc: Twistd, *fragments: str) -> str:
 
 
 LOCAL_MODEL = '[models.local]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"'
+
+
+SOUP_SCRIPT = Script(
+    rules=(Rule(match="soup", turns=(
+        Turn(tool_calls=[{"name": "say", "arguments": {"message": "Chowder, Bob."}}]),)),),
+    default=Turn(tool_calls=[{"name": "noop", "arguments": {"reason": "nothing"}}]),
+)
+"""The model of the variables-only tests: Pip answers a question about the soup with say."""
+
+
+async def bob_heard(http: Any, base: str, text: str) -> bool:
+    """Whether Bob has heard ``text`` (the service's heard list, over its HTTP API)."""
+    messages = (await get_json(http, f"{base}/characters/char:bob/heard"))["messages"]
+    return any(m["text"] == text for m in messages)
