@@ -134,6 +134,13 @@ class LeaseManager:
                 return config.name
         return None
 
+    @defer.inlineCallbacks
+    def fresh_roster(self) -> Any:
+        """:attr:`roster` read again from the database now (not at the last round)."""
+        given = yield self.store.shared_configs()
+        self._by_name = {c.name: c for c in shared_roster(self.configs, given)}
+        return self.roster
+
     def advertise(self, api_url: str) -> defer.Deferred[None]:
         """This worker's API answers at ``api_url``: tell the other workers now (a round)."""
         self.api_url = api_url

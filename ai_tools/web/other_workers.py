@@ -128,19 +128,23 @@ class OtherWorkers:
         """``(worker, api_url)`` of the live worker running ``name``, or None; 404 for an
         assistant the service does not have."""
         if forwarded(request):  # passed on to us, but we do not run it (any more)
-            self._known(name)
+            yield self._known(name)
             raise self._unavailable(name, "it is moving to another worker")
         owners = yield self.ownership.store.assistant_owners()
         owner = owners.get(name)
         if owner is None or owner[0] == self.ownership.worker:
-            self._known(name)  # ours by the database, not running yet: nobody runs it now
+            yield self._known(name)  # ours by the database, not running yet: nobody runs it
             return None
         if owner[1] is None:
             raise self._unavailable(name, f"its worker {owner[0]} has no API address yet")
         return owner
 
-    def _known(self, name: str) -> None:
-        if name not in self.ownership.roster:
+    @defer.inlineCallbacks
+    def _known(self, name: str) -> Any:
+        """404 unless the service has ``name`` (read in the database now: it may have been
+        created or removed through another worker since this one's last lease round)."""
+        roster = yield self.ownership.fresh_roster()
+        if name not in roster:
             raise ApiError(404, f"no assistant named {name!r}", field="assistant")
 
     @staticmethod
