@@ -219,9 +219,8 @@ class Forwarder:
         reader = _BoundedBody(self.max_bytes)
         requested = self._send(method, url, headers, body)
 
-        def expire() -> None:  # waiting for the headers, or reading the body
-            if not requested.called:
-                requested.cancel()
+        def expire() -> None:  # waiting for the headers (cancel), or reading the body
+            requested.cancel()  # a no-op once the response came
             reader.abort()
 
         deadline = _Deadline(self.clock, self.timeout, expire)
