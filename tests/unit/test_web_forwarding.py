@@ -110,8 +110,8 @@ def test_a_forwarded_request_carries_the_callers_token_and_the_mark() -> None:
                         {b"authorization": b"Bearer t0k", b"content-type": b"application/json"},
                         b"{}")
     stub.flush()
-    status, answer, headers = result_of(d)
-    assert status == 200 and answer["path"] == "/assistants/tess/tick"
+    status, answer, passed = result_of(d)
+    assert status == 200 and passed == {} and answer["path"] == "/assistants/tess/tick"
     method, uri, seen, body = owner.seen[0]
     assert (method, uri, body) == (b"POST", b"/assistants/tess/tick?x=1", b"{}")
     assert seen[b"authorization"] == b"Bearer t0k" and seen[FORWARDED_HEADER] == b"1"
