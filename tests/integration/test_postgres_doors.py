@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest_twisted
-from twisted.internet import protocol
+from twisted.internet import protocol, task
 
+from ai_tools.store.postgres import PostgreSQLStore
 from tests.integration.conftest import PostgresDatabase
 from tests.integration.test_postgres_failover import api_of, owners, start_worker
 from tests.integration.twistd_process import (
@@ -27,6 +28,38 @@ from tests.integration.twistd_process import (
 )
 
 __all__ = ["http", "processes"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_store_keeps_the_apis_configs_and_finds_live_owners(
+    postgres_db: PostgresDatabase
+) -> None:
+    """Creating a name twice: one wins (a removed one may be created again); an
+    assistant's owner counts only while its lease and its worker are alive."""
+    clock = task.Clock()
+    clock.advance(1000.0)
+    store = PostgreSQLStore(postgres_db.dsn, password=postgres_db.password, clock=clock)
+    await store.open()
+    try:
+        assert await store.put_shared_config("tess", {"name": "tess"}, create=True)
+        assert not await store.put_shared_config("tess", {"name": "tess", "x": 1}, create=True)
+        await store.put_shared_config("tess", {"name": "tess"}, removed=True)
+        assert await store.put_shared_config("tess", {"name": "tess", "x": 2}, create=True)
+        assert await store.shared_configs() == {"tess": ({"name": "tess", "x": 2}, None, False)}
+
+        await store.lease_round("w1", [], 10.0, 600.0, "http://127.0.0.1:8081")
+        await store.lease_round("w2", [], 10.0, 600.0)  # no API address yet
+        assert await store.acquire_lease("tess", "w1", 10.0) == 1
+        assert await store.acquire_lease("pip", "w2", 10.0) == 1
+        assert await store.assistant_owners() == {"tess": ("w1", "http://127.0.0.1:8081"),
+                                                  "pip": ("w2", None)}
+        assert await store.live_workers() == {"w1": "http://127.0.0.1:8081", "w2": None}
+        await store.retire_worker("w2")
+        assert await store.assistant_owners() == {"tess": ("w1", "http://127.0.0.1:8081")}
+        clock.advance(11.0)  # w1's lease and liveness expire unrenewed
+        assert await store.assistant_owners() == {}
+    finally:
+        await store.close()
 
 
 async def two_workers(processes: Any, tmp_path: Path,
