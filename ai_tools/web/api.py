@@ -252,7 +252,8 @@ class ApiResource(Resource):
                     max_bytes=limits.forward_max_bytes,
                     stream_idle=2 * self.keepalive + limits.forward_timeout)
             self._others = OtherWorkers(self.service, self._forwarder, self._token,
-                                        max_streams=self.limits.max_streams)
+                                        max_streams=self.limits.max_streams,
+                                        tick_timeout=self.limits.forward_tick_timeout)
         return self._others
 
     @property

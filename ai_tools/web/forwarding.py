@@ -67,6 +67,7 @@ class _Deadline:
     """One ``callLater`` that cancels whatever the forwarded request is waiting for now."""
 
     def __init__(self, clock: Any, seconds: float, expire: Any) -> None:
+        self.seconds = seconds
         self._call = clock.callLater(seconds, self._fire)
         self._expire = expire
         self.expired = False
@@ -210,9 +211,11 @@ class Forwarder:
 
     @defer.inlineCallbacks
     def forward(self, method: str, url: str, headers: Mapping[bytes, bytes],
-                body: bytes | None = None) -> Any:
+                body: bytes | None = None, timeout: float | None = None) -> Any:
         """Send the request; fires with ``(status, decoded JSON body, headers to pass back)``.
 
+        ``timeout`` replaces the forwarder's deadline for this request (one that
+        waits for a tick).
         Fails with :class:`ForwardingError`: 503 when the other worker cannot be
         reached or does not answer in time, 502 when its answer is refused.
         """
@@ -223,7 +226,7 @@ class Forwarder:
             requested.cancel()  # a no-op once the response came
             reader.abort()
 
-        deadline = _Deadline(self.clock, self.timeout, expire)
+        deadline = _Deadline(self.clock, timeout or self.timeout, expire)
         try:
             response = yield requested
             response.deliverBody(reader)
@@ -249,7 +252,7 @@ class Forwarder:
             return ForwardingError(502, f"the worker at {url} was refused: {reader.refused}")
         if deadline.expired:
             return ForwardingError(503, f"the worker at {url} did not answer within "
-                                   f"{self.timeout:g}s")
+                                   f"{deadline.seconds:g}s")
         if isinstance(exc, ForwardingError):
             return exc
         why = str(exc) or type(exc).__name__

@@ -60,6 +60,9 @@ RETRY_AFTER = "2"
 _FROM_STORE = ("assistant_status", "history", "assistant_config")
 """The endpoints the database answers when no live worker runs the assistant."""
 
+_WAIT_FOR_A_TICK = ("tick", "reconfigure_assistant", "remove_assistant")
+"""The endpoints whose answer waits for a tick (``tick_timeout`` applies)."""
+
 
 def forwarded(request: Any) -> bool:
     """Whether another worker passed ``request`` on (answer for this worker only)."""
@@ -79,6 +82,8 @@ class OtherWorkers:
     forwarder: Forwarder
     token: bytes | None = None
     max_streams: int = 400
+    tick_timeout: float = 300.0
+    """The deadline of a forwarded request that waits for a tick."""
     relays: int = attrs.field(init=False, default=0)
     """Event streams relayed from other workers now."""
 
@@ -109,7 +114,9 @@ class OtherWorkers:
         why = "no live worker runs it"
         if owner is not None:
             try:
-                return (yield self._forward(request, owner))
+                slow = endpoint in _WAIT_FOR_A_TICK
+                return (yield self._forward(request, owner, self.tick_timeout if slow
+                                            else None))
             except ForwardingError as exc:
                 if exc.status != 503:
                     raise ApiError(502, exc.message) from None
@@ -160,15 +167,15 @@ class OtherWorkers:
         return headers
 
     @defer.inlineCallbacks
-    def _forward(self, request: Any, owner: tuple[str, str]) -> Any:
+    def _forward(self, request: Any, owner: tuple[str, str], timeout: float | None) -> Any:
         method = request.method.decode("ascii")
         body = None
         if request.content is not None and method in ("POST", "PATCH", "DELETE", "PUT"):
             request.content.seek(0)
             body = request.content.read()
         url = owner[1].rstrip("/") + request.uri.decode("ascii")
-        status, answer, headers = yield self.forwarder.forward(method, url,
-                                                               self._headers(request), body)
+        status, answer, headers = yield self.forwarder.forward(
+            method, url, self._headers(request), body, timeout)
         if status >= 400:
             detail = answer if isinstance(answer, Mapping) else {}
             raise ApiError(status, str(detail.get("error") or f"the worker {owner[0]} "

@@ -376,6 +376,15 @@ def test_an_owner_answer_too_large_is_502_and_a_slow_one_503() -> None:
     api.clock.advance(2.0)
     answer = api.finish(d)
     assert answer.code == 503 and "did not answer within 2s" in answer.json["error"]
+    # A tick may take a while: its deadline is forward_tick_timeout (300 s by default).
+    d = api.start("POST", "/assistants/tess/tick", body={})
+    api.pump()
+    api.clock.advance(2.0)
+    api.pump()
+    assert not d.called
+    api.clock.advance(298.0)
+    answer = api.finish(d)
+    assert answer.code == 503 and "did not answer within 300s" in answer.json["error"]
 
 
 def test_unknown_names_are_404_and_a_forwarded_request_is_never_passed_on_again() -> None:
