@@ -35,6 +35,11 @@ answers once what its hearers heard is durable (else 503).  Connections,
 request deadlines and event streams are bounded by
 :class:`~ai_tools.web.limits.HttpLimits`.
 
+With several workers sharing a PostgreSQL store, each worker's API answers
+for the whole service: a request about an assistant another worker runs is
+passed on to it, or answered from the database
+(:mod:`~ai_tools.web.other_workers`).
+
 Build it with :func:`make_web_service` and add it to the application.
 """
 
