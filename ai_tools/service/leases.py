@@ -24,6 +24,15 @@ With the PostgreSQL store, every worker runs the same configuration; the
   character heard after it (:meth:`AssistantService.hear`), so an event heard
   by a worker that died before saving it, or while nobody owned the assistant,
   is not lost.
+* **One roster for all.** The assistants shared are the config file's plus
+  what was created, changed or removed over any worker's API, kept in the
+  database (``assistant_configs``) and read again at every round
+  (:func:`~ai_tools.service.roster.shared_roster`): an assistant created on
+  one worker runs there at once (its lease taken), one removed anywhere is
+  let go by its owner and taken by nobody.
+* **Doors.** Each worker advertises where its HTTP API answers
+  (:meth:`advertise`), so a worker asked about an assistant another one runs
+  can forward the request to its owner (:mod:`ai_tools.web.other_workers`).
 * **Stopping** (SIGTERM): the service stops ticking, saves every state (still
   fenced), then :meth:`stopped` releases every lease at once: the other
   workers take the assistants at their next round, without waiting for ``ttl``.
@@ -39,7 +48,9 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ai_tools.errors import ConfigError
 from ai_tools.service.assistant import AssistantConfig
+from ai_tools.service.roster import shared_roster
 
 __all__ = ["LeaseManager", "fair_share"]
 
@@ -64,7 +75,8 @@ class LeaseManager:
 
     ``service`` is the :class:`~ai_tools.service.service.AssistantService` that
     ticks the owned assistants, ``store`` the PostgreSQL store, ``configs``
-    every assistant the workers share.
+    the assistants of the config file (the API adds, changes and removes some:
+    :attr:`roster` is what the workers share).
     """
 
     service: Any
@@ -80,6 +92,9 @@ class LeaseManager:
     clock: Any = None
     """What tells the time of leases and runs the rounds' timer: the store's clock
     (lease expiries are its seconds); default the service's."""
+    api_url: str | None = None
+    """Where this worker's HTTP API answers (``http://host:port``), advertised to the
+    other workers at each round; None: no API (nothing is forwarded here)."""
 
     epochs: dict[str, int] = attrs.field(init=False, factory=dict)
     """The leases held: ``{assistant: epoch}``."""
@@ -106,13 +121,30 @@ class LeaseManager:
 
     # -- the service's hooks -----------------------------------------------------
 
+    @property
+    def roster(self) -> dict[str, AssistantConfig]:
+        """Every assistant the workers share, by name (as of this worker's last round)."""
+        return dict(self._by_name)
+
     def assistant_of_character(self, character: str) -> str | None:
-        """The configured assistant speaking through ``character``, whichever worker runs
-        it (every worker runs the same configuration): the API refuses to speak as it."""
-        for config in self.configs:
+        """The shared assistant speaking through ``character``, whichever worker runs
+        it: the API refuses to speak as it."""
+        for config in self._by_name.values():
             if config.character_id == character:
                 return config.name
         return None
+
+    @defer.inlineCallbacks
+    def fresh_roster(self) -> Any:
+        """:attr:`roster` read again from the database now (not at the last round)."""
+        given = yield self.store.shared_configs()
+        self._by_name = {c.name: c for c in shared_roster(self.configs, given)}
+        return self.roster
+
+    def advertise(self, api_url: str) -> defer.Deferred[None]:
+        """This worker's API answers at ``api_url``: tell the other workers now (a round)."""
+        self.api_url = api_url
+        return self.run_round()
 
     def save_options(self, states: Mapping[str, Any]) -> dict[str, Any]:
         """The fence (and what was heard) of a state write: ``save_many``'s keywords."""
@@ -202,12 +234,15 @@ class LeaseManager:
     @defer.inlineCallbacks
     def _run_round(self) -> Any:
         started = self.clock.seconds()
-        renewed, live, leases = yield self.store.lease_round(
-            self.worker, list(self.epochs), self.ttl, self.keep)
+        renewed, live, leases, given = yield self.store.lease_round(
+            self.worker, list(self.epochs), self.ttl, self.keep, self.api_url)
         self._arm_deadline(started + self.ttl)
         self._drop([n for n, e in self.epochs.items() if renewed.get(n) != e], "lease lost")
+        self._by_name = {c.name: c for c in shared_roster(self.configs, given)}
         if self._stopping:
             return
+        for name in [n for n in self.epochs if n not in self._by_name]:
+            yield self._let_go(name, "it was removed over the API")
         target = fair_share(len(self._by_name), live, self.worker)
         if len(self.epochs) < target:
             yield self._take(target - len(self.epochs), leases, started)
@@ -237,15 +272,20 @@ class LeaseManager:
             epoch = yield self.store.acquire_lease(name, self.worker, self.ttl)
             if epoch is None:
                 continue  # another worker was quicker
-            try:
-                yield self._adopt(name, epoch)
-            except Exception as exc:
-                log.error("Worker {worker} could not take {assistant}: {error}",
-                          worker=self.worker, assistant=name, error=str(exc))
-                self._forget(name)
-                yield self.store.release_leases(self.worker, [name])
-                continue
-            count -= 1
+            yield self._adopt_or_release(name, epoch)
+            if name in self.epochs:
+                count -= 1
+
+    @defer.inlineCallbacks
+    def _adopt_or_release(self, name: str, epoch: int) -> Any:
+        """:meth:`_adopt`; on failure (logged) the lease goes back at once."""
+        try:
+            yield self._adopt(name, epoch)
+        except Exception as exc:
+            log.error("Worker {worker} could not take {assistant}: {error}",
+                      worker=self.worker, assistant=name, error=str(exc))
+            self._forget(name)
+            yield self.store.release_leases(self.worker, [name])
 
     @defer.inlineCallbacks
     def _adopt(self, name: str, epoch: int) -> Any:
@@ -276,14 +316,69 @@ class LeaseManager:
         scheduler = self.service.scheduler
         idle = [n for n in sorted(self.epochs) if not scheduler.is_running(n)][:count]
         for name in idle:
-            if name not in self.service:
-                continue
-            yield self.service.remove_assistant(name)
-            self._forget(name)
-            yield self.store.release_leases(self.worker, [name])
-            self.moves["given"] += 1
-            log.info("Worker {worker} let {assistant} go (its share is smaller now)",
-                     worker=self.worker, assistant=name)
+            yield self._let_go(name, "its share is smaller now")
+
+    @defer.inlineCallbacks
+    def _let_go(self, name: str, why: str, forget: bool = False) -> Any:
+        """Stop running ``name`` here: saved (fenced; or forgotten), then its lease released."""
+        if name not in self.epochs or name not in self.service:
+            return
+        yield self.service.remove_assistant(name, forget=forget)
+        self._forget(name)
+        yield self.store.release_leases(self.worker, [name])
+        self.moves["given"] += 1
+        log.info("Worker {worker} let {assistant} go ({why})", worker=self.worker,
+                 assistant=name, why=why)
+
+    # -- the operator's changes, for every worker ------------------------------------
+
+    @defer.inlineCallbacks
+    def create(self, config: AssistantConfig) -> Any:
+        """Create ``config``'s assistant for every worker, and run it here if its lease is
+        free; fires with whether it runs here.  ConfigError when the name is taken."""
+        name = config.name
+        taken = ConfigError(f"an assistant named {name!r} already exists")
+        if name in self._by_name:
+            raise taken
+        if not (yield self.store.put_shared_config(name, config.to_dict(), create=True)):
+            raise taken
+        self._by_name[name] = config
+        epoch = yield self.store.acquire_lease(name, self.worker, self.ttl)
+        if epoch is None:
+            return False  # a lease from before still lives: its worker takes it again
+        yield self._adopt_or_release(name, epoch)
+        return name in self.epochs
+
+    @defer.inlineCallbacks
+    def reconfigure(self, name: str, config: AssistantConfig) -> Any:
+        """Give ``name`` (run here) a new configuration, kept for every worker first;
+        fires with the keys changed."""
+        yield self.store.put_shared_config(name, config.to_dict(),
+                                           file_config=self._file_config(name))
+        self._by_name[name] = config
+        changed = yield self.service.reconfigure(name, config)
+        return changed
+
+    @defer.inlineCallbacks
+    def remove(self, name: str, forget: bool = False) -> Any:
+        """Remove ``name`` for every worker: kept as removed first (nobody takes it again),
+        then let go here if it runs here (saved, or with ``forget`` its state deleted)."""
+        config = self._by_name.get(name)
+        if config is None:
+            raise ConfigError(f"no assistant named {name!r}")
+        yield self.store.put_shared_config(name, config.to_dict(), removed=True,
+                                           file_config=self._file_config(name))
+        self._by_name.pop(name, None)
+        if name in self.epochs:
+            yield self._let_go(name, "removed over the API", forget=forget)
+        elif forget:
+            yield self.store.delete_assistant(name)
+
+    def _file_config(self, name: str) -> dict[str, Any] | None:
+        for config in self.configs:
+            if config.name == name:
+                return config.to_dict()
+        return None
 
     def _drop(self, names: Sequence[str], why: str) -> None:
         """Stop running ``names`` here at once, writing nothing: another worker owns them."""

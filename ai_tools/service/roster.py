@@ -33,7 +33,7 @@ from twisted.logger import Logger
 
 from ai_tools.service.assistant import AssistantConfig
 
-__all__ = ["OWNER", "Roster", "merge_file_config", "start_assistants"]
+__all__ = ["OWNER", "Roster", "merge_file_config", "shared_roster", "start_assistants"]
 
 log = Logger()
 
@@ -59,6 +59,45 @@ def merge_file_config(saved: Mapping[str, Any], file_now: Mapping[str, Any],
     for key in changed:
         merged[key] = file_now[key]
     return merged, changed
+
+
+def shared_roster(
+    configured: Sequence[AssistantConfig],
+    given: Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any] | None, bool]],
+) -> list[AssistantConfig]:
+    """The assistants several workers share: the config file's, with the API's word on them.
+
+    ``given`` is ``{name: (config, file_config, removed)}``: what was created,
+    changed or removed over the API (the PostgreSQL store's
+    ``assistant_configs``, read by every worker).  The same rule as a single
+    process's restart: one removed stays removed; one changed over the API
+    keeps its configuration except for the keys the file changed since
+    (:func:`merge_file_config`); one created over the API is there too.
+    """
+    shared = []
+    for config in configured:
+        row = given.get(config.name)
+        if row is None:
+            shared.append(config)
+        elif not row[2]:
+            merged, _ = merge_file_config(row[0], config.to_dict(), row[1])
+            shared.append(_checked(config.name, merged) or config)
+    for name in sorted(set(given) - {c.name for c in configured}):
+        config_given, _, removed = given[name]
+        created = None if removed else _checked(name, config_given)
+        if created is not None:
+            shared.append(created)
+    return shared
+
+
+def _checked(name: str, data: Mapping[str, Any]) -> AssistantConfig | None:
+    """``data`` as a configuration, or None (logged) when it is not a valid one."""
+    try:
+        return AssistantConfig.from_mapping(data, f"assistant {name!r}")
+    except Exception as exc:
+        log.error("Assistant {assistant}: the configuration given over the API is not valid "
+                  "({error})", assistant=name, error=str(exc))
+        return None
 
 
 class Roster:

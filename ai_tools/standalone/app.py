@@ -205,6 +205,9 @@ class StandaloneService(MultiService):
         if self.running:
             self._start_listeners()
         yield self._log_addresses()
+        if self.leases is not None and "http" in self.addresses:
+            # the other workers forward requests about this worker's assistants here
+            yield self.leases.advertise(_api_url(self.addresses["http"]))
         self._ready = True
         if self.gc_tuning is not None and self.running:
             self.gc_tuning.apply()
@@ -485,6 +488,15 @@ class StandaloneService(MultiService):
             yield defer.maybeDeferred(fn)
         except Exception as exc:
             log.error("Shutdown: {what} failed: {error}", what=what, error=describe_failure(exc))
+
+
+def _api_url(address: str) -> str:
+    """The URL other workers reach this worker's API at, from the address it listens on
+    (``host:port``; on every interface, the host name stands for it)."""
+    host, _, port = address.rpartition(":")
+    if host in ("0.0.0.0", "[::]", "::"):
+        host = socket.gethostname()
+    return f"http://{host}:{port}"
 
 
 def _path_or_none(path: os.PathLike[str] | None) -> str | None:

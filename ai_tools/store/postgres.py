@@ -581,16 +581,53 @@ class PostgreSQLStore:
         return self._query(sql.assistant_epochs)
 
     def lease_round(
-        self, worker: str, names: Sequence[str], ttl: float, keep: float
-    ) -> defer.Deferred[tuple[dict[str, int], list[str], dict[str, tuple[str, float]]]]:
+        self, worker: str, names: Sequence[str], ttl: float, keep: float,
+        api_url: str | None = None,
+    ) -> defer.Deferred[tuple[dict[str, int], list[str], dict[str, tuple[str, float]],
+                              dict[str, sql.SharedConfig]]]:
         """A lease manager's round in one transaction (``postgres_statements.lease_round``).
 
-        ``worker`` is alive for ``ttl``, its leases among ``names`` renewed; fires
-        with the renewed ``{name: epoch}``, the live workers and every lease's
-        owner and expiry.
+        ``worker`` is alive for ``ttl`` (its API at ``api_url``), its leases
+        among ``names`` renewed; fires with the renewed ``{name: epoch}``, the
+        live workers, every lease's owner and expiry, and the configurations
+        given over the API.
         """
         return self._write(sql.lease_round, check_name(worker, "worker"), list(names),
-                           self._now(), ttl, keep)
+                           self._now(), ttl, keep, api_url)
+
+    def assistant_owners(self) -> defer.Deferred[dict[str, tuple[str, str | None]]]:
+        """The live owner of each assistant and where its API answers: ``{name: (worker,
+        api_url)}``; an assistant nobody runs now is not there."""
+        return self._query(sql.assistant_owners, self._now())
+
+    def live_workers(self) -> defer.Deferred[dict[str, str | None]]:
+        """The live workers and their API addresses: ``{worker: api_url}``."""
+        return self._query(sql.live_workers, self._now())
+
+    def shared_configs(self) -> defer.Deferred[dict[str, sql.SharedConfig]]:
+        """The configurations given over the API: ``{name: (config, file_config, removed)}``."""
+        return self._query(sql.shared_configs)
+
+    def put_shared_config(
+        self, name: str, config: Mapping[str, Any], *,
+        file_config: Mapping[str, Any] | None = None, removed: bool = False,
+        create: bool = False,
+    ) -> defer.Deferred[bool]:
+        """Keep the API's word on assistant ``name`` for every worker; whether it was kept.
+
+        ``config`` is its configuration, ``file_config`` the config file's when
+        it names the assistant too, ``removed`` whether it was removed; with
+        ``create``, nothing is written over a row that is not removed.
+        """
+        try:
+            check_name(name, "assistant name")
+            config_text = encode_json(dict(config), "the configuration")
+            file_text = (None if file_config is None
+                         else encode_json(dict(file_config), "the file's configuration"))
+        except (TypeError, ValueError) as exc:
+            return defer.fail(exc)
+        return self._write(sql.put_shared_config, name, config_text, file_text, removed,
+                           self._now(), create)
 
     def heard_seq(self, name: str) -> defer.Deferred[int | None]:
         """The last world message ``name``'s saved state holds (None: not recorded)."""

@@ -25,7 +25,10 @@ What differs from SQLite, and why:
   keep their insertion order in ``ord``; messages have one global sequence.
 * ``assistant_leases``, ``assistants.epoch``, ``lease_workers`` and
   ``assistant_writes`` are how several worker processes share the assistants
-  (:mod:`ai_tools.service.leases`, docs/scaling.md).
+  (:mod:`ai_tools.service.leases`, docs/scaling.md); ``lease_workers.api_url``
+  is where each worker's HTTP API answers (a worker forwards requests about an
+  assistant it does not run to its owner), ``assistant_configs`` what the API
+  created, changed or removed (:func:`ai_tools.service.roster.shared_roster`).
 """
 
 from __future__ import annotations
@@ -164,6 +167,21 @@ MIGRATIONS: tuple[Migration, ...] = (
                 written_at double precision NOT NULL
             )""",
             "CREATE INDEX assistant_writes_by_time ON assistant_writes (written_at)",
+        ),
+    ),
+    Migration(
+        5,
+        "one service, many doors: each worker's API address; the assistants' configurations"
+        " given over the API, shared by every worker",
+        (
+            "ALTER TABLE lease_workers ADD COLUMN api_url text",
+            """CREATE TABLE assistant_configs (
+                name text PRIMARY KEY,
+                config text NOT NULL,                  -- JSON: the API's configuration
+                file_config text,                      -- JSON: the file's, when it was given
+                removed boolean NOT NULL DEFAULT false,
+                updated_at double precision NOT NULL
+            )""",
         ),
     ),
 )

@@ -17,6 +17,9 @@ from ai_tools.store.history_repair import RepairReport, repair_state
 from ai_tools.store.postgres_schema import SEARCH_CONFIG
 from ai_tools.store.serialization import RECORD_FIELDS, record_dict
 
+SharedConfig = tuple[dict[str, Any], dict[str, Any] | None, bool]
+"""``(config, file_config, removed)`` of one row of ``assistant_configs``."""
+
 _RECORD_COLUMNS = ", ".join(f"r.{field}" for field in RECORD_FIELDS)
 
 # -- assistants -----------------------------------------------------------------------
@@ -330,19 +333,24 @@ def list_leases(cursor: Any) -> list[tuple[str, str, int, float]]:
 
 
 def lease_round(
-    cursor: Any, worker: str, names: Sequence[str], now: float, ttl: float, keep: float
-) -> tuple[dict[str, int], list[str], dict[str, tuple[str, float]]]:
+    cursor: Any, worker: str, names: Sequence[str], now: float, ttl: float, keep: float,
+    api_url: str | None = None,
+) -> tuple[dict[str, int], list[str], dict[str, tuple[str, float]],
+           dict[str, SharedConfig]]:
     """One round of a worker's lease manager, in one transaction.
 
-    Marks ``worker`` alive until ``now + ttl``, renews the leases it still
-    holds among ``names`` and forgets workers and write-log rows older than
-    ``keep`` seconds.  Returns the renewed ``{name: epoch}``, the live workers
-    (sorted) and every lease as ``{name: (worker, expires_at)}``.
+    Marks ``worker`` alive until ``now + ttl`` (answering at ``api_url``),
+    renews the leases it still holds among ``names`` and forgets workers and
+    write-log rows older than ``keep`` seconds.  Returns the renewed ``{name:
+    epoch}``, the live workers (sorted), every lease as ``{name: (worker,
+    expires_at)}`` and the configurations given over the API
+    (:func:`shared_configs`).
     """
     cursor.execute(
-        "INSERT INTO lease_workers (worker, expires_at) VALUES (%s, %s)"
-        " ON CONFLICT (worker) DO UPDATE SET expires_at = excluded.expires_at",
-        (worker, now + ttl))
+        "INSERT INTO lease_workers (worker, expires_at, api_url) VALUES (%s, %s, %s)"
+        " ON CONFLICT (worker) DO UPDATE SET expires_at = excluded.expires_at,"
+        " api_url = excluded.api_url",
+        (worker, now + ttl, api_url))
     renewed = renew_leases(cursor, worker, names, now, ttl)
     cursor.execute("DELETE FROM lease_workers WHERE expires_at < %s", (now - keep,))
     cursor.execute("DELETE FROM assistant_writes WHERE written_at < %s", (now - keep,))
@@ -351,7 +359,53 @@ def lease_round(
     live = [row[0] for row in cursor.fetchall()]
     cursor.execute("SELECT name, worker, expires_at FROM assistant_leases")
     leases = {name: (owner, float(expires)) for name, owner, expires in cursor.fetchall()}
-    return renewed, live, leases
+    return renewed, live, leases, shared_configs(cursor)
+
+
+def assistant_owners(cursor: Any, now: float) -> dict[str, tuple[str, str | None]]:
+    """The live owner of each assistant: ``{name: (worker, api_url)}``.
+
+    Only leases not expired whose worker is alive count (a worker marks itself
+    alive at each round); ``api_url`` is None until the worker's API listens.
+    """
+    cursor.execute(
+        "SELECT l.name, l.worker, w.api_url FROM assistant_leases l"
+        " JOIN lease_workers w ON w.worker = l.worker"
+        " WHERE l.expires_at > %s AND w.expires_at > %s", (now, now))
+    return {name: (worker, url) for name, worker, url in cursor.fetchall()}
+
+
+def live_workers(cursor: Any, now: float) -> dict[str, str | None]:
+    """The live workers and where their APIs answer: ``{worker: api_url}``."""
+    cursor.execute("SELECT worker, api_url FROM lease_workers WHERE expires_at > %s", (now,))
+    return dict(cursor.fetchall())
+
+
+# -- the configurations given over the API --------------------------------------------
+
+def shared_configs(cursor: Any) -> dict[str, SharedConfig]:
+    """Every configuration given over the API: ``{name: (config, file_config, removed)}``."""
+    cursor.execute("SELECT name, config, file_config, removed FROM assistant_configs")
+    return {name: (json.loads(config), None if file_config is None else json.loads(file_config),
+                   bool(removed))
+            for name, config, file_config, removed in cursor.fetchall()}
+
+
+def put_shared_config(cursor: Any, name: str, config: str, file_config: str | None,
+                      removed: bool, now: float, create: bool) -> bool:
+    """Write the API's word on ``name`` (JSON texts); whether it was written.
+
+    With ``create``, only where no row is, or the row says removed: two workers
+    creating one name at once, one wins.
+    """
+    condition = " WHERE assistant_configs.removed" if create else ""
+    cursor.execute(
+        "INSERT INTO assistant_configs (name, config, file_config, removed, updated_at)"
+        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (name) DO UPDATE SET"
+        " config = excluded.config, file_config = excluded.file_config,"
+        " removed = excluded.removed, updated_at = excluded.updated_at" + condition,
+        (name, config, file_config, removed, now))
+    return bool(cursor.rowcount > 0)
 
 
 def retire_worker(cursor: Any, worker: str) -> int:

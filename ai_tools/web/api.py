@@ -35,6 +35,11 @@ answers once what its hearers heard is durable (else 503).  Connections,
 request deadlines and event streams are bounded by
 :class:`~ai_tools.web.limits.HttpLimits`.
 
+With several workers sharing a PostgreSQL store, each worker's API answers
+for the whole service: a request about an assistant another worker runs is
+passed on to it, or answered from the database
+(:mod:`~ai_tools.web.other_workers`).
+
 Build it with :func:`make_web_service` and add it to the application.
 """
 
@@ -66,6 +71,7 @@ from ai_tools.web.connections import ConnectionLimits, GuardedChannel
 from ai_tools.web.console import ConsolePages, RawAnswer
 from ai_tools.web.errors import ApiError, error_body
 from ai_tools.web.event_hub import EventHub, assistants_by_character
+from ai_tools.web.forwarding import Forwarder
 from ai_tools.web.limits import HttpLimits
 from ai_tools.web.listen import ListeningService, binds_locally
 from ai_tools.web.messages import DIRECT_KINDS, MAX_TEXT, MESSAGE_KINDS, parse_message, speak
@@ -73,7 +79,9 @@ from ai_tools.web.metrics import CONTENT_TYPE as METRICS_TYPE
 from ai_tools.web.metrics import Metrics
 from ai_tools.web.operator import Operator
 from ai_tools.web.origin import OriginPolicy
+from ai_tools.web.other_workers import OtherWorkers
 from ai_tools.web.paging import history_page
+from ai_tools.web.query import query_bool, query_int, query_text
 from ai_tools.web.results import LoopRecorder
 from ai_tools.web.sse import EventStream
 
@@ -82,10 +90,10 @@ __all__ = ["MAX_TEXT", "MESSAGE_KINDS", "ApiResource", "ApiSite", "WebService",
 
 log = Logger()
 
-MAX_LIMIT = 1000
-"""Largest ``limit`` a list endpoint answers."""
-
 Handler = Callable[..., Any]
+
+STREAMING = object()
+"""A handler's answer already being streamed (an event stream relayed from another worker)."""
 
 
 def _json_default(value: Any) -> Any:
@@ -152,6 +160,7 @@ class ApiResource(Resource):
         recorder: LoopRecorder | None = None,
         limits: HttpLimits | None = None,
         policy: OriginPolicy | None = None,
+        forwarder: Forwarder | None = None,
     ) -> None:
         super().__init__()
         self.service = service
@@ -168,6 +177,8 @@ class ApiResource(Resource):
         self.operator = Operator(service, world)
         self.metrics = Metrics(service, streams=lambda: len(self.streams))
         self._remove_recorder: Callable[[], None] | None = None
+        self._forwarder = forwarder
+        self._others: OtherWorkers | None = None
         self.routes = self._routes()
 
     def _routes(self) -> list[Route]:
@@ -236,6 +247,21 @@ class ApiResource(Resource):
         return self._hub
 
     @property
+    def others(self) -> OtherWorkers:
+        """What this API does about assistants other workers run (created on first use)."""
+        if self._others is None:
+            if self._forwarder is None:
+                limits = self.limits
+                self._forwarder = Forwarder(
+                    self.clock, timeout=limits.forward_timeout,
+                    max_bytes=limits.forward_max_bytes,
+                    stream_idle=2 * self.keepalive + limits.forward_timeout)
+            self._others = OtherWorkers(self.service, self._forwarder, self._token,
+                                        max_streams=self.limits.max_streams,
+                                        tick_timeout=self.limits.forward_tick_timeout)
+        return self._others
+
+    @property
     def streams(self) -> set[EventStream]:
         """The open event streams."""
         return self.hub.streams
@@ -247,13 +273,17 @@ class ApiResource(Resource):
         self.metrics.start()
         self.hub.start()
 
-    def shutdown(self) -> None:
-        """Close every event stream and stop observing."""
+    def shutdown(self) -> defer.Deferred[None]:
+        """Close every event stream and stop observing; fires once the connections to
+        other workers are closed."""
         self.hub.stop()
         self.metrics.stop()
         if self._remove_recorder is not None:
             self._remove_recorder()
             self._remove_recorder = None
+        if self._forwarder is None:
+            return defer.succeed(None)
+        return self._forwarder.close()
 
     # -- dispatch --------------------------------------------------------------------
 
@@ -266,16 +296,34 @@ class ApiResource(Resource):
         request.notifyFinish().addErrback(lambda _: gone.append(True))
         try:
             route, params = self._admit(request)
-            if route.handler == self.events:
-                self.events(request)
+            d = self._dispatch(route, request, params)
+            if d is None:  # an event stream of this worker's
                 return server.NOT_DONE_YET
-            d = defer.maybeDeferred(route.handler, request, **params)
         except Exception:
             d = defer.fail(Failure())
         d.addCallbacks(self._reply, self._failed, callbackArgs=(request, gone),
                        errbackArgs=(request, gone))
         d.addErrback(lambda f: log.failure("Answering {uri} failed", f, uri=request.uri))
         return server.NOT_DONE_YET
+
+    def _dispatch(self, route: Route, request: Any,
+                  params: dict[str, str]) -> defer.Deferred[Any] | None:
+        """Run the route's handler; with workers, a request about an assistant another
+        worker runs is answered by :class:`~ai_tools.web.other_workers.OtherWorkers`."""
+        handler = route.handler
+        name = params.get("name")
+        if handler in (self.events, self.emergency_stop, self.clear_emergency_stop):
+            name = self._query(request, "assistant")
+        if name is not None and self.others.handles(name):
+            if handler == self.events:
+                relayed: defer.Deferred[Any] = self.others.relay_events(request, name)
+                return relayed.addCallback(lambda _: STREAMING)
+            answered: defer.Deferred[Any] = self.others.answer(request, handler.__name__, name)
+            return answered
+        if handler == self.events:
+            self.events(request)
+            return None
+        return defer.maybeDeferred(handler, request, **params)
 
     def _admit(self, request: Any) -> tuple[Route, dict[str, str]]:
         """The checks every request passes, in this order: Host and Origin (403), the
@@ -338,7 +386,7 @@ class ApiResource(Resource):
         raise ApiError(404, f"no endpoint at {'/' + '/'.join(segments)}; GET / lists them")
 
     def _reply(self, body: Any, request: Any, gone: list[bool]) -> None:
-        if gone:
+        if gone or body is STREAMING:
             return
         if isinstance(body, RawAnswer):
             body.write_to(request)
@@ -392,58 +440,46 @@ class ApiResource(Resource):
             raise ApiError(503, "this service has no world")
         return self.world
 
-    @staticmethod
-    def _query(request: Any, key: str) -> str | None:
-        values = request.args.get(key.encode("ascii"))
-        if not values:
-            return None
-        try:
-            text: str = values[-1].decode("utf-8")
-        except UnicodeDecodeError:
-            raise ApiError(400, f"query parameter {key!r} is not UTF-8", field=key) from None
-        return text
-
-    def _int_query(self, request: Any, key: str, default: int | None, low: int = 0,
-                   high: int = MAX_LIMIT) -> int | None:
-        text = self._query(request, key)
-        if text is None or text == "":
-            return default
-        try:
-            value = int(text)
-        except ValueError:
-            raise ApiError(400, f"{key} must be an integer, not {text!r}", field=key) from None
-        if not low <= value <= high:
-            raise ApiError(400, f"{key} must be between {low} and {high}, not {value}",
-                           field=key)
-        return value
-
-    def _bool_query(self, request: Any, key: str) -> bool:
-        text = (self._query(request, key) or "false").lower()
-        if text not in ("true", "false", "1", "0", "yes", "no"):
-            raise ApiError(400, f"{key} must be true or false, not {text!r}", field=key)
-        return text in ("true", "1", "yes")
+    _query = staticmethod(query_text)
+    _int_query = staticmethod(query_int)
+    _bool_query = staticmethod(query_bool)
 
     # -- handlers ------------------------------------------------------------------------
 
     def index(self, request: Any) -> dict[str, Any]:
         """``GET /``."""
+        ownership = self.others.ownership
         return {
             "service": "ai_tools",
-            "assistants": self.service.names(),
+            "assistants": self.service.names() if ownership is None else sorted(
+                set(ownership.roster) | set(self.service.names())),
             "world_file_changed": bool(getattr(self.world, "file_changed", False)),
             "endpoints": [{"method": r.method, "path": r.path, "summary": r.summary}
                           for r in self.routes],
         }
 
-    def list_assistants(self, request: Any) -> dict[str, Any]:
-        """``GET /assistants``."""
+    @defer.inlineCallbacks
+    def list_assistants(self, request: Any) -> Any:
+        """``GET /assistants``: with workers, every worker's (each with its ``worker``)."""
         status = self.service.status()
-        return {"service": status["service"],
-                "assistants": list(status["assistants"].values())}
+        local = list(status["assistants"].values())
+        worker = self.others.worker()
+        if worker is None:
+            return {"service": status["service"], "assistants": local}
+        for entry in local:
+            entry["worker"] = worker
+        answer = {"service": status["service"], "worker": worker, "assistants": local}
+        if self.others.fans_out(request):
+            listed, silent = yield self.others.every_assistant(request, local)
+            answer.update(assistants=listed, workers_unreachable=silent)
+        return answer
 
     def assistant_status(self, request: Any, name: str) -> dict[str, Any]:
-        """``GET /assistants/{name}``."""
+        """``GET /assistants/{name}`` (with workers, ``worker`` says which runs it)."""
         status: dict[str, Any] = self.service.status(self._assistant(name))
+        worker = self.others.worker()
+        if worker is not None:
+            status["worker"] = worker
         return status
 
     def history(self, request: Any, name: str) -> dict[str, Any]:
@@ -511,9 +547,20 @@ class ApiResource(Resource):
         """``GET /assistants/{name}/config``."""
         return self.operator.config(self._assistant(name))
 
-    def stop_all(self, request: Any) -> dict[str, Any]:
-        """``POST /stop``."""
-        return self.operator.stop_all()
+    def stop_all(self, request: Any) -> Any:
+        """``POST /stop`` (with workers: on every worker)."""
+        return self._everywhere(request, "/stop", self.operator.stop_all(), "stopped")
+
+    def _everywhere(self, request: Any, path: str, local: dict[str, Any], key: str) -> Any:
+        """``local`` (this worker's answer), with workers merged with every other's: the
+        names under ``key`` joined."""
+        if not self.others.fans_out(request):
+            return local
+
+        def merge(answer: dict[str, Any], other: Mapping[str, Any]) -> None:
+            answer[key] = sorted({*answer[key], *other.get(key, ())})
+
+        return self.others.merged(request, path, local, merge)
 
     def emergency_stop(self, request: Any) -> dict[str, Any]:
         """``POST /emergency-stop?assistant=`` (optional body ``{"reason": ...}``)."""
@@ -527,12 +574,18 @@ class ApiResource(Resource):
         if not isinstance(reason, str) or len(reason) > MAX_TEXT:
             raise ApiError(422, f"reason must be a string of at most {MAX_TEXT} characters",
                            field="reason")
-        return self.operator.emergency_stop(name and self._assistant(name), reason)
+        if name is not None:
+            return self.operator.emergency_stop(self._assistant(name), reason)
+        return self._everywhere(request, "/emergency-stop",
+                                self.operator.emergency_stop(None, reason), "emergency_stopped")
 
-    def clear_emergency_stop(self, request: Any) -> dict[str, Any]:
-        """``POST /emergency-stop/clear?assistant=``."""
+    def clear_emergency_stop(self, request: Any) -> Any:
+        """``POST /emergency-stop/clear?assistant=`` (all: with workers, on every worker)."""
         name = self._query(request, "assistant")
-        return self.operator.clear_emergency_stop(name and self._assistant(name))
+        if name is not None:
+            return self.operator.clear_emergency_stop(self._assistant(name))
+        return self._everywhere(request, "/emergency-stop/clear",
+                                self.operator.clear_emergency_stop(None), "cleared")
 
     def metrics_page(self, request: Any) -> RawAnswer:
         """``GET /metrics``: the Prometheus text format."""
@@ -701,9 +754,11 @@ class WebService(MultiService):
             raise
 
     def stopService(self) -> defer.Deferred[None]:
-        """Close the event streams and stop listening; fires once the port is closed."""
-        self.resource.shutdown()
-        d: defer.Deferred[None] = defer.maybeDeferred(super().stopService)
+        """Close the event streams and stop listening; fires once the port and the
+        connections to other workers are closed."""
+        closed = self.resource.shutdown()
+        d: defer.Deferred[Any] = defer.maybeDeferred(super().stopService)
+        d.addCallback(lambda _: closed)
         return d
 
     def when_listening(self) -> defer.Deferred[Any]:

@@ -62,6 +62,15 @@ class HttpLimits:
     replay_buffer: int = attrs.field(default=1024 * 1024, validator=_positive_int)
     """Bytes of those kept events; past either bound the oldest are forgotten (a
     client that missed one of them is told, with a ``gap`` event)."""
+    forward_timeout: float = attrs.field(default=10.0, validator=_positive_number)
+    """With several workers: seconds the worker that runs an assistant has to answer a
+    request another worker passes on (its whole answer; an event stream passed on may
+    stay silent this long past two keep-alive intervals)."""
+    forward_tick_timeout: float = attrs.field(default=300.0, validator=_positive_number)
+    """The same for the requests that wait for a tick (``POST …/tick``; ``PATCH`` and
+    ``DELETE`` of an assistant, which wait for its tick in flight to stop)."""
+    forward_max_bytes: int = attrs.field(default=16 * 1024 * 1024, validator=_positive_int)
+    """With several workers: bytes of such an answer; a larger one is refused (``502``)."""
 
     @classmethod
     def setting_names(cls) -> tuple[str, ...]:

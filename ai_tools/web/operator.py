@@ -6,7 +6,9 @@ configuration is an :class:`~ai_tools.service.assistant.AssistantConfig`
 (the keys of an ``[[assistants]]`` table of the config file); it is saved in
 the store with the assistant, and the store keeps the roster across restarts
 (:mod:`ai_tools.service.roster`: removed assistants stay removed, those
-created here come back).
+created here come back).  With several workers (PostgreSQL) the changes are
+made for every worker through the lease manager (``service.ownership``): the
+configuration is kept in the database, one worker runs the assistant.
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ class Operator:
         self.world = world
         self.roster = Roster(service.store)
 
+    @property
+    def ownership(self) -> Any:
+        """The lease manager when this process is one worker of several, else None."""
+        return getattr(self.service, "ownership", None)
+
     # -- assistants ----------------------------------------------------------------
 
     def _config(self, data: Mapping[str, Any]) -> AssistantConfig:
@@ -68,14 +75,20 @@ class Operator:
             raise ApiError(422, f"no character {char_id!r} in the world (GET /world/characters "
                            "lists them)", field="character_id")
         owner = assistants_by_character(self.service).get(char_id)
+        ownership = self.ownership
+        if owner is None and ownership is not None:  # run by another worker, perhaps
+            owner = ownership.assistant_of_character(char_id)
         if owner is not None and owner != config.name:
             raise ApiError(422, f"{char_id} is already the character of assistant {owner!r}",
                            field="character_id")
 
     def _answer(self, name: str, **extra: Any) -> dict[str, Any]:
         assistant = self.service.get(name)
-        return {"assistant": name, "config": assistant.config.to_dict(), **extra,
-                "status": self.service.status(name)}
+        answer = {"assistant": name, "config": assistant.config.to_dict(), **extra,
+                  "status": self.service.status(name)}
+        if self.ownership is not None:
+            answer["worker"] = self.ownership.worker
+        return answer
 
     @defer.inlineCallbacks
     def create(self, data: Mapping[str, Any]) -> Any:
@@ -85,11 +98,19 @@ class Operator:
             raise ApiError(409, f"an assistant named {name!r} already exists "
                            f"(PATCH /assistants/{name} changes it)", field="name")
         config = self._config(data)
+        ownership = self.ownership
         try:
-            yield self.service.add_assistant(config)
+            if ownership is not None:  # for every worker: kept in the database, run here
+                yield ownership.create(config)
+            else:
+                yield self.service.add_assistant(config)
         except ConfigError as exc:  # added meanwhile, or a model the service lost
             raise ApiError(409 if "already exists" in str(exc) else 422, str(exc)) from None
-        yield self.roster.unmark_removed(config.name)
+        if ownership is None:
+            yield self.roster.unmark_removed(config.name)
+        elif config.name not in self.service:  # its lease from before lives on elsewhere
+            return 201, {"assistant": config.name, "config": config.to_dict(),
+                         "status": None, "worker": None}
         return 201, self._answer(config.name)
 
     def config(self, name: str) -> dict[str, Any]:
@@ -106,7 +127,8 @@ class Operator:
             raise ApiError(422, "nothing to change: send the keys to change")
         current = self.service.get(name).config.to_dict()
         config = self._config({**current, **changes, "name": name})
-        changed = yield self.service.reconfigure(name, config)
+        ownership = self.ownership  # with workers: kept for every worker too
+        changed = yield (ownership or self.service).reconfigure(name, config)
         if "enabled" in changes:  # the configuration's is the initial state: apply it now
             yield (self.service.enable if config.enabled else self.service.disable)(name)
         return self._answer(name, changed=changed)
@@ -115,8 +137,11 @@ class Operator:
     def remove(self, name: str, forget: bool) -> Any:
         """``DELETE /assistants/{name}``: remove it; it stays removed after a restart."""
         self.service.get(name)
-        yield self.service.remove_assistant(name, forget=forget)
-        yield self.roster.mark_removed(name)
+        if self.ownership is not None:  # removed for every worker
+            yield self.ownership.remove(name, forget)
+        else:
+            yield self.service.remove_assistant(name, forget=forget)
+            yield self.roster.mark_removed(name)
         return {"assistant": name, "removed": True, "forgotten": forget}
 
     # -- stopping ------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 from twisted.internet import task
 
 from ai_tools.service.assistant import AssistantConfig
-from ai_tools.service.roster import Roster, merge_file_config, start_assistants
+from ai_tools.service.roster import Roster, merge_file_config, shared_roster, start_assistants
 from ai_tools.store.memory import MemoryStore
 from tests.unit.service_fakes import make_service, settle
 from tests.unit.web_fakes import result_of
@@ -24,6 +24,28 @@ def test_merge_keeps_the_store_except_what_the_file_changed() -> None:
     assert changed == ["persona"]
     assert merged == {**saved, "persona": "edited persona"}  # tick_rate from the API stays
     assert merge_file_config(saved, edited, None) == (saved, [])  # no record: the store's
+
+
+def test_the_workers_roster_is_the_file_with_the_apis_word_on_it() -> None:
+    """Workers share the file's assistants, minus those removed over the API, with the
+    API's changes (except keys the file changed since), plus those created over it."""
+    pip = AssistantConfig(name="pip", model="default", persona="file persona")
+    mason = AssistantConfig(name="mason", model="default")
+    assert shared_roster([pip, mason], {}) == [pip, mason]
+    given = {
+        "pip": ({**pip.to_dict(), "persona": "API persona", "tick_rate": 9.0},
+                pip.to_dict(), False),
+        "mason": (mason.to_dict(), mason.to_dict(), True),
+        "tess": ({"name": "tess", "model": "default"}, None, False),
+        "gone": ({"name": "gone", "model": "default"}, None, True),
+        "broken": ({"name": "broken", "tick_rate": "fast"}, None, False),
+    }
+    roster = {c.name: c for c in shared_roster([pip, mason], given)}
+    assert sorted(roster) == ["pip", "tess"]
+    assert (roster["pip"].persona, roster["pip"].tick_rate) == ("API persona", 9.0)
+    edited = AssistantConfig(name="pip", model="default", persona="edited in the file")
+    roster = {c.name: c for c in shared_roster([edited, mason], given)}
+    assert (roster["pip"].persona, roster["pip"].tick_rate) == ("edited in the file", 9.0)
 
 
 def run(store: MemoryStore, configs: list[dict[str, Any]], clock: task.Clock) -> Any:

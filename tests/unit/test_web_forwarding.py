@@ -1,0 +1,419 @@
+"""Passing API requests on to the worker that runs an assistant: the forwarder's bounds
+(deadline, bytes, an unreachable worker) and what a worker's API answers about an
+assistant it does not run (forwarded, from the database, 503 with Retry-After, 404).
+
+No network: the other worker is a resource behind StubTreq, a dead one a MemoryReactor
+whose connection attempts fail; deadlines run on a task.Clock."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from treq.testing import StubTreq
+from twisted.internet import defer, task
+from twisted.internet.error import ConnectionRefusedError
+from twisted.internet.testing import MemoryReactor
+from twisted.python.failure import Failure
+from twisted.web import server
+from twisted.web.client import Agent
+from twisted.web.resource import Resource
+
+from ai_tools.llm.transport import http_client
+from ai_tools.service.assistant import Assistant, AssistantConfig
+from ai_tools.web.forwarding import FORWARDED_HEADER, Forwarder, ForwardingError
+from ai_tools.web.limits import HttpLimits
+from tests.unit.web_fakes import ApiHarness, FakeRequest, result_of
+
+
+class OtherWorker(Resource):
+    """The other worker's API: answers as ``mode`` says, and keeps what it was sent."""
+
+    isLeaf = True
+
+    def __init__(self, mode: str = "json", size: int = 0) -> None:
+        super().__init__()
+        self.mode = mode
+        self.size = size
+        self.seen: list[tuple[bytes, bytes, dict[bytes, bytes | None], bytes]] = []
+        self.streaming: Any = None
+        self.stream_gone = False
+
+    def render(self, request: Any) -> bytes | int:
+        headers = {name: request.getHeader(name)
+                   for name in (b"authorization", FORWARDED_HEADER, b"content-type")}
+        self.seen.append((request.method, request.uri, headers, request.content.read()))
+        if self.mode == "silent":
+            return server.NOT_DONE_YET
+        if self.mode == "stream":
+            request.setHeader(b"content-type", b"text/event-stream; charset=utf-8")
+            request.write(b'event: hello\ndata: {"assistant": "tess"}\n\n')
+            self.streaming = request
+            request.notifyFinish().addErrback(lambda _: setattr(self, "stream_gone", True))
+            return server.NOT_DONE_YET
+        if self.mode == "dribble":
+            request.write(b'{"name": ')
+            return server.NOT_DONE_YET
+        if self.mode == "huge":
+            return b'"' + b"x" * self.size + b'"'
+        if self.mode == "text":
+            return b"<html>proxy error</html>"
+        if self.mode == "busy":
+            request.setResponseCode(503)
+            request.setHeader(b"retry-after", b"7")
+            return json.dumps({"error": "busy", "status": 503}).encode()
+        path = request.uri.decode().split("?")[0]
+        if path == "/assistants":
+            return json.dumps({"assistants": [{"name": "tess", "worker": "w2"}]}).encode()
+        if path == "/stop":
+            return json.dumps({"stopped": ["tess"]}).encode()
+        return json.dumps({"name": "tess", "worker": "w2", "path": path}).encode()
+
+
+def refusing() -> tuple[MemoryReactor, Any]:
+    """A client over a MemoryReactor, and that reactor (fail its connections with
+    :func:`refuse`): a worker that died."""
+    reactor = MemoryReactor()
+    return reactor, http_client(Agent(reactor))
+
+
+def refuse(reactor: MemoryReactor) -> None:
+    """Every connection attempt made so far is refused."""
+    for _, _, factory, _, _ in reactor.tcpClients:
+        factory.clientConnectionFailed(None, Failure(ConnectionRefusedError()))
+    reactor.tcpClients.clear()
+
+
+# -- the forwarder ------------------------------------------------------------------------
+
+
+def forwarder(resource: Resource, clock: task.Clock, **options: Any) -> tuple[Forwarder,
+                                                                               StubTreq]:
+    stub = StubTreq(resource)
+    return Forwarder(clock, client=stub, **options), stub
+
+
+def outcome(d: defer.Deferred[Any]) -> Any:
+    """What ``d`` fired with (a Failure too), or None; call it once."""
+    box: list[Any] = []
+    d.addBoth(box.append)
+    return box[0] if box else None
+
+
+def test_a_forwarded_request_carries_the_callers_token_and_the_mark() -> None:
+    """Method, path with query, body and the caller's Authorization reach the other
+    worker, with the header saying it was passed on; its JSON answer comes back."""
+    owner, clock = OtherWorker(), task.Clock()
+    forward, stub = forwarder(owner, clock)
+    d = forward.forward("POST", "http://w2.test/assistants/tess/tick?x=1",
+                        {b"authorization": b"Bearer t0k", b"content-type": b"application/json"},
+                        b"{}")
+    stub.flush()
+    status, answer, passed = result_of(d)
+    assert status == 200 and passed == {} and answer["path"] == "/assistants/tess/tick"
+    method, uri, seen, body = owner.seen[0]
+    assert (method, uri, body) == (b"POST", b"/assistants/tess/tick?x=1", b"{}")
+    assert seen[b"authorization"] == b"Bearer t0k" and seen[FORWARDED_HEADER] == b"1"
+    assert clock.getDelayedCalls() == []  # the deadline is cancelled once answered
+
+
+@pytest.mark.parametrize("mode", ["silent", "dribble"])
+def test_a_worker_that_does_not_answer_in_time_is_503(mode: str) -> None:
+    """No headers, or a body that stops coming: past ``timeout`` the request is given up
+    (503, so the caller may try again)."""
+    clock = task.Clock()
+    forward, stub = forwarder(OtherWorker(mode), clock, timeout=3.0)
+    d = forward.forward("GET", "http://w2.test/assistants/tess", {})
+    stub.flush()
+    assert not d.called
+    clock.advance(3.0)
+    stub.flush()
+    failure = outcome(d)
+    assert isinstance(failure, Failure) and failure.check(ForwardingError)
+    assert failure.value.status == 503 and "did not answer within 3s" in failure.value.message
+
+
+def test_an_answer_larger_than_the_bound_is_refused() -> None:
+    """The body is counted as it arrives; past ``max_bytes`` it is aborted: 502."""
+    clock = task.Clock()
+    forward, stub = forwarder(OtherWorker("huge", size=5000), clock, max_bytes=4096)
+    d = forward.forward("GET", "http://w2.test/assistants/tess/history", {})
+    stub.flush()
+    failure = outcome(d)
+    assert isinstance(failure, Failure) and failure.value.status == 502
+    assert "larger than 4096 bytes" in failure.value.message
+
+
+def test_an_answer_within_the_bound_passes() -> None:
+    clock = task.Clock()
+    forward, stub = forwarder(OtherWorker("huge", size=4000), clock, max_bytes=4096)
+    d = forward.forward("GET", "http://w2.test/x", {})
+    stub.flush()
+    assert result_of(d)[1] == "x" * 4000
+
+
+def test_an_answer_that_is_not_json_is_502() -> None:
+    clock = task.Clock()
+    forward, stub = forwarder(OtherWorker("text"), clock)
+    d = forward.forward("GET", "http://w2.test/assistants/tess", {})
+    stub.flush()
+    failure = outcome(d)
+    assert isinstance(failure, Failure) and failure.value.status == 502
+
+
+def test_a_dead_worker_is_503() -> None:
+    """Its connection refused: 503 naming it, at once (no deadline left running)."""
+    reactor, client = refusing()
+    clock = task.Clock()
+    forward = Forwarder(clock, client=client)
+    d = forward.forward("GET", "http://127.0.0.1:9/assistants/tess", {})
+    refuse(reactor)
+    failure = outcome(d)
+    assert isinstance(failure, Failure) and failure.value.status == 503
+    assert "cannot be reached" in failure.value.message
+    assert clock.getDelayedCalls() == []
+
+
+def test_the_other_workers_error_status_and_retry_after_come_back() -> None:
+    clock = task.Clock()
+    forward, stub = forwarder(OtherWorker("busy"), clock)
+    d = forward.forward("POST", "http://w2.test/assistants/tess/tick", {})
+    stub.flush()
+    status, answer, headers = result_of(d)
+    assert (status, answer["error"], headers) == (503, "busy", {"retry-after": "7"})
+
+
+def test_an_event_stream_is_relayed_as_it_comes_and_closed_when_silent() -> None:
+    """The other worker's frames reach our client as they come; our client's flow
+    control is registered; a stream silent for ``stream_idle`` is closed."""
+    owner, clock = OtherWorker("stream"), task.Clock()
+    forward, stub = forwarder(owner, clock, stream_idle=30.0)
+    request = FakeRequest()
+    d = forward.relay(request, "http://w2.test/events?assistant=tess", {})
+    stub.flush()
+    ended = result_of(d)
+    assert request.code == 200
+    assert request.headers[b"content-type"].startswith(b"text/event-stream")
+    assert request.producer is not None
+    owner.streaming.write(b"event: later\ndata: {}\n\n")
+    stub.flush()
+    assert [e["event"] for e in request.events()] == ["hello", "later"]
+    clock.advance(29.0)
+    assert not request.finished
+    owner.streaming.write(b": keep-alive\n\n")  # progress extends the deadline
+    stub.flush()
+    clock.advance(29.0)
+    assert not request.finished
+    clock.advance(1.0)
+    stub.flush()
+    assert request.finished and ended.called and owner.stream_gone
+
+
+def test_a_relayed_stream_stops_when_our_client_goes() -> None:
+    owner, clock = OtherWorker("stream"), task.Clock()
+    forward, stub = forwarder(owner, clock)
+    request = FakeRequest()
+    ended = result_of(forward.relay(request, "http://w2.test/events", {}))
+    stub.flush()
+    request.finish()  # our client went away
+    stub.flush()
+    assert ended.called and owner.stream_gone
+    assert clock.getDelayedCalls() == []
+
+
+def test_a_relayed_stream_refused_by_the_other_worker_is_its_error() -> None:
+    clock = task.Clock()
+    forward, stub = forwarder(OtherWorker("busy"), clock)
+    d = forward.relay(FakeRequest(), "http://w2.test/events", {})
+    stub.flush()
+    failure = outcome(d)
+    assert isinstance(failure, Failure)
+    assert (failure.value.status, failure.value.message) == (503, "busy")
+
+
+# -- a worker's API about an assistant another worker runs ------------------------------------
+
+
+class FakeStore:
+    """What the API reads of the database: owners, live workers, saved states."""
+
+    def __init__(self, owners: dict[str, tuple[str, str | None]],
+                 states: dict[str, Any]) -> None:
+        self.owners = owners
+        self.states = states
+
+    def assistant_owners(self) -> defer.Deferred[Any]:
+        return defer.succeed(dict(self.owners))
+
+    def live_workers(self) -> defer.Deferred[Any]:
+        workers = {"w1": "http://w1.test"}
+        workers.update({w: url for w, url in self.owners.values()})
+        return defer.succeed(workers)
+
+    def load_assistant(self, name: str) -> defer.Deferred[Any]:
+        return defer.succeed(self.states.get(name))
+
+
+class FakeOwnership:
+    """The lease manager of worker w1, which runs Pip and Mason (Tess runs elsewhere)."""
+
+    def __init__(self, store: FakeStore) -> None:
+        self.worker = "w1"
+        self.store = store
+        self.roster = {n: AssistantConfig(name=n, model="default", character_id=f"char:{n}")
+                       for n in ("pip", "mason", "tess")}
+        self.removed: list[tuple[str, bool]] = []
+
+    def fresh_roster(self) -> defer.Deferred[Any]:
+        return defer.succeed(dict(self.roster))
+
+    def assistant_of_character(self, character: str) -> str | None:
+        return next((n for n, c in self.roster.items() if c.character_id == character), None)
+
+    def remove(self, name: str, forget: bool) -> defer.Deferred[None]:
+        self.removed.append((name, forget))
+        del self.roster[name]
+        return defer.succeed(None)
+
+
+def saved_tess() -> dict[str, Any]:
+    assistant = Assistant(config=AssistantConfig(name="tess", model="default"))
+    state = assistant.to_state()
+    state["history"] = [{"role": "user", "content": "remember the soup"}]
+    return state
+
+
+def worker_api(owner: Resource | None = None, *, url: str | None = "http://w2.test",
+               owned: bool = True, token: str | None = None,
+               limits: HttpLimits | None = None) -> tuple[ApiHarness, FakeOwnership, Any]:
+    """Worker w1's API; Tess is run by w2 at ``url`` (``owned``) or by nobody; the other
+    worker is ``owner`` behind StubTreq, or dead (the MemoryReactor is returned)."""
+    api = ApiHarness(token=token, limits=limits)
+    store = FakeStore({"tess": ("w2", url)} if owned else {}, {"tess": saved_tess()})
+    ownership = FakeOwnership(store)
+    api.service.ownership = ownership
+    reactor = None
+    if owner is not None:
+        client: Any = StubTreq(owner)
+        api.pump_others = client.flush  # type: ignore[attr-defined]
+    else:
+        reactor, client = refusing()
+    api.resource._forwarder = Forwarder(api.clock, client=client, timeout=2.0,
+                                        max_bytes=4096)
+    return api, ownership, reactor
+
+
+def call(api: ApiHarness, method: str, path: str, **kw: Any) -> Any:
+    d = api.start(method, path, **kw)
+    for _ in range(3):
+        api.pump()
+        flush = getattr(api, "pump_others", None)
+        if flush is not None:
+            flush()
+    return api.finish(d)
+
+
+def test_status_and_actions_of_an_assistant_run_elsewhere_are_forwarded() -> None:
+    """GET status and POST tick go to Tess's worker, with the caller's token."""
+    owner = OtherWorker()
+    api, _, _ = worker_api(owner, token="s3cret-token-0123")
+    auth = {"Authorization": "Bearer s3cret-token-0123"}
+    answer = call(api, "GET", "/assistants/tess", headers=auth)
+    assert answer.code == 200 and answer.json["worker"] == "w2"
+    answer = call(api, "POST", "/assistants/tess/tick", headers=auth, body={})
+    assert answer.code == 200 and answer.json["path"] == "/assistants/tess/tick"
+    assert [seen[2][b"authorization"] for seen in owner.seen] == [
+        b"Bearer s3cret-token-0123"] * 2
+    local = call(api, "GET", "/assistants/pip", headers=auth)  # Pip runs here
+    assert local.json["worker"] == "w1" and len(owner.seen) == 2
+
+
+def test_a_dead_owner_status_and_history_come_from_the_database_actions_are_503() -> None:
+    api, _, reactor = worker_api(None)
+    d = api.start("GET", "/assistants/tess")
+    api.pump()
+    refuse(reactor)
+    status = api.finish(d)
+    assert status.code == 200, status
+    assert status.json["worker"] is None and status.json["saved"] is True
+    assert "does not answer" in status.json["why"]
+    d = api.start("GET", "/assistants/tess/history")
+    api.pump()
+    refuse(reactor)
+    history = api.finish(d)
+    assert history.json["messages"][0]["content"] == "remember the soup"
+    d = api.start("POST", "/assistants/tess/tick", body={})
+    api.pump()
+    refuse(reactor)
+    tick = api.finish(d)
+    assert tick.code == 503 and tick.header("retry-after") == "2"
+    assert "cannot be reached" in tick.json["error"]
+
+
+def test_with_no_live_owner_the_database_answers_and_delete_removes_here() -> None:
+    api, ownership, _ = worker_api(OtherWorker(), owned=False)
+    status = call(api, "GET", "/assistants/tess")
+    assert status.code == 200 and status.json["worker"] is None
+    config = call(api, "GET", "/assistants/tess/config")
+    assert config.json["config"]["name"] == "tess"
+    stop = call(api, "POST", "/assistants/tess/stop", body={})
+    assert stop.code == 503 and "no live worker runs it" in stop.json["error"]
+    events = call(api, "GET", "/events?assistant=tess")
+    assert events.code == 503 and events.header("retry-after") == "2"
+    removed = call(api, "DELETE", "/assistants/tess?forget=true")
+    assert removed.code == 200 and ownership.removed == [("tess", True)]
+    assert call(api, "GET", "/assistants/tess").code == 404
+
+
+def test_an_owner_answer_too_large_is_502_and_a_slow_one_503() -> None:
+    api, _, _ = worker_api(OtherWorker("huge", size=10_000))
+    answer = call(api, "GET", "/assistants/tess/results")
+    assert answer.code == 502 and "larger than 4096 bytes" in answer.json["error"]
+    api, _, _ = worker_api(OtherWorker("silent"))
+    d = api.start("POST", "/assistants/tess/disable", body={})
+    api.pump()
+    api.clock.advance(2.0)
+    answer = api.finish(d)
+    assert answer.code == 503 and "did not answer within 2s" in answer.json["error"]
+    # A tick may take a while: its deadline is forward_tick_timeout (300 s by default).
+    d = api.start("POST", "/assistants/tess/tick", body={})
+    answered: list[Any] = []
+    d.addBoth(lambda result: answered.append(result) or result)
+    api.pump()
+    api.clock.advance(2.0)
+    api.pump()
+    assert answered == []
+    api.clock.advance(298.0)
+    answer = api.finish(d)
+    assert answer.code == 503 and "did not answer within 300s" in answer.json["error"]
+
+
+def test_unknown_names_are_404_and_a_forwarded_request_is_never_passed_on_again() -> None:
+    owner = OtherWorker()
+    api, _, _ = worker_api(owner)
+    assert call(api, "GET", "/assistants/nobody").code == 404
+    again = call(api, "GET", "/assistants/tess", headers={"X-AI-Tools-Forwarded": "1"})
+    assert again.code == 503 and "moving" in again.json["error"] and owner.seen == []
+
+
+def test_the_list_and_stop_reach_every_worker() -> None:
+    owner = OtherWorker()
+    api, _, _ = worker_api(owner)
+    listed = call(api, "GET", "/assistants")
+    assert [(a["name"], a["worker"]) for a in listed.json["assistants"]] == [
+        ("mason", "w1"), ("pip", "w1"), ("tess", "w2")]
+    assert listed.json["workers_unreachable"] == []
+    stopped = call(api, "POST", "/stop", body={})
+    assert stopped.json == {"stopped": ["tess"], "workers_unreachable": []}
+    assert [seen[1] for seen in owner.seen] == [b"/assistants", b"/stop"]
+
+
+def test_an_unreachable_worker_is_named_and_its_assistants_listed_without_one() -> None:
+    api, _, reactor = worker_api(None)
+    d = api.start("GET", "/assistants")
+    api.pump()
+    refuse(reactor)
+    listed = api.finish(d)
+    assert listed.json["workers_unreachable"] == ["w2"]
+    assert {"name": "tess", "worker": None, "running": False} in listed.json["assistants"]
