@@ -29,6 +29,7 @@ from ai_tools.llm.channel import ModelChannel
 from ai_tools.llm.consumer import EventCallback
 from ai_tools.llm.events import ChatResponse
 from ai_tools.llm.exchange import Exchange, at_deadline, deadline_passed
+from ai_tools.llm.window import reply_room_in_error
 
 
 class RequestBuilder(Protocol):
@@ -37,6 +38,9 @@ class RequestBuilder(Protocol):
     offers_tools: bool
 
     def build(self, streaming: bool) -> bytes: ...
+
+    def limit_reply(self, tokens: int) -> bool:
+        """Ask for a reply of at most ``tokens``; True if that lowers what is asked."""
 
 
 class ModelCall:
@@ -191,7 +195,7 @@ class ModelCall:
         if request is None or self._rebuilt or (exchange is not None and exchange.produced):
             return False
         if isinstance(exc, LLMRequestError) and exc.status == 400:
-            if not channel.window.learn_from_error(str(exc)):
+            if not _learned_from_refusal(str(exc), request, channel):
                 return False
         elif isinstance(exc, LLMEmptyStream) and self._streaming and request.offers_tools:
             self._streaming = False
@@ -266,3 +270,17 @@ class ModelCall:
             self.result.callback(attrs.evolve(outcome, attempts=self._attempt))
         else:
             self.result.callback(outcome)
+
+
+def _learned_from_refusal(text: str, request: RequestBuilder, channel: ModelChannel) -> bool:
+    """What a 400 teaches that changes the request: the window a context-overflow error
+    names, and the room left for the reply when prompt + ``max_tokens`` overflowed it
+    (vLLM refuses those rather than shortening the reply).  True if either changed it."""
+    learned = channel.window.learn_from_error(text)
+    room = reply_room_in_error(text, channel.window.tokens)
+    shrunk = room is not None and request.limit_reply(room)
+    if shrunk:
+        channel.log.info("Model {label}: the server refused the reply's max_tokens next to "
+                         "this prompt; sent again with at most {tokens} tokens for the reply",
+                         label=channel.profile.label, tokens=room)
+    return shrunk or learned

@@ -235,7 +235,8 @@ class _Request:
     """One ``complete()``'s request, encoded for streaming or not (and again when the
     call learns something that changes it: the window, the stream mode)."""
 
-    __slots__ = ("_client", "_extra", "_messages", "_tool_choice", "_tools", "offers_tools")
+    __slots__ = ("_client", "_extra", "_messages", "_reply_room", "_tool_choice", "_tools",
+                 "offers_tools")
 
     def __init__(self, client: OpenAIChatClient, messages: Sequence[Mapping[str, Any]],
                  tools: Sequence[Any] | None, tool_choice: Any,
@@ -245,7 +246,24 @@ class _Request:
         self._tools = tools
         self._tool_choice = tool_choice
         self._extra = extra_body
+        self._reply_room: int | None = None
         self.offers_tools = bool(tools) and client.profile.tool_calling == "native"
+
+    def max_tokens(self) -> int:
+        """The reply cap sent (0: none): the profile's, else the default for the window,
+        lowered to the room a refusal named (:meth:`limit_reply`)."""
+        profile = self._client.profile
+        cap = (profile.max_tokens if profile.max_tokens is not None
+               else default_max_tokens(self._client.context_window))
+        room = self._reply_room
+        return cap if room is None or not cap else min(cap, room)
+
+    def limit_reply(self, tokens: int) -> bool:
+        """Cap the reply at ``tokens`` (the server refused the prompt with the asked
+        ``max_tokens``); True if that lowers the cap sent."""
+        before = self.max_tokens()
+        self._reply_room = tokens
+        return bool(before) and self.max_tokens() < before
 
     def build(self, streaming: bool) -> bytes:
         """The request body: model, messages, tools and their choice, stream, max_tokens,
@@ -262,8 +280,7 @@ class _Request:
         body["stream"] = streaming
         if streaming and profile.stream_usage:
             body["stream_options"] = {"include_usage": True}
-        max_tokens = (profile.max_tokens if profile.max_tokens is not None
-                      else default_max_tokens(self._client.context_window))
+        max_tokens = self.max_tokens()
         if max_tokens:
             body["max_tokens"] = max_tokens
         body.update(profile.extra_body)

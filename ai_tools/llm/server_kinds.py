@@ -112,6 +112,8 @@ class ServerKind:
             return None
         prompt = max(1, len(json.dumps([body.get("messages"), body.get("tools")],
                                        ensure_ascii=False, default=str)) // 4)
+        if self.kind == "vllm":
+            return _vllm_overflow(window, prompt, body.get("max_tokens"))
         if prompt < window:
             return None
         if self.kind == "llama.cpp":
@@ -124,3 +126,20 @@ class ServerKind:
             "message": f"This model's maximum context length is {window} tokens. However, you "
                        f"requested {prompt} tokens ({prompt} in the messages, None in the "
                        "completion). Please reduce the length of the messages or completion."}}
+
+
+def _vllm_overflow(window: int, prompt: int, max_tokens: Any) -> Answer | None:
+    """vLLM's refusals: a prompt too long by itself, or one that fits only without the
+    asked ``max_tokens`` (vLLM does not shorten the reply to fit; its texts as of 0.6)."""
+    if prompt >= window:
+        message = (f"This model's maximum context length is {window} tokens. However, you "
+                   f"requested {prompt} tokens in the messages, Please reduce the length of "
+                   "the messages.")
+    elif isinstance(max_tokens, int) and prompt + max_tokens > window:
+        message = (f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This "
+                   f"model's maximum context length is {window} tokens and your request has "
+                   f"{prompt} input tokens ({max_tokens} > {window} - {prompt}).")
+    else:
+        return None
+    return 400, {"object": "error", "type": "BadRequestError", "param": None, "code": 400,
+                 "message": message}

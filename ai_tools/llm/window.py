@@ -43,7 +43,8 @@ from twisted.logger import Logger
 from ai_tools.llm.profile import ModelProfile
 from ai_tools.llm.tokens import DEFAULT_CONTEXT_WINDOW, known_context_window
 
-__all__ = ["ContextWindow", "discover_window", "server_root", "window_in_error"]
+__all__ = ["ContextWindow", "discover_window", "reply_room_in_error", "server_root",
+           "window_in_error"]
 
 log = Logger(namespace="ai_tools.llm.window")
 
@@ -58,6 +59,12 @@ _OVERFLOW_PATTERNS = (
     re.compile(r'"n_ctx"\s*:\s*(\d+)'),  # llama.cpp's exceed_context_size_error
     re.compile(r"context (?:length|size) (?:of|is) (\d+)", re.IGNORECASE),
 )
+_INPUT_PATTERNS = (
+    re.compile(r"your request has (\d+) input tokens", re.IGNORECASE),  # vLLM >= 0.6
+    re.compile(r"\((\d+) in the messages, \d+ in the completion\)", re.IGNORECASE),  # older vLLM
+)
+"""Errors refusing a prompt that fits only without the asked ``max_tokens``: they name the
+prompt's tokens (a prompt too long by itself names no completion tokens, and matches none)."""
 
 
 @attrs.define(eq=False)
@@ -139,6 +146,23 @@ def window_in_error(text: str) -> int | None:
             tokens = int(match.group(1))
             if tokens > 0:
                 return tokens
+    return None
+
+
+def reply_room_in_error(text: str, window: int) -> int | None:
+    """The tokens a reply may still take, from an error refusing prompt + ``max_tokens``.
+
+    vLLM refuses a request whose prompt and ``max_tokens`` together exceed its
+    window (``max_model_len``) instead of shortening the reply; its error names the
+    prompt's tokens.  The room is the window (the one the error names, else
+    ``window``) minus those; None when the error names no prompt tokens or leaves
+    no room (the prompt alone is too long: compaction's business, not the reply's).
+    """
+    for pattern in _INPUT_PATTERNS:
+        match = pattern.search(text)
+        if match is not None:
+            room = (window_in_error(text) or window) - int(match.group(1))
+            return room if room > 0 else None
     return None
 
 

@@ -23,6 +23,7 @@ from ai_tools.llm.window import (
     ContextWindow,
     read_llama_cpp,
     read_ollama_running,
+    reply_room_in_error,
     server_root,
     window_in_error,
 )
@@ -165,6 +166,42 @@ def test_an_overflow_error_teaches_the_window_and_the_request_is_sent_again(
     answer = h.run(h.client.complete(USER))
     assert answer.content == "first"
     assert [r.body["max_tokens"] for r in h.requests] == [2048, 512, 512]
+
+
+def test_vllm_refusing_prompt_plus_max_tokens_gets_a_shorter_reply(logged: list) -> None:  # noqa: F811
+    """vLLM refuses a prompt that fits its window only without the asked max_tokens (it
+    does not shorten the reply).  The call is sent again at once with the room left,
+    and answered; the next call asks the default again (its prompt may be shorter)."""
+    h = harness(ServerKind("vllm", 8192), ["first", "second"], context_window=8192)
+    prompt = [{"role": "user", "content": "word " * 5200}]  # ~6,500 tokens of 8,192
+    answer = h.run(h.client.complete(prompt))
+    assert answer.content == "first"
+    sent = [r.body["max_tokens"] for r in h.requests]
+    assert sent[0] == 2048 and 0 < sent[1] < 2048
+    assert any("at most" in formatEvent(e) for e in logged)
+    h.run(h.client.complete(USER))
+    assert h.requests[-1].body["max_tokens"] == 2048
+
+
+def test_a_prompt_too_long_by_itself_is_not_sent_again() -> None:
+    """No room is left for any reply: the error reaches the caller (compaction's turn)."""
+    h = harness(ServerKind("vllm", 2048), ["first"], context_window=2048)
+    with pytest.raises(LLMRequestError, match="in the messages"):
+        h.run(h.client.complete([{"role": "user", "content": "word " * 1800}]))
+    assert len(h.requests) == 1
+
+
+def test_reply_room_in_error_texts() -> None:
+    new = ("'max_tokens' or 'max_completion_tokens' is too large: 2048. This model's maximum "
+           "context length is 8192 tokens and your request has 6500 input tokens "
+           "(2048 > 8192 - 6500).")
+    assert reply_room_in_error(new, 4096) == 1692
+    old = ("This model's maximum context length is 4096 tokens. However, you requested 4200 "
+           "tokens (3000 in the messages, 1200 in the completion).")
+    assert reply_room_in_error(old, 8192) == 1096
+    assert reply_room_in_error("requested 5000 tokens in the messages", 4096) is None
+    assert reply_room_in_error("your request has 9000 input tokens", 4096) is None
+    assert reply_room_in_error("model not found", 4096) is None
 
 
 def test_window_in_error_texts() -> None:
