@@ -17,6 +17,12 @@ the password from the environment or a file.
 
 The server runs with ``fsync=off``: these clusters hold test data only, and
 a killed *process* (what the crash tests do) loses nothing committed anyway.
+
+A test run killed from outside (SIGKILL, a CI timeout) cannot stop its
+clusters, so each cluster has a watchdog: a small process of its own session
+that waits for the end of a pipe the test process holds.  The kernel closes
+that pipe whatever way the test process ends; the watchdog then stops the
+server and removes its directory.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -99,6 +106,7 @@ class ThrowawayCluster:
     password: str = attrs.field(factory=lambda: secrets.token_urlsafe(24), init=False)
     root: Path | None = attrs.field(default=None, init=False)
     _as_user: str | None = attrs.field(default=None, init=False)
+    _watchdog: subprocess.Popen[bytes] | None = attrs.field(default=None, init=False)
 
     @property
     def data(self) -> Path:
@@ -114,6 +122,7 @@ class ThrowawayCluster:
         """Create and start the cluster; ClusterUnavailable (with the server's log) on failure."""
         self.root = Path(tempfile.mkdtemp(prefix="ai_tools_pg_"))
         try:
+            self._watchdog = _start_watchdog(self.root, self.bindir)
             self._prepare_root()
             self._initdb()
             self._start_server()
@@ -180,13 +189,46 @@ class ThrowawayCluster:
     def stop(self) -> None:
         """Stop the server (immediately) and remove the directory; harmless twice."""
         root, self.root = self.root, None
-        if root is None:
-            return
-        data = root / "data"
-        if (data / "postmaster.pid").exists():
-            command = [str(self.bindir / "pg_ctl"), "stop", "-m", "immediate", "-w",
-                       "-D", str(data)]
-            if self._as_user is not None:
-                command = ["runuser", "-u", self._as_user, "--", *command]
-            subprocess.run(command, capture_output=True, timeout=60, check=False)
-        shutil.rmtree(root, ignore_errors=True)
+        if root is not None:
+            _remove_cluster(root, self.bindir)
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:  # its pipe closed, it finds nothing left and ends
+            assert watchdog.stdin is not None
+            watchdog.stdin.close()
+            watchdog.wait(timeout=60)
+
+
+def _remove_cluster(root: Path, bindir: Path) -> None:
+    """Stop the server of the cluster in ``root`` (if running), then remove ``root``.
+
+    ``pg_ctl`` runs as the owner of the data directory (root cannot run it).
+    """
+    data = root / "data"
+    if (data / "postmaster.pid").exists():
+        command = [str(bindir / "pg_ctl"), "stop", "-m", "immediate", "-w", "-D", str(data)]
+        if os.geteuid() == 0:
+            owner = pwd.getpwuid(data.stat().st_uid).pw_name
+            command = ["runuser", "-u", owner, "--", *command]
+        subprocess.run(command, capture_output=True, timeout=60, check=False)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _start_watchdog(root: Path, bindir: Path) -> subprocess.Popen[bytes]:
+    """The process that removes the cluster in ``root`` once this process has ended.
+
+    It reads a pipe until its end (see the module docstring), in a session of its
+    own so that a Ctrl-C to the test run does not stop it before it cleans up.
+    """
+    return subprocess.Popen([sys.executable, __file__, "--watch", str(root), str(bindir)],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _watch(root: Path, bindir: Path) -> None:
+    sys.stdin.buffer.read()  # returns when the test process closed the pipe or ended
+    if root.exists():
+        _remove_cluster(root, bindir)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--watch"]:
+    _watch(Path(sys.argv[2]), Path(sys.argv[3]))
