@@ -45,7 +45,6 @@ Build it with :func:`make_web_service` and add it to the application.
 
 from __future__ import annotations
 
-import hmac
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -84,6 +83,7 @@ from ai_tools.web.paging import history_page
 from ai_tools.web.query import query_bool, query_int, query_text
 from ai_tools.web.results import LoopRecorder
 from ai_tools.web.sse import EventStream
+from ai_tools.web.token_guard import TokenGuard
 
 __all__ = ["MAX_TEXT", "MESSAGE_KINDS", "ApiResource", "ApiSite", "WebService",
            "make_web_service"]
@@ -172,7 +172,9 @@ class ApiResource(Resource):
         self.limits = limits if limits is not None else HttpLimits()
         self.policy = policy if policy is not None else OriginPolicy()
         self.recorder = recorder if recorder is not None else LoopRecorder()
-        self.console = ConsolePages(self._token, lambda: self.clock.seconds(), max_body)
+        self.token_guard = (TokenGuard(self._token, lambda: self.clock.seconds())
+                            if self._token is not None else None)
+        self.console = ConsolePages(self.token_guard, lambda: self.clock.seconds(), max_body)
         self._hub: EventHub | None = None
         self.operator = Operator(service, world)
         self.metrics = Metrics(service, streams=lambda: len(self.streams))
@@ -341,16 +343,15 @@ class ApiResource(Resource):
         return route, params
 
     def _check_token(self, request: Any) -> None:
-        if self._token is None or self.console.signed_in(request):
+        guard = self.token_guard
+        if guard is None or self.console.signed_in(request):
             return
         header = request.getHeader(b"authorization")
-        challenge = {"WWW-Authenticate": 'Bearer realm="ai_tools"'}
         if not header:
             raise ApiError(401, "missing token: send 'Authorization: Bearer <token>'",
-                           headers=challenge)
+                           headers={"WWW-Authenticate": 'Bearer realm="ai_tools"'})
         scheme, _, given = header.partition(b" ")
-        if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self._token):
-            raise ApiError(401, "wrong token", headers=challenge)
+        guard.check(request, given.strip() if scheme.lower() == b"bearer" else b"")
 
     def _segments(self, request: Any) -> list[str]:
         path = request.path.split(b"?", 1)[0]

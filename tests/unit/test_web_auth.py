@@ -12,8 +12,10 @@ from zope.interface.verify import verifyObject
 
 from ai_tools.errors import ConfigError
 from ai_tools.web.api import WebService, make_web_service
+from ai_tools.web.errors import ApiError
 from ai_tools.web.listen import binds_locally, endpoint_interface, split_endpoint
-from tests.unit.web_fakes import ApiHarness, result_of
+from ai_tools.web.token_guard import WRONG_TOKEN_LIMIT, WRONG_TOKEN_WINDOW, TokenGuard
+from tests.unit.web_fakes import ApiHarness, FakeRequest, result_of
 
 TOKEN = "s3cret-token"
 
@@ -68,20 +70,61 @@ def test_the_right_token_is_served(api: ApiHarness) -> None:
 
 
 def test_compare_is_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The token is compared with hmac.compare_digest."""
-    import ai_tools.web.api as api_module
+    """The token is compared with hmac.compare_digest, in the one place that checks it."""
+    import ai_tools.web.token_guard as guard_module
 
     calls: list[tuple[Any, Any]] = []
-    real = api_module.hmac.compare_digest
+    real = guard_module.hmac.compare_digest
 
     def spy(a: Any, b: Any) -> bool:
         calls.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(api_module.hmac, "compare_digest", spy)
+    monkeypatch.setattr(guard_module.hmac, "compare_digest", spy)
     api = ApiHarness(token=TOKEN)
     api.call("GET", "/", headers={"Authorization": f"Bearer {TOKEN}"})
     assert calls == [(TOKEN.encode(), TOKEN.encode())]
+
+
+def test_wrong_tokens_from_one_address_are_bounded(api: ApiHarness) -> None:
+    """After WRONG_TOKEN_LIMIT wrong tokens in a window, the address gets 429 with
+    Retry-After for every token, the right one too, until its window has passed."""
+    wrong = {"Authorization": "Bearer guess"}
+    right = {"Authorization": f"Bearer {TOKEN}"}
+    for _ in range(WRONG_TOKEN_LIMIT):
+        assert api.call("GET", "/assistants", headers=wrong).code == 401
+    refused = api.call("GET", "/assistants", headers=right)
+    assert refused.code == 429
+    assert refused.header("retry-after") == str(int(WRONG_TOKEN_WINDOW))
+    assert "too many wrong tokens" in refused.json["error"]
+    api.clock.advance(WRONG_TOKEN_WINDOW - 1)
+    assert api.call("GET", "/assistants", headers=right).code == 429
+    api.clock.advance(1)
+    assert api.call("GET", "/assistants", headers=right).code == 200
+    assert api.call("GET", "/assistants", headers=wrong).code == 401  # a new window
+
+
+def test_the_console_sign_in_shares_the_allowance(api: ApiHarness) -> None:
+    """Wrong tokens given to POST /session count with the API's: one rule, one place."""
+    for _ in range(WRONG_TOKEN_LIMIT - 1):
+        assert api.call("POST", "/session", body={"token": "guess"}).code == 401
+    assert api.call("GET", "/", headers={"Authorization": "Bearer guess"}).code == 401
+    assert api.call("POST", "/session", body={"token": TOKEN}).code == 429
+
+
+def test_the_guard_remembers_a_bounded_number_of_addresses() -> None:
+    clock = task.Clock()
+    guard = TokenGuard(TOKEN.encode(), clock.seconds, limit=1, max_addresses=3)
+    for host in ("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"):
+        with pytest.raises(ApiError) as raised:
+            guard.check(FakeRequest(host), b"guess")
+        assert raised.value.status == 401
+    with pytest.raises(ApiError) as raised:  # the first address was forgotten
+        guard.check(FakeRequest("10.0.0.1"), b"guess")
+    assert raised.value.status == 401
+    with pytest.raises(ApiError) as raised:  # the last one is still refused
+        guard.check(FakeRequest("10.0.0.4"), TOKEN.encode())
+    assert raised.value.status == 429
 
 
 # -- make_web_service -------------------------------------------------------------------

@@ -21,6 +21,7 @@ import attrs
 from ai_tools.web.body import parse_json_body
 from ai_tools.web.console.session import SessionCookies
 from ai_tools.web.errors import ApiError
+from ai_tools.web.token_guard import TokenGuard
 
 __all__ = ["CONTENT_SECURITY_POLICY", "ConsolePages", "RawAnswer", "prefers_html"]
 
@@ -105,16 +106,17 @@ def _load_static() -> dict[str, RawAnswer]:
 class ConsolePages:
     """The console's requests: which are its own (:meth:`handler_for`) and their answers.
 
-    ``token`` is the API token (bytes; None: no sign-in needed), ``seconds``
-    the clock for session expiry, ``max_body`` the body limit of ``POST /session``.
+    ``guard`` checks the API token (None: no token, no sign-in needed), ``seconds``
+    is the clock for session expiry, ``max_body`` the body limit of ``POST /session``.
     """
 
-    def __init__(self, token: bytes | None, seconds: Callable[[], float],
+    def __init__(self, guard: TokenGuard | None, seconds: Callable[[], float],
                  max_body: int) -> None:
         self.files = _load_static()
         self.max_body = max_body
-        self.sessions = (SessionCookies(token, seconds)
-                         if token is not None else None)
+        self.guard = guard
+        self.sessions = (SessionCookies(guard.token, seconds)
+                         if guard is not None else None)
 
     def handler_for(self, request: Any) -> Handler | None:
         """The handler of a console request (the page, a file, the sign-in); None for the API.
@@ -168,10 +170,9 @@ class ConsolePages:
         unknown = sorted(set(body) - {"token"})
         if unknown:
             raise ApiError(422, f"unknown field {unknown[0]!r}", field=unknown[0])
-        if self.sessions is None:
+        if self.sessions is None or self.guard is None:
             return {"token_required": False, "signed_in": True}
-        if not self.sessions.token_matches(token):
-            raise ApiError(401, "wrong token", field="token")
+        self.guard.check(request, token.encode("utf-8"), field="token")
         self.sessions.issue(request)
         return {"token_required": True, "signed_in": True}
 

@@ -39,10 +39,6 @@ class SessionCookies:
     seconds: Callable[[], float]
     lifetime: int = SESSION_SECONDS
 
-    def token_matches(self, given: str) -> bool:
-        """Whether ``given`` is the token (constant time)."""
-        return hmac.compare_digest(given.encode("utf-8"), self.token)
-
     def issue(self, request: Any) -> None:
         """Set a fresh session cookie on the answer to ``request``."""
         expiry = int(self.seconds()) + self.lifetime
