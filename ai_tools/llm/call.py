@@ -274,9 +274,11 @@ class ModelCall:
 
 def _learned_from_refusal(text: str, request: RequestBuilder, channel: ModelChannel) -> bool:
     """What a 400 teaches that changes the request: the window a context-overflow error
-    names, and the room left for the reply when prompt + ``max_tokens`` overflowed it
-    (vLLM refuses those rather than shortening the reply).  True if either changed it."""
-    learned = channel.window.learn_from_error(text)
+    names, the reply cap's field (``max_completion_tokens`` where ``max_tokens`` is
+    refused), and the room left for the reply when prompt + ``max_tokens`` overflowed
+    the window (vLLM refuses those rather than shortening the reply).  True if any
+    changed it."""
+    learned = channel.window.learn_from_error(text) | _learn_reply_cap_field(text, channel)
     room = reply_room_in_error(text, channel.window.tokens)
     shrunk = room is not None and request.limit_reply(room)
     if shrunk:
@@ -284,3 +286,19 @@ def _learned_from_refusal(text: str, request: RequestBuilder, channel: ModelChan
                          "this prompt; sent again with at most {tokens} tokens for the reply",
                          label=channel.profile.label, tokens=room)
     return shrunk or learned
+
+
+_CAP_FIELD_REFUSED = "use 'max_completion_tokens'"
+"""In OpenAI's refusal of ``max_tokens`` for its reasoning models ("Unsupported parameter:
+'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.")."""
+
+
+def _learn_reply_cap_field(text: str, channel: ModelChannel) -> bool:
+    """Send the reply cap as ``max_completion_tokens`` from now on if the server refused
+    ``max_tokens`` for it; True if that changed (logged once)."""
+    if channel.reply_cap_field != "max_tokens" or _CAP_FIELD_REFUSED not in text.lower():
+        return False
+    channel.reply_cap_field = "max_completion_tokens"
+    channel.log.info("Model {label}: the server refuses max_tokens; the reply cap is sent as "
+                     "max_completion_tokens from now on", label=channel.profile.label)
+    return True

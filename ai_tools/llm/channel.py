@@ -72,6 +72,7 @@ class ModelChannel:
         "finish_warned",
         "log",
         "profile",
+        "reply_cap_field",
         "retry_policy",
         "slots",
         "stream_tools",
@@ -107,6 +108,9 @@ class ModelChannel:
         """False once a streamed answer with tools came back empty (llama-cpp-python
         cannot stream a call the model chose): requests offering tools then ask for
         whole answers."""
+        self.reply_cap_field = "max_tokens"
+        """The body field of the reply cap: ``max_completion_tokens`` once the server
+        refused ``max_tokens`` for it (OpenAI's reasoning models: o-series, gpt-5)."""
         self.log = Logger(namespace="ai_tools.llm.client")
         self._http: Any = http
         self._environ = environ

@@ -134,6 +134,12 @@ class OpenAIChatClient:
         return self._channel.window.tokens
 
     @property
+    def reply_cap_field(self) -> str:
+        """The request field carrying the reply cap: ``max_tokens``, or
+        ``max_completion_tokens`` once the server refused the other."""
+        return self._channel.reply_cap_field
+
+    @property
     def context_window_source(self) -> str:
         """Where :attr:`context_window` comes from, in words (for status pages and logs)."""
         return self._channel.window.source
@@ -282,7 +288,7 @@ class _Request:
             body["stream_options"] = {"include_usage": True}
         max_tokens = self.max_tokens()
         if max_tokens:
-            body["max_tokens"] = max_tokens
+            body[self._client.reply_cap_field] = max_tokens
         body.update(profile.extra_body)
         if self._extra:
             body.update(self._extra)

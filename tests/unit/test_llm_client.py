@@ -10,7 +10,7 @@ import pytest
 from treq.testing import RequestTraversalAgent
 from twisted.internet import defer
 from twisted.internet.task import Clock
-from twisted.logger import globalLogPublisher
+from twisted.logger import formatEvent, globalLogPublisher
 from zope.interface.verify import verifyObject
 
 from ai_tools.errors import (
@@ -218,6 +218,23 @@ def test_client_errors_fail_at_once(status: int) -> None:
         h.run(h.client.complete(USER))
     assert len(h.requests) == 1
     assert h.client.breaker is not None and h.client.breaker.consecutive_failures == 0
+
+
+def test_a_refused_max_tokens_is_sent_as_max_completion_tokens(logged: list) -> None:
+    """OpenAI's reasoning models refuse ``max_tokens``: the call is sent again at once
+    with ``max_completion_tokens``, and every later request uses that field (logged once)."""
+    refusal = ("Unsupported parameter: 'max_tokens' is not supported with this model. "
+               "Use 'max_completion_tokens' instead.")
+    h = Harness([Fault.http_error(400, refusal), Turn(text="one"), Turn(text="two")],
+                context_window=8192)
+    assert h.run(h.client.complete(USER)).content == "one"
+    assert h.run(h.client.complete(USER)).content == "two"
+    first, *later = [r.body for r in h.requests]
+    assert first["max_tokens"] == 2048 and "max_completion_tokens" not in first
+    assert [(b.get("max_tokens"), b["max_completion_tokens"]) for b in later] == [
+        (None, 2048), (None, 2048)]
+    assert h.client.reply_cap_field == "max_completion_tokens"
+    assert sum("max_completion_tokens from now on" in formatEvent(e) for e in logged) == 1
 
 
 def test_401_message_names_the_variable() -> None:
