@@ -101,6 +101,12 @@ SETTINGS: tuple[Setting, ...] = (
             "false"),
     Setting("llm_tool_calling", "models.*.tool_calling",
             "native tool calls, or fallback (calls written in the text)", "fallback"),
+    Setting("llm_tool_choice", "models.*.tool_choice",
+            "tool_choice sent with the tools: auto, required, none, or off (send none)",
+            "required"),
+    Setting("llm_max_tokens", "models.*.max_tokens",
+            "the longest reply, in tokens (default a quarter of the window, at most 4096; "
+            "0 sends none)", "1024"),
     # -- the database
     Setting("db", "store.path", "SQLite file holding the state, or memory",
             "/srv/ai/state.sqlite"),

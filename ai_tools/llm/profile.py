@@ -24,6 +24,8 @@ ENV_API_KEY_ENV = "AI_TOOLS_LLM_API_KEY_ENV"
 ENV_CONTEXT_WINDOW = "AI_TOOLS_LLM_CONTEXT_WINDOW"
 ENV_STREAM = "AI_TOOLS_LLM_STREAM"
 ENV_TOOL_CALLING = "AI_TOOLS_LLM_TOOL_CALLING"
+ENV_TOOL_CHOICE = "AI_TOOLS_LLM_TOOL_CHOICE"
+ENV_MAX_TOKENS = "AI_TOOLS_LLM_MAX_TOKENS"
 
 TOOL_CALLING_MODES = ("native", "fallback")
 TOOL_CHOICES = ("auto", "required", "none")
@@ -226,7 +228,8 @@ class ModelProfile:
         ``AI_TOOLS_LLM_URL`` and ``AI_TOOLS_LLM_MODEL`` are required;
         ``AI_TOOLS_LLM_API_KEY_ENV`` names the variable holding the key
         (e.g. ``OPENAI_API_KEY``); optional ``AI_TOOLS_LLM_CONTEXT_WINDOW``,
-        ``AI_TOOLS_LLM_STREAM`` (``0``/``1``) and ``AI_TOOLS_LLM_TOOL_CALLING``.
+        ``AI_TOOLS_LLM_STREAM`` (``0``/``1``), ``AI_TOOLS_LLM_TOOL_CALLING``,
+        ``AI_TOOLS_LLM_TOOL_CHOICE`` and ``AI_TOOLS_LLM_MAX_TOKENS``.
         """
         env = os.environ if environ is None else environ
         url = env.get(ENV_URL, "").strip()
@@ -238,15 +241,21 @@ class ModelProfile:
         values: dict[str, Any] = {"base_url": url, "model": model}
         if env.get(ENV_API_KEY_ENV, "").strip():
             values["api_key_env"] = env[ENV_API_KEY_ENV].strip()
-        if env.get(ENV_CONTEXT_WINDOW, "").strip():
-            try:
-                values["context_window"] = int(env[ENV_CONTEXT_WINDOW])
-            except ValueError:
-                raise ConfigError(
-                    f"${ENV_CONTEXT_WINDOW} must be an integer, got {env[ENV_CONTEXT_WINDOW]!r}"
-                ) from None
+        for variable, key in ((ENV_CONTEXT_WINDOW, "context_window"),
+                              (ENV_MAX_TOKENS, "max_tokens")):
+            if env.get(variable, "").strip():
+                values[key] = _integer_variable(env, variable)
         if env.get(ENV_STREAM, "").strip():
             values["stream"] = env[ENV_STREAM].strip().lower() not in ("0", "false", "no", "off")
-        if env.get(ENV_TOOL_CALLING, "").strip():
-            values["tool_calling"] = env[ENV_TOOL_CALLING].strip()
+        for variable, key in ((ENV_TOOL_CALLING, "tool_calling"),
+                              (ENV_TOOL_CHOICE, "tool_choice")):
+            if env.get(variable, "").strip():
+                values[key] = env[variable].strip()
         return cls.from_mapping(values, where="environment")
+
+
+def _integer_variable(env: Mapping[str, str], name: str) -> int:
+    try:
+        return int(env[name])
+    except ValueError:
+        raise ConfigError(f"${name} must be an integer, got {env[name]!r}") from None

@@ -134,7 +134,7 @@ def _path(given: Given) -> str:
 
 
 _VALUES: dict[str, Callable[[Given], Any]] = {
-    "llm_context_window": _integer, "max_concurrent": _integer,
+    "llm_context_window": _integer, "llm_max_tokens": _integer, "max_concurrent": _integer,
     "tick_interval": _number, "stop_grace": _number,
     "lease_ttl": _number, "lease_interval": _number,
     "llm_stream": _boolean,
@@ -218,7 +218,7 @@ def _existing_directory(given: Given) -> str:
 
 
 _PROFILE_SETTINGS = ("llm_url", "llm_model", "llm_api_key_env", "llm_context_window",
-                     "llm_stream", "llm_tool_calling")
+                     "llm_stream", "llm_tool_calling", "llm_tool_choice", "llm_max_tokens")
 _REAL_SERVER_ONLY = ("llm_model", "llm_api_key_env")
 
 

@@ -73,12 +73,15 @@ def test_from_environ() -> None:
             "AI_TOOLS_LLM_API_KEY_ENV": "OPENROUTER_API_KEY",
             "AI_TOOLS_LLM_CONTEXT_WINDOW": "16000",
             "AI_TOOLS_LLM_STREAM": "0",
+            "AI_TOOLS_LLM_TOOL_CHOICE": "required",
+            "AI_TOOLS_LLM_MAX_TOKENS": "700",
             "OPENROUTER_API_KEY": "sk-secret",
         }
     )
     assert profile.api_key_env == "OPENROUTER_API_KEY"
     assert profile.context_window == 16000
     assert profile.stream is False
+    assert (profile.tool_choice, profile.max_tokens) == ("required", 700)
     assert "sk-secret" not in repr(profile)
 
 
@@ -95,6 +98,8 @@ def test_from_environ() -> None:
             },
             "integer",
         ),
+        ({"AI_TOOLS_LLM_URL": "http://x", "AI_TOOLS_LLM_MODEL": "m",
+          "AI_TOOLS_LLM_MAX_TOKENS": "many"}, "AI_TOOLS_LLM_MAX_TOKENS must be an integer"),
     ],
 )
 def test_from_environ_errors(env: dict, message: str) -> None:

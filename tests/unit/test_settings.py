@@ -47,6 +47,9 @@ CASES: dict[str, tuple[Any, str, str, Read, tuple[Any, Any, Any]]] = {
     "llm_stream": (True, "false", "yes", lambda c: profile(c).stream, (True, False, True)),
     "llm_tool_calling": ("native", "fallback", "native", lambda c: profile(c).tool_calling,
                          ("native", "fallback", "native")),
+    "llm_tool_choice": ("auto", "required", "off", lambda c: profile(c).tool_choice,
+                        ("auto", "required", None)),
+    "llm_max_tokens": (800, "0", "1024", lambda c: profile(c).max_tokens, (800, 0, 1024)),
     "world": (str(WORLD), str(WORLD), str(WORLD), lambda c: c.world.file, (WORLD,) * 3),
     "http": (8001, "8002", "8003", lambda c: c.http.endpoint,
              tuple(f"tcp:{p}:interface=127.0.0.1" for p in (8001, 8002, 8003))),
@@ -102,6 +105,9 @@ def test_flag_beats_variable_beats_file(name: str, tmp_path: Path) -> None:
                                  "AI_TOOLS_LLM_CONTEXT_WINDOW)"),
     ("llm_stream", "maybe", "AI_TOOLS_LLM_STREAM must be true or false, not 'maybe'"),
     ("llm_tool_calling", "telepathy", "(given by AI_TOOLS_LLM_TOOL_CALLING)"),
+    ("llm_max_tokens", "lots", "AI_TOOLS_LLM_MAX_TOKENS must be an integer, not 'lots'"),
+    ("llm_max_tokens", "-5", "(given by AI_TOOLS_LLM_MAX_TOKENS)"),
+    ("llm_tool_choice", "sometimes", "(given by AI_TOOLS_LLM_TOOL_CHOICE)"),
     ("tick_interval", "fast", "AI_TOOLS_TICK_INTERVAL must be a number, not 'fast'"),
     ("tick_interval", "-1", "AI_TOOLS_TICK_INTERVAL must be a positive number"),
     ("max_concurrent", "0", "AI_TOOLS_MAX_CONCURRENT must be a positive integer"),
@@ -300,7 +306,9 @@ def test_the_modules_reading_variables_use_the_same_names() -> None:
     for constant, name in [("ENV_URL", "llm_url"), ("ENV_MODEL", "llm_model"),
                            ("ENV_API_KEY_ENV", "llm_api_key_env"),
                            ("ENV_CONTEXT_WINDOW", "llm_context_window"),
-                           ("ENV_STREAM", "llm_stream"), ("ENV_TOOL_CALLING", "llm_tool_calling")]:
+                           ("ENV_STREAM", "llm_stream"), ("ENV_TOOL_CALLING", "llm_tool_calling"),
+                           ("ENV_TOOL_CHOICE", "llm_tool_choice"),
+                           ("ENV_MAX_TOKENS", "llm_max_tokens")]:
         if hasattr(llm_profile, constant):  # ModelProfile.from_environ's own names
             assert getattr(llm_profile, constant) == setting(name).env
 
