@@ -166,12 +166,21 @@ SEQS_PER_MS = 1000
 """Message numbers a run may give per millisecond it lived (see first_message_seq)."""
 
 
+SEQ_FLOOR_KEY = "message_seq_floor"
+"""World meta: no run has given a message number above it (see SEQ_BLOCK)."""
+SEQ_BLOCK = 1_000_000
+"""Message numbers a run reserves at a time: one meta write per this many messages."""
+
+
 def first_message_seq(now: float) -> int:
     """The number before a run's first message: its start time in ms times SEQS_PER_MS.
 
     A run that lived ``t`` ms gave fewer than ``SEQS_PER_MS * t`` numbers (a
     million messages a second), so a later run starts above all of them with
-    nothing written per message, as long as the clock does not go back.
+    nothing written per message, as long as the clock does not go back.  For a
+    clock that went back, the store also keeps a floor (:data:`SEQ_FLOOR_KEY`):
+    each run reserves :data:`SEQ_BLOCK` numbers ahead and a later run starts at
+    the floor when its clock is behind it.
     """
     return int(now * 1000) * SEQS_PER_MS
 
@@ -201,6 +210,10 @@ class SandboxWorld:
     _observers: list[Observer] = attrs.field(factory=list, init=False)
     _logs: dict[str, deque[WorldMessage]] = attrs.field(factory=dict, init=False)
     _seq: int = attrs.field(default=0, init=False)
+    _seq_limit: int | None = attrs.field(default=None, init=False)
+    """Numbers up to here (included) are reserved in the store (None: no store)."""
+    _seq_floor: int = attrs.field(default=0, init=False)
+    """The store's floor as loaded (kept out of :attr:`meta`: not world content)."""
     seed_file: Path | None = attrs.field(default=None, init=False)
     """The world file :meth:`load` was given (None: none, or world data)."""
     file_changed: bool = attrs.field(default=False, init=False)
@@ -232,8 +245,6 @@ class SandboxWorld:
         Deferred with :class:`~ai_tools.errors.ConfigError`.
         """
         world = cls(store=store, clock=clock, log_size=log_size)
-        if store is not None:
-            world._seq = first_message_seq(world._now())
         if isinstance(seed, str | Path):
             world.seed_file = Path(seed)
 
@@ -245,7 +256,9 @@ class SandboxWorld:
                     name=world.meta.get("name"),
                     count=len(world.objects),
                 )
-                return world._check_seed_file().addCallback(lambda _: world)
+                started = world._start_numbering()
+                return started.addCallback(lambda _: world._check_seed_file()) \
+                    .addCallback(lambda _: world)
             data = seed_data(seed)
             world.populate(data)
             if world.seed_file is not None:
@@ -255,11 +268,31 @@ class SandboxWorld:
                 name=world.meta.get("name"),
                 count=len(world.objects),
             )
+            world._start_numbering()
             return world._persist_all().addCallback(lambda _: world)
 
         if store is None:
             return defer.maybeDeferred(loaded, None)
         return defer.maybeDeferred(store.load_world).addCallback(loaded)
+
+    def _start_numbering(self) -> defer.Deferred[None]:
+        """With a store: message numbers start above every number an earlier run gave
+        (its start time, or the store's floor when the clock is behind it), and the
+        first block of numbers is reserved (see :func:`first_message_seq`)."""
+        if self.store is None:
+            return defer.succeed(None)
+        floor = self._seq_floor
+        by_clock = first_message_seq(self._now())
+        if floor > by_clock:
+            self._log.warn("The clock is behind the messages of an earlier run; message "
+                           "numbers go on from the store's floor ({floor})", floor=floor)
+        self._seq = max(by_clock, floor)
+        return self._reserve_numbers()
+
+    def _reserve_numbers(self) -> defer.Deferred[None]:
+        """Record in the store that numbers up to the next block may be given."""
+        self._seq_limit = self._seq + SEQ_BLOCK
+        return self._write({"meta": {SEQ_FLOOR_KEY: self._seq_limit}})
 
     def _check_seed_file(self) -> defer.Deferred[None]:
         """Say at start-up when the world file changed since it was applied (not applied now)."""
@@ -348,6 +381,9 @@ class SandboxWorld:
         }
         self._help = {h.key.casefold(): h for h in map(HelpEntry.from_row, data.get("help") or ())}
         self.meta = copy.deepcopy(dict(data.get("meta") or {}))
+        floor = self.meta.pop(SEQ_FLOOR_KEY, None)
+        if type(floor) is int:
+            self._seq_floor = max(self._seq_floor, floor)
 
     def snapshot(self) -> dict[str, Any]:
         """The whole world as world data (rows), e.g. to export it."""
@@ -918,6 +954,8 @@ class SandboxWorld:
         channel: str | None = None,
     ) -> WorldMessage:
         self._seq += 1
+        if self._seq_limit is not None and self._seq >= self._seq_limit:
+            self._reserve_numbers().addErrback(lambda _: None)  # (logged by _write)
         return WorldMessage(
             kind=kind,
             text=text,

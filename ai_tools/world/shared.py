@@ -47,7 +47,7 @@ from ai_tools.errors import WorldConflict
 from ai_tools.store.serialization import WORLD_SECTIONS
 from ai_tools.world.messages import WorldMessage
 from ai_tools.world.model import Channel, HelpEntry, Prototype, WorldObject
-from ai_tools.world.sandbox import SandboxWorld, seed_data
+from ai_tools.world.sandbox import SEQ_FLOOR_KEY, SandboxWorld, seed_data
 
 __all__ = ["MAX_ATTEMPTS", "SharedWorld"]
 
@@ -430,6 +430,8 @@ class SharedWorld(SandboxWorld):
             for row, version in rows:
                 self._apply_row(section, row, version)
         for key, (value, version) in data["meta"].items():
+            if key == SEQ_FLOOR_KEY:  # a single-process world's numbering, not world content
+                continue
             if version > self._versions.get(("meta", key), -1):
                 self.meta[key] = value
                 self._versions["meta", key] = version

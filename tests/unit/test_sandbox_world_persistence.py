@@ -13,7 +13,7 @@ from twisted.internet import defer, task
 
 from ai_tools.errors import ConfigError
 from ai_tools.store.memory import MemoryStore
-from ai_tools.world.sandbox import SandboxWorld
+from ai_tools.world.sandbox import SEQ_BLOCK, SEQ_FLOOR_KEY, SandboxWorld, first_message_seq
 from tests.unit.sandbox_world_fixtures import (  # noqa: F401 (fixtures)
     ALICE,
     BOB,
@@ -86,7 +86,9 @@ def test_no_seed_gives_an_empty_world(clock: task.Clock) -> None:
     store = MemoryStore(clock=clock)
     world = fired(SandboxWorld.load(store, clock=clock))
     assert world.snapshot()["objects"] == []
-    assert fired(store.load_world())["meta"] == {"name": "Sandbox"}
+    meta = fired(store.load_world())["meta"]
+    assert type(meta.pop(SEQ_FLOOR_KEY)) is int  # the message numbers reserved (see below)
+    assert meta == {"name": "Sandbox"}
 
 
 def test_bad_world_file_fails_load(clock: task.Clock, tmp_path: Any) -> None:
@@ -146,3 +148,36 @@ def test_failed_write_fails_the_change_and_is_logged(
     fired(world.set_attribute(MASON, "obj:fountain", "wishes", 3))
     again = fired(SandboxWorld.load(store.inner, clock=clock))
     assert again.get_attributes("obj:fountain")["wishes"] == 3
+
+
+def test_message_numbers_go_up_across_runs_even_when_the_clock_went_back(
+        clock: task.Clock) -> None:
+    """A run reserves a block of numbers in the store; a later run whose clock is behind
+    the earlier run's numbers starts above the reserved block, not at its clock.  (The
+    shared world numbers messages in its store, whatever the clocks say.)"""
+    store = MemoryStore(clock=clock)
+    world = fired(SandboxWorld.load(store, seed=EXAMPLE, clock=clock))
+    fired(world.message_location(BOB, "before"))
+    before = world.heard(PIP)[-1]["seq"]
+    clock.advance(-3600)  # the machine's clock was set back an hour before the restart
+    again = reload(store, clock)
+    assert first_message_seq(clock.seconds()) < before
+    fired(again.message_location(BOB, "after"))
+    assert again.heard(PIP)[-1]["seq"] > before
+    assert SEQ_FLOOR_KEY not in again.snapshot()["meta"]  # bookkeeping, not world content
+
+
+def test_a_run_reserves_the_next_block_when_it_uses_up_its_own(clock: task.Clock) -> None:
+    """Passing the reserved block writes the next floor; a restart starts above it."""
+    store = MemoryStore(clock=clock)
+    world = fired(SandboxWorld.load(store, seed=EXAMPLE, clock=clock))
+    floor = fired(store.load_world())["meta"][SEQ_FLOOR_KEY]
+    world._seq = floor - 2  # as if the run had numbered almost a whole block of messages
+    fired(world.message_location(BOB, "the block's last number"))
+    assert fired(store.load_world())["meta"][SEQ_FLOOR_KEY] == floor
+    fired(world.message_location(BOB, "the next block's first"))
+    assert fired(store.load_world())["meta"][SEQ_FLOOR_KEY] == floor + SEQ_BLOCK
+    clock.advance(-3600)
+    again = reload(store, clock)
+    fired(again.message_location(BOB, "after a restart"))
+    assert again.heard(PIP)[-1]["seq"] >= floor + SEQ_BLOCK
