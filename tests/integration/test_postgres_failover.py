@@ -112,6 +112,17 @@ def assert_valid_history(history: list[dict[str, Any]]) -> None:
     assert sorted(asked) == sorted(answered), history
 
 
+def assert_no_world_effect_twice(db: PostgresDatabase) -> None:
+    """In the database: no assistant's words stored twice.
+
+    Each answer of the scenario quotes the line it answers, so one text twice
+    from one speaker would be one call delivered twice."""
+    twice = db.sql("SELECT data::json ->> 'sender_id', data::json ->> 'text', count(*)"
+                   " FROM world_messages WHERE data::json ->> 'sender_id' = ANY(%s)"
+                   " GROUP BY 1, 2 HAVING count(*) > 1", (["char:pip", "char:mason"],))
+    assert twice == [], twice
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_killed_workers_assistants_resume_on_the_other(
     tmp_path: Path, postgres_db: PostgresDatabase, processes: Any, http: Any
@@ -178,6 +189,7 @@ async def test_a_killed_workers_assistants_resume_on_the_other(
     assert "first nails" in json.dumps(mason)  # paged through the victim, kept by the survivor
     assert_valid_history(mason)
 
+    assert_no_world_effect_twice(postgres_db)
     writes = postgres_db.sql("SELECT seq, name, worker, epoch FROM assistant_writes ORDER BY seq")
     assert_one_owner_at_a_time(writes)
     pip_writers = [(w, e) for _, n, w, e in writes if n == "pip"]
