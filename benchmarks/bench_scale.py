@@ -506,6 +506,9 @@ def report(size: Size, results: dict[int, list[RoundFigures]]) -> None:
               f" {_median(rounds, lambda r: r.database.commits / r.requests):8.2f}"
               f" {_median(rounds, lambda r: r.database.rows / r.requests):6.2f}"
               f" {_median(rounds, lambda r: r.database.state_writes / r.requests):7.2f}")
+        cpu = _median(rounds, lambda r: r.worker_cpu + r.server_cpu + r.database_cpu)
+        print(f"{'':7s} CPU floor: workers + model server + PostgreSQL = {cpu:.2f} CPU s a "
+              f"round, {cpu / (os.cpu_count() or 1):.2f} s of wall on {os.cpu_count()} CPUs")
         print(f"{'':7s} rounds: " + "; ".join(
             f"{r.wall:.2f} s, {r.database.commits} transactions, {r.database.rows} rows, "
             f"{r.database.state_writes} state writes (idle background "
