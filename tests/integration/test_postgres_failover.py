@@ -30,11 +30,19 @@ from tests.integration.twistd_process import (
 __all__ = ["http", "processes"]
 
 # Every model request takes 0.6 s (a model call in flight is easy to hit), and the
-# answer is one `say` (which ends the turn) quoting what was heard.
+# answer is one `say` (which ends the turn) quoting what was heard.  The call's id is
+# the same in every answer, as with models that number their calls per answer: the
+# engine renumbers it where the history holds it already, and a say the new owner
+# makes again after a failover (the same answer to the same saved history) keeps
+# its effect key, so it is not delivered twice.
 SCENARIO = """
 [default]
 latency = 0.6
-tool_calls = [{ name = "say", arguments = { message = "About {user_message}: noted." } }]
+
+[[default.tool_calls]]
+id = "call_say"
+name = "say"
+arguments = { message = "About {user_message}: noted." }
 """
 
 TTL = 2.0
