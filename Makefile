@@ -66,8 +66,10 @@ lint: $(STAMP)
 	$(PY) -m mypy
 	$(PY) scripts/check_function_length.py --max 60 ai_tools
 
-## Benchmarks: ratios measured side by side in one run (figures go to docs/benchmarks.md).
-bench: $(STAMP)
+## Benchmarks: ratios measured side by side in one run (figures in the docs of each part).
+## One by name: `make bench BENCH=scale` (workers on PostgreSQL; a quicker run with
+## BENCH_SCALE_ASSISTANTS=100, see benchmarks/bench_scale.py).
+bench: $(STAMP) postgres-server
 	$(PY) -m benchmarks $(BENCH)
 
 ## The main job: the service with Pip the innkeeper, a player talking to her, each loop

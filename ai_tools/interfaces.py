@@ -99,17 +99,21 @@ class IWorld(Interface):
         without ``success`` counts as a success.
         """
 
-    def message_location(char_id, text, kind="say", exclude=()):
+    def message_location(char_id, text, kind="say", exclude=(), dedupe_key=None):
         """Deliver ``text`` from ``char_id`` to everyone in its room.
 
         ``kind`` is ``"say"``, ``"pose"`` or ``"emit"``.  Returns the list of
-        character ids that received it.
+        character ids that received it.  ``dedupe_key`` (a tool call's effect
+        key, or None) delivers a message asked for again under the same key
+        once: a world shared by several processes keeps the first (a call made
+        again after a failover); a world of one process, where a call runs
+        once, may ignore it.  The same holds for the two methods below.
         """
 
-    def message_character(char_id, target_id, text, kind="whisper"):
+    def message_character(char_id, target_id, text, kind="whisper", dedupe_key=None):
         """Deliver ``text`` from ``char_id`` to one character (``"whisper"`` or ``"page"``)."""
 
-    def channel_send(char_id, channel, text):
+    def channel_send(char_id, channel, text, dedupe_key=None):
         """Post ``text`` on a channel as ``char_id``. Returns the receiving character ids."""
 
     def list_channels():

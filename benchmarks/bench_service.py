@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -33,10 +32,12 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from twisted.internet import defer, protocol, task
+from twisted.internet import defer, task
 from twisted.web._newclient import RequestTransmissionFailed, ResponseNeverReceived
 from twisted.web.client import Agent, HTTPConnectionPool, readBody
 from twisted.web.http_headers import Headers
+
+from benchmarks.processes import ScriptedServerProcess, process_cpu
 
 ASSISTANTS = 1000
 ITERATIONS = 5
@@ -50,35 +51,6 @@ TARGET_CPU_MS = 1.0
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-
-class _FirstLine(protocol.ProcessProtocol):
-    def __init__(self) -> None:
-        self.buffer = b""
-        self.line: defer.Deferred[str] = defer.Deferred()
-        self.ended: defer.Deferred[None] = defer.Deferred()
-
-    def outReceived(self, data: bytes) -> None:
-        self.buffer += data
-        if b"\n" in self.buffer and not self.line.called:
-            self.line.callback(self.buffer.split(b"\n", 1)[0].decode())
-
-    def processEnded(self, reason: Any) -> None:
-        if not self.line.called:
-            self.line.errback(RuntimeError(f"server did not start: {self.buffer!r}"))
-        self.ended.callback(None)
-
-
-def _process_cpu(pid: int | None) -> float:
-    """CPU seconds (user + system) a process has used so far, from /proc; 0 if unknown."""
-    if pid is None:
-        return 0.0
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _registry() -> Any:
@@ -253,9 +225,9 @@ async def _bench_loops(reactor: Any, url: str, store_kind: str, tmp: str,
             if n % 2:
                 order.reverse()
             for prefix, run in order:
-                server0 = _process_cpu(server_pid)
+                server0 = process_cpu(server_pid)
                 wall, cpu = await run()
-                figures[prefix + "server"].append(_process_cpu(server_pid) - server0)
+                figures[prefix + "server"].append(process_cpu(server_pid) - server0)
                 figures[prefix + "wall"].append(wall)
                 figures[prefix + "cpu"].append(cpu)
         writer = service.writer
@@ -284,29 +256,19 @@ async def _bench_loops(reactor: Any, url: str, store_kind: str, tmp: str,
 
 async def _bench_b(reactor: Any) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        scenario = Path(tmp) / "bench.json"
-        scenario.write_text(json.dumps({
-            "model": "bench",
-            "default": {"tool_calls": [{"name": "look", "arguments": {}}],
-                        "latency": LATENCY, "stream": False},
-        }), encoding="utf-8")
-        server = _FirstLine()
-        process = reactor.spawnProcess(
-            server, sys.executable,
-            [sys.executable, "-m", "ai_tools.testing", str(scenario), "--port", "0", "--quiet"],
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+        server = ScriptedServerProcess(reactor, Path(tmp), {
+            "tool_calls": [{"name": "look", "arguments": {}}], "latency": LATENCY,
+            "stream": False})
         try:
-            url = (await server.line).rsplit(" ", 1)[-1]
-            pid = process.pid
+            url = await server.start()
+            pid = server.pid
             results = {kind: await _bench_loops(reactor, url, kind, tmp, server_pid=pid)
                        for kind in ("memory", "sqlite")}
             results["memory, AI_TOOLS_GC=service"] = await _bench_loops(
                 reactor, url, "memory", tmp, server_pid=pid, gc_tuned=True)
             small = await _bench_loops(reactor, url, "sqlite", tmp, SMALL, server_pid=pid)
         finally:
-            process.signalProcess("TERM")
-            await server.ended
+            await server.stop()
     ideal = ITERATIONS * LATENCY
     print(f"(b) {ASSISTANTS} assistants x {ITERATIONS}-iteration loops, {LATENCY * 1000:.0f} ms "
           f"per model answer, server in a subprocess; medians of {ROUNDS} rounds")

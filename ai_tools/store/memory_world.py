@@ -95,8 +95,11 @@ class MemoryWorldRows:
         known = {m[3] for m in self._messages if m[3] is not None}
         for seq, (text, receivers, dedupe_key) in enumerate(encoded, start=first):
             seqs.append(seq)
-            if dedupe_key is None or dedupe_key not in known:
+            if dedupe_key is None:
                 self._messages.append((seq, text, receivers, dedupe_key))
+            elif dedupe_key not in known:
+                self._messages.append((seq, text, receivers, dedupe_key))
+                known.add(dedupe_key)
         return seqs
 
     def _versioned(self, section: str, low: int, high: int) -> list[tuple[Any, int]]:

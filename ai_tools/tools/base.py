@@ -11,6 +11,8 @@ Registries hold one instance per tool class; see :class:`ToolRegistry`.
 from __future__ import annotations
 
 import enum
+import hashlib
+import json
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
@@ -58,13 +60,17 @@ class Actor:
     Passed to :meth:`Tool.execute` as its first argument (the spec calls it
     ``character``).  ``character_id`` is the acting character in ``world``;
     ``assistant`` is the assistant runtime the call belongs to (None outside an
-    assistant, e.g. in a console call).
+    assistant, e.g. in a console call).  ``call_id`` is the id of the tool call
+    being run, as the history records it (the engine renumbers an id a model
+    reused); the engine sets it before each attempt, and calls of one context
+    run one after the other.  None outside a call.
     """
 
     character_id: str | None
     world: IWorld | None = None
     store: IStore | None = None
     assistant: IAssistantRuntime | None = None
+    call_id: str | None = None
 
     @property
     def owner(self) -> str:
@@ -72,6 +78,25 @@ class Actor:
         if self.assistant is not None:
             return str(self.assistant.name)
         return self.character_id or "anonymous"
+
+    def effect_key(self, tool: str, *effect: Any) -> str | None:
+        """The key of this call's world effect, so a re-run delivers it once; None if no key.
+
+        A worker killed after a tool's effect committed but before the
+        iteration recording it was saved leaves the call to be made again by
+        the assistant's next owner; with the same call id, the key is the same
+        and the world keeps the first delivery only.  The key is the assistant,
+        the call id as the history records it, and a digest of the tool and of
+        what the call does (``effect``: its text, its target...): two calls
+        are never one, even when a model reuses an id the history no longer
+        holds (compacted away) for other words.  Only an assistant's calls have
+        one (a console call or a player is never re-run by a failover).
+        """
+        if self.call_id is None or self.assistant is None:
+            return None
+        digest = hashlib.sha256(json.dumps([tool, *effect], ensure_ascii=False,
+                                           default=str).encode()).hexdigest()[:16]
+        return f"{self.owner}:{self.call_id}:{digest}"
 
 
 class Tool:

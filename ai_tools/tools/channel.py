@@ -1,4 +1,5 @@
-"""Channel domain: posting on the world's chat channels."""
+"""Channel domain: posting on the world's chat channels (a post carries its call's effect
+key: made again after a failover with the same call id, it is delivered once)."""
 
 from __future__ import annotations
 
@@ -40,8 +41,10 @@ class ChannelSendTool(LibraryTool):
         if not text:
             return outcomes.invalid("message is blank")
         world = self.world(actor)
+        key = actor.effect_key(self.name, channel, text)
         try:
-            received = await call(world.channel_send, self.character(actor), channel, text)
+            received = await call(world.channel_send, self.character(actor), channel, text,
+                                  dedupe_key=key)
         except NotFound as exc:
             known = [c.get("key") for c in await call(world.list_channels) or ()]
             return outcomes.not_found(exc, channels=known)

@@ -1,6 +1,8 @@
 """Communication domain: speaking to the room or to one character.
 
 All five tools are TERMINAL: after speaking, the loop ends to await an answer.
+Each message carries its call's effect key (:meth:`~ai_tools.tools.base.Actor.effect_key`):
+a call made again after a failover, with the same id, is delivered once.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ class _RoomMessageTool(LibraryTool):
         if not text:
             return outcomes.invalid(f"{self.text_param} is blank")
         world = self.world(actor)
-        heard_by = await call(world.message_location, self.character(actor), text, self.kind)
+        key = actor.effect_key(self.name, text)
+        heard_by = await call(world.message_location, self.character(actor), text, self.kind,
+                              dedupe_key=key)
         heard = list(heard_by or ())
         result = outcomes.succeed(kind=self.kind, text=text, delivered_to=heard)
         if not heard:
@@ -109,10 +113,12 @@ class _DirectMessageTool(LibraryTool):
             return outcomes.invalid("message is blank")
         world = self.world(actor)
         char_id = self.character(actor)
+        key = actor.effect_key(self.name, target, text)  # read before the first wait
         recipient = await resolve_object(world, char_id, target, kind="character")
         if recipient.get("id") == char_id:
             return outcomes.invalid(f"you cannot {self.kind} to yourself")
-        await call(world.message_character, char_id, recipient["id"], text, self.kind)
+        await call(world.message_character, char_id, recipient["id"], text, self.kind,
+                   dedupe_key=key)
         return outcomes.succeed(kind=self.kind, text=text, target=summarize(recipient))
 
 

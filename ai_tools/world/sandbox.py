@@ -990,11 +990,13 @@ class SandboxWorld:
                 self._log.failure("World observer failed on a {kind} message", kind=message.kind)
 
     def message_location(
-        self, char_id: str, text: str, kind: str = "say", exclude: Iterable[str] = ()
+        self, char_id: str, text: str, kind: str = "say", exclude: Iterable[str] = (),
+        dedupe_key: str | None = None,
     ) -> list[str]:
         """Say, pose or emit (Builder) ``text`` in the character's room; returns who heard it.
 
-        The speaker does not hear itself.
+        The speaker does not hear itself.  ``dedupe_key`` is kept by the shared
+        world only: in one process each call runs once.
         """
         if kind not in ROOM_KINDS:
             raise ValueError(f"unknown message kind {kind!r} (say, pose or emit)")
@@ -1012,11 +1014,12 @@ class SandboxWorld:
         return hearers
 
     def message_character(
-        self, char_id: str, target_id: str, text: str, kind: str = "whisper"
+        self, char_id: str, target_id: str, text: str, kind: str = "whisper",
+        dedupe_key: str | None = None,
     ) -> list[str]:
         """Whisper (same room) or page (anywhere) ``text`` to one character.
 
-        Returns ``[target_id]``.
+        Returns ``[target_id]``.  ``dedupe_key``: as for :meth:`message_location`.
         """
         if kind not in DIRECT_KINDS:
             raise ValueError(f"unknown message kind {kind!r} (whisper or page)")
@@ -1042,8 +1045,12 @@ class SandboxWorld:
         """The name of the channel ``channel`` names (any case); NotFound if there is none."""
         return self._channel(channel).key
 
-    def channel_send(self, char_id: str, channel: str, text: str) -> list[str]:
-        """Post ``text`` on a channel as ``char_id``; returns the subscribers who received it."""
+    def channel_send(self, char_id: str, channel: str, text: str,
+                     dedupe_key: str | None = None) -> list[str]:
+        """Post ``text`` on a channel as ``char_id``; returns the subscribers who received it.
+
+        ``dedupe_key``: as for :meth:`message_location`.
+        """
         char = self.objects.character(char_id)
         chan = self._channel(channel)
         if chan.send_permission and not holds(char.permissions, chan.send_permission):

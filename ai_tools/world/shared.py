@@ -29,7 +29,9 @@ is where a change goes and how hearing travels:
 
 Messages, like other changes, now answer with a Deferred (firing with the
 receivers once the message is durable) instead of a list: callers already go
-through ``maybeDeferred`` (IWorld).
+through ``maybeDeferred`` (IWorld).  A message sent with a ``dedupe_key`` (a
+tool call's effect key) is stored once: the same call made again by another
+worker after a failover changes nothing.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ class _Change:
     reads: set[Key] = attrs.field(factory=set)
     messages: list[tuple[WorldMessage, list[str]]] = attrs.field(factory=list)
     waiters: list[defer.Deferred[None]] = attrs.field(factory=list)
+    dedupe_key: str | None = None
+    """The operation's effect key: the database keeps its messages once (None: no key)."""
 
     def add(self, put: Mapping[str, Any], delete: Mapping[str, Iterable[str]] | None) -> None:
         for section, items in put.items():
@@ -93,6 +97,13 @@ class _Change:
         keys.update(("meta", key) for key in self.meta)
         keys.update((section, key) for section, items in self.deletes.items() for key in items)
         return keys
+
+    def message_rows(self) -> list[dict[str, Any]]:
+        """The messages as the store takes them; the ``n``-th one keyed ``key`` or ``key/n``."""
+        key = self.dedupe_key
+        return [{"data": _message_data(message), "receivers": receivers,
+                 "dedupe_key": None if key is None else key if n == 0 else f"{key}/{n}"}
+                for n, (message, receivers) in enumerate(self.messages)]
 
     def settle(self, failure: Failure | None) -> None:
         waiters, self.waiters = self.waiters, []
@@ -263,15 +274,19 @@ class SharedWorld(SandboxWorld):
     # running an operation as a change
     # ------------------------------------------------------------------
 
-    def _run(self, fn: Any, *args: Any) -> defer.Deferred[Any]:
-        """Run ``fn(*args)`` (a sandbox operation) as one change; fires once committed."""
+    def _run(self, fn: Any, *args: Any, dedupe_key: str | None = None) -> defer.Deferred[Any]:
+        """Run ``fn(*args)`` (a sandbox operation) as one change; fires once committed.
+
+        ``dedupe_key`` keys the change's messages: one committed already under
+        that key (a call made again after a failover) is not stored again.
+        """
         if self._change is not None:  # called by another operation: part of its change
             return defer.maybeDeferred(fn, *args)
-        return defer.ensureDeferred(self._attempts(fn, args))
+        return defer.ensureDeferred(self._attempts(fn, args, dedupe_key))
 
-    async def _attempts(self, fn: Any, args: tuple[Any, ...]) -> Any:
+    async def _attempts(self, fn: Any, args: tuple[Any, ...], dedupe_key: str | None) -> Any:
         for _ in range(MAX_ATTEMPTS):
-            change = _Change()
+            change = _Change(dedupe_key=dedupe_key)
             self._change = change
             try:
                 outcome = defer.maybeDeferred(fn, *args)
@@ -316,8 +331,7 @@ class SharedWorld(SandboxWorld):
                 {**{s: list(rows.values()) for s, rows in change.rows.items()},
                  "meta": change.meta},
                 change.deletes, expect=expect, touch=sorted(touch),
-                messages=[{"data": _message_data(m), "receivers": r}
-                          for m, r in change.messages])
+                messages=change.message_rows())
         except BaseException:
             done.callback(False)
             raise
@@ -540,19 +554,28 @@ class SharedWorld(SandboxWorld):
         return self._run(super().channel_subscribe, char_id, channel, subscribe)
 
     def message_location(  # type: ignore[override]
-        self, char_id: str, text: str, kind: str = "say", exclude: Iterable[str] = ()
+        self, char_id: str, text: str, kind: str = "say", exclude: Iterable[str] = (),
+        dedupe_key: str | None = None,
     ) -> defer.Deferred[list[str]]:
-        """As in the sandbox world, but a Deferred firing with the hearers once durable."""
-        return self._run(super().message_location, char_id, text, kind, exclude)
+        """As in the sandbox world, but a Deferred firing with the hearers once durable.
+
+        A message already stored under ``dedupe_key`` is not stored (nor heard) again.
+        """
+        return self._run(super().message_location, char_id, text, kind, exclude,
+                         dedupe_key=dedupe_key)
 
     def message_character(  # type: ignore[override]
-        self, char_id: str, target_id: str, text: str, kind: str = "whisper"
+        self, char_id: str, target_id: str, text: str, kind: str = "whisper",
+        dedupe_key: str | None = None,
     ) -> defer.Deferred[list[str]]:
-        """As in the sandbox world, but a Deferred firing with ``[target]`` once durable."""
-        return self._run(super().message_character, char_id, target_id, text, kind)
+        """As in the sandbox world, but a Deferred firing with ``[target]`` once durable
+        (once per ``dedupe_key``)."""
+        return self._run(super().message_character, char_id, target_id, text, kind,
+                         dedupe_key=dedupe_key)
 
     def channel_send(  # type: ignore[override]
-        self, char_id: str, channel: str, text: str
+        self, char_id: str, channel: str, text: str, dedupe_key: str | None = None
     ) -> defer.Deferred[list[str]]:
-        """As in the sandbox world, but a Deferred firing with the receivers once durable."""
-        return self._run(super().channel_send, char_id, channel, text)
+        """As in the sandbox world, but a Deferred firing with the receivers once durable
+        (once per ``dedupe_key``)."""
+        return self._run(super().channel_send, char_id, channel, text, dedupe_key=dedupe_key)

@@ -30,11 +30,19 @@ from tests.integration.twistd_process import (
 __all__ = ["http", "processes"]
 
 # Every model request takes 0.6 s (a model call in flight is easy to hit), and the
-# answer is one `say` (which ends the turn) quoting what was heard.
+# answer is one `say` (which ends the turn) quoting what was heard.  The call's id is
+# the same in every answer, as with models that number their calls per answer: the
+# engine renumbers it where the history holds it already, and a say the new owner
+# makes again after a failover (the same answer to the same saved history) keeps
+# its effect key, so it is not delivered twice.
 SCENARIO = """
 [default]
 latency = 0.6
-tool_calls = [{ name = "say", arguments = { message = "About {user_message}: noted." } }]
+
+[[default.tool_calls]]
+id = "call_say"
+name = "say"
+arguments = { message = "About {user_message}: noted." }
 """
 
 TTL = 2.0
@@ -112,6 +120,17 @@ def assert_valid_history(history: list[dict[str, Any]]) -> None:
     assert sorted(asked) == sorted(answered), history
 
 
+def assert_no_world_effect_twice(db: PostgresDatabase) -> None:
+    """In the database: no assistant's words stored twice.
+
+    Each answer of the scenario quotes the line it answers, so one text twice
+    from one speaker would be one call delivered twice."""
+    twice = db.sql("SELECT data::json ->> 'sender_id', data::json ->> 'text', count(*)"
+                   " FROM world_messages WHERE data::json ->> 'sender_id' = ANY(%s)"
+                   " GROUP BY 1, 2 HAVING count(*) > 1", (["char:pip", "char:mason"],))
+    assert twice == [], twice
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_killed_workers_assistants_resume_on_the_other(
     tmp_path: Path, postgres_db: PostgresDatabase, processes: Any, http: Any
@@ -178,6 +197,7 @@ async def test_a_killed_workers_assistants_resume_on_the_other(
     assert "first nails" in json.dumps(mason)  # paged through the victim, kept by the survivor
     assert_valid_history(mason)
 
+    assert_no_world_effect_twice(postgres_db)
     writes = postgres_db.sql("SELECT seq, name, worker, epoch FROM assistant_writes ORDER BY seq")
     assert_one_owner_at_a_time(writes)
     pip_writers = [(w, e) for _, n, w, e in writes if n == "pip"]

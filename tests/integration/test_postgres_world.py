@@ -13,12 +13,14 @@ from twisted.internet import defer
 
 from ai_tools.store.postgres import PostgreSQLStore
 from ai_tools.store.postgres_listener import APPLICATION_NAME
+from ai_tools.tools.communication import SayTool
 from ai_tools.world.messages import WorldMessage
 from ai_tools.world.shared import SharedWorld
 from tests.integration.conftest import PostgresDatabase
 from tests.unit.sandbox_world_fixtures import ALICE, BOB, EXAMPLE, MASON, PIP
 from tests.unit.test_shared_world_store_contract import SharedWorldStoreContract
 from tests.unit.test_store_contract import make_clock
+from tests.unit.tool_fakes import world_actor
 
 DEADLINE = 10.0
 """Seconds a test waits for something another worker does (it takes milliseconds)."""
@@ -242,3 +244,26 @@ def test_a_dsn_with_a_password_is_refused(bad: str) -> None:
 
     with pytest.raises(ConfigError, match="must not hold the password"):
         check_dsn(f"host=localhost {bad}" if "=" in bad and "://" not in bad else bad)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_call_made_again_by_the_new_owner_is_stored_once(workers: Workers) -> None:
+    """Pip's `say` runs on worker A, then the same call (same call id) again on worker B,
+    as after a failover: one row in world_messages, Bob hears it once on both workers.
+    Another call with the same words is a second row."""
+    a = await workers.start()
+    b = await workers.start()
+    heard_a, _ = hearing(a, BOB, match=lambda m: m.sender_id == PIP)
+    heard_b, twice = hearing(b, BOB, 2, match=lambda m: m.sender_id == PIP)
+    said = await SayTool().execute(world_actor(a, PIP, call_id="call_9"), message="Soup!")
+    again = await SayTool().execute(world_actor(b, PIP, call_id="call_9"), message="Soup!")
+    assert said == again and said["delivered_to"] == [BOB]
+    rows = workers.db.sql("SELECT dedupe_key FROM world_messages WHERE data::json ->> 'sender_id'"
+                          " = %s", (PIP,))
+    assert len(rows) == 1 and rows[0][0].startswith("pip:call_9:")
+    await SayTool().execute(world_actor(b, PIP, call_id="call_10"), message="Soup!")
+    await twice
+    await a.catch_up()
+    assert [m.text for m in heard_b] == ["Soup!", "Soup!"]
+    assert [m.text for m in heard_a] == ["Soup!", "Soup!"]
+    assert len({m.seq for m in heard_b}) == 2

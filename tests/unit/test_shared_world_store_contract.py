@@ -107,6 +107,21 @@ class SharedWorldStoreContract:
         assert [data["text"] for _, data, _ in since["messages"]] == ["hi"]
 
     @pytest_twisted.ensureDeferred
+    async def test_a_dedupe_key_delivers_once_within_one_change_too(self, store: Any) -> None:
+        """Two messages of one change under one key: the first is stored; unkeyed ones and
+        other keys are all stored, and so is who heard them."""
+        await store.change_world({"objects": [ROOM]})
+        await store.change_world(messages=[
+            message("hi", "char:bob", dedupe_key="pip:call_1:ab"),
+            message("hi again", "char:bob", dedupe_key="pip:call_1:ab"),
+            message("hi", "char:bob", dedupe_key="pip:call_2:ab"),
+            message("hi", "char:bob"), message("hi", "char:bob")])
+        since = await store.world_since(0)
+        assert [data["text"] for _, data, _ in since["messages"]] == ["hi"] * 4
+        world = await store.load_shared_world(10)
+        assert len(world["messages"]) == 4
+
+    @pytest_twisted.ensureDeferred
     async def test_a_backlog_comes_in_batches(self, store: Any) -> None:
         """With more messages than ``limit``, the answer stops at the last one it carries."""
         await store.change_world({"objects": [ROOM]})

@@ -508,9 +508,13 @@ class EvenniaWorld:
         ]
 
     def message_location(
-        self, char_id: str, text: str, kind: str = "say", exclude: Iterable[str] = ()
+        self, char_id: str, text: str, kind: str = "say", exclude: Iterable[str] = (),
+        dedupe_key: str | None = None,
     ) -> list[str]:
         """Say, pose or emit ``text`` in the character's room; returns who heard it.
+
+        ``dedupe_key`` is not needed here (one Server process runs each call
+        once); the same for :meth:`message_character` and :meth:`channel_send`.
 
         Nothing is sent when a player in the room could not see it (the
         Server's link to the Portal is down): :class:`.delivery.PortalUnreachable`.
@@ -550,7 +554,8 @@ class EvenniaWorld:
         )
 
     def message_character(
-        self, char_id: str, target_id: str, text: str, kind: str = "whisper"
+        self, char_id: str, target_id: str, text: str, kind: str = "whisper",
+        dedupe_key: str | None = None,
     ) -> list[str]:
         """Whisper (same room) or page (anywhere) ``text`` to one character."""
         char = self._character(char_id)
@@ -588,7 +593,8 @@ class EvenniaWorld:
             raise NotFound(f"no channel called {channel!r}")
         return found
 
-    def channel_send(self, char_id: str, channel: str, text: str) -> list[str]:
+    def channel_send(self, char_id: str, channel: str, text: str,
+                     dedupe_key: str | None = None) -> list[str]:
         """Post on a channel (its ``send`` lock decides); returns the receiving characters."""
         char = self._character(char_id)
         chan = self._channel(channel)
