@@ -397,6 +397,7 @@ class _ToolCallRun:
             self._record_current("running")
         else:
             ctx.state.retries += 1
+        ctx.actor.call_id = self._call_id()  # keys the call's world effect (Actor.effect_key)
         # maybeDeferred, without a Deferred for the common synchronous tool.
         try:
             result = tool.execute(ctx.actor, **self.params)

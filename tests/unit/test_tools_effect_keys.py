@@ -121,3 +121,32 @@ def test_the_sandbox_world_takes_the_key_and_delivers_each_call() -> None:
     run_tool(SayTool(), pip, message="Soup's on!")
     run_tool(SayTool(), pip, message="Soup's on!")
     assert texts(world, "char:bob").count("Soup's on!") == 2
+
+
+def test_the_engine_gives_the_tool_the_call_id_as_the_history_records_it() -> None:
+    """Through the execution engine: each call's actor carries its own id, so the same
+    call run again by a new owner (a fresh history, the same id) is delivered once, and
+    another call with the same words is delivered again."""
+    from ai_tools.execution.engine import ExecutionContext, run_tool_call
+    from ai_tools.execution.history import ConversationHistory
+    from ai_tools.tools.registry import ToolRegistry
+
+    store = MemoryStore(clock=task.Clock())
+    fired(store.open())
+    a, b = shared_world(store), shared_world(store)
+
+    def say_on(world: SharedWorld, call_id: str) -> Any:
+        actor = world_actor(world, "char:pip")
+        ctx = ExecutionContext(registry=ToolRegistry([SayTool]), actor=actor,
+                               history=ConversationHistory(), clock=task.Clock())
+        call = {"id": call_id, "type": "function",
+                "function": {"name": "say", "arguments": '{"message": "Soup\'s on!"}'}}
+        outcome: Any = run_tool_call(ctx, call)
+        assert outcome.success and actor.call_id == call_id
+        return outcome
+
+    say_on(a, "call_9")
+    say_on(b, "call_9")  # the new owner makes the interrupted call again
+    say_on(b, "call_10")
+    fired(a.catch_up())
+    assert texts(a, "char:bob").count("Soup's on!") == 2
