@@ -322,8 +322,12 @@ async def test_circuit_opens_and_recovers() -> None:
 
 @pytest_twisted.ensureDeferred
 async def test_many_concurrent_requests_under_a_cap() -> None:
-    """More requests than slots: all answered, none lost."""
-    r = await running(Script(default=Turn(text="ok", latency=0.01)), max_concurrency=3)
+    """More requests than slots: all answered, none lost, never more than the cap at once.
+
+    Each answer takes a quarter of a second, so the three requests sent at once are all
+    still in flight when the last of them arrives, however loaded the machine is (with a
+    short latency the first could be answered before the third was read)."""
+    r = await running(Script(default=Turn(text="ok", latency=0.25)), max_concurrency=3)
     try:
         results = await defer.gatherResults([r.client.complete(USER) for _ in range(12)])
         assert len(results) == 12
