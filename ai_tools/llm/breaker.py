@@ -13,7 +13,7 @@ import enum
 from typing import Any
 
 import attrs
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 
 from ai_tools.errors import LLMUnavailable
 
@@ -106,8 +106,9 @@ class CircuitBreaker:
         self._probe_in_flight = False
 
     def _set(self, state: BreakerState) -> None:
-        if state is not self.state:
-            self._log.info(
+        if state is not self.state:  # opening is the outage's one warning
+            self._log.emit(
+                LogLevel.warn if state is BreakerState.OPEN else LogLevel.info,
                 "Circuit for {name}: {old} -> {new} after {failures} consecutive failures",
                 name=self.name,
                 old=self.state.value,

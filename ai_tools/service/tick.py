@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 from twisted.internet import defer
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from ai_tools.execution.reasons import TerminationReason
@@ -174,13 +174,16 @@ class _Tick:
     maintenance: LoopResult | None = None
     compaction: str | None = None
     errors: list[str] = attrs.field(factory=list)
-    only_tool_errors: bool = True
-    """Whether every error so far is a tool failure the model was told about."""
+    log_level: LogLevel = LogLevel.info
+    """The level the tick's errors are logged at: the worst of them (:meth:`error`)."""
 
-    def error(self, message: str, tool: bool = False) -> None:
-        """Record an error of this tick (logged once when the tick ends)."""
-        if not tool:
-            self.only_tool_errors = False
+    def error(self, message: str, level: LogLevel = LogLevel.error) -> None:
+        """Record an error of this tick (logged once when the tick ends, at the worst
+        level recorded): ``warn`` for a tool failure the model was told about, ``info``
+        for a model call the open circuit breaker refused (the outage is logged by the
+        breaker; a line per tick would only repeat it), ``error`` for the rest."""
+        if level > self.log_level:  # (LogLevel constants are ordered by severity)
+            self.log_level = level
         if message not in self.errors and len(self.errors) < _MAX_TICK_ERRORS:
             self.errors.append(message)
 
@@ -349,8 +352,8 @@ def _finish(tick: _Tick, status: str, reason: str, logged: bool = False) -> Tick
     assistant.last_tick = result.summary()
     if result.errors and not logged:
         assistant.count("tick_errors")
-        emit = log.warn if tick.only_tool_errors else log.error
-        emit(
+        log.emit(
+            tick.log_level,
             "Tick {tick} of {assistant} ({mode}, {pattern}) ended {status}/{reason} with "
             "errors: {errors}",
             assistant=assistant.name, tick=tick.number, mode=assistant.mode,
@@ -578,9 +581,12 @@ def _run_loop(
         if entry.get("status") in _TOOL_FAILURES:
             outcome = entry.get("result")
             detail = outcome.get("error", "") if isinstance(outcome, dict) else ""
-            tick.error(f"tool {entry.get('tool')} {entry.get('status')}: {detail}", tool=True)
+            tick.error(f"tool {entry.get('tool')} {entry.get('status')}: {detail}",
+                       LogLevel.warn)
     if result.failed or _ran_nothing(result):
-        tick.error(f"{result.termination_reason}: {result.error or ''}".rstrip(": "))
+        refused = result.termination_reason is TerminationReason.LLM_UNAVAILABLE
+        tick.error(f"{result.termination_reason}: {result.error or ''}".rstrip(": "),
+                   LogLevel.info if refused else LogLevel.error)
     return result
 
 

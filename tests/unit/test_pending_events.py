@@ -326,3 +326,26 @@ def test_a_stop_during_a_slow_save_logs_nothing_critical() -> None:
     assert not [e for e in logs.events if e["log_level"] is LogLevel.critical], \
         [e.get("log_format") for e in logs.events]
     assert "store_errors" not in ada.counters
+
+
+def test_a_tick_the_open_breaker_refused_is_no_warning_a_failed_call_is_an_error() -> None:
+    """The breaker says once that the model is down; each tick it then refuses is not an
+    error line of its own (a soak of an outage wrote ~1,700 of them; it is logged at
+    info); a real failed attempt still is an error.  (LogCapture keeps warn and above.)"""
+    llm = ScriptedLLM([LLMUnavailable("circuit open"), LLMError("down")])
+    clock, service, _ = make_service(llm=llm, loop=False, registry=make_registry())
+    ada = add(service, clock, name="ada")
+
+    def tick_lines(logs: Any) -> list[Any]:
+        return [e["log_level"] for e in logs.events if "Tick" in str(e.get("log_format"))
+                and "with errors" in str(e.get("log_format"))]
+
+    with LogCapture() as refused:
+        service.send("ada", dict(E1))
+        settle(clock)
+    assert ada.last_tick["reason"] == "llm_unavailable"
+    assert tick_lines(refused) == []
+    with LogCapture() as failed:
+        _next_tick(clock)
+    assert ada.last_tick["reason"] == "llm_error"
+    assert tick_lines(failed) == [LogLevel.error]
