@@ -35,7 +35,7 @@ from typing import Any
 import attrs
 from twisted.application.service import MultiService
 from twisted.internet import defer
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from ai_tools.errors import ConfigError, NotFound, ServiceNotRunning
@@ -404,8 +404,9 @@ class AssistantService(MultiService):
         in_flight = self._in_flight()
         if in_flight:
             done = yield _within(self._all_finished(), self.stop_grace, self.clock)
-            if not done:
-                log.warn("Stopping: {count} tick(s) still running after {grace}s; cancelling",
+            if not done:  # (with no grace at all, cancelling is what was asked for)
+                log.emit(LogLevel.warn if self.stop_grace > 0 else LogLevel.info,
+                         "Stopping: {count} tick(s) still running after {grace}s; cancelling",
                          count=len(self._in_flight()), grace=self.stop_grace)
                 self._cancel_in_flight()
                 yield _within(self._all_finished(), self.stop_grace, self.clock)

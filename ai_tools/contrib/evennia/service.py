@@ -228,14 +228,21 @@ class EvenniaAssistantHost(MultiService):
 
     @defer.inlineCallbacks
     def reload_assistant(self, name: str) -> Any:
-        """Apply a changed config: remove the assistant and add it again (state kept)."""
-        if name in self.service:
-            yield self.service.remove_assistant(name)
+        """Apply a changed config in place (``AssistantService.reconfigure``): history,
+        pending events and counters stay, and its character keeps hearing throughout
+        (re-adding it would leave a moment when nothing is heard).  An assistant not
+        running yet is attached; one whose script is gone is detached."""
         script = get_assistant_script(name)
         if script is None:
+            yield self.detach(name)
             return None
-        assistant = yield self.attach(script)
-        return assistant
+        if name not in self.service:
+            assistant = yield self.attach(script)
+            return assistant
+        config = script.assistant_config()
+        yield self.service.reconfigure(name, config)
+        yield self.set_enabled(name, config["enabled"])
+        return self.service.get(name)
 
     def detach(self, name: str) -> defer.Deferred[None]:
         """Stop running ``name`` (its state stays on its script)."""

@@ -229,14 +229,24 @@ class TestHost(HostTestBase):
         self.assertIn("are you awake?", prompts)
 
     def test_reload_assistant_applies_config(self) -> None:
-        """A changed config is applied by re-adding the assistant; history is kept."""
+        """A changed config is applied in place: the same assistant, its history kept."""
         self.world.message_location(self.id2, "hi")
         self.tick()
         history = self.host.service.history("ada")
+        running = self.host.service.get("ada")
         self.script.set_config("tick_rate", 2.0)
         settle(self.clock, self.host.reload_assistant("ada"))
         self.assertEqual(self.host.service.status("ada")["tick_rate"], 2.0)
         self.assertEqual(self.host.service.history("ada"), history)
+        self.assertIs(self.host.service.get("ada"), running)
+
+    def test_reload_assistant_applies_the_enabled_flag_and_a_removed_script(self) -> None:
+        """Disabling through the script's config is applied; a script gone is detached."""
+        self.script.db.enabled = False
+        settle(self.clock, self.host.reload_assistant("ada"))
+        self.assertFalse(self.host.service.get("ada").enabled)
+        settle(self.clock, self.host.reload_assistant("nobody"))
+        self.assertEqual(self.host.service.names(), ["ada"])
 
     def test_detach(self) -> None:
         """Detaching stops running the assistant; its state stays on the script."""
