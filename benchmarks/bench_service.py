@@ -33,8 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from twisted.internet import defer, task
-from twisted.web._newclient import RequestTransmissionFailed, ResponseNeverReceived
-from twisted.web.client import Agent, HTTPConnectionPool, readBody
+from twisted.web.client import (
+    Agent,
+    HTTPConnectionPool,
+    RequestTransmissionFailed,
+    ResponseNeverReceived,
+    readBody,
+)
 from twisted.web.http_headers import Headers
 
 from benchmarks.processes import ScriptedServerProcess, process_cpu
