@@ -108,6 +108,11 @@ class LoopConfig:
     """Override of the model's context window in tokens (None: the client's)."""
     noop_tool: str = "noop"
     """Name of the tool that means "nothing to do" (ends the loop with ``noop``)."""
+    status_at_end: bool = False
+    """Send the per-iteration status (step, tool budget, token advisory) as a system
+    message after the history instead of at the end of the system prompt, so every
+    request of a loop begins with the previous one (prompt caches of llama.cpp, vLLM
+    and OpenAI then keep the whole history instead of re-reading it)."""
 
     @property
     def effective_max_iterations(self) -> int:

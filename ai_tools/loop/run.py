@@ -4,8 +4,9 @@
 iteration of :func:`_run` is the spec's steps, one function each:
 
 1. continuation check (stop requests, token usage, iteration cap);
-2. build the messages — the system prompt is regenerated every iteration with
-   the step, the remaining tool budget and any token advisory;
+2. build the messages — the status (step, remaining tool budget, any token
+   advisory) is regenerated every iteration, at the end of the system prompt or,
+   with ``status_at_end``, in a system message after the history;
 3. call the model (streamed or not; a stop cancels the request in flight);
 4. parse the tool calls (native or fallback; exit tools become signals);
 5. to 8. run them in order (:func:`ai_tools.loop.calls.run_calls`): gate and
@@ -159,7 +160,11 @@ def _build_messages(run: LoopRun, plan: RequestPlan, continuation: LoopContinuat
     if run.nudge is not None:
         index, text = run.nudge
         messages.insert(index, {"role": "user", "content": text})
-    messages.insert(0, {"role": "system", "content": f"{plan.head}\n\n{status}"})
+    if run.config.status_at_end:  # every request begins with the previous one
+        messages.insert(0, {"role": "system", "content": plan.head})
+        messages.append({"role": "system", "content": status})
+    else:
+        messages.insert(0, {"role": "system", "content": f"{plan.head}\n\n{status}"})
     return messages
 
 

@@ -194,6 +194,8 @@ class AssistantConfig:
     native_tools: bool | None = attrs.field(default=None, validator=_optional_bool)
     """Native tool calling; None: as the model profile says (native by default)."""
     stream: bool | None = attrs.field(default=None, validator=_optional_bool)
+    status_at_end: bool = attrs.field(default=False, validator=_bool)
+    """The loop's status after the history, for prompt caches (see ``LoopConfig``)."""
     consecutive_error_cap: int = attrs.field(default=5, validator=_positive_int)
     max_history: int = attrs.field(default=200, validator=_positive_int)
     """Messages kept; older ones are truncated after each tick."""

@@ -482,6 +482,7 @@ def _loop_config(assistant: Assistant, pattern: ExecutionPattern | None) -> Loop
         native_tools=config.native_tools,
         stream=config.stream,
         context_window=config.context_window,
+        status_at_end=config.status_at_end,
         **by_pattern,
     )
 

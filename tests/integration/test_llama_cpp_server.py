@@ -499,6 +499,26 @@ async def test_native_loop_with_tool_results_in_history(servers: dict[str, Llama
 
 
 @pytest_twisted.ensureDeferred
+async def test_the_status_after_the_history_is_accepted(servers: dict[str, LlamaServer],
+                                                        clients: Any) -> None:
+    """``status_at_end``: a system message after the tool results is taken by the
+    server's chat template, native and fallback (the requests' shape, each one the
+    previous one plus the new exchange, is checked by the loop's unit tests)."""
+    cases = (("native", {"tool_choice": FORCE_LOOK}, {}),
+             ("plain", {"response_format": FALLBACK_LOOK}, {"tool_calling": "fallback"}))
+    for name, extra, profile in cases:
+        server = servers[name]
+        client = clients(server, stream=False, **profile,
+                         extra_body={"temperature": 0, "max_tokens": 48, **extra})
+        before = len(server.requests())
+        result = await run_loop(loop_context(client), max_iterations=2, status_at_end=True)
+        assert result.error is None, (name, result.error)
+        assert [r["tool"] for r in result.results] == ["look"] * 2, name
+        assert chats(server, before) == [("POST", "/v1/chat/completions", 200)] * 2, name
+        assert result.usage["prompt_tokens"] > 0, name
+
+
+@pytest_twisted.ensureDeferred
 async def test_loop_offers_its_tools(servers: dict[str, LlamaServer], clients: Any) -> None:
     """The loop's request makes the server put the tools in the prompt: its prompt
     is longer than the same request with ``tool_choice: "none"`` by the tools' text."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -438,6 +439,27 @@ def test_system_prompt_regenerated_with_budget_and_step() -> None:
     assert "version 1" in prompts[0] and "version 3" in prompts[2]
     assert all(r["messages"][0]["role"] == "system" for r in llm.requests)
     assert sum(m["role"] == "system" for m in llm.requests[2]["messages"]) == 1
+    assert not any(m["role"] == "system" for m in ctx.history.messages)
+
+
+def test_status_at_end_keeps_every_request_a_continuation_of_the_previous_one() -> None:
+    """With ``status_at_end`` the system prompt is the same in every request and the
+    status is a system message after the history: each request begins with the whole
+    previous request but its status, which is what prompt caches reuse."""
+    llm = ScriptedLLM([answer(call("look", {}, "c1")), answer(call("look", {}, "c2")),
+                       text("done")])
+    ctx = make_ctx(llm, system_prompt="You are Ada.")
+    run(ctx, LoopConfig(tool_budget=3, status_at_end=True))
+    requests = [r["messages"] for r in llm.requests]
+    head = {"role": "system", "content": requests[0][0]["content"]}
+    assert [m[0] for m in requests] == [head] * 3
+    assert "Step" not in requests[0][0]["content"]
+    for messages, step, left in zip(requests, (1, 2, 3), (3, 2, 1), strict=True):
+        assert messages[-1]["role"] == "system"
+        assert f"Step {step} of at most 5" in messages[-1]["content"]
+        assert f"Tool calls remaining this turn: {left}." in messages[-1]["content"]
+    for before, after in itertools.pairwise(requests):
+        assert after[:len(before) - 1] == before[:-1]  # all but the status, unchanged
     assert not any(m["role"] == "system" for m in ctx.history.messages)
 
 
