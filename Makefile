@@ -69,7 +69,7 @@ lint: $(STAMP)
 ## Benchmarks: ratios measured side by side in one run (figures in the docs of each part).
 ## One by name: `make bench BENCH=scale` (workers on PostgreSQL; a quicker run with
 ## BENCH_SCALE_ASSISTANTS=100, see benchmarks/bench_scale.py).
-bench: $(STAMP) postgres-server
+bench: $(STAMP) postgres-server llama-server
 	$(PY) -m benchmarks $(BENCH)
 
 ## The main job: the service with Pip the innkeeper, a player talking to her, each loop

@@ -43,7 +43,7 @@ from twisted.internet import defer, protocol, task
 from twisted.web.client import Agent, HTTPConnectionPool, readBody
 
 from ai_tools.llm.sse import SSEParser
-from benchmarks.processes import ScriptedServerProcess, cluster_cpu, process_cpu
+from benchmarks.processes import ScriptedServerProcess, cluster_cpu, process_cpu, run_in_child
 from tests.integration.conftest import run_sql
 from tests.integration.twistd_process import TWISTD, Twistd, clean_environment
 from tests.postgres_cluster import ThrowawayCluster, free_port
@@ -548,14 +548,8 @@ async def _run(reactor: Any, size: Size, counts: Sequence[int]) -> None:
 
 
 def main() -> None:
-    """Run in a child process: a reactor cannot be restarted, and others may need one."""
-    import subprocess
-    import sys
-
-    root = Path(__file__).resolve().parent.parent
-    subprocess.run([sys.executable, "-c", "from benchmarks.bench_scale import run; run()"],
-                   cwd=root, check=True)
-
+    """Run in a child process (see :func:`benchmarks.processes.run_in_child`)."""
+    run_in_child("benchmarks.bench_scale")
 
 if __name__ == "__main__":
     run()

@@ -42,7 +42,7 @@ from twisted.web.client import (
 )
 from twisted.web.http_headers import Headers
 
-from benchmarks.processes import ScriptedServerProcess, process_cpu
+from benchmarks.processes import ScriptedServerProcess, process_cpu, run_in_child
 
 ASSISTANTS = 1000
 ITERATIONS = 5
@@ -415,15 +415,8 @@ def run_here() -> None:
 
 
 def main() -> None:
-    """Run in a child process: a reactor cannot be restarted, and others may need one."""
-    import subprocess
-
-    root = Path(__file__).resolve().parent.parent
-    subprocess.run(
-        [sys.executable, "-c", "from benchmarks.bench_service import run_here; run_here()"],
-        cwd=root, check=True,
-    )
-
+    """Run in a child process (see :func:`benchmarks.processes.run_in_child`)."""
+    run_in_child("benchmarks.bench_service", "run_here")
 
 if __name__ == "__main__":
     run_here()

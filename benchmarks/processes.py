@@ -6,6 +6,9 @@
 * :class:`ScriptedServerProcess` — the scripted model server
   (``python -m ai_tools.testing``) in a child process, so a benchmark measures only
   the client side in its own process, and the server's CPU apart.
+* :func:`run_in_child` — a benchmark that runs the global reactor, in a Python of
+  its own: a reactor cannot be restarted, and the next benchmark of the run may
+  need one.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 import attrs
 from twisted.internet import defer, protocol
 
-__all__ = ["ScriptedServerProcess", "cluster_cpu", "process_cpu"]
+__all__ = ["ScriptedServerProcess", "cluster_cpu", "process_cpu", "run_in_child"]
 
 _FIRST_LINE_BYTES = 64 * 1024
 """The server's first line (its address) comes within this many bytes, or never."""
@@ -144,3 +147,13 @@ class ScriptedServerProcess:
         except defer.TimeoutError:
             self._process.signalProcess("KILL")
             await self._protocol.ended
+
+
+def run_in_child(module: str, function: str = "run") -> None:
+    """Run ``module.function()`` in a child Python from the repository's root (see above);
+    its output goes where ours goes, and its failure fails the benchmark."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, "-c", f"from {module} import {function}; {function}()"],
+                   cwd=root, check=True)
