@@ -190,7 +190,8 @@ def _call_model(run: LoopRun, plan: RequestPlan, messages: list[dict[str, Any]])
         return None
     except LLMError as e:
         reason = _llm_reason(e)
-        run.model_requested(started, str(reason), str(e) or type(e).__name__)
+        run.model_requested(started, str(reason), str(e) or type(e).__name__,
+                            attempts=e.attempts)
         tally.usage["requests"] += e.attempts  # failed HTTP requests count too
         tally.add_text(e.partial_text or "".join(tally.deltas))
         tally.end(reason, str(e) or type(e).__name__)
@@ -219,7 +220,7 @@ def _take_answer(run: LoopRun, response: Any, started: float) -> ChatResponse | 
         tally.add_text("".join(tally.deltas))
         tally.end(TerminationReason.LLM_ERROR, error)
         return None
-    run.model_requested(started, "ok", usage=response.usage)
+    run.model_requested(started, "ok", usage=response.usage, attempts=response.attempts)
     tally.add_usage(response.usage, response.attempts)
     tally.finish_reason = response.finish_reason
     if run.delivery is not None:

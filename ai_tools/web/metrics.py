@@ -97,6 +97,7 @@ class Metrics:
         self.ticks: Counter[Labels] = Counter()
         self.tool_calls: Counter[Labels] = Counter()
         self.model_requests: Counter[Labels] = Counter()
+        self.model_attempts: Counter[Labels] = Counter()
         self.model_tokens: Counter[Labels] = Counter()
         self.model_seconds = Histogram(MODEL_BUCKETS)
         self.store_seconds = Histogram(STORE_BUCKETS, always=((),))
@@ -136,6 +137,9 @@ class Metrics:
     def _model_request(self, event: Mapping[str, Any]) -> None:
         profile = self._profile(event)
         self.model_requests[(("profile", profile), ("status", str(event.get("status"))))] += 1
+        attempts = event.get("attempts")
+        if isinstance(attempts, int) and not isinstance(attempts, bool) and attempts > 0:
+            self.model_attempts[(("profile", profile),)] += attempts
         latency = event.get("latency_ms")
         if isinstance(latency, int | float) and not isinstance(latency, bool):
             self.model_seconds.observe((("profile", profile),), latency / 1000.0)
@@ -167,6 +171,9 @@ class Metrics:
                       "and status.", self.tool_calls)
         self._counter(lines, "ai_tools_model_requests_total", "Model requests (a client's "
                       "retries inside one), by profile and status.", self.model_requests)
+        self._counter(lines, "ai_tools_model_http_requests_total", "HTTP requests sent to "
+                      "the model servers (every attempt, retries included), by profile.",
+                      self.model_attempts)
         self._counter(lines, "ai_tools_model_tokens_total", "Tokens the model servers "
                       "counted, by profile and kind (prompt, completion).", self.model_tokens)
         self._histogram(lines, "ai_tools_model_request_seconds", "Model request latency.",

@@ -50,7 +50,10 @@ def test_ticks_tools_and_model_requests_are_counted() -> None:
     publish("pip", {"type": "model_request", "profile": "default", "latency_ms": 420.0,
                     "prompt_tokens": 1200, "completion_tokens": 30, "status": "ok"})
     publish("pip", {"type": "model_request", "profile": "default", "latency_ms": 3000,
-                    "prompt_tokens": None, "completion_tokens": None, "status": "llm_error"})
+                    "prompt_tokens": None, "completion_tokens": None, "status": "llm_error",
+                    "attempts": 3})
+    publish("pip", {"type": "model_request", "profile": "default", "status": "llm_unavailable",
+                    "attempts": 0})  # the open breaker sent nothing
     got = scrape(api)
     assert got['ai_tools_ticks_total{status="ran",reason="completed"}'] == 2
     assert got['ai_tools_ticks_total{status="skipped",reason="disabled"}'] == 1
@@ -58,6 +61,7 @@ def test_ticks_tools_and_model_requests_are_counted() -> None:
     assert got['ai_tools_tool_calls_total{tool="unknown",status="error"}'] == 1
     assert got['ai_tools_model_requests_total{profile="default",status="ok"}'] == 1
     assert got['ai_tools_model_requests_total{profile="default",status="llm_error"}'] == 1
+    assert got['ai_tools_model_http_requests_total{profile="default"}'] == 3
     assert got['ai_tools_model_tokens_total{profile="default",kind="prompt"}'] == 1200
     assert got['ai_tools_model_tokens_total{profile="default",kind="completion"}'] == 30
     assert got['ai_tools_model_request_seconds_bucket{profile="default",le="0.5"}'] == 1
