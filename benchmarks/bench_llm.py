@@ -25,7 +25,6 @@ import gc
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ from ai_tools.llm.body import BytesProducer
 from ai_tools.llm.client import OpenAIChatClient
 from ai_tools.llm.events import TextDelta
 from ai_tools.retry import RetryPolicy
+from benchmarks.processes import ScriptedServerProcess, run_in_child
 
 CONCURRENCY = 500
 ROUNDS = 11
@@ -158,54 +158,14 @@ async def _measure(reactor: Any, url: str) -> dict[str, list[float]]:
     return figures
 
 
-class _FirstLine(protocol.ProcessProtocol):
-    def __init__(self) -> None:
-        self.buffer = b""
-        self.line: defer.Deferred[str] = defer.Deferred()
-        self.ended: defer.Deferred[None] = defer.Deferred()
-
-    def outReceived(self, data: bytes) -> None:
-        self.buffer += data
-        if b"\n" in self.buffer and not self.line.called:
-            self.line.callback(self.buffer.split(b"\n", 1)[0].decode())
-
-    def processEnded(self, reason: Any) -> None:
-        if not self.line.called:
-            self.line.errback(RuntimeError(f"server did not start: {self.buffer!r}"))
-        self.ended.callback(None)
-
-
 async def _bench(reactor: Any) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        scenario = Path(tmp) / "bench.json"
-        scenario.write_text(
-            json.dumps(
-                {
-                    "model": "bench",
-                    "default": {
-                        "text": TEXT,
-                        "latency": 0.05,
-                        "chunk_chars": CHUNK_CHARS,
-                        "chunk_latency": 0.002,
-                    },
-                }
-            ),
-            encoding="utf-8",
-        )
-        server = _FirstLine()
-        process = reactor.spawnProcess(
-            server,
-            sys.executable,
-            [sys.executable, "-m", "ai_tools.testing", str(scenario), "--port", "0", "--quiet"],
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+        server = ScriptedServerProcess(reactor, Path(tmp), {
+            "text": TEXT, "latency": 0.05, "chunk_chars": CHUNK_CHARS, "chunk_latency": 0.002})
         try:
-            line = await server.line
-            url = line.rsplit(" ", 1)[-1]
-            figures = await _measure(reactor, url)
+            figures = await _measure(reactor, await server.start())
         finally:
-            process.signalProcess("TERM")
-            await server.ended
+            await server.stop()
     ours = statistics.median(figures["ours"])
     bare = statistics.median(figures["bare"])
     pairs = [o / b for o, b in zip(figures["ours"], figures["bare"], strict=True)]
@@ -251,15 +211,8 @@ def run_here() -> None:
 
 
 def main() -> None:
-    """Run in a child process: a reactor cannot be restarted, and others may need one."""
-    import subprocess
-
-    root = Path(__file__).resolve().parent.parent
-    subprocess.run(
-        [sys.executable, "-c", "from benchmarks.bench_llm import run_here; run_here()"],
-        cwd=root,
-        check=True,
-    )
+    """Run in a child process (see :func:`benchmarks.processes.run_in_child`)."""
+    run_in_child("benchmarks.bench_llm", "run_here")
 
 
 if __name__ == "__main__":
