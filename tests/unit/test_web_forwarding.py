@@ -264,6 +264,7 @@ class FakeOwnership:
         self.roster = {n: AssistantConfig(name=n, model="default", character_id=f"char:{n}")
                        for n in ("pip", "mason", "tess")}
         self.removed: list[tuple[str, bool]] = []
+        self.epochs: dict[str, int] = {"pip": 1, "mason": 1}
 
     def fresh_roster(self) -> defer.Deferred[Any]:
         return defer.succeed(dict(self.roster))
@@ -364,6 +365,19 @@ def test_with_no_live_owner_the_database_answers_and_delete_removes_here() -> No
     removed = call(api, "DELETE", "/assistants/tess?forget=true")
     assert removed.code == 200 and ownership.removed == [("tess", True)]
     assert call(api, "GET", "/assistants/tess").code == 404
+
+
+def test_an_assistant_whose_lease_this_worker_just_took_is_starting_here() -> None:
+    """The database names this worker, which has not loaded Tess yet: the saved status,
+    and 503 for what needs it running, saying so."""
+    api, ownership, _ = worker_api(OtherWorker(), owned=False)
+    ownership.store.owners["tess"] = ("w1", "http://w1.test")
+    ownership.epochs["tess"] = 2
+    status = call(api, "GET", "/assistants/tess")
+    assert status.json["worker"] is None and status.json["why"] == "it is starting on this worker"
+    tick = call(api, "POST", "/assistants/tess/tick", body={})
+    assert tick.code == 503 and "starting on this worker" in tick.json["error"]
+    assert tick.header("retry-after") == "2"
 
 
 def test_an_owner_answer_too_large_is_502_and_a_slow_one_503() -> None:
