@@ -1,9 +1,9 @@
 """One service, many doors, with real processes: two ``twistd ai-assistant`` workers on one
 throwaway PostgreSQL.  Whichever worker is asked answers for every assistant: the one
 that does not run an assistant forwards to its owner (status, history, stop, tick,
-its event stream), answers from the database once the owner is gone, and an
-assistant created over one worker's API runs under a lease, is listed by the other and
-is removed through it."""
+its event stream), shows its loop events in its own unfiltered event stream, answers
+from the database once the owner is gone; an assistant created over one worker's API
+runs under a lease, is listed by the other and is removed through it."""
 
 from __future__ import annotations
 
@@ -169,6 +169,29 @@ async def test_any_worker_answers_for_an_assistant_the_other_runs(
                             for kind, data in sse_events(bytes(collected.data))),
                 "Pip's events relayed by the other worker", limit=20)
     collected.transport.stopProducing()
+
+    # The other worker's stream without ?assistant= shows the whole service: Pip's
+    # loop events too.  It follows the owner's stream from the moment it is opened:
+    # Bob speaks to Pip (a tick with something to do) until they come.
+    whole = Collect()
+    (await http.get(f"{url}/events", unbuffered=True)).deliverBody(whole)
+
+    def pip_seen() -> bool:
+        return any(data.get("assistant") == "pip" for _, data in sse_events(bytes(whole.data)))
+
+    async def pip_in_the_whole_stream() -> bool:
+        await post_json(http, f"{url}/messages", {"character": "char:bob", "text": "soup?"})
+        for _ in range(40):
+            if pip_seen():
+                return True
+            await sleep(0.05)
+        return False
+
+    await eventually(pip_in_the_whole_stream, "Pip's events in the other worker's /events")
+    ids = [int(line[4:]) for line in bytes(whole.data).decode().splitlines()
+           if line.startswith("id: ")]
+    assert ids == sorted(set(ids))  # numbered by the worker asked, none twice
+    whole.transport.stopProducing()
 
     stopped = await post_json(http, f"{url}/assistants/pip/stop", {})
     assert stopped["assistant"] == "pip" and isinstance(stopped["stopped"], bool)
