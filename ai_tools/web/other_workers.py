@@ -18,6 +18,9 @@ endpoint                                        answered by
 ``DELETE /assistants/{name}``                   the owner; when nobody runs it: this
                                                 worker (removed in the database)
 ``GET /events?assistant=``                      the owner's stream, relayed
+``GET /events`` (no ``?assistant=``)            this worker, with every live worker's
+                                                loop events (followed by
+                                                :mod:`~ai_tools.web.service_events`)
 ``GET /assistants``, ``POST /stop``,            this worker and every live worker
 ``/emergency-stop``, ``/clear`` (all)           (each asked for its own share)
 ==============================================  ====================================
