@@ -123,6 +123,8 @@ class ServiceEvents:
         if self._loop is None:
             return  # stopped meanwhile
         wanted = {w: url for w, url in workers.items() if w != ownership.worker and url}
+        for worker in [w for w in self._resume if w not in wanted]:
+            del self._resume[worker]  # gone: nothing to resume
         for worker, one in list(self.followed.items()):
             if wanted.get(worker) != one.url:
                 del self.followed[worker]

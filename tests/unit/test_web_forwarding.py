@@ -601,6 +601,10 @@ def test_workers_that_join_or_leave_are_followed_or_let_go_and_a_lost_stream_res
     (resumed,) = peers.open(b"w2.test")
     assert resumed.getHeader(b"last-event-id") == b"12"
     assert [e["data"]["assistant"] for e in watching.events()] == ["tess"]
+    api.resource.shutdown()  # the API stops: what it follows too
+    pump(api)
+    assert peers.open(b"w2.test") == []
+    assert [c for c in api.clock.getDelayedCalls() if "TickScheduler" not in repr(c)] == []
 
 
 def test_a_worker_whose_stream_cannot_be_opened_is_tried_again_at_the_next_reading() -> None:
