@@ -173,7 +173,9 @@ async def test_any_worker_answers_for_an_assistant_the_other_runs(
     # The other worker's stream without ?assistant= shows the whole service: Pip's
     # loop events too.  It follows the owner's stream from the moment it is opened:
     # Bob speaks to Pip (a tick with something to do) until they come.
-    whole = Collect()
+    # (The owner watches the whole service too: each follows the other, with no echo.)
+    whole, owners_whole = Collect(), Collect()
+    (await http.get(f"{owner_url}/events", unbuffered=True)).deliverBody(owners_whole)
     (await http.get(f"{url}/events", unbuffered=True)).deliverBody(whole)
 
     def pip_seen() -> bool:
@@ -188,10 +190,13 @@ async def test_any_worker_answers_for_an_assistant_the_other_runs(
         return False
 
     await eventually(pip_in_the_whole_stream, "Pip's events in the other worker's /events")
-    ids = [int(line[4:]) for line in bytes(whole.data).decode().splitlines()
-           if line.startswith("id: ")]
-    assert ids == sorted(set(ids))  # numbered by the worker asked, none twice
-    whole.transport.stopProducing()
+    for stream in (whole, owners_whole):
+        ids = [int(line[4:]) for line in bytes(stream.data).decode().splitlines()
+               if line.startswith("id: ")]
+        assert ids == sorted(set(ids))  # numbered by the worker asked
+        events = [json.dumps(data, sort_keys=True) for _, data in sse_events(bytes(stream.data))]
+        assert len(events) == len(set(events))  # none twice
+        stream.transport.stopProducing()
 
     stopped = await post_json(http, f"{url}/assistants/pip/stop", {})
     assert stopped["assistant"] == "pip" and isinstance(stopped["stopped"], bool)
@@ -225,7 +230,6 @@ async def test_any_worker_answers_for_an_assistant_the_other_runs(
     missing = await http.get(f"{url}/assistants/nobody")
     assert missing.code == 404
     await missing.text()
-    del owner_url
 
 
 @pytest_twisted.ensureDeferred
