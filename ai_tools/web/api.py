@@ -38,7 +38,9 @@ request deadlines and event streams are bounded by
 With several workers sharing a PostgreSQL store, each worker's API answers
 for the whole service: a request about an assistant another worker runs is
 passed on to it, or answered from the database
-(:mod:`~ai_tools.web.other_workers`).
+(:mod:`~ai_tools.web.other_workers`), and ``GET /events`` without
+``?assistant=`` carries every worker's loop events
+(:mod:`~ai_tools.web.service_events`).
 
 Build it with :func:`make_web_service` and add it to the application.
 """
@@ -78,10 +80,11 @@ from ai_tools.web.metrics import CONTENT_TYPE as METRICS_TYPE
 from ai_tools.web.metrics import Metrics
 from ai_tools.web.operator import Operator
 from ai_tools.web.origin import OriginPolicy
-from ai_tools.web.other_workers import OtherWorkers
+from ai_tools.web.other_workers import OtherWorkers, forwarded
 from ai_tools.web.paging import history_page
 from ai_tools.web.query import query_bool, query_int, query_text
 from ai_tools.web.results import LoopRecorder
+from ai_tools.web.service_events import ServiceEvents
 from ai_tools.web.sse import EventStream
 from ai_tools.web.token_guard import TokenGuard
 
@@ -181,6 +184,7 @@ class ApiResource(Resource):
         self._remove_recorder: Callable[[], None] | None = None
         self._forwarder = forwarder
         self._others: OtherWorkers | None = None
+        self._service_events: ServiceEvents | None = None
         self.routes = self._routes()
 
     def _routes(self) -> list[Route]:
@@ -264,6 +268,15 @@ class ApiResource(Resource):
         return self._others
 
     @property
+    def service_events(self) -> ServiceEvents:
+        """The other workers' loop events for the whole-service streams (made on first use)."""
+        if self._service_events is None:
+            # one event of another worker: at most its own limit, plus the frame's lines
+            self._service_events = ServiceEvents(self.others, self.hub, self.clock,
+                                                 max_frame=self.limits.max_event_bytes + 1024)
+        return self._service_events
+
+    @property
     def streams(self) -> set[EventStream]:
         """The open event streams."""
         return self.hub.streams
@@ -278,6 +291,8 @@ class ApiResource(Resource):
     def shutdown(self) -> defer.Deferred[None]:
         """Close every event stream and stop observing; fires once the connections to
         other workers are closed."""
+        if self._service_events is not None:
+            self._service_events.stop()
         self.hub.stop()
         self.metrics.stop()
         if self._remove_recorder is not None:
@@ -684,7 +699,9 @@ class ApiResource(Resource):
         """``GET /events?assistant=&types=&last_event_id=``: open a server-sent event stream.
 
         The ``Last-Event-ID`` header (a browser's reconnect) or ``last_event_id``
-        replays the kept events the client missed.
+        replays the kept events the client missed.  With workers, the stream
+        without ``?assistant=`` shows every worker's loop events; one another
+        worker opened here shows this worker's own only.
         """
         only = self._query(request, "assistant")
         if only is not None:
@@ -692,7 +709,10 @@ class ApiResource(Resource):
         types_text = self._query(request, "types")
         types = (frozenset(t.strip() for t in types_text.split(",") if t.strip())
                  if types_text else None)
-        self.hub.open(request, only, types, self._last_event_id(request))
+        stream = self.hub.open(request, only, types, self._last_event_id(request),
+                               local_only=forwarded(request))
+        if only is None and self.others.fans_out(request):
+            self.service_events.watch(stream)
 
     def _last_event_id(self, request: Any) -> int | None:
         header = request.getHeader(b"last-event-id")

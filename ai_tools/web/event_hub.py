@@ -11,6 +11,9 @@ some of it is no longer kept.  The hub caps the streams (in total, and
 per address beyond loopback), bounds each stream's backlog by bytes, and
 runs one timer for all of them: a keep-alive comment to each, and closing
 those whose client has read nothing for ``stream_stall_timeout`` seconds.
+With several workers, :meth:`EventHub.relay` takes in the loop events of the
+assistants other workers run (:mod:`ai_tools.web.service_events`): they get
+this hub's ids and go to every stream but those other workers opened.
 """
 
 from __future__ import annotations
@@ -89,12 +92,13 @@ class EventHub:
             unsubscribe()
 
     def open(self, request: Any, only: str | None, types: frozenset[str] | None,
-             last_id: int | None = None) -> EventStream:
+             last_id: int | None = None, local_only: bool = False) -> EventStream:
         """Start a stream on ``request``; ApiError 503 when the caps are reached.
 
         With ``last_id`` (the client's ``Last-Event-ID``) the stream first
         replays the kept events after it that pass its filters, preceded by a
-        ``gap`` event when some are no longer kept.
+        ``gap`` event when some are no longer kept.  A ``local_only`` stream
+        (another worker's) gets no relayed events.
         """
         address = remote_host(request.getClientAddress())
         limits = self.limits
@@ -107,7 +111,8 @@ class EventHub:
                            f"is {limits.max_streams_per_address})",
                            headers={"Retry-After": "10"})
         stream = EventStream(request, self.clock, only=only, types=types,
-                             buffer_limit=limits.stream_buffer, address=address)
+                             buffer_limit=limits.stream_buffer, address=address,
+                             local_only=local_only)
         self.streams.add(stream)
         if address is not None:
             self._per_address[address] += 1
@@ -126,7 +131,7 @@ class EventHub:
                      "some events are no longer kept", last_id=last_id, reason=notice["reason"])
             stream.send(Frame("gap", frozenset(), format_event(None, "gap", notice)))
         for frame in catchup.frames:
-            if stream.wants(frame.type, frame.owners):
+            if stream.takes(frame):
                 stream.send(frame)
 
     def _closed(self, stream: EventStream) -> None:
@@ -166,14 +171,16 @@ class EventHub:
 
     # -- events in, frames out ------------------------------------------------------
 
-    def _broadcast(self, kind: str, owners: frozenset[str], data: Mapping[str, Any]) -> None:
-        frame = self._encode(kind, owners, data)
+    def _broadcast(self, kind: str, owners: frozenset[str], data: Mapping[str, Any],
+                   relayed: bool = False) -> None:
+        frame = self._encode(kind, owners, data, relayed)
         self.replay.add(frame)
         for stream in tuple(self.streams):
-            if stream.wants(kind, owners):
+            if stream.takes(frame):
                 stream.send(frame)
 
-    def _encode(self, kind: str, owners: frozenset[str], data: Mapping[str, Any]) -> Frame:
+    def _encode(self, kind: str, owners: frozenset[str], data: Mapping[str, Any],
+                relayed: bool = False) -> Frame:
         """The one encoding of an event; an oversized one becomes a notice of its size."""
         event_id = self.replay.newest_id + 1
         encoded = format_event(event_id, kind, data)
@@ -183,12 +190,17 @@ class EventHub:
                       "reason": f"larger than the stream's event limit "
                                 f"({self.limits.max_event_bytes} bytes)"}
             encoded = format_event(event_id, kind, notice)
-        return Frame(kind, owners, encoded, event_id)
+        return Frame(kind, owners, encoded, event_id, relayed)
 
-    def _loop_event(self, event: dict[str, Any]) -> None:
+    def _loop_event(self, event: dict[str, Any], relayed: bool = False) -> None:
         owner = event_owner(event)
         owners = frozenset((owner,)) if owner else frozenset()
-        self._broadcast(str(event.get("type", "event")), owners, event)
+        self._broadcast(str(event.get("type", "event")), owners, event, relayed)
+
+    def relay(self, event: dict[str, Any]) -> None:
+        """A loop event of an assistant another worker runs, to this hub's streams (with
+        this hub's id; not to the streams other workers opened here)."""
+        self._loop_event(event, relayed=True)
 
     def _world_message(self, message: Any, receivers: tuple[str, ...]) -> None:
         characters = assistants_by_character(self.service)

@@ -15,6 +15,10 @@ client side of that: treq over its own connection pool, and for every request
   read, so nothing piles up here) and closed when the other worker stays
   silent for ``stream_idle`` seconds or either side goes.
 
+* an event stream can also be **followed** (:meth:`Forwarder.follow`): its
+  frames parsed, each event handed to a callback, a frame larger than
+  ``max_frame`` bytes ending the stream, and the same silence deadline.
+
 The forwarded request carries the ``FORWARDED_HEADER`` so the other worker
 answers for itself only (it never passes the request on again).
 """
@@ -22,7 +26,7 @@ answers for itself only (it never passes the request on again).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -36,7 +40,7 @@ from zope.interface import implementer
 
 from ai_tools.llm.transport import http_client, pooled_agent
 
-__all__ = ["FORWARDED_HEADER", "PASSED_HEADERS", "Forwarder", "ForwardingError"]
+__all__ = ["FORWARDED_HEADER", "PASSED_HEADERS", "EventFeed", "Forwarder", "ForwardingError"]
 
 log = Logger()
 
@@ -115,36 +119,46 @@ class _BoundedBody(protocol.Protocol):
             self.done.errback(reason)
 
 
+class _IdleTimer:
+    """Calls ``expire`` once nothing came for ``seconds``; :meth:`arm` on every arrival."""
+
+    def __init__(self, clock: Any, seconds: float, expire: Callable[[], Any]) -> None:
+        self._clock = clock
+        self._seconds = seconds
+        self._expire = expire
+        self._call: Any = None
+
+    def arm(self) -> None:
+        self.cancel()
+        self._call = self._clock.callLater(self._seconds, self._expire)
+
+    def cancel(self) -> None:
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+
+
 @implementer(IPushProducer)
 class _Relay(protocol.Protocol):
     """Writes an event stream's bytes to our client as they come, at the client's pace."""
 
     def __init__(self, request: Any, clock: Any, idle: float) -> None:
         self.request = request
-        self.clock = clock
-        self.idle = idle
         self.ended: defer.Deferred[None] = defer.Deferred()
-        self._timer: Any = None
+        self._idle = _IdleTimer(clock, idle, self.stopProducing)
         self._gone = False
 
     def connectionMade(self) -> None:
         self.request.registerProducer(self, True)
         self.request.notifyFinish().addBoth(self._client_gone)
-        self._arm()
-
-    def _arm(self) -> None:
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
-        self._timer = self.clock.callLater(self.idle, self.stopProducing)
+        self._idle.arm()
 
     def dataReceived(self, data: bytes) -> None:
         if not self._gone:
-            self._arm()
+            self._idle.arm()
             self.request.write(data)
 
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
+        self._idle.cancel()
         if not self._gone:
             self._gone = True
             self.request.unregisterProducer()
@@ -169,6 +183,84 @@ class _Relay(protocol.Protocol):
     def stopProducing(self) -> None:
         if self.transport is not None:
             self.transport.stopProducing()
+
+
+OnEvent = Callable[[int | None, str, Any], None]
+"""What :meth:`Forwarder.follow` calls for each event: ``(id or None, event type, data)``."""
+
+
+class EventFeed(protocol.Protocol):
+    """Another worker's event stream, read frame by frame (see :meth:`Forwarder.follow`).
+
+    ``ended`` fires with why the stream ended (never fails); ``last_id`` is the
+    id of the newest event received (for ``Last-Event-ID`` when following again).
+    """
+
+    def __init__(self, on_event: OnEvent, clock: Any, idle: float, max_frame: int) -> None:
+        self.on_event = on_event
+        self.max_frame = max_frame
+        self.ended: defer.Deferred[str] = defer.Deferred()
+        self.last_id: int | None = None
+        self._buffer = b""
+        self._why: str | None = None
+        self._idle = _IdleTimer(clock, idle, lambda: self.stop(f"silent for {idle:g}s"))
+
+    def connectionMade(self) -> None:
+        self._idle.arm()
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._why is not None:
+            return
+        self._idle.arm()  # keep-alives too: they say the other worker is there
+        frames = (self._buffer + data).split(b"\n\n")
+        self._buffer = frames.pop()
+        for frame in [*frames, self._buffer]:
+            if len(frame) > self.max_frame:
+                self.stop(f"a frame larger than {self.max_frame} bytes")
+                return
+        for frame in frames:
+            if self._why is None:
+                self._frame(frame)
+
+    def _frame(self, frame: bytes) -> None:
+        """One frame: ``id:``, ``event:`` and ``data:`` lines (comments skipped)."""
+        fields: dict[bytes, bytes] = {}
+        for line in frame.split(b"\n"):
+            name, _, value = line.partition(b":")
+            fields[name] = value[1:] if value.startswith(b" ") else value
+        if b"data" not in fields:
+            return  # a comment (keep-alive) or the reconnection delay
+        try:
+            data = json.loads(fields[b"data"])
+            event_id = int(fields[b"id"]) if b"id" in fields else None
+        except ValueError:
+            self.stop("a frame that is not an event of this service")
+            return
+        if event_id is not None:
+            self.last_id = event_id
+        kind = fields.get(b"event", b"message").decode("utf-8", "replace")
+        try:
+            self.on_event(event_id, kind, data)
+        except Exception:
+            log.failure("Passing on an event of another worker failed")
+
+    def stop(self, why: str = "stopped") -> None:
+        """Close the stream (``ended`` fires with ``why`` once the connection is gone)."""
+        if self._why is None:
+            self._why = why
+        self._idle.cancel()
+        if self.transport is not None:
+            self.transport.stopProducing()
+        elif not self.ended.called:
+            self.ended.callback(why)
+
+    def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
+        self._idle.cancel()
+        if self._why is None:
+            self._why = "it ended" if reason.check(ResponseDone) else (
+                reason.getErrorMessage() or type(reason.value).__name__)
+        if not self.ended.called:
+            self.ended.callback(self._why)
 
 
 @attrs.define(eq=False)
@@ -259,13 +351,10 @@ class Forwarder:
         return ForwardingError(503, f"the worker at {url} cannot be reached ({why})")
 
     @defer.inlineCallbacks
-    def relay(self, request: Any, url: str, headers: Mapping[bytes, bytes]) -> Any:
-        """Relay the event stream at ``url`` to ``request``.
-
-        Fires once the headers are relayed, with a Deferred that fires when the
-        stream ends; or fails like :meth:`forward` (an error answer of the other
-        worker is a :class:`ForwardingError` with its status and message).
-        """
+    def _open_stream(self, url: str, headers: Mapping[bytes, bytes]) -> Any:
+        """GET the event stream at ``url``: fires with the response once its headers came
+        (within ``timeout``); fails with :class:`ForwardingError` (an error answer of
+        the other worker: its status and message)."""
         requested = self._send("GET", url, headers, None)
         deadline = _Deadline(self.clock, self.timeout, requested.cancel)
         try:
@@ -284,6 +373,17 @@ class Forwarder:
                 message = ""
             raise ForwardingError(response.code, message or f"the worker at {url} answered "
                                   f"{response.code}")
+        return response
+
+    @defer.inlineCallbacks
+    def relay(self, request: Any, url: str, headers: Mapping[bytes, bytes]) -> Any:
+        """Relay the event stream at ``url`` to ``request``.
+
+        Fires once the headers are relayed, with a Deferred that fires when the
+        stream ends; or fails like :meth:`forward` (an error answer of the other
+        worker is a :class:`ForwardingError` with its status and message).
+        """
+        response = yield self._open_stream(url, headers)
         request.setResponseCode(200)
         for name in (b"content-type", b"cache-control", b"x-accel-buffering"):
             for value in response.headers.getRawHeaders(name, [])[-1:]:
@@ -291,3 +391,19 @@ class Forwarder:
         relayed = _Relay(request, self.clock, self.stream_idle)
         response.deliverBody(relayed)
         return relayed.ended
+
+    @defer.inlineCallbacks
+    def follow(self, url: str, headers: Mapping[bytes, bytes], on_event: OnEvent,
+               max_frame: int) -> Any:
+        """Read the event stream at ``url``, calling ``on_event(id, type, data)`` for each
+        event as it comes.
+
+        Fires with the :class:`EventFeed` once the stream is open, or fails like
+        :meth:`relay`.  The feed ends (its ``ended`` fires) when the other worker
+        ends it, stays silent for ``stream_idle`` seconds or sends a frame larger
+        than ``max_frame`` bytes, and on :meth:`EventFeed.stop`.
+        """
+        response = yield self._open_stream(url, headers)
+        feed = EventFeed(on_event, self.clock, self.stream_idle, max_frame)
+        response.deliverBody(feed)
+        return feed

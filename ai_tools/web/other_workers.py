@@ -18,6 +18,9 @@ endpoint                                        answered by
 ``DELETE /assistants/{name}``                   the owner; when nobody runs it: this
                                                 worker (removed in the database)
 ``GET /events?assistant=``                      the owner's stream, relayed
+``GET /events`` (no ``?assistant=``)            this worker, with every live worker's
+                                                loop events (followed by
+                                                :mod:`~ai_tools.web.service_events`)
 ``GET /assistants``, ``POST /stop``,            this worker and every live worker
 ``/emergency-stop``, ``/clear`` (all)           (each asked for its own share)
 ==============================================  ====================================
@@ -50,7 +53,7 @@ from ai_tools.web.forwarding import (
 from ai_tools.web.paging import history_page
 from ai_tools.web.query import query_bool, query_int
 
-__all__ = ["RETRY_AFTER", "OtherWorkers"]
+__all__ = ["RETRY_AFTER", "OtherWorkers", "forwarded"]
 
 log = Logger()
 
@@ -111,7 +114,7 @@ class OtherWorkers:
     def answer(self, request: Any, endpoint: str, name: str) -> Any:
         """Answer ``request`` (the handler named ``endpoint``) about ``name``, run elsewhere."""
         owner = yield self._owner(request, name)
-        why = "no live worker runs it"
+        why = self._nobody(name)
         if owner is not None:
             try:
                 slow = endpoint in _WAIT_FOR_A_TICK
@@ -153,6 +156,13 @@ class OtherWorkers:
         roster = yield self.ownership.fresh_roster()
         if name not in roster:
             raise ApiError(404, f"no assistant named {name!r}", field="assistant")
+
+    def _nobody(self, name: str) -> str:
+        """Why no live worker answers for ``name``: this worker took its lease and is
+        loading its state (it runs it in a moment), or nobody holds its lease now."""
+        if name in self.ownership.epochs:
+            return "it is starting on this worker"
+        return "no live worker runs it"
 
     @staticmethod
     def _unavailable(name: str, why: str) -> ApiError:
@@ -212,7 +222,7 @@ class OtherWorkers:
                            headers={"Retry-After": "10"})
         owner = yield self._owner(request, name)
         if owner is None:
-            raise self._unavailable(name, "no live worker runs it")
+            raise self._unavailable(name, self._nobody(name))
         url = owner[1].rstrip("/") + request.uri.decode("ascii")
         try:
             ended = yield self.forwarder.relay(request, url, self._headers(request))

@@ -76,6 +76,9 @@ class Frame:
     data: bytes
     id: int | None = None
     """The event id (None for notices that are not events of the service: ``dropped``, ``gap``)."""
+    relayed: bool = False
+    """An event of another worker's assistant, passed on by this worker (never to a
+    stream another worker opened here: no second hop)."""
 
 
 @implementer(IPushProducer)
@@ -85,7 +88,8 @@ class EventStream:
 
     ``only``/``types`` are the client's filters; ``buffer_limit`` bounds the
     bytes held while the client does not read; ``address`` is the client's
-    address when it counts against a per-address cap (None on loopback).
+    address when it counts against a per-address cap (None on loopback);
+    ``local_only``: another worker opened it, it gets no relayed frames.
     """
 
     request: Any
@@ -94,6 +98,7 @@ class EventStream:
     types: frozenset[str] | None = None
     buffer_limit: int = 256 * 1024
     address: str | None = None
+    local_only: bool = False
     dropped: int = attrs.field(default=0, init=False)
     """Events dropped in all (the client was told each time it read again)."""
     closed: bool = attrs.field(default=False, init=False)
@@ -126,6 +131,11 @@ class EventStream:
         if self.types is not None and kind not in self.types:
             return False
         return self.only is None or self.only in owners
+
+    def takes(self, frame: Frame) -> bool:
+        """Whether ``frame`` goes to this stream: its filters keep it, and it is not a
+        relayed frame for a stream another worker opened."""
+        return not (frame.relayed and self.local_only) and self.wants(frame.type, frame.owners)
 
     def send(self, frame: Frame) -> None:
         """Send one frame (held back, within the byte budget, while the client does not read)."""

@@ -1,27 +1,30 @@
 """One service, many doors, with real processes: two ``twistd ai-assistant`` workers on one
 throwaway PostgreSQL.  Whichever worker is asked answers for every assistant: the one
 that does not run an assistant forwards to its owner (status, history, stop, tick,
-its event stream), answers from the database once the owner is gone, and an
-assistant created over one worker's API runs under a lease, is listed by the other and
-is removed through it."""
+its event stream), shows its loop events in its own unfiltered event stream, answers
+from the database once the owner is gone; an assistant created over one worker's API
+runs under a lease, is listed by the other and is removed through it."""
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest_twisted
-from twisted.internet import protocol, task
+from twisted.internet import defer, protocol, task
 
 from ai_tools.store.postgres import PostgreSQLStore
 from tests.integration.conftest import PostgresDatabase
-from tests.integration.test_postgres_failover import api_of, owners, start_worker
+from tests.integration.test_postgres_failover import TTL, api_of, owners, start_worker
 from tests.integration.twistd_process import (
     get_json,
     http,
     post_json,
     processes,
+    reactor,
     sleep,
     sse_events,
     until,
@@ -62,14 +65,56 @@ async def test_the_store_keeps_the_apis_configs_and_finds_live_owners(
         await store.close()
 
 
-async def two_workers(processes: Any, tmp_path: Path,
+async def eventually(check: Callable[[], Awaitable[bool]], what: str,
+                     limit: float = 30.0) -> None:
+    """Await ``check()`` every 50 ms until it is true, for at most ``limit`` seconds."""
+    deadline = reactor().seconds() + limit
+    while not await check():
+        if reactor().seconds() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        await sleep(0.05)
+
+
+async def runs(http: Any, url: str, name: str, worker: str) -> bool:
+    """Whether ``worker`` runs ``name`` by the status the API at ``url`` gives.
+
+    A lease in the database is not enough: the worker that took it loads the
+    assistant's state before it runs it, and meanwhile answers for it from the
+    database (``"worker": null``), as the other workers' forwarded requests get
+    ``503``."""
+    response = await http.get(f"{url}/assistants/{name}")
+    answer = await response.json()
+    return response.code == 200 and answer.get("worker") == worker
+
+
+async def a_round_started(db: PostgresDatabase, worker: str, after: float) -> None:
+    """Wait until ``worker`` has started a lease round after ``after`` (the time.time()
+    of this machine): its renewal in the database says when its round started."""
+
+    def renewed() -> bool:
+        rows = db.sql("SELECT expires_at FROM lease_workers WHERE worker = %s", (worker,))
+        return bool(rows) and float(rows[0][0]) - TTL > after
+
+    await until(renewed, f"a lease round of {worker}", limit=30)
+
+
+async def two_workers(processes: Any, tmp_path: Path, http: Any,
                       db: PostgresDatabase) -> dict[str, tuple[Any, str]]:
     """w1 and w2 running, one assistant each: ``{worker: (process, api url)}``."""
     one = start_worker(processes, tmp_path, "w1", db)
     two = start_worker(processes, tmp_path, "w2", db)
     urls = {"w1": (one, await api_of(one)), "w2": (two, await api_of(two))}
-    await until(lambda: sorted(owners(db).values()) == ["w1", "w2"],
-                "one assistant on each worker", limit=30)
+
+    async def one_each_running() -> bool:
+        lease = owners(db)
+        if sorted(lease.values()) != ["w1", "w2"]:
+            return False
+        for name, worker in lease.items():
+            if not await runs(http, urls[worker][1], name, worker):
+                return False
+        return True
+
+    await eventually(one_each_running, "one assistant running on each worker")
     advertised = dict(db.sql("SELECT worker, api_url FROM lease_workers"))
     assert advertised == {name: url for name, (_, url) in urls.items()}
     return urls
@@ -89,7 +134,7 @@ class Collect(protocol.Protocol):
 async def test_any_worker_answers_for_an_assistant_the_other_runs(
     tmp_path: Path, postgres_db: PostgresDatabase, processes: Any, http: Any
 ) -> None:
-    workers = await two_workers(processes, tmp_path, postgres_db)
+    workers = await two_workers(processes, tmp_path, http, postgres_db)
     owner_name = owners(postgres_db)["pip"]
     other_name = "w2" if owner_name == "w1" else "w1"
     owner, owner_url = workers[owner_name]
@@ -125,6 +170,34 @@ async def test_any_worker_answers_for_an_assistant_the_other_runs(
                 "Pip's events relayed by the other worker", limit=20)
     collected.transport.stopProducing()
 
+    # The other worker's stream without ?assistant= shows the whole service: Pip's
+    # loop events too.  It follows the owner's stream from the moment it is opened:
+    # Bob speaks to Pip (a tick with something to do) until they come.
+    # (The owner watches the whole service too: each follows the other, with no echo.)
+    whole, owners_whole = Collect(), Collect()
+    (await http.get(f"{owner_url}/events", unbuffered=True)).deliverBody(owners_whole)
+    (await http.get(f"{url}/events", unbuffered=True)).deliverBody(whole)
+
+    def pip_seen() -> bool:
+        return any(data.get("assistant") == "pip" for _, data in sse_events(bytes(whole.data)))
+
+    async def pip_in_the_whole_stream() -> bool:
+        await post_json(http, f"{url}/messages", {"character": "char:bob", "text": "soup?"})
+        for _ in range(40):
+            if pip_seen():
+                return True
+            await sleep(0.05)
+        return False
+
+    await eventually(pip_in_the_whole_stream, "Pip's events in the other worker's /events")
+    for stream in (whole, owners_whole):
+        ids = [int(line[4:]) for line in bytes(stream.data).decode().splitlines()
+               if line.startswith("id: ")]
+        assert ids == sorted(set(ids))  # numbered by the worker asked
+        events = [json.dumps(data, sort_keys=True) for _, data in sse_events(bytes(stream.data))]
+        assert len(events) == len(set(events))  # none twice
+        stream.transport.stopProducing()
+
     stopped = await post_json(http, f"{url}/assistants/pip/stop", {})
     assert stopped["assistant"] == "pip" and isinstance(stopped["stopped"], bool)
     ticked = await post_json(http, f"{url}/assistants/pip/tick", {})
@@ -132,34 +205,38 @@ async def test_any_worker_answers_for_an_assistant_the_other_runs(
     everything = await post_json(http, f"{url}/stop", {})
     assert everything["workers_unreachable"] == []
 
-    # The owner dies: its lease still runs for a moment, nobody answers for Pip.
+    # The owner dies: its lease still runs for a moment (the lease time after its last
+    # round: at least 1.6 s here), and nobody answers for Pip.  The three questions go
+    # at once, as each waits a moment to find the owner's port closed (0.3 s).
     owner.signal("KILL")
+    killed = time.monotonic()
     await owner.wait_ended()
-    saved = await get_json(http, f"{url}/assistants/pip")
-    assert saved["worker"] is None and saved["saved"] is True
+    saved, history, refused = await defer.gatherResults([
+        defer.ensureDeferred(get_json(http, f"{url}/assistants/pip")),
+        defer.ensureDeferred(get_json(http, f"{url}/assistants/pip/history")),
+        http.post(f"{url}/assistants/pip/tick", data=b"{}",
+                  headers={b"content-type": [b"application/json"]})])
+    asked = f"asked {time.monotonic() - killed:.2f}s after the kill"
+    assert saved["worker"] is None and saved["saved"] is True, (saved, asked)
     assert saved["history_length"] > 0
-    history = await get_json(http, f"{url}/assistants/pip/history")
     assert "any soup?" in json.dumps(history)
-    refused = await http.post(f"{url}/assistants/pip/tick", data=b"{}",
-                              headers={b"content-type": [b"application/json"]})
-    assert refused.code == 503, await refused.text()
+    assert refused.code == 503, (await refused.text(), asked)
     assert refused.headers.getRawHeaders(b"retry-after") is not None
     await refused.text()
-    # Then the survivor takes Pip over and answers for it itself.
-    await until(lambda: owners(postgres_db).get("pip") == other_name, "Pip moving over")
-    status = await get_json(http, f"{url}/assistants/pip")
-    assert status["worker"] == other_name
+    # Then the survivor takes Pip over and answers for it itself (once it has loaded
+    # Pip's state: its lease is in the database a moment before).
+    await eventually(lambda: runs(http, url, "pip", other_name), "Pip moving over")
+    assert owners(postgres_db).get("pip") == other_name
     missing = await http.get(f"{url}/assistants/nobody")
     assert missing.code == 404
     await missing.text()
-    del owner_url
 
 
 @pytest_twisted.ensureDeferred
 async def test_an_assistant_created_on_one_worker_is_shared_and_removed_through_the_other(
     tmp_path: Path, postgres_db: PostgresDatabase, processes: Any, http: Any
 ) -> None:
-    workers = await two_workers(processes, tmp_path, postgres_db)
+    workers = await two_workers(processes, tmp_path, http, postgres_db)
     (one, url_one), (two, url_two) = workers["w1"], workers["w2"]
 
     created = await post_json(http, f"{url_one}/assistants", {
@@ -183,8 +260,10 @@ async def test_an_assistant_created_on_one_worker_is_shared_and_removed_through_
     config = await get_json(http, f"{url_two}/assistants/tess/config")
     assert config["config"]["persona"] == "Tess, a bard."
     # Nobody speaks as Tess's character over the API, on either worker (the other
-    # worker learns of Tess at its next lease round: every 0.4 s here).
-    await sleep(1.0)
+    # worker learns of Tess at its next lease round: every 0.4 s here; the round
+    # after the next one starts once that one is done).
+    for _ in range(2):
+        await a_round_started(postgres_db, "w2", time.time())
     refused = await http.post(f"{url_two}/messages",
                               json={"character": "char:alice", "text": "hello"})
     assert refused.code == 403, await refused.text()

@@ -1,8 +1,9 @@
 """Passing API requests on to the worker that runs an assistant: the forwarder's bounds
 (deadline, bytes, an unreachable worker) and what a worker's API answers about an
-assistant it does not run (forwarded, from the database, 503 with Retry-After, 404).
+assistant it does not run (forwarded, from the database, 503 with Retry-After, 404);
+the whole service in one event stream (the other workers' streams followed).
 
-No network: the other worker is a resource behind StubTreq, a dead one a MemoryReactor
+No network: the other worker is a resource behind StubTreq, a dead one a MemoryReactorClock
 whose connection attempts fail; deadlines run on a task.Clock."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 from treq.testing import StubTreq
 from twisted.internet import defer, task
 from twisted.internet.error import ConnectionRefusedError
-from twisted.internet.testing import MemoryReactor
+from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
 from twisted.web import server
 from twisted.web.client import Agent
@@ -22,8 +23,9 @@ from twisted.web.resource import Resource
 
 from ai_tools.llm.transport import http_client
 from ai_tools.service.assistant import Assistant, AssistantConfig
-from ai_tools.web.forwarding import FORWARDED_HEADER, Forwarder, ForwardingError
+from ai_tools.web.forwarding import FORWARDED_HEADER, EventFeed, Forwarder, ForwardingError
 from ai_tools.web.limits import HttpLimits
+from tests.unit.test_web_sse import Stream
 from tests.unit.web_fakes import ApiHarness, FakeRequest, result_of
 
 
@@ -71,18 +73,21 @@ class OtherWorker(Resource):
         return json.dumps({"name": "tess", "worker": "w2", "path": path}).encode()
 
 
-def refusing() -> tuple[MemoryReactor, Any]:
-    """A client over a MemoryReactor, and that reactor (fail its connections with
+def refusing() -> tuple[MemoryReactorClock, Any]:
+    """A client over a MemoryReactorClock, and that reactor (fail its connections with
     :func:`refuse`): a worker that died."""
-    reactor = MemoryReactor()
+    reactor = MemoryReactorClock()
     return reactor, http_client(Agent(reactor))
 
 
-def refuse(reactor: MemoryReactor) -> None:
-    """Every connection attempt made so far is refused."""
+def refuse(reactor: MemoryReactorClock) -> None:
+    """Every connection attempt made so far is refused (the endpoint says so at its
+    next attempt, 0.3 s later)."""
+    reactor.advance(0)
     for _, _, factory, _, _ in reactor.tcpClients:
         factory.clientConnectionFailed(None, Failure(ConnectionRefusedError()))
     reactor.tcpClients.clear()
+    reactor.advance(0.3)
 
 
 # -- the forwarder ------------------------------------------------------------------------
@@ -232,6 +237,59 @@ def test_a_relayed_stream_refused_by_the_other_worker_is_its_error() -> None:
     assert (failure.value.status, failure.value.message) == (503, "busy")
 
 
+def follow(owner: OtherWorker, clock: task.Clock, max_frame: int = 1024
+           ) -> tuple[EventFeed, list[tuple[int | None, str, Any]], StubTreq]:
+    """Follow ``owner``'s stream: the feed, the events it handed on, the pump."""
+    forward, stub = forwarder(owner, clock, stream_idle=30.0)
+    got: list[tuple[int | None, str, Any]] = []
+    d = forward.follow("http://w2.test/events", {}, lambda *event: got.append(event),
+                       max_frame)
+    stub.flush()
+    return result_of(d), got, stub
+
+
+def test_a_followed_stream_hands_on_each_event_as_its_frame_completes() -> None:
+    """Frames split anywhere are put together; comments are skipped; the newest id is
+    kept; a stream that goes silent for ``stream_idle`` is closed."""
+    owner, clock = OtherWorker("stream"), task.Clock()
+    feed, got, stub = follow(owner, clock)
+    for part in (b"id: 41\nevent: iteration\nda", b'ta: {"assistant": "tess", "n": 1}\n',
+                 b"\n: keep-alive\n\nid: 42\nevent: tick\ndata: {}\n\n"):
+        owner.streaming.write(part)
+        stub.flush()
+    assert got == [(None, "hello", {"assistant": "tess"}),
+                   (41, "iteration", {"assistant": "tess", "n": 1}), (42, "tick", {})]
+    assert feed.last_id == 42 and not feed.ended.called
+    clock.advance(30.0)
+    stub.flush()
+    assert result_of(feed.ended) == "silent for 30s" and owner.stream_gone
+
+
+@pytest.mark.parametrize("sent", [b"data: " + b"x" * 2000, b"data: not json\n\n"])
+def test_a_followed_stream_that_sends_too_much_or_garbage_is_closed(sent: bytes) -> None:
+    """A frame over ``max_frame`` bytes (complete or not) or not JSON ends the stream."""
+    owner, clock = OtherWorker("stream"), task.Clock()
+    feed, got, stub = follow(owner, clock, max_frame=1024)
+    owner.streaming.write(sent)
+    stub.flush()
+    assert owner.stream_gone and len(got) == 1
+    assert result_of(feed.ended) in ("a frame larger than 1024 bytes",
+                                     "a frame that is not an event of this service")
+    assert clock.getDelayedCalls() == []
+
+
+def test_a_followed_stream_ends_when_stopped_or_ended_by_the_other_worker() -> None:
+    owner, clock = OtherWorker("stream"), task.Clock()
+    feed, _, stub = follow(owner, clock)
+    feed.stop("enough")
+    stub.flush()
+    assert result_of(feed.ended) == "enough" and owner.stream_gone
+    feed, _, stub = follow(owner, clock)
+    owner.streaming.finish()
+    stub.flush()
+    assert result_of(feed.ended) == "it ended" and clock.getDelayedCalls() == []
+
+
 # -- a worker's API about an assistant another worker runs ------------------------------------
 
 
@@ -242,6 +300,7 @@ class FakeStore:
                  states: dict[str, Any]) -> None:
         self.owners = owners
         self.states = states
+        self.also_live: dict[str, str | None] = {}
 
     def assistant_owners(self) -> defer.Deferred[Any]:
         return defer.succeed(dict(self.owners))
@@ -249,6 +308,7 @@ class FakeStore:
     def live_workers(self) -> defer.Deferred[Any]:
         workers = {"w1": "http://w1.test"}
         workers.update({w: url for w, url in self.owners.values()})
+        workers.update(self.also_live)
         return defer.succeed(workers)
 
     def load_assistant(self, name: str) -> defer.Deferred[Any]:
@@ -264,6 +324,8 @@ class FakeOwnership:
         self.roster = {n: AssistantConfig(name=n, model="default", character_id=f"char:{n}")
                        for n in ("pip", "mason", "tess")}
         self.removed: list[tuple[str, bool]] = []
+        self.epochs: dict[str, int] = {"pip": 1, "mason": 1}
+        self.interval = 5.0
 
     def fresh_roster(self) -> defer.Deferred[Any]:
         return defer.succeed(dict(self.roster))
@@ -288,7 +350,7 @@ def worker_api(owner: Resource | None = None, *, url: str | None = "http://w2.te
                owned: bool = True, token: str | None = None,
                limits: HttpLimits | None = None) -> tuple[ApiHarness, FakeOwnership, Any]:
     """Worker w1's API; Tess is run by w2 at ``url`` (``owned``) or by nobody; the other
-    worker is ``owner`` behind StubTreq, or dead (the MemoryReactor is returned)."""
+    worker is ``owner`` behind StubTreq, or dead (the MemoryReactorClock is returned)."""
     api = ApiHarness(token=token, limits=limits)
     store = FakeStore({"tess": ("w2", url)} if owned else {}, {"tess": saved_tess()})
     ownership = FakeOwnership(store)
@@ -366,6 +428,19 @@ def test_with_no_live_owner_the_database_answers_and_delete_removes_here() -> No
     assert call(api, "GET", "/assistants/tess").code == 404
 
 
+def test_an_assistant_whose_lease_this_worker_just_took_is_starting_here() -> None:
+    """The database names this worker, which has not loaded Tess yet: the saved status,
+    and 503 for what needs it running, saying so."""
+    api, ownership, _ = worker_api(OtherWorker(), owned=False)
+    ownership.store.owners["tess"] = ("w1", "http://w1.test")
+    ownership.epochs["tess"] = 2
+    status = call(api, "GET", "/assistants/tess")
+    assert status.json["worker"] is None and status.json["why"] == "it is starting on this worker"
+    tick = call(api, "POST", "/assistants/tess/tick", body={})
+    assert tick.code == 503 and "starting on this worker" in tick.json["error"]
+    assert tick.header("retry-after") == "2"
+
+
 def test_an_owner_answer_too_large_is_502_and_a_slow_one_503() -> None:
     api, _, _ = worker_api(OtherWorker("huge", size=10_000))
     answer = call(api, "GET", "/assistants/tess/results")
@@ -417,3 +492,133 @@ def test_an_unreachable_worker_is_named_and_its_assistants_listed_without_one() 
     listed = api.finish(d)
     assert listed.json["workers_unreachable"] == ["w2"]
     assert {"name": "tess", "worker": None, "running": False} in listed.json["assistants"]
+
+
+# -- the whole service in one event stream ----------------------------------------------------
+
+
+class PeerStreams(Resource):
+    """Other workers' ``GET /events``, by host: each request kept, its stream writable."""
+
+    isLeaf = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[Any] = []
+
+    def render(self, request: Any) -> int:
+        request.setHeader(b"content-type", b"text/event-stream; charset=utf-8")
+        request.write(b"retry: 3000\n: connected\n\n")
+        request.gone = False
+        request.notifyFinish().addBoth(lambda _: setattr(request, "gone", True))
+        self.requests.append(request)
+        return server.NOT_DONE_YET
+
+    def open(self, host: bytes) -> list[Any]:
+        """The streams of ``host`` still open."""
+        return [r for r in self.requests if r.getHeader(b"host") == host and not r.gone]
+
+
+def whole_service(token: str | None = None) -> tuple[ApiHarness, PeerStreams, Any]:
+    """Worker w1's API (w2 runs Tess) with the other workers' streams behind StubTreq."""
+    peers = PeerStreams()
+    api, ownership, _ = worker_api(peers, token=token)
+    return api, peers, ownership
+
+
+def pump(api: ApiHarness) -> None:
+    for _ in range(3):
+        api.pump()
+        api.pump_others()  # type: ignore[attr-defined]
+
+
+def test_the_unfiltered_stream_carries_the_other_workers_loop_events() -> None:
+    """One stream of w2 followed (marked forwarded, with the token) while a client
+    watches the whole service on w1: Tess's loop events come with w1's ids, after Pip's;
+    w2's world messages are not repeated (w1's world has them)."""
+    api, peers, _ = whole_service(token="s3cret-token-0123")
+    auth = {"Authorization": "Bearer s3cret-token-0123"}
+    watching = Stream(api, headers=auth)
+    pump(api)
+    (followed,) = peers.open(b"w2.test")
+    assert followed.uri == b"/events" and followed.getHeader(FORWARDED_HEADER) == b"1"
+    assert followed.getHeader(b"authorization") == b"Bearer s3cret-token-0123"
+    api.service.publish("pip", {"type": "iteration", "iteration": 1})
+    followed.write(b'id: 7\nevent: iteration\ndata: {"type": "iteration", '
+                   b'"assistant": "tess", "iteration": 3}\n\n'
+                   b'id: 8\nevent: world_message\ndata: {"text": "hi"}\n\n')
+    pump(api)
+    events = [(e["event"], e["data"].get("assistant")) for e in watching.events()]
+    assert events == [("iteration", "pip"), ("iteration", "tess")]
+    ids = [int(e["id"]) for e in watching.events()]
+    assert ids[1] == ids[0] + 1  # numbered here: Last-Event-ID works as for w1's own
+    again = Stream(api, headers=auth)  # a second client: still one stream of w2
+    pump(api)
+    assert len(peers.open(b"w2.test")) == 1 and len(peers.requests) == 1
+    watching.close()
+    again.close()
+    pump(api)
+    assert peers.open(b"w2.test") == []  # nobody watches: w2 is let go
+
+
+def test_a_stream_another_worker_opened_gets_no_relayed_events_and_follows_nobody() -> None:
+    """No second hop: a forwarded stream carries w1's own events only (replays too)."""
+    api, peers, _ = whole_service()
+    watching = Stream(api)
+    pump(api)
+    (followed,) = peers.open(b"w2.test")
+    followed.write(b'id: 7\nevent: tick\ndata: {"type": "tick", "assistant": "tess"}\n\n')
+    pump(api)
+    forwarded = Stream(api, headers={"X-AI-Tools-Forwarded": "1"})
+    replayed = Stream(api, "?last_event_id=0", headers={"X-AI-Tools-Forwarded": "1"})
+    api.service.publish("pip", {"type": "tick"})
+    followed.write(b'id: 9\nevent: tick\ndata: {"type": "tick", "assistant": "tess"}\n\n')
+    pump(api)
+    assert [e["data"].get("assistant") for e in forwarded.events()] == ["pip"]
+    assert "tess" not in {e["data"].get("assistant") for e in replayed.events()}
+    assert [e["data"]["assistant"] for e in watching.events()] == ["tess", "pip", "tess"]
+    assert len(peers.requests) == 1
+
+
+def test_workers_that_join_or_leave_are_followed_or_let_go_and_a_lost_stream_resumes() -> None:
+    """Every lease interval the live workers are read again; a stream that ended is
+    opened again with Last-Event-ID (the other worker replays what was missed)."""
+    api, peers, ownership = whole_service()
+    watching = Stream(api)
+    pump(api)
+    ownership.store.also_live.update({"w3": "http://w3.test", "w4": None})  # w4: no API yet
+    api.clock.advance(5.0)
+    pump(api)
+    assert len(peers.open(b"w3.test")) == 1 and len(peers.requests) == 2
+    (w2,) = peers.open(b"w2.test")
+    w2.write(b'id: 12\nevent: tick\ndata: {"type": "tick", "assistant": "tess"}\n\n')
+    w2.finish()  # w2's stream ends (it restarts, say)
+    pump(api)
+    del ownership.store.also_live["w3"]  # w3 stopped
+    api.clock.advance(5.0)
+    pump(api)
+    assert peers.open(b"w3.test") == []
+    (resumed,) = peers.open(b"w2.test")
+    assert resumed.getHeader(b"last-event-id") == b"12"
+    assert [e["data"]["assistant"] for e in watching.events()] == ["tess"]
+    api.resource.shutdown()  # the API stops: what it follows too
+    pump(api)
+    assert peers.open(b"w2.test") == []
+    assert [c for c in api.clock.getDelayedCalls() if "TickScheduler" not in repr(c)] == []
+
+
+def test_a_worker_whose_stream_cannot_be_opened_is_tried_again_at_the_next_reading() -> None:
+    api, _, reactor = worker_api(None, url="http://127.0.0.1:9")  # w2 died
+    watching = Stream(api)
+    reactor.advance(0)
+    assert len(reactor.tcpClients) == 1
+    refuse(reactor)
+    api.pump()
+    assert api.resource.service_events.followed == {}
+    api.clock.advance(5.0)
+    api.pump()
+    reactor.advance(0)
+    assert len(reactor.tcpClients) == 1  # tried again
+    watching.close()
+    assert api.resource.service_events.watchers == 0
+    assert api.resource.service_events.followed == {}
