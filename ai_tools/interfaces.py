@@ -212,6 +212,22 @@ class IWorldStore(Interface):
         ``delete`` (``{section: [keys]}``) in one transaction; deletes apply first."""
 
 
+class IHeardLog(Interface):
+    """What the characters of a single-process sandbox world heard, kept across restarts.
+
+    A message is ``(seq, data, receivers)``: its number, its JSON text (the
+    message's fields but ``seq``) and the JSON list of who heard it.  Every
+    method returns a Deferred.  (A shared world keeps its messages through
+    ISharedWorldStore instead.)
+    """
+
+    def append_heard(messages, keep):
+        """Add ``messages`` in one transaction, then keep only the newest ``keep``."""
+
+    def load_heard(limit):
+        """The newest ``limit`` messages, oldest first."""
+
+
 class ISharedWorldStore(Interface):
     """A store several worker processes share the sandbox world through (PostgreSQL).
 

@@ -19,7 +19,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from ai_tools.errors import NotFound
-from ai_tools.interfaces import ISharedWorldStore, IStore, IWorldStore
+from ai_tools.interfaces import IHeardLog, ISharedWorldStore, IStore, IWorldStore
 from ai_tools.store.clock import SecondsClock, now_seconds
 from ai_tools.store.history_repair import log_repair, repair_state
 from ai_tools.store.memory_world import MemoryWorldRows
@@ -61,10 +61,11 @@ class _Record:
         }
 
 
-@implementer(IStore, IWorldStore, ISharedWorldStore)
+@implementer(IStore, IWorldStore, IHeardLog, ISharedWorldStore)
 @attrs.define(eq=False)
 class MemoryStore:
-    """IStore, IWorldStore and ISharedWorldStore (the world shared in one process) in memory.
+    """IStore, IWorldStore, IHeardLog and ISharedWorldStore (the world shared in one
+    process) in memory.
 
     ``clock`` (a reactor or ``task.Clock``, default the global reactor, looked up when
     first needed) stamps records with ``created_at``/``updated_at``.
@@ -76,6 +77,7 @@ class MemoryStore:
     _records: dict[int, _Record] = attrs.field(factory=dict, init=False)
     _next_record_id: int = attrs.field(default=1, init=False)
     _world: MemoryWorldRows = attrs.field(factory=MemoryWorldRows, init=False)
+    _heard: dict[int, tuple[int, str, str]] = attrs.field(factory=dict, init=False)
     _open: bool = attrs.field(default=False, init=False)
 
     _log = Logger()
@@ -330,6 +332,21 @@ class MemoryStore:
         d = self._call(self._world.change_world, put, delete)
         d.addCallback(lambda _: None)
         return d  # type: ignore[return-value]
+
+    def append_heard(self, messages: Sequence[tuple[int, str, str]], keep: int
+                     ) -> defer.Deferred[None]:
+        """IHeardLog.append_heard."""
+        def append() -> None:  # (a world numbers its messages upwards: oldest first)
+            heard = self._heard
+            for seq, data, receivers in messages:
+                heard[seq] = (seq, str(data), str(receivers))
+            while len(heard) > max(keep, 0):
+                del heard[next(iter(heard))]
+        return self._call(append)
+
+    def load_heard(self, limit: int) -> defer.Deferred[list[tuple[int, str, str]]]:
+        """IHeardLog.load_heard."""
+        return self._call(lambda: sorted(self._heard.values())[-limit:] if limit > 0 else [])
 
     def change_world(
         self,

@@ -91,6 +91,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE TABLE world_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
         ),
     ),
+    Migration(
+        3,
+        "sandbox world: what the characters heard, kept across restarts",
+        (
+            "CREATE TABLE world_heard (seq INTEGER PRIMARY KEY, data TEXT NOT NULL,"
+            " receivers TEXT NOT NULL)",
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -38,7 +38,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ai_tools.errors import NotFound
-from ai_tools.interfaces import IStore, IWorldStore
+from ai_tools.interfaces import IHeardLog, IStore, IWorldStore
 from ai_tools.store.clock import SecondsClock, now_seconds
 from ai_tools.store.history_repair import RepairReport, log_repair, repair_state
 from ai_tools.store.schema import WORLD_TABLES, Migration, migrate
@@ -139,7 +139,7 @@ def _read(conn: Any, fn: Callable[..., T], *args: Any) -> T:
         cursor.close()
 
 
-@implementer(IStore, IWorldStore)
+@implementer(IStore, IWorldStore, IHeardLog)
 @attrs.define(eq=False)
 class SQLiteStore:
     """IStore and IWorldStore on one SQLite file (or ``":memory:"``).
@@ -563,7 +563,32 @@ class SQLiteStore:
         return self._write(_write_world, rows, meta, deletes)
 
 
+    def append_heard(self, messages: Sequence[tuple[int, str, str]], keep: int
+                     ) -> defer.Deferred[None]:
+        """IHeardLog.append_heard (grouped with the writes asked for meanwhile)."""
+        return self._write(_append_heard, list(messages), keep)
+
+    def load_heard(self, limit: int) -> defer.Deferred[list[tuple[int, str, str]]]:
+        """IHeardLog.load_heard."""
+        return self._query(_load_heard, limit)
+
+
 # -- statements (run on the store thread) --------------------------------------
+
+
+def _append_heard(cursor: sqlite3.Cursor, messages: list[tuple[int, str, str]],
+                  keep: int) -> None:
+    cursor.executemany("INSERT OR REPLACE INTO world_heard (seq, data, receivers)"
+                       " VALUES (?, ?, ?)", messages)
+    cursor.execute("DELETE FROM world_heard WHERE seq <= (SELECT seq FROM world_heard"
+                   " ORDER BY seq DESC LIMIT 1 OFFSET ?)", (keep,))
+
+
+def _load_heard(cursor: sqlite3.Cursor, limit: int) -> list[tuple[int, str, str]]:
+    cursor.execute("SELECT seq, data, receivers FROM world_heard ORDER BY seq DESC LIMIT ?",
+                   (limit,))
+    return [(int(seq), str(data), str(receivers))
+            for seq, data, receivers in reversed(cursor.fetchall())]
 
 
 def _check_writable(conn: Any) -> None:

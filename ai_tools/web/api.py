@@ -629,7 +629,7 @@ class ApiResource(Resource):
             target = yield self._target_character(world, str(message.target))
             message = attrs.evolve(message, target=target)
         heard = yield speak(world, message)
-        yield self._heard_saved(heard)
+        yield self._heard_saved(world, heard)
         assistants = assistants_by_character(self.service)
         return {
             "character": message.character,
@@ -656,10 +656,14 @@ class ApiResource(Resource):
                            "the API speaks only as players", field="character")
 
     @defer.inlineCallbacks
-    def _heard_saved(self, heard: Sequence[str]) -> Any:
-        """Wait until what the hearing assistants heard is durable (else 503)."""
+    def _heard_saved(self, world: Any, heard: Sequence[str]) -> Any:
+        """Wait until what the hearers heard is durable (else 503): the hearing assistants'
+        pending events, and the world's heard log where it keeps one (players read it)."""
+        kept = getattr(world, "heard_kept", None)
         try:
             yield self.service.when_heard_saved(heard)
+            if kept is not None:
+                yield kept()
         except Exception as exc:
             log.error("POST /messages answered 503: what its hearers heard was not saved "
                       "({error})", error=str(exc) or type(exc).__name__)

@@ -41,8 +41,9 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from ai_tools.errors import ConfigError, NotFound, PermissionDenied
-from ai_tools.interfaces import IWorld
+from ai_tools.errors import AIToolsError, ConfigError, NotFound, PermissionDenied
+from ai_tools.interfaces import IHeardLog, IWorld
+from ai_tools.json_encoding import compact_ascii_json
 from ai_tools.world.commands import run_command
 from ai_tools.world.help_index import rank_help
 from ai_tools.world.messages import DIRECT_KINDS, ROOM_KINDS, WorldMessage
@@ -166,6 +167,10 @@ SEQS_PER_MS = 1000
 """Message numbers a run may give per millisecond it lived (see first_message_seq)."""
 
 
+HEARD_KEEP = 10_000
+"""Messages the store's heard log keeps (IHeardLog): what characters heard survives a
+restart, each character's newest ``log_size`` of them."""
+
 SEQ_FLOOR_KEY = "message_seq_floor"
 """World meta: no run has given a message number above it (see SEQ_BLOCK)."""
 SEQ_BLOCK = 1_000_000
@@ -214,6 +219,10 @@ class SandboxWorld:
     """Numbers up to here (included) are reserved in the store (None: no store)."""
     _seq_floor: int = attrs.field(default=0, init=False)
     """The store's floor as loaded (kept out of :attr:`meta`: not world content)."""
+    _kept: defer.Deferred[None] | None = attrs.field(default=None, init=False)
+    """The last write to the store's heard log (they commit in order)."""
+    _keep_error: str | None = attrs.field(default=None, init=False)
+    """Why the last write to the heard log failed (None: it did not)."""
     seed_file: Path | None = attrs.field(default=None, init=False)
     """The world file :meth:`load` was given (None: none, or world data)."""
     file_changed: bool = attrs.field(default=False, init=False)
@@ -257,6 +266,7 @@ class SandboxWorld:
                     count=len(world.objects),
                 )
                 started = world._start_numbering()
+                started.addCallback(lambda _: world._restore_heard())
                 return started.addCallback(lambda _: world._check_seed_file()) \
                     .addCallback(lambda _: world)
             data = seed_data(seed)
@@ -293,6 +303,27 @@ class SandboxWorld:
         """Record in the store that numbers up to the next block may be given."""
         self._seq_limit = self._seq + SEQ_BLOCK
         return self._write({"meta": {SEQ_FLOOR_KEY: self._seq_limit}})
+
+    def _restore_heard(self) -> defer.Deferred[None]:
+        """Refill each character's heard log from the store's (IHeardLog), if it keeps one."""
+        if not IHeardLog.providedBy(self.store):
+            return defer.succeed(None)
+        return self.store.load_heard(HEARD_KEEP).addCallback(self._remember_all)
+
+    def _remember_all(self, rows: list[tuple[int, str, str]]) -> None:
+        restored = 0
+        for seq, data, receivers in rows:
+            try:
+                message = WorldMessage(**json.loads(data), seq=seq)
+                heard_by = [str(r) for r in json.loads(receivers)]
+            except (TypeError, ValueError) as exc:
+                self._log.warn("Heard message {seq} in the store is not valid ({error}); "
+                               "skipped", seq=seq, error=str(exc))
+                continue
+            self._remember(message, heard_by)
+            restored += 1
+        if restored:
+            self._log.info("Sandbox world: {count} heard message(s) restored", count=restored)
 
     def _check_seed_file(self) -> defer.Deferred[None]:
         """Say at start-up when the world file changed since it was applied (not applied now)."""
@@ -969,11 +1000,54 @@ class SandboxWorld:
         )
 
     def _deliver(self, message: WorldMessage, receivers: list[str]) -> None:
+        """A message said in this world: heard now, and kept in the store's heard log."""
+        self._hear(message, receivers)
+        if self._seq_limit is not None and IHeardLog.providedBy(self.store):
+            data = attrs.asdict(message)
+            seq = data.pop("seq")
+            row = (seq, compact_ascii_json(data), compact_ascii_json(list(receivers)))
+            kept = self._kept = self.store.append_heard([row], HEARD_KEEP)
+            kept.addCallbacks(self._heard_kept_now, self._heard_not_kept, errbackArgs=(seq,))
+
+    def _heard_kept_now(self, _: Any) -> None:
+        self._keep_error = None
+
+    def _heard_not_kept(self, failure: Failure, seq: int) -> None:
+        self._keep_error = failure.getErrorMessage() or type(failure.value).__name__
+        self._log.failure("Heard message {seq} could not be kept in the store", failure,
+                          seq=seq)
+
+    def heard_kept(self) -> defer.Deferred[None]:
+        """Fires once every message said so far is in the store's heard log (at once
+        without one); fails with :class:`~ai_tools.errors.AIToolsError` if the last write
+        to it failed.  The HTTP API answers a player's message after this."""
+        last = self._kept
+        if last is None:
+            return defer.succeed(None)
+        done: defer.Deferred[None] = defer.Deferred()
+
+        def settled(result: Any) -> Any:
+            if self._keep_error is None:
+                done.callback(None)
+            else:
+                done.errback(AIToolsError(f"the heard log was not written: {self._keep_error}"))
+            return result
+
+        last.addBoth(settled)
+        return done
+
+    def _remember(self, message: WorldMessage, receivers: Iterable[str]) -> None:
+        """Put ``message`` in the heard log of each of ``receivers``."""
         for receiver in receivers:
             log = self._logs.get(receiver)
             if log is None:
                 log = self._logs[receiver] = deque(maxlen=self.log_size)
             log.append(message)
+
+    def _hear(self, message: WorldMessage, receivers: list[str]) -> None:
+        """``receivers`` hear ``message``: their logs, their listeners, the observers."""
+        self._remember(message, receivers)
+        for receiver in receivers:
             for listener in list(self._listeners.get(receiver, ())):
                 try:
                     listener(message)

@@ -204,7 +204,7 @@ class SharedWorld(SandboxWorld):
         self._clock = self._delivered = self._pruned = int(data["clock"])
         self._logs.clear()
         for seq, message, receivers in data["messages"]:
-            SandboxWorld._deliver(self, WorldMessage(**message, seq=seq), receivers)
+            self._hear(WorldMessage(**message, seq=seq), receivers)
 
     def _follow(self) -> None:
         self._stop_listening = self.store.listen_world(self._notified, self._poke)
@@ -462,7 +462,7 @@ class SharedWorld(SandboxWorld):
         for seq, message, receivers in data["messages"]:
             if seq > self._delivered:
                 self._delivered = seq
-                SandboxWorld._deliver(self, WorldMessage(**message, seq=seq), receivers)
+                self._hear(WorldMessage(**message, seq=seq), receivers)
         return len(data["messages"]) >= CATCH_UP_BATCH
 
     def _apply_row(self, section: str, row: Mapping[str, Any], version: int,

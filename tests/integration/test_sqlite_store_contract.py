@@ -14,10 +14,10 @@ import pytest_twisted
 from twisted.internet import task
 
 from ai_tools.store.sqlite import SQLiteStore
-from tests.unit.test_store_contract import StoreContract, make_clock
+from tests.unit.test_store_contract import HeardLogContract, StoreContract, make_clock
 
 
-class TestSQLiteStoreContract(StoreContract):
+class TestSQLiteStoreContract(StoreContract, HeardLogContract):
     """The contract on :class:`SQLiteStore`."""
 
     @pytest.fixture

@@ -97,9 +97,10 @@ async def page_bob(base: str, text: str) -> int:
 @pytest_twisted.ensureDeferred
 async def test_heard_after_seq_never_misses_a_message_across_a_restart(
         tmp_path: Path, twistd_processes: Any, kill: bool) -> None:  # noqa: F811
-    """A player polls with the last seq it saw; the service restarts; the next message it
-    is paged has a higher seq, so the same poll shows it (before: numbering restarted at 1
-    and ``after=SEQ`` hid every new message until the count caught up)."""
+    """A player polls with the last seq it saw; the service restarts; what it heard before
+    is still there (each message was acknowledged once in the store's heard log), and the
+    next message it is paged has a higher seq, so the same poll shows it (before: numbering
+    restarted at 1 and ``after=SEQ`` hid every new message until the count caught up)."""
     config = disabled_pip(tmp_path)
     proc, base = await start_and_wait(twistd_processes, tmp_path, config)
     for n in range(3):
@@ -109,6 +110,8 @@ async def test_heard_after_seq_never_misses_a_message_across_a_restart(
     assert [m["text"] for m in heard["messages"]] == ["before 0", "before 1", "before 2"]
 
     proc, base = await restart(proc, twistd_processes, tmp_path, config, kill=kill)
+    code, kept = await call("GET", f"{base}/characters/char:bob/heard")
+    assert kept["messages"] == heard["messages"]  # acknowledged, so kept: even by SIGKILL
     assert await page_bob(base, "after the restart") == 200
     code, heard = await call("GET", f"{base}/characters/char:bob/heard?after={last}")
     assert code == 200

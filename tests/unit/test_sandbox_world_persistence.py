@@ -181,3 +181,53 @@ def test_a_run_reserves_the_next_block_when_it_uses_up_its_own(clock: task.Clock
     again = reload(store, clock)
     fired(again.message_location(BOB, "after a restart"))
     assert again.heard(PIP)[-1]["seq"] >= floor + SEQ_BLOCK
+
+
+def test_what_characters_heard_survives_a_restart(clock: task.Clock) -> None:
+    """The store keeps the heard log: after a reload each character hears the same lines
+    with the same numbers, and a player polling with ``after=`` misses nothing."""
+    store = MemoryStore(clock=clock)
+    world = fired(SandboxWorld.load(store, seed=EXAMPLE, clock=clock))
+    for n in range(3):
+        fired(world.message_location(BOB, f"line {n}"))
+    fired(world.heard_kept())
+    before = world.heard(PIP)
+    again = reload(store, clock)
+    assert again.heard(PIP) == before
+    fired(again.message_location(BOB, "after"))
+    assert [m["text"] for m in again.heard(PIP, after=before[-1]["seq"])] == ["after"]
+
+
+def test_a_heard_message_the_store_holds_badly_is_skipped(clock: task.Clock) -> None:
+    store = MemoryStore(clock=clock)
+    world = fired(SandboxWorld.load(store, seed=EXAMPLE, clock=clock))
+    fired(world.message_location(BOB, "fine"))
+    fired(store.append_heard([(10**15, "{not json", "[]")], 100))
+    assert [m["text"] for m in reload(store, clock).heard(PIP)] == ["fine"]
+
+
+@attrs.define(eq=False)
+class FlakyHeardLog(MemoryStore):
+    """A memory store whose heard log can be made to fail."""
+
+    broken: bool = attrs.field(default=False, init=False)
+
+    def append_heard(self, messages: Any, keep: int) -> defer.Deferred[None]:
+        if self.broken:
+            return defer.fail(OSError("disk full"))
+        return super().append_heard(messages, keep)
+
+
+def test_heard_kept_fails_when_the_heard_log_cannot_be_written(clock: task.Clock) -> None:
+    """The HTTP API answers a player after ``heard_kept()``: a failed write is a failure
+    there (503), never a silent loss; the next good write clears it."""
+    store = FlakyHeardLog(clock=clock)
+    world = fired(SandboxWorld.load(store, seed=EXAMPLE, clock=clock))
+    store.broken = True
+    fired(world.message_location(BOB, "lost?"))
+    failures: list[Any] = []
+    world.heard_kept().addErrback(failures.append)
+    assert len(failures) == 1 and "disk full" in str(failures[0].value)
+    store.broken = False
+    fired(world.message_location(BOB, "kept"))
+    assert fired(world.heard_kept()) is None

@@ -395,7 +395,28 @@ class StoreContract:
         assert await store.load_world() is None
 
 
-class TestMemoryStoreContract(StoreContract):
+class HeardLogContract:
+    """IHeardLog: what a single-process world's characters heard, kept in order, bounded.
+    (Mixed into the memory and SQLite contracts; PostgreSQL keeps a shared world's
+    messages through ISharedWorldStore instead.)"""
+
+    @pytest_twisted.ensureDeferred
+    async def test_heard_messages_are_kept_in_order_and_bounded(self, store: Any) -> None:
+        from ai_tools.interfaces import IHeardLog
+
+        assert IHeardLog.providedBy(store)
+        assert await store.load_heard(10) == []
+        rows = [(seq, f'{{"text": "m{seq}"}}', '["char:bob"]') for seq in range(1, 6)]
+        await store.append_heard(rows[:3], 4)
+        await store.append_heard(rows[3:], 4)
+        assert await store.load_heard(10) == rows[1:]  # the newest 4
+        assert await store.load_heard(2) == rows[3:]
+        assert await store.load_heard(0) == []
+        await store.append_heard([(5, '{"text": "again"}', "[]")], 4)  # a number again
+        assert (await store.load_heard(1)) == [(5, '{"text": "again"}', "[]")]
+
+
+class TestMemoryStoreContract(StoreContract, HeardLogContract):
     """The contract on :class:`MemoryStore`."""
 
     @pytest.fixture
