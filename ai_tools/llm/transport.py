@@ -15,12 +15,18 @@ content decoder, above ours, then finds nothing left to decode.
 
 from __future__ import annotations
 
+import ipaddress
 from http.cookiejar import CookieJar
 from typing import Any
 
 from hyperlink import URL
 from treq.client import HTTPClient
-from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
+from twisted.internet.endpoints import (
+    HostnameEndpoint,
+    TCP4ClientEndpoint,
+    TCP6ClientEndpoint,
+    wrapClientTLS,
+)
 from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.web.client import (
     Agent,
@@ -121,11 +127,23 @@ class ModelEndpointFactory:
             host = uri.host.decode("ascii")
         except UnicodeDecodeError:
             raise ValueError(f"the host {uri.host!r} is not ASCII") from None
-        endpoint: Any = HostnameEndpoint(self._reactor, host, uri.port,
-                                         timeout=self._connect_timeout or 30.0)
+        endpoint = _tcp_endpoint(self._reactor, host, uri.port, self._connect_timeout or 30.0)
         if uri.scheme == b"http":
             return endpoint
         return wrapClientTLS(self._policy.creatorForNetloc(uri.host, uri.port), endpoint)
+
+
+def _tcp_endpoint(reactor: Any, host: str, port: int, timeout: float) -> Any:
+    """A plain TCP endpoint for an IP address (a refused connection is known at once),
+    else a ``HostnameEndpoint`` (it resolves the name and races the addresses it gets,
+    reporting a failure only after its 0.3 s attempt delay)."""
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return HostnameEndpoint(reactor, host, port, timeout=timeout)
+    if address.version == 4:
+        return TCP4ClientEndpoint(reactor, str(address), port, timeout=timeout)
+    return TCP6ClientEndpoint(reactor, str(address), port, timeout=timeout)
 
 
 def pooled_agent(reactor: Any, connect_timeout: float, connections: int

@@ -243,13 +243,13 @@ async def test_one_endpoint_and_one_host_header_for_every_request(
 ) -> None:
     """The endpoint is built once for every request; each request carries one Host."""
     built: list[Any] = []
-    original = transport.HostnameEndpoint
+    original = transport._tcp_endpoint
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         built.append(args)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(transport, "HostnameEndpoint", counting)
+    monkeypatch.setattr(transport, "_tcp_endpoint", counting)
     s = await serve(200, _answer("hi"))
     try:
         for _ in range(3):
@@ -326,3 +326,43 @@ async def test_a_gzip_bomb_is_cut_at_the_decoded_byte_cap() -> None:
             await s.client.complete(USER)
     finally:
         await s.stop()
+
+
+def test_an_ip_address_gets_a_plain_tcp_endpoint_and_a_name_a_resolving_one() -> None:
+    """A refused connection to an address is known at once (a HostnameEndpoint reports
+    it only after its attempt delay); a name is resolved as before."""
+    from twisted.internet import reactor
+    from twisted.internet.endpoints import (
+        HostnameEndpoint,
+        TCP4ClientEndpoint,
+        TCP6ClientEndpoint,
+    )
+
+    assert isinstance(transport._tcp_endpoint(reactor, "127.0.0.1", 80, 5), TCP4ClientEndpoint)
+    assert isinstance(transport._tcp_endpoint(reactor, "[::1]", 80, 5), TCP6ClientEndpoint)
+    assert isinstance(transport._tcp_endpoint(reactor, "::1", 80, 5), TCP6ClientEndpoint)
+    assert isinstance(transport._tcp_endpoint(reactor, "model.internal", 80, 5),
+                      HostnameEndpoint)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_dead_local_server_is_a_connection_error_at_once() -> None:
+    """Nothing listens on the port: the request fails with a connection error, on the
+    first attempt's refusal (no 0.3 s wait per attempt)."""
+    from twisted.internet import reactor
+    from twisted.internet.endpoints import TCP4ServerEndpoint
+
+    from ai_tools.errors import LLMConnectionError
+
+    port = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(
+        server.Site(resource.Resource()))
+    number = port.getHost().port
+    await port.stopListening()  # the port is free again: connections are refused
+    client = OpenAIChatClient(ModelProfile(base_url=f"http://127.0.0.1:{number}/v1",
+                                           model="m"),
+                              reactor=reactor, retry_policy=RetryPolicy(max_attempts=1))
+    try:
+        with pytest.raises(LLMConnectionError):
+            await client.complete(USER)
+    finally:
+        await client.close()
