@@ -9,7 +9,8 @@ then 2) gets a fresh database; once the workers have spread the assistants, a
 round is: Bob pages every assistant's character through the workers' HTTP APIs
 (alternating between them), and each assistant runs a 5-iteration ReAct loop
 (a model request, a tool call and a checkpoint per iteration) until every loop
-has ended (the workers' event streams say so).  Measured per round:
+has ended (the first worker's event stream, which carries the whole service's,
+says so).  Measured per round:
 
 * wall time from the first page to the last loop's end, against the ideal
   (5 x 50 ms);
@@ -442,8 +443,9 @@ async def run_configuration(deployment: Deployment, count: int, directory: Path
         for worker in deployment.workers:
             await api_ready(reactor, agent, worker)
         ends: dict[str, list[dict[str, Any]]] = {}
-        for worker in deployment.workers:
-            streams.append(await follow_terminations(agent, worker, ends))
+        # Any worker's unfiltered stream carries the whole service's events (it follows the
+        # other workers'): one stream sees every loop end once.
+        streams.append(await follow_terminations(agent, deployment.workers[0], ends))
         return [await run_round(deployment, agent, ends) for _ in range(deployment.size.rounds)]
     finally:
         for stream in streams:
