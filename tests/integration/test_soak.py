@@ -160,15 +160,24 @@ class Soak:
 
         The kill comes once ``POSTS // 4`` messages of the players' flood were
         acknowledged and ``IN_FLIGHT_AT_KILL`` model calls are in flight (counts);
-        the posts in flight then get no ``200`` and are not acknowledged.
+        the posts in flight then get no ``200`` and are not acknowledged.  Until the
+        kill the model holds its answers back (``held``), so calls are surely in flight
+        then: slow streams alone could all end between two looks at the count, and
+        the flood would go on past what the assistants' bounded queues keep.
         """
         before = len(self.players.acknowledged)
+        mode, self.model.mode = self.model.mode, "held"
         flood = self.players.flood(self.base)
         for _ in range(POLLS * 12):
             if (len(self.players.acknowledged) - before >= POSTS // 4
                     and self.server.resource.in_flight >= IN_FLIGHT_AT_KILL):
                 break
             await sleep(0.02)
+        else:
+            self.players.stop_flood()
+            await flood
+            raise AssertionError(f"no moment with {POSTS // 4} posts acknowledged and "
+                                 f"{IN_FLIGHT_AT_KILL} model calls in flight: {self.log}")
         self.players.stop_flood()
         self.log.append(f"SIGKILL with {self.server.resource.in_flight} model calls in flight, "
                         f"{len(self.players.acknowledged) - before} posts acknowledged")
@@ -176,6 +185,7 @@ class Soak:
         self.proc.signal("KILL")
         await self.proc.wait_ended()
         await flood
+        self.model.mode = mode
         assert self.proc.exit_signal == signal.SIGKILL
         assert integrity(self.db) == "ok"
         await self.launch()
