@@ -659,12 +659,15 @@ class ApiResource(Resource):
     def _heard_saved(self, world: Any, heard: Sequence[str]) -> Any:
         """Wait until what the hearers heard is durable (else 503): the hearing assistants'
         pending events, and the world's heard log where it keeps one (players read it)."""
-        kept = getattr(world, "heard_kept", None)
+        keeping = getattr(world, "heard_kept", None)
+        kept = keeping() if keeping is not None else None  # (asked now: of this message)
         try:
             yield self.service.when_heard_saved(heard)
             if kept is not None:
-                yield kept()
+                yield kept
         except Exception as exc:
+            if kept is not None and not kept.called:
+                kept.addErrback(lambda _: None)  # (the answer is a 503 already)
             log.error("POST /messages answered 503: what its hearers heard was not saved "
                       "({error})", error=str(exc) or type(exc).__name__)
             raise ApiError(503, "the message was spoken, but what the assistants heard could "

@@ -171,6 +171,9 @@ HEARD_KEEP = 10_000
 """Messages the store's heard log keeps (IHeardLog): what characters heard survives a
 restart, each character's newest ``log_size`` of them."""
 
+_UNKEPT_KEEP = 1000
+"""Failed heard-log writes remembered (for :meth:`SandboxWorld.heard_kept`)."""
+
 SEQ_FLOOR_KEY = "message_seq_floor"
 """World meta: no run has given a message number above it (see SEQ_BLOCK)."""
 SEQ_BLOCK = 1_000_000
@@ -219,10 +222,10 @@ class SandboxWorld:
     """Numbers up to here (included) are reserved in the store (None: no store)."""
     _seq_floor: int = attrs.field(default=0, init=False)
     """The store's floor as loaded (kept out of :attr:`meta`: not world content)."""
-    _kept: defer.Deferred[None] | None = attrs.field(default=None, init=False)
-    """The last write to the store's heard log (they commit in order)."""
-    _keep_error: str | None = attrs.field(default=None, init=False)
-    """Why the last write to the heard log failed (None: it did not)."""
+    _keeping: dict[int, defer.Deferred[None]] = attrs.field(factory=dict, init=False)
+    """Heard-log writes in flight, by message number."""
+    _unkept: dict[int, str] = attrs.field(factory=dict, init=False)
+    """Messages whose heard-log write failed, and why (the newest ``_UNKEPT_KEEP``)."""
     seed_file: Path | None = attrs.field(default=None, init=False)
     """The world file :meth:`load` was given (None: none, or world data)."""
     file_changed: bool = attrs.field(default=False, init=False)
@@ -1006,35 +1009,44 @@ class SandboxWorld:
             data = attrs.asdict(message)
             seq = data.pop("seq")
             row = (seq, compact_ascii_json(data), compact_ascii_json(list(receivers)))
-            kept = self._kept = self.store.append_heard([row], HEARD_KEEP)
-            kept.addCallbacks(self._heard_kept_now, self._heard_not_kept, errbackArgs=(seq,))
+            writing = self._keeping[seq] = self.store.append_heard([row], HEARD_KEEP)
+            writing.addErrback(self._heard_not_kept, seq)
+            writing.addBoth(self._heard_written, seq)
 
-    def _heard_kept_now(self, _: Any) -> None:
-        self._keep_error = None
+    def _heard_written(self, result: Any, seq: int) -> Any:
+        del self._keeping[seq]
+        return result
 
     def _heard_not_kept(self, failure: Failure, seq: int) -> None:
-        self._keep_error = failure.getErrorMessage() or type(failure.value).__name__
+        self._unkept[seq] = failure.getErrorMessage() or type(failure.value).__name__
+        while len(self._unkept) > _UNKEPT_KEEP:
+            del self._unkept[next(iter(self._unkept))]
         self._log.failure("Heard message {seq} could not be kept in the store", failure,
                           seq=seq)
 
     def heard_kept(self) -> defer.Deferred[None]:
-        """Fires once every message said so far is in the store's heard log (at once
-        without one); fails with :class:`~ai_tools.errors.AIToolsError` if the last write
-        to it failed.  The HTTP API answers a player's message after this."""
-        last = self._kept
-        if last is None:
-            return defer.succeed(None)
+        """Fires once the newest message said is in the store's heard log (at once
+        without one); fails with :class:`~ai_tools.errors.AIToolsError` if that write
+        failed.  The HTTP API calls it right after a player's message, and answers
+        once it fires."""
+        seq = self._seq
+        writing = self._keeping.get(seq)
+        if writing is None:
+            return self._kept_or_not(seq)
         done: defer.Deferred[None] = defer.Deferred()
 
         def settled(result: Any) -> Any:
-            if self._keep_error is None:
-                done.callback(None)
-            else:
-                done.errback(AIToolsError(f"the heard log was not written: {self._keep_error}"))
+            self._kept_or_not(seq).chainDeferred(done)
             return result
 
-        last.addBoth(settled)
+        writing.addBoth(settled)
         return done
+
+    def _kept_or_not(self, seq: int) -> defer.Deferred[None]:
+        error = self._unkept.get(seq)
+        if error is None:
+            return defer.succeed(None)
+        return defer.fail(AIToolsError(f"the heard log was not written: {error}"))
 
     def _remember(self, message: WorldMessage, receivers: Iterable[str]) -> None:
         """Put ``message`` in the heard log of each of ``receivers``."""

@@ -208,19 +208,24 @@ def test_a_heard_message_the_store_holds_badly_is_skipped(clock: task.Clock) -> 
 
 @attrs.define(eq=False)
 class FlakyHeardLog(MemoryStore):
-    """A memory store whose heard log can be made to fail."""
+    """A memory store whose heard-log writes can fail, or wait until released."""
 
     broken: bool = attrs.field(default=False, init=False)
+    held: list[defer.Deferred[None]] | None = attrs.field(default=None, init=False)
 
     def append_heard(self, messages: Any, keep: int) -> defer.Deferred[None]:
         if self.broken:
             return defer.fail(OSError("disk full"))
+        if self.held is not None:
+            d: defer.Deferred[None] = defer.Deferred()
+            self.held.append(d)
+            return d
         return super().append_heard(messages, keep)
 
 
 def test_heard_kept_fails_when_the_heard_log_cannot_be_written(clock: task.Clock) -> None:
     """The HTTP API answers a player after ``heard_kept()``: a failed write is a failure
-    there (503), never a silent loss; the next good write clears it."""
+    there (503), never a silent loss; the next message's good write answers for it alone."""
     store = FlakyHeardLog(clock=clock)
     world = fired(SandboxWorld.load(store, seed=EXAMPLE, clock=clock))
     store.broken = True
@@ -231,3 +236,23 @@ def test_heard_kept_fails_when_the_heard_log_cannot_be_written(clock: task.Clock
     store.broken = False
     fired(world.message_location(BOB, "kept"))
     assert fired(world.heard_kept()) is None
+
+
+def test_heard_kept_waits_for_its_own_message_whatever_came_after(clock: task.Clock) -> None:
+    """Writes still in flight: each caller waits for the write of the message it said,
+    and learns that write's fate, not the fate of a later one."""
+    store = FlakyHeardLog(clock=clock)
+    world = fired(SandboxWorld.load(store, seed=EXAMPLE, clock=clock))
+    store.held = []
+    fired(world.message_location(BOB, "first"))
+    first: list[Any] = []
+    world.heard_kept().addBoth(first.append)
+    fired(world.message_location(BOB, "second"))
+    second: list[Any] = []
+    world.heard_kept().addBoth(second.append)
+    assert first == [] and second == []  # nothing written yet: nobody answered
+    later_write, = store.held[1:]
+    later_write.callback(None)
+    assert second == [None] and first == []
+    store.held[0].errback(OSError("disk full"))
+    assert len(first) == 1 and "disk full" in str(first[0].value)
