@@ -222,6 +222,8 @@ class SandboxWorld:
     """Numbers up to here (included) are reserved in the store (None: no store)."""
     _seq_floor: int = attrs.field(default=0, init=False)
     """The store's floor as loaded (kept out of :attr:`meta`: not world content)."""
+    _heard_log: Any = attrs.field(default=None, init=False)
+    """The store, when it keeps a heard log (IHeardLog) and this world numbers messages."""
     _keeping: dict[int, defer.Deferred[None]] = attrs.field(factory=dict, init=False)
     """Heard-log writes in flight, by message number."""
     _unkept: dict[int, str] = attrs.field(factory=dict, init=False)
@@ -300,6 +302,7 @@ class SandboxWorld:
             self._log.warn("The clock is behind the messages of an earlier run; message "
                            "numbers go on from the store's floor ({floor})", floor=floor)
         self._seq = max(by_clock, floor)
+        self._heard_log = self.store if IHeardLog.providedBy(self.store) else None
         return self._reserve_numbers()
 
     def _reserve_numbers(self) -> defer.Deferred[None]:
@@ -309,9 +312,9 @@ class SandboxWorld:
 
     def _restore_heard(self) -> defer.Deferred[None]:
         """Refill each character's heard log from the store's (IHeardLog), if it keeps one."""
-        if not IHeardLog.providedBy(self.store):
+        if self._heard_log is None:
             return defer.succeed(None)
-        return self.store.load_heard(HEARD_KEEP).addCallback(self._remember_all)
+        return self._heard_log.load_heard(HEARD_KEEP).addCallback(self._remember_all)
 
     def _remember_all(self, rows: list[tuple[int, str, str]]) -> None:
         restored = 0
@@ -1005,11 +1008,11 @@ class SandboxWorld:
     def _deliver(self, message: WorldMessage, receivers: list[str]) -> None:
         """A message said in this world: heard now, and kept in the store's heard log."""
         self._hear(message, receivers)
-        if self._seq_limit is not None and IHeardLog.providedBy(self.store):
+        if self._heard_log is not None:
             data = attrs.asdict(message)
             seq = data.pop("seq")
             row = (seq, compact_ascii_json(data), compact_ascii_json(list(receivers)))
-            writing = self._keeping[seq] = self.store.append_heard([row], HEARD_KEEP)
+            writing = self._keeping[seq] = self._heard_log.append_heard([row], HEARD_KEEP)
             writing.addErrback(self._heard_not_kept, seq)
             writing.addBoth(self._heard_written, seq)
 
