@@ -37,6 +37,7 @@ _PUBLIC = {
     "Tool": "ai_tools.tools.base",
     "ToolCategory": "ai_tools.tools.base",
     "ToolRegistry": "ai_tools.tools.registry",
+    "tool": "ai_tools.tools.function_tool",
     "OpenAIChatClient": "ai_tools.llm.client",
     "ModelProfile": "ai_tools.llm.profile",
 }

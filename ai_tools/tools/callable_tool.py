@@ -45,7 +45,7 @@ class CallableTool(Tool):
         return self._permitted_call(actor, params)
 
     def _permitted_call(self, actor: Actor, params: dict[str, Any]) -> Any:
-        world = actor.world
+        world: Any = actor.world  # a zope interface: its methods are not typed
         if world is None:
             return outcomes.unavailable(self.name, f"it needs the {self.permission} "
                                                    "permission and no world is attached")
@@ -98,7 +98,7 @@ def callable_tool(
         "__qualname__": qualname or f"callable_tool({name})",
         **(attributes or {}),
     }
-    tool_class = type(str(name), (CallableTool,), namespace)
+    tool_class: type[CallableTool] = type(str(name), (CallableTool,), namespace)
     check_tool_class(tool_class, {})
     # compiled once, here: every instance (each registry's) shares the validator
     tool_class._parameter_validator = compile_validator(parameters)

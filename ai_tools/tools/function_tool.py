@@ -93,7 +93,7 @@ def tool(
     @raise ToolRegistrationError: the function cannot be a tool; the message
         names it and the parameter or setting at fault.
     """
-    settings = dict(name=name, description=description, category=category, timeout=timeout,
+    settings: dict[str, Any] = dict(name=name, description=description, category=category, timeout=timeout,
                     retries=retries, cache=cache, cache_ttl=cache_ttl,
                     requires_character=requires_character, permission=permission)
     if function is None:
@@ -120,7 +120,7 @@ def _function_tool(function: Function, *, name: str | None, description: str | N
         raise ToolRegistrationError(
             f"Cannot make a tool of {where}: it has no description; write a docstring "
             "(its summary is what the model reads) or pass description=")
-    tool_name = name or getattr(function, "__name__", "")
+    tool_name = str(name or getattr(function, "__name__", ""))
     if requires_character is None:
         requires_character = signature.actor_parameter is not None
     return callable_tool(

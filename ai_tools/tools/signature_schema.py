@@ -232,7 +232,7 @@ def _needs_conversion(annotation: Any) -> bool:
     if origin is list:
         return any(_needs_conversion(arg) for arg in typing.get_args(tp))
     if origin is dict:
-        key, value = (typing.get_args(tp) + (Any, Any))[:2]
+        key, value = (*typing.get_args(tp), Any, Any)[:2]
         return key is not str or _needs_conversion(value)
     if isinstance(tp, type) and typing.is_typeddict(tp):
         return any(_needs_conversion(h) for h in _class_hints(tp).values())
