@@ -13,7 +13,10 @@ A program (a block, its hidden set-up, and the blocks continuing it) runs in its
 own interpreter, in an empty directory where ``examples/`` is the repository's,
 so the files it writes are thrown away.  Top-level ``await`` is allowed (the
 program then runs inside ``task.react``, as ``python -m asyncio`` would run it),
-so a snippet may read as the body of an async function.
+so a snippet may read as the body of an async function.  Functions named
+``test_*`` that a program defines are then called, as pytest would (a test
+returning a Deferred or a coroutine is waited for on the reactor), so an example
+of a test is run too.
 
 Run a page by hand: ``python -m tests.integration.docs_examples docs/service.md``.
 """
@@ -78,7 +81,8 @@ def programs(page: Path) -> list[Program]:
 
 
 def run_segments(segments: list[str], filename: str) -> None:
-    """Run the segments in one namespace (inside ``task.react`` if any awaits at top level)."""
+    """Run the segments in one namespace (inside ``task.react`` if any awaits at top
+    level), then the ``test_*`` functions they define."""
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     codes = [compile(segment, f"{filename} (block {i + 1})", "exec", flags=flags)
              for i, segment in enumerate(segments)]
@@ -90,16 +94,43 @@ def run_segments(segments: list[str], filename: str) -> None:
             except SystemExit as e:  # task.react ends the program
                 if e.code not in (0, None) or i < len(codes) - 1:
                     raise
+                return
+        _react(_run_tests(namespace), needed=False)
         return
-    from twisted.internet import defer, task
 
-    async def main(reactor: Any) -> None:
+    async def main() -> None:
         for code in codes:
             result = eval(code, namespace)
             if inspect.iscoroutine(result):
                 await result
+        await _run_tests(namespace)
 
-    task.react(lambda reactor: defer.ensureDeferred(main(reactor)))
+    _react(main(), needed=True)
+
+
+async def _run_tests(namespace: dict[str, Any]) -> None:
+    """Call each ``test_*`` function of the namespace; wait for what it returns."""
+    for name, value in list(namespace.items()):
+        if name.startswith("test_") and callable(value):
+            print(f"running {name}", flush=True)
+            result = value()
+            if inspect.isawaitable(result):
+                await result
+
+
+def _react(coroutine: Any, needed: bool) -> None:
+    """Run ``coroutine`` on the reactor; without ``needed``, only if it waits on something."""
+    from twisted.internet import defer, task
+    from twisted.python.failure import Failure
+
+    d = defer.ensureDeferred(coroutine)
+    if not needed and d.called:
+        outcome: list[Any] = []
+        d.addBoth(outcome.append)
+        if isinstance(outcome[0], Failure):
+            outcome[0].raiseException()
+        return
+    task.react(lambda reactor: d)
 
 
 def main(argv: list[str]) -> int:
