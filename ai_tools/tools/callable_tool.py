@@ -1,7 +1,7 @@
 """A registry entry made of a callable and a schema: the door every tool source comes in by.
 
 Tools come from three sources — a :class:`~ai_tools.tools.base.Tool`
-subclass written by hand, a typed function (:func:`ai_tools.tool`), a tool a
+subclass written by hand, a typed function (:func:`ai_tools.tools.function_tool.tool`), a tool a
 remote server lists — and all of them are ordinary registry entries: a Tool
 class with a name, a description, a parameter schema, a category, a timeout,
 retries, a cache policy and a permission.  :func:`callable_tool` makes that

@@ -77,25 +77,28 @@ def tool(
 ) -> type[CallableTool] | Callable[[Function], type[CallableTool]]:
     """Make a tool of ``function``: ``@tool``, ``@tool(...)`` or ``tool(existing_function, ...)``.
 
-    @param name: the tool's name (default: the function's).
-    @param description: what the model reads (default: the docstring's summary).
-    @param category: what a call means for the ReAct loop.
-    @param timeout: seconds one attempt may take.
-    @param retries: further attempts after a retryable failure (None: the
+    :param function: the function (a plain one, one returning a Deferred, or
+        ``async def``); omitted in the ``@tool(...)`` form.
+    :param name: the tool's name (default: the function's).
+    :param description: what the model reads (default: the docstring's summary).
+    :param category: what a call means for the ReAct loop.
+    :param timeout: seconds one attempt may take.
+    :param retries: further attempts after a retryable failure (None: the
         execution context's retry policy).
-    @param cache: the cache scope of the results (``"tick"``, ``"session"``
+    :param cache: the cache scope of the results (``"tick"``, ``"session"``
         or ``"persistent"``), or None not to cache them.
-    @param cache_ttl: seconds a cached result stays valid, or None.
-    @param requires_character: whether a call needs an acting character
-        (default: whether the function takes the L{Actor}).
-    @param permission: a world permission (e.g. ``"Builder"``) the acting
+    :param cache_ttl: seconds a cached result stays valid, or None.
+    :param requires_character: whether a call needs an acting character
+        (default: whether the function takes the :class:`~ai_tools.tools.base.Actor`).
+    :param permission: a world permission (e.g. ``"Builder"``) the acting
         character must hold, checked before each call.
-    @raise ToolRegistrationError: the function cannot be a tool; the message
-        names it and the parameter or setting at fault.
+    :raises ~ai_tools.errors.ToolRegistrationError: the function cannot be a
+        tool; the message names it and the parameter or setting at fault.
     """
-    settings: dict[str, Any] = dict(name=name, description=description, category=category, timeout=timeout,
-                    retries=retries, cache=cache, cache_ttl=cache_ttl,
-                    requires_character=requires_character, permission=permission)
+    settings: dict[str, Any] = dict(
+        name=name, description=description, category=category, timeout=timeout,
+        retries=retries, cache=cache, cache_ttl=cache_ttl,
+        requires_character=requires_character, permission=permission)
     if function is None:
         return lambda f: _function_tool(f, **settings)
     return _function_tool(function, **settings)

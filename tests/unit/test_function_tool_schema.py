@@ -435,3 +435,11 @@ def test_schema_is_json() -> None:
         """Rich."""
 
     assert json.loads(json.dumps(params_of(rich))) == params_of(rich)
+
+
+def test_ai_tools_exports_every_public_name() -> None:
+    """``ai_tools.__all__`` (written out for readers and pydoctor) is the lazy table's names."""
+    import ai_tools
+
+    assert sorted(ai_tools.__all__) == sorted(["__version__", *ai_tools._PUBLIC])
+    assert ai_tools.tool is tool
