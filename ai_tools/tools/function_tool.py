@@ -28,7 +28,7 @@ engine's usual error for the model (and retried when it is a transient one).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, overload
 
 import msgspec
@@ -56,6 +56,7 @@ def tool(
     category: ToolCategory = ToolCategory.SAFE_CHAIN, timeout: float = 30,
     retries: int | None = None, cache: str | None = None, cache_ttl: float | None = None,
     requires_character: bool | None = None, permission: str | None = None,
+    example: Mapping[str, Any] | None = None,
 ) -> Callable[[Function], type[CallableTool]]: ...
 
 
@@ -65,6 +66,7 @@ def tool(
     category: ToolCategory = ToolCategory.SAFE_CHAIN, timeout: float = 30,
     retries: int | None = None, cache: str | None = None, cache_ttl: float | None = None,
     requires_character: bool | None = None, permission: str | None = None,
+    example: Mapping[str, Any] | None = None,
 ) -> type[CallableTool]: ...
 
 
@@ -73,7 +75,7 @@ def tool(
     description: str | None = None, category: ToolCategory = ToolCategory.SAFE_CHAIN,
     timeout: float = 30, retries: int | None = None, cache: str | None = None,
     cache_ttl: float | None = None, requires_character: bool | None = None,
-    permission: str | None = None,
+    permission: str | None = None, example: Mapping[str, Any] | None = None,
 ) -> type[CallableTool] | Callable[[Function], type[CallableTool]]:
     """Make a tool of ``function``: ``@tool``, ``@tool(...)`` or ``tool(existing_function, ...)``.
 
@@ -92,13 +94,15 @@ def tool(
         (default: whether the function takes the :class:`~ai_tools.tools.base.Actor`).
     :param permission: a world permission (e.g. ``"Builder"``) the acting
         character must hold, checked before each call.
+    :param example: an example call's parameters (shown in the docs of the
+        tool), checked valid here.
     :raises ~ai_tools.errors.ToolRegistrationError: the function cannot be a
         tool; the message names it and the parameter or setting at fault.
     """
     settings: dict[str, Any] = dict(
         name=name, description=description, category=category, timeout=timeout,
         retries=retries, cache=cache, cache_ttl=cache_ttl,
-        requires_character=requires_character, permission=permission)
+        requires_character=requires_character, permission=permission, example=example)
     if function is None:
         return lambda f: _function_tool(f, **settings)
     return _function_tool(function, **settings)
@@ -108,7 +112,7 @@ def _function_tool(function: Function, *, name: str | None, description: str | N
                    category: ToolCategory, timeout: float, retries: int | None,
                    cache: str | None, cache_ttl: float | None,
                    requires_character: bool | None, permission: str | None,
-                   ) -> type[CallableTool]:
+                   example: Mapping[str, Any] | None) -> type[CallableTool]:
     where = _where(function)
     if not callable(function):
         raise ToolRegistrationError(f"Cannot make a tool of {where}: it is not callable")
@@ -126,15 +130,23 @@ def _function_tool(function: Function, *, name: str | None, description: str | N
     tool_name = str(name or getattr(function, "__name__", ""))
     if requires_character is None:
         requires_character = signature.actor_parameter is not None
-    return callable_tool(
+    made = callable_tool(
         _call_of(function, signature, tool_name), name=tool_name, description=text,
         parameters=signature.parameters, category=category, timeout=timeout,
         retries=retries, cacheable=cache is not None, cache_scope=cache or "tick",
         cache_ttl=cache_ttl, requires_character=requires_character, permission=permission,
         module=getattr(function, "__module__", None),
         qualname=getattr(function, "__qualname__", None),
-        attributes={"function": staticmethod(function), "__doc__": function.__doc__},
+        attributes={"function": staticmethod(function), "__doc__": function.__doc__,
+                    "example": dict(example or {})},
     )
+    if example:
+        checked = made().validate_parameters(dict(example))
+        if not checked.valid:
+            raise ToolRegistrationError(
+                f"Cannot make a tool of {where}: its example is not a valid call: "
+                + checked.format_for_llm(tool_name).replace("\n", " "))
+    return made
 
 
 def _where(function: Any) -> str:

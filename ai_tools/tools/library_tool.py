@@ -19,8 +19,9 @@ and the Evennia adapter.
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
+import msgspec
 from twisted.internet import defer
 
 from ai_tools.errors import NotFound, PermissionDenied
@@ -34,6 +35,9 @@ OBJECT_REFERENCE: dict[str, Any] = {
     "description": "Id, name, 'here' or 'me'.",
 }
 """JSON Schema of a parameter naming a world object."""
+
+Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
+"""The type of a ``reason`` parameter of a typed-function tool: why, in a few words."""
 
 HERE_WORDS = frozenset({"here", "room", "this room"})
 SELF_WORDS = frozenset({"me", "self", "myself"})

@@ -443,3 +443,20 @@ def test_ai_tools_exports_every_public_name() -> None:
 
     assert sorted(ai_tools.__all__) == sorted(["__version__", *ai_tools._PUBLIC])
     assert ai_tools.tool is tool
+
+
+def test_example_is_checked_at_decoration() -> None:
+    """``example=`` (shown in the tool docs) must be a valid call of the tool."""
+
+    def move(steps: Annotated[int, msgspec.Meta(ge=1)]) -> int:
+        """Move."""
+        return steps
+
+    assert tool(move, example={"steps": 2}).example == {"steps": 2}
+    assert tool(move, name="move2").example == {}
+    with pytest.raises(ToolRegistrationError) as caught:
+        tool(move, name="move3", example={"steps": 0})
+    assert str(caught.value) == (
+        f"Cannot make a tool of {HERE}.test_example_is_checked_at_decoration.<locals>.move: "
+        "its example is not a valid call: Parameter validation failed for 'move3':   "
+        "- steps: Must be at least 1 (expected: minimum: 1) (got: 0)")
