@@ -22,23 +22,28 @@ What the function returns becomes the result the model reads: a dict as it is
 (``{"success": False, "error": ...}`` included), ``None`` as
 ``{"success": True}``, anything else — text, a number, a list, a dataclass or
 attrs instance — as ``{"success": True, "result": ...}`` in JSON form.  A
-Deferred or a coroutine (``async def``) is waited for.  An exception is the
-engine's usual error for the model (and retried when it is a transient one).
+Deferred or a coroutine (``async def``) is waited for.  A refusal raised —
+:class:`~ai_tools.errors.PermissionDenied`, :class:`~ai_tools.errors.NotFound`,
+``ValueError`` — is the refusal result the default tools give (status
+``permission_denied``, ``not_found``, ``invalid``; never retried); any other
+exception is the engine's usual error for the model (retried when transient).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import msgspec
 from twisted.internet import defer
+from twisted.python.failure import Failure
 
 from ai_tools.errors import ToolRegistrationError
 from ai_tools.tools import outcomes
 from ai_tools.tools.base import Actor, ToolCategory
 from ai_tools.tools.callable_tool import CallableTool, ToolCall, callable_tool
 from ai_tools.tools.docstrings import read_docstring
+from ai_tools.tools.library_tool import REFUSALS, refusal
 from ai_tools.tools.signature_schema import SignatureSchema, describe_signature
 
 __all__ = ["tool"]
@@ -175,7 +180,7 @@ def _call_of(function: Function, signature: SignatureSchema, tool_name: str) -> 
     actor_parameter = signature.actor_parameter
     converted = signature.converted
     if not converted and actor_parameter is None:  # plain JSON in: nothing to do per call
-        return lambda actor, params: _as_result(function(**params), tool_name)
+        return lambda actor, params: _as_result(function, params, tool_name)
 
     def call(actor: Actor, params: dict[str, Any]) -> Any:
         for param, annotation in converted.items():
@@ -186,20 +191,29 @@ def _call_of(function: Function, signature: SignatureSchema, tool_name: str) -> 
                     return outcomes.invalid(f"{param}: {e}")
         if actor_parameter is not None:
             params[actor_parameter] = actor
-        return _as_result(function(**params), tool_name)
+        return _as_result(function, params, tool_name)
 
     return call
 
 
-def _as_result(value: Any, tool_name: str) -> Any:
-    """What the function returned, as a result dict (or a Deferred of one)."""
+def _as_result(function: Function, params: dict[str, Any], tool_name: str) -> Any:
+    """Call the function; what it returns as a result dict (or a Deferred of one)."""
+    try:
+        value = function(**params)
+    except REFUSALS as e:
+        return refusal(e)
     if type(value) is dict:
         return value
     if isinstance(value, Coroutine):
         value = defer.Deferred.fromCoroutine(value)
     if isinstance(value, defer.Deferred):
-        return value.addCallback(_result_of, tool_name)
+        return value.addCallbacks(_result_of, _refused, callbackArgs=(tool_name,))
     return _result_of(value, tool_name)
+
+
+def _refused(failure: Failure) -> dict[str, Any]:
+    failure.trap(*REFUSALS)
+    return refusal(cast(Exception, failure.value))
 
 
 def _result_of(value: Any, tool_name: str) -> dict[str, Any]:

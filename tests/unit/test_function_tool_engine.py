@@ -333,3 +333,33 @@ def test_fallback_mode_lists_the_schema_in_the_prompt() -> None:
     assert f"- roll: {roll.description}\n  parameters: {parameters}" in prompt
     assert llm.requests[0]["tools"] is None
     assert result.results[0]["result"] == {"success": True, "result": 6}
+
+
+def test_refusals_raised_are_the_default_tools_refusals() -> None:
+    """PermissionDenied, NotFound, ValueError: the refusal results, never retried."""
+    from ai_tools.errors import NotFound, PermissionDenied
+
+    @tool
+    def fetch(what: str) -> str:
+        """Fetch."""
+        if what == "crown":
+            raise PermissionDenied("the crown is the king's")
+        if what == "unicorn":
+            raise NotFound("no unicorn here")
+        raise ValueError("a bucket cannot hold a well")
+
+    @tool
+    async def fetch_later(what: str) -> str:
+        """Fetch, asynchronously."""
+        raise NotFound(f"no {what} here")
+
+    ctx = context_with(fetch, fetch_later)
+    assert run(ctx, call("fetch", "c1", what="crown")).result == {
+        "success": False, "status": "permission_denied", "retryable": False,
+        "error": "permission denied: the crown is the king's"}
+    assert run(ctx, call("fetch", "c2", what="unicorn")).result["status"] == "not_found"
+    outcome = run(ctx, call("fetch", "c3", what="well"))
+    assert outcome.result == {"success": False, "status": "invalid", "retryable": False,
+                              "error": "a bucket cannot hold a well"}
+    outcome = run(ctx, call("fetch_later", "c4", what="dragon"))
+    assert (outcome.result["status"], outcome.attempts) == ("not_found", 1)
