@@ -363,3 +363,20 @@ def test_refusals_raised_are_the_default_tools_refusals() -> None:
                               "error": "a bucket cannot hold a well"}
     outcome = run(ctx, call("fetch_later", "c4", what="dragon"))
     assert (outcome.result["status"], outcome.attempts) == ("not_found", 1)
+
+
+def test_a_value_the_type_refuses_after_validation_is_invalid() -> None:
+    """A date the schema's ``format`` let through but msgspec cannot read: ``invalid``."""
+    import datetime
+
+    @tool
+    def book(day: datetime.date) -> str:
+        """Book a room."""
+        return day.isoformat()
+
+    ctx = context_with(book)
+    assert run(ctx, call("book", "c1", day="2026-11-28")).result == {
+        "success": True, "result": "2026-11-28"}
+    outcome = run(ctx, call("book", "c2", day="someday"))
+    assert outcome.result["status"] == "invalid"
+    assert outcome.result["error"].startswith("day: ")
