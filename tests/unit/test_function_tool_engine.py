@@ -380,3 +380,28 @@ def test_a_value_the_type_refuses_after_validation_is_invalid() -> None:
     outcome = run(ctx, call("book", "c2", day="someday"))
     assert outcome.result["status"] == "invalid"
     assert outcome.result["error"].startswith("day: ")
+
+
+def test_a_class_tools_max_attempts_bounds_its_retries() -> None:
+    """``Tool.max_attempts`` is the tool's own bound; registration refuses a bad one."""
+    import pytest
+
+    from ai_tools.errors import ToolRegistrationError
+    from ai_tools.tools import Tool
+
+    class Once(Tool):
+        name = "once"
+        description = "Fail transiently."
+        max_attempts = 1
+
+        def execute(self, actor: Actor, **params: Any) -> dict[str, Any]:
+            raise error.ConnectionLost("gone")
+
+    class Bad(Once):
+        name = "bad"
+        max_attempts = 0
+
+    outcome = run(context_with(Once), call("once"))
+    assert outcome.attempts == 1 and outcome.status == CallStatus.TOOL_ERROR
+    with pytest.raises(ToolRegistrationError, match="'max_attempts' must be None or an integer"):
+        ToolRegistry([Bad])
