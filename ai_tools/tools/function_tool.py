@@ -31,6 +31,7 @@ exception is the engine's usual error for the model (retried when transient).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, cast, overload
 
@@ -138,7 +139,8 @@ def _function_tool(function: Function, *, name: str | None, description: str | N
     made = callable_tool(
         _call_of(function, signature, tool_name), name=tool_name, description=text,
         parameters=signature.parameters, category=category, timeout=timeout,
-        retries=retries, cacheable=cache is not None, cache_scope=cache or "tick",
+        retries=retries, cacheable=cache is not None,
+        cache_scope="tick" if cache is None else cache,
         cache_ttl=cache_ttl, requires_character=requires_character, permission=permission,
         module=getattr(function, "__module__", None),
         qualname=getattr(function, "__qualname__", None),
@@ -163,8 +165,6 @@ def _where(function: Any) -> str:
 
 def _check_documented(documented: dict[str, str], function: Function) -> None:
     """A docstring describing a parameter the function does not have is a mistake."""
-    import inspect
-
     names = set(inspect.signature(function).parameters)
     unknown = sorted(set(documented) - names)
     if unknown:
