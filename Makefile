@@ -65,6 +65,13 @@ lint: $(STAMP)
 	$(PY) -m ruff check ai_tools twisted tests benchmarks scripts
 	$(PY) -m mypy
 	$(PY) scripts/check_function_length.py --max 60 ai_tools
+	$(PY) scripts/api_reference.py --output build/apidocs
+
+## The API reference of the public names (pydoctor, Twisted's own tool) in build/apidocs/;
+## a docstring that does not parse or a link to nothing fails it (scripts/api_reference.py).
+.PHONY: docs
+docs: $(STAMP)
+	$(PY) scripts/api_reference.py --output build/apidocs
 
 ## Benchmarks: ratios measured side by side in one run (figures in the docs of each part).
 ## One by name: `make bench BENCH=scale` (workers on PostgreSQL; a quicker run with

@@ -419,13 +419,17 @@ class _ToolCallRun:
     def _retry_or(self, error: str, give_up: Callable[[], None]) -> None:
         """Back off then dispatch again if attempts remain; else ``give_up()``."""
         policy = self.ctx.retry_policy
-        if self.attempts >= policy.max_attempts:
+        tool = self.tool
+        max_attempts = policy.max_attempts
+        if tool is not None and tool.max_attempts is not None:
+            max_attempts = tool.max_attempts  # the tool's own, e.g. @tool(retries=...)
+        if self.attempts >= max_attempts:
             give_up()
             return
         delay = policy.delay(self.attempts, self.ctx.rand)
         log.info("Retrying {tool} in {delay:.2f}s (attempt {attempt} of {max_attempts} "
                  "failed: {error})", tool=self._name(), delay=delay, attempt=self.attempts,
-                 max_attempts=policy.max_attempts, error=error)
+                 max_attempts=max_attempts, error=error)
         wait = task.deferLater(self.ctx.clock, delay, lambda: None)
         self._wait(wait, lambda _: self._dispatch(), self._internal_error)
 

@@ -3,7 +3,7 @@
 The loop ends with one of these; the execution engine names some of them too
 (an aborted call says why the loop must stop; a TERMINAL or DANGEROUS call
 says it ends the loop), so the enum lives here, below the loop, and both
-layers import it from here.  It is a :class:`~enum.StrEnum`: every member *is*
+layers import it from here.  It is a ``enum.StrEnum``: every member *is*
 its string, so stored states, JSON results and comparisons with plain
 strings (``reason == "noop"``) keep working.
 """

@@ -5,17 +5,17 @@ A real server's context window shows in its own metadata endpoints (see
 the window.  :class:`ServerKind` answers those as one kind of server does,
 so the window discovery is tested against each:
 
-========================  ==================================================  ==============
-kind                      metadata with the window                            prompt too long
-========================  ==================================================  ==============
-``openai`` (default)      none (``/v1/models`` lists the model only)          OpenAI's 400
-``llama.cpp``             ``GET /props`` (``n_ctx`` per slot, ``total_slots``)  llama.cpp's 400
-``llama-cpp-python``      none (``/v1/models`` without it, ``/props`` 404)     OpenAI's 400
-``ollama``                ``GET /api/ps`` ``context_length`` (model loaded),   none: Ollama
-                          else ``POST /api/show`` Modelfile ``num_ctx``        truncates
-``vllm``                  ``GET /v1/models`` ``max_model_len``                 OpenAI's 400
-``lmstudio``              ``GET /api/v1/models`` loaded ``context_length``     OpenAI's 400
-========================  ==================================================  ==============
+========================  ======================================================  ===============
+kind                      metadata with the window                                prompt too long
+========================  ======================================================  ===============
+``openai`` (default)      none (``/v1/models`` lists the model only)              OpenAI's 400
+``llama.cpp``             ``GET /props`` (``n_ctx`` per slot, ``total_slots``)    llama.cpp's 400
+``llama-cpp-python``      none (``/v1/models`` without it, ``/props`` 404)        OpenAI's 400
+``ollama``                ``GET /api/ps`` ``context_length`` (model loaded),      none: Ollama
+                          else ``POST /api/show`` Modelfile ``num_ctx``           truncates
+``vllm``                  ``GET /v1/models`` ``max_model_len``                    OpenAI's 400
+``lmstudio``              ``GET /api/v1/models`` loaded ``context_length``        OpenAI's 400
+========================  ======================================================  ===============
 
 Without a ``context_window`` the kind reports none and never overflows.  The
 ``llama-cpp-python`` kind also ends a streamed answer offering tools with

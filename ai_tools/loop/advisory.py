@@ -166,7 +166,7 @@ def advise_message(message: Mapping[str, Any], advisory: TokenAdvisory) -> dict[
     """A copy of a tool-result message whose JSON result carries ``_token_advisory``.
 
     Native results are ``{"role": "tool", "content": "{json}"}``; fallback ones
-    ``{"role": "user", "content": "[TOOL RESULT: name]\n{json}"}``.  A message
+    ``{"role": "user", "content": "[TOOL RESULT: name]\\n{json}"}``.  A message
     whose content is not a JSON object is copied unchanged.
     """
     content = message.get("content")

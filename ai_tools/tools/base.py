@@ -111,7 +111,9 @@ class Tool:
     - ``category``: what a call means for the ReAct loop (:class:`ToolCategory`);
     - ``cacheable``, ``cache_scope`` (``tick``/``session``/``persistent``),
       ``cache_ttl`` (seconds, or None): result caching for read-only tools;
-    - ``requires_character``: whether the call needs an acting character.
+    - ``requires_character``: whether the call needs an acting character;
+    - ``max_attempts``: attempts of a call that fails retryably (None: the
+      execution context's retry policy decides).
 
     They may override :meth:`custom_validation` to add checks JSON Schema
     cannot express.
@@ -126,6 +128,7 @@ class Tool:
     cache_scope: ClassVar[str] = "tick"
     cache_ttl: ClassVar[float | None] = None
     requires_character: ClassVar[bool] = True
+    max_attempts: ClassVar[int | None] = None
 
     _parameter_validator: ParameterValidator | None = None
 

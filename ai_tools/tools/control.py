@@ -7,7 +7,8 @@ from typing import Any, ClassVar
 from ai_tools.errors import PermissionDenied
 from ai_tools.tools import outcomes
 from ai_tools.tools.base import Actor, ToolCategory
-from ai_tools.tools.library_tool import LibraryTool, call
+from ai_tools.tools.function_tool import tool
+from ai_tools.tools.library_tool import LibraryTool, Reason, call
 
 PROMPT_PERMISSION = "Admin"
 """World permission the assistant's character needs to rewrite its own system prompt."""
@@ -57,31 +58,11 @@ class UpdateSystemPromptTool(LibraryTool):
         return outcomes.succeed(updated=True, length=len(prompt.strip()), reason=reason)
 
 
-class NoopTool(LibraryTool):
-    """Explicitly do nothing: the loop ends with reason 'noop'."""
-
-    name = "noop"
-    description = "Nothing (more) to do now: end the turn."
-    # SAFE_CHAIN: it has no effect; the ReAct loop recognises it by name and stops.
-    category = ToolCategory.SAFE_CHAIN
-    needs_world = False
-    requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "properties": {
-            "reason": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 500,
-            }
-        },
-        "required": [],
-        "additionalProperties": False,
-    }
-    example: ClassVar[dict[str, Any]] = {"reason": "no one is asking for anything"}
-
-    async def run(self, actor: Actor, reason: str = "", **_: Any) -> dict[str, Any]:
-        return outcomes.succeed(noop=True, reason=reason)
+# SAFE_CHAIN: it has no effect; the ReAct loop recognises it by name and stops.
+@tool(example={"reason": "no one is asking for anything"})
+def noop(reason: Reason = "") -> dict[str, Any]:
+    """Nothing (more) to do now: end the turn."""
+    return outcomes.succeed(noop=True, reason=reason)
 
 
-TOOLS = (UpdateSystemPromptTool, NoopTool)
+TOOLS = (UpdateSystemPromptTool, noop)

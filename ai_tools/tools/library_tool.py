@@ -19,8 +19,9 @@ and the Evennia adapter.
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
+import msgspec
 from twisted.internet import defer
 
 from ai_tools.errors import NotFound, PermissionDenied
@@ -34,6 +35,9 @@ OBJECT_REFERENCE: dict[str, Any] = {
     "description": "Id, name, 'here' or 'me'.",
 }
 """JSON Schema of a parameter naming a world object."""
+
+Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
+"""The type of a ``reason`` parameter of a typed-function tool: why, in a few words."""
 
 HERE_WORDS = frozenset({"here", "room", "this room"})
 SELF_WORDS = frozenset({"me", "self", "myself"})
@@ -125,6 +129,27 @@ async def resolve_object(
     raise NotFound(f"no {what}object matches {ref!r}")
 
 
+REFUSALS = (PermissionDenied, NotFound, ValueError, AmbiguousReference)
+"""What a tool raises to refuse a call: :func:`refusal` turns it into the model's result."""
+
+
+def refusal(exc: Exception) -> dict[str, Any]:
+    """The result for a refusal a tool raised (one of :data:`REFUSALS`): never retried."""
+    if isinstance(exc, PermissionDenied):
+        return outcomes.permission_denied(exc)
+    if isinstance(exc, NotFound):
+        return outcomes.not_found(exc)
+    if isinstance(exc, AmbiguousReference):
+        return outcomes.refuse(
+            f"{exc.reference!r} matches several objects; call again with one of their ids",
+            outcomes.AMBIGUOUS,
+            candidates=exc.candidates,
+        )
+    # ValueError: the world's word for a request that cannot work as given
+    # (a bad value, an exit asked to hold things...): the model can fix it.
+    return outcomes.invalid(str(exc))
+
+
 class LibraryTool(Tool):
     """A default-library tool: declares what it needs and implements :meth:`run`."""
 
@@ -164,20 +189,8 @@ class LibraryTool(Tool):
             return outcomes.unavailable(self.name, missing)
         try:
             return await self.run(actor, **params)
-        except PermissionDenied as exc:
-            return outcomes.permission_denied(exc)
-        except NotFound as exc:
-            return outcomes.not_found(exc)
-        except ValueError as exc:
-            # The world's word for a request that cannot work as given
-            # (a bad value, an exit asked to hold things...): the model can fix it.
-            return outcomes.invalid(str(exc))
-        except AmbiguousReference as exc:
-            return outcomes.refuse(
-                f"{exc.reference!r} matches several objects; call again with one of their ids",
-                outcomes.AMBIGUOUS,
-                candidates=exc.candidates,
-            )
+        except REFUSALS as exc:
+            return refusal(exc)
 
 
     # Typed accessors: the interfaces are zope declarations, so tools hold them as Any.

@@ -132,8 +132,10 @@ Subclass `ai_tools.tools.library_tool.LibraryTool`, set `name`, `description`,
 `parameters` (closed with `"additionalProperties": false`), `category` and an
 `example`, say what it needs (`needs_world`, `needs_store`, `needs_assistant`,
 `requires_character`) and write `async def run(self, actor, **params)`. Raise
-`PermissionDenied` or `NotFound` (or let the world raise them) for refusals. List
-the class in its domain module's `TOOLS`; this page is generated from the registry
+`PermissionDenied` or `NotFound` (or let the world raise them) for refusals. A tool
+that needs nothing of the actor reads better as a typed function with
+`@tool(..., example=...)` (`wait` and `noop` are; see docs/writing-tools.md). List
+the tool in its domain module's `TOOLS`; this page is generated from the registry
 with `python -m ai_tools.tools.reference > docs/tools.md` (a test fails when it is
 out of date).
 """

@@ -77,6 +77,10 @@ def tool_class_problems(tool_class: type[Tool], existing: Mapping[str, Tool]) ->
     if tool_class.cache_ttl is not None and not _positive_number(tool_class.cache_ttl):
         problems.append(f"'cache_ttl' must be None or a positive number of seconds, "
                         f"not {tool_class.cache_ttl!r}")
+    attempts = tool_class.max_attempts
+    if attempts is not None and (isinstance(attempts, bool) or not isinstance(attempts, int)
+                                 or attempts < 1):
+        problems.append(f"'max_attempts' must be None or an integer >= 1, not {attempts!r}")
     for flag in ("cacheable", "requires_character"):
         if not isinstance(getattr(tool_class, flag), bool):
             problems.append(f"{flag!r} must be True or False")

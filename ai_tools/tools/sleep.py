@@ -6,14 +6,14 @@ from typing import Any, ClassVar
 
 from ai_tools.tools import outcomes
 from ai_tools.tools.base import Actor, ToolCategory
-from ai_tools.tools.library_tool import LibraryTool, call
+from ai_tools.tools.function_tool import tool
+from ai_tools.tools.library_tool import LibraryTool, Reason, call
 
 REASON: dict[str, Any] = {
     "type": "string",
     "minLength": 1,
     "maxLength": 500,
 }
-
 
 class GoToSleepTool(LibraryTool):
     """Switch the assistant to sleep mode (consolidation and reflection ticks)."""
@@ -41,25 +41,11 @@ class GoToSleepTool(LibraryTool):
         return outcomes.succeed(mode="sleep", changed=True, previous_mode=previous, reason=reason)
 
 
-class WaitTool(LibraryTool):
-    """End this turn without acting, to wait for something to happen."""
-
-    name = "wait"
-    description = "Wait for an answer or an event without speaking."
-    # TERMINAL: like speaking, waiting ends the loop to await the next input.
-    category = ToolCategory.TERMINAL
-    needs_world = False
-    requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "properties": {"reason": REASON},
-        "required": [],
-        "additionalProperties": False,
-    }
-    example: ClassVar[dict[str, Any]] = {"reason": "waiting for Bob's answer"}
-
-    async def run(self, actor: Actor, reason: str = "", **_: Any) -> dict[str, Any]:
-        return outcomes.succeed(waiting=True, reason=reason)
+# TERMINAL: like speaking, waiting ends the loop to await the next input.
+@tool(category=ToolCategory.TERMINAL, example={"reason": "waiting for Bob's answer"})
+def wait(reason: Reason = "") -> dict[str, Any]:
+    """Wait for an answer or an event without speaking."""
+    return outcomes.succeed(waiting=True, reason=reason)
 
 
-TOOLS = (GoToSleepTool, WaitTool)
+TOOLS = (GoToSleepTool, wait)

@@ -8,13 +8,14 @@ from twisted.internet import task
 from ai_tools.store.memory import MemoryStore
 from ai_tools.tools.base import Actor
 from ai_tools.tools.context import GetSystemStatusTool, SessionMemoryTool
-from ai_tools.tools.control import NoopTool
+from ai_tools.tools.control import noop as NoopTool
 from ai_tools.tools.delegation import (
     DelegateTaskTool,
     GetDelegationStatusTool,
     delegation_settings,
 )
-from ai_tools.tools.sleep import GoToSleepTool, WaitTool
+from ai_tools.tools.sleep import GoToSleepTool
+from ai_tools.tools.sleep import wait as WaitTool
 from tests.unit.tool_fakes import FakeAssistant, fired, refusals, run_tool
 
 
