@@ -170,6 +170,7 @@ def telemetry_for(endpoint: str | None = None,
         return None
     provider = trace.get_tracer_provider()
     if not isinstance(provider, trace.ProxyTracerProvider):  # the embedding program's
+        log.info("OpenTelemetry: tracing loops with the program's tracer provider")
         return Telemetry.from_providers(provider, metrics.get_meter_provider(), environ)
     if not wanted:
         return None
@@ -180,7 +181,15 @@ def telemetry_for(endpoint: str | None = None,
                  "missing ({error}): no traces (pip install 'ai-tools-twisted[otel]')",
                  error=e)
         return None
-    tracer_provider, meter_provider = otlp_providers(endpoint, environ)
+    try:
+        tracer_provider, meter_provider = otlp_providers(endpoint, environ)
+    except Exception as e:  # e.g. OTEL_BSP_* values the SDK refuses: say so, run untraced
+        log.error("OpenTelemetry export not started, no traces: {error} (check the OTEL_* "
+                  "variables)", error=f"{type(e).__name__}: {e}")
+        return None
+    log.info("OpenTelemetry: exporting traces and metrics over OTLP/HTTP to {endpoint}",
+             endpoint=endpoint or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+             or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
     return Telemetry.from_providers(tracer_provider, meter_provider, environ,
                                     providers=(tracer_provider, meter_provider))
 

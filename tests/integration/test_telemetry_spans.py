@@ -198,7 +198,8 @@ async def test_timed_out_and_cached_tool_calls() -> None:
     recorded = Recorded(capture_content=True)
     cache = ToolCache(reactor(), store=MemoryStore(clock=reactor()))
     try:
-        ctx, _ = context("ada", client, recorded, registry=registry, cache=cache)
+        ctx, _ = context("ada", client, recorded, registry=registry, cache=cache,
+                         execution_options={"retry_policy": RetryPolicy(max_attempts=1)})
         result = await run(ctx, LoopConfig(consecutive_error_cap=5))
     finally:
         await client.close()
