@@ -187,8 +187,10 @@ class LoopTracer:
 
     def _tool_result(self, event: dict[str, Any]) -> None:
         call_id = str(event.get("tool_call_id") or "")
-        span = self._tools.pop(call_id, None)
-        if span is None:  # skipped: never started, answered at once
+        started = self._tools.pop(call_id, None)
+        if started is not None:
+            span: Span = started
+        else:  # skipped: never started, answered at once
             name = str(event.get("tool") or "")
             span = self._telemetry.tracer.start_span(
                 f"{sc.EXECUTE_TOOL} {name}", context=trace.set_span_in_context(self._root),

@@ -126,7 +126,8 @@ async def test_a_normal_loop_is_one_trace_of_agent_chat_and_tool_spans() -> None
     assert "gen_ai.output.messages" not in chat.attributes  # no opt-in: no contents
     look = kids[1]
     assert look.attributes["gen_ai.tool.name"] == "look"
-    assert look.attributes["gen_ai.tool.call.id"] == [e for e in events if e["type"] == "tool_call"][0]["tool_call_id"]
+    first_call = next(e for e in events if e["type"] == "tool_call")
+    assert look.attributes["gen_ai.tool.call.id"] == first_call["tool_call_id"]
     assert look.attributes["ai_tools.tool.status"] == "success"
     assert look.attributes["ai_tools.tool.from_cache"] is False
     assert look.attributes["ai_tools.tool.attempts"] == 1

@@ -153,7 +153,9 @@ async def test_an_unreachable_collector_breaks_nothing(tmp_path: Path, processes
         for loop in range(1, 25):  # 5 spans a loop: the 16-span queue overflows at once
             await post_json(http, f"{base}/messages", {
                 "character": "char:bob", "kind": "say", "text": "What soup tonight?"})
-            await until(lambda: len(model.requests) >= 2 * loop, "the loops to go on")
+            wanted = 2 * loop
+            await until(lambda: len(model.requests) >= wanted,  # noqa: B023 (awaited here)
+                        "the loops to go on")
             if loop in (4, 24):
                 rss.append(_rss_kib(proc.transport.pid))
         assert rss[-1] - rss[0] < 16 * 1024, rss  # no growth with the spans dropped
