@@ -32,8 +32,8 @@ from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+import ai_tools.telemetry.conventions as sc
 from ai_tools.llm.events import RequestAttempt
-from ai_tools.telemetry import conventions as sc
 
 __all__ = ["LoopTracer"]
 

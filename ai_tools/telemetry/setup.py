@@ -29,7 +29,7 @@ import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from ai_tools.telemetry import conventions as sc
+import ai_tools.telemetry.conventions as sc
 
 __all__ = ["ATTRIBUTE_VALUE_BYTES", "Telemetry", "telemetry_for", "trace_loop"]
 
