@@ -19,6 +19,10 @@ from typing import Any
 
 from twisted.internet import task
 
+from ai_tools.execution.history import ConversationHistory
+from ai_tools.loop import LoopConfig, LoopContext, execute_react_loop
+from ai_tools.tools.base import Actor
+from ai_tools.tools.registry import ToolRegistry
 from benchmarks.bench_loop import (
     BLOCK,
     ITERATIONS_PER_LOOP,
@@ -28,10 +32,6 @@ from benchmarks.bench_loop import (
     _noop_event,
     ours_block,
 )
-from ai_tools.execution.history import ConversationHistory
-from ai_tools.loop import LoopConfig, LoopContext, execute_react_loop
-from ai_tools.tools.base import Actor
-from ai_tools.tools.registry import ToolRegistry
 
 
 def traced_block(clock: task.Clock, registry: ToolRegistry, model: InstantModel
@@ -75,7 +75,7 @@ def traced_block(clock: task.Clock, registry: ToolRegistry, model: InstantModel
 
 def main(argv: list[str]) -> int:
     traced = "--traced" in argv
-    blocks = int([a for a in argv if not a.startswith("--")][0])
+    blocks = int(next(a for a in argv if not a.startswith("--")))
     clock = task.Clock()
     registry = ToolRegistry([LookTool])
     model = InstantModel()
