@@ -33,6 +33,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 import ai_tools.telemetry.conventions as sc
+from ai_tools.execution.reasons import FAILURE_REASONS
 from ai_tools.llm.events import RequestAttempt
 
 __all__ = ["LoopTracer"]
@@ -43,8 +44,6 @@ _REFUSALS = frozenset({"unknown_tool", "blocked_by_tool_mode", "no_character",
                        "invalid_parameters"})
 """Tool statuses of a call refused before it ran."""
 
-_FAILED_REASONS = frozenset({"llm_error", "llm_unavailable", "repeated_line_loop",
-                             "parse_error", "consecutive_errors", "internal_error"})
 
 
 class LoopTracer:
@@ -230,7 +229,7 @@ class LoopTracer:
             sc.TERMINATION_REASON: reason, sc.ITERATIONS: int(event.get("iterations") or 0),
             sc.EVENTS_RETURNED: int(event.get("events_returned") or 0),
             sc.USAGE_INPUT_TOKENS: self._tokens[0], sc.USAGE_OUTPUT_TOKENS: self._tokens[1]})
-        if reason in _FAILED_REASONS:
+        if reason in FAILURE_REASONS:
             _fail(root, reason, event.get("error"))
         root.end()
 

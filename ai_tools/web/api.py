@@ -87,6 +87,7 @@ from ai_tools.web.results import LoopRecorder
 from ai_tools.web.service_events import ServiceEvents
 from ai_tools.web.sse import EventStream
 from ai_tools.web.token_guard import TokenGuard
+from ai_tools.web.traces import TraceRecorder, trace_search
 
 __all__ = ["MAX_TEXT", "MESSAGE_KINDS", "ApiResource", "ApiSite", "WebService",
            "make_web_service"]
@@ -175,6 +176,8 @@ class ApiResource(Resource):
         self.limits = limits if limits is not None else HttpLimits()
         self.policy = policy if policy is not None else OriginPolicy()
         self.recorder = recorder if recorder is not None else LoopRecorder()
+        self.trace_recorder = TraceRecorder(store=service.store, keep=self.limits.traces_kept)
+        self._remove_traces: Callable[[], None] | None = None
         self.token_guard = (TokenGuard(self._token, lambda: self.clock.seconds())
                             if self._token is not None else None)
         self.console = ConsolePages(self.token_guard, lambda: self.clock.seconds(), max_body)
@@ -227,6 +230,10 @@ class ApiResource(Resource):
                   "a player character says, poses, whispers, pages or posts on a channel"),
             Route("GET", ("characters", "{character}", "heard"), self.heard,
                   "what a character heard (?limit=, ?after=)"),
+            Route("GET", ("traces",), self.traces,
+                  "loop traces, newest first: the stored (?assistant=, ?reason=, ?tool=, "
+                  "?failed=, ?since=, ?until=, ?limit=) and the running ones"),
+            Route("GET", ("traces", "{trace_id}"), self.trace, "one stored loop trace, whole"),
             Route("GET", ("metrics",), self.metrics_page,
                   "the service's figures in the Prometheus text format"),
             Route("GET", ("events",), self.events,
@@ -285,6 +292,8 @@ class ApiResource(Resource):
         """Start recording loop results and observing events for the streams."""
         if self._remove_recorder is None:
             self._remove_recorder = self.service.add_observer(self.recorder)
+        if self._remove_traces is None:
+            self._remove_traces = self.service.add_observer(self.trace_recorder)
         self.metrics.start()
         self.hub.start()
 
@@ -298,6 +307,9 @@ class ApiResource(Resource):
         if self._remove_recorder is not None:
             self._remove_recorder()
             self._remove_recorder = None
+        if self._remove_traces is not None:
+            self._remove_traces()
+            self._remove_traces = None
         if self._forwarder is None:
             return defer.succeed(None)
         return self._forwarder.close()
@@ -517,6 +529,33 @@ class ApiResource(Resource):
             "last_tick": self.service.status(name).get("last_tick"),
             "loops": self.recorder.loops(name, limit),
         }
+
+    def traces(self, request: Any) -> Any:
+        """``GET /traces``: the stored traces' summaries, newest first, and the live ones
+        whole (``docs/http-api.md``)."""
+        search = trace_search(request)
+        recorder = self.trace_recorder
+        live = recorder.live(search.assistant)
+        if not recorder.stores:
+            return {"traces": [], "live": live, "stored": False}
+        d: defer.Deferred[Any] = self.service.store.list_traces(search)
+        d.addCallback(lambda found: {"traces": found, "live": live, "stored": True})
+        return d
+
+    def trace(self, request: Any, trace_id: str) -> Any:
+        """``GET /traces/{id}``: one stored trace with its spans (404: not kept)."""
+        if not trace_id.isdigit() or len(trace_id) > 18:
+            raise ApiError(400, f"a trace id is a number, not {trace_id!r}", field="trace_id")
+        if not self.trace_recorder.stores:
+            raise ApiError(404, "this service keeps no traces")
+
+        def found(trace: dict[str, Any] | None) -> dict[str, Any]:
+            if trace is None:
+                raise ApiError(404, f"no trace {trace_id} (only the newest are kept)")
+            return trace
+
+        d: defer.Deferred[Any] = self.service.store.get_trace(int(trace_id))
+        return d.addCallback(found)
 
     def tick(self, request: Any, name: str) -> defer.Deferred[dict[str, Any]]:
         """``POST /assistants/{name}/tick``: fires when the tick ends."""
