@@ -141,6 +141,11 @@ class Route:
         return "/" + "/".join(self.pattern)
 
 
+def _store_unavailable(failure: Failure) -> None:
+    """A store that cannot answer now (closing, gone): ``503`` saying so, not a ``500``."""
+    raise ApiError(503, f"the stored traces cannot be read now: {failure.getErrorMessage()}")
+
+
 class ApiResource(Resource):
     """The whole API as one leaf resource that routes by path and method.
 
@@ -539,7 +544,8 @@ class ApiResource(Resource):
         if not recorder.stores:
             return {"traces": [], "live": live, "stored": False}
         d: defer.Deferred[Any] = self.service.store.list_traces(search)
-        d.addCallback(lambda found: {"traces": found, "live": live, "stored": True})
+        d.addCallbacks(lambda found: {"traces": found, "live": live, "stored": True},
+                       _store_unavailable)
         return d
 
     def trace(self, request: Any, trace_id: str) -> Any:
@@ -555,7 +561,7 @@ class ApiResource(Resource):
             return trace
 
         d: defer.Deferred[Any] = self.service.store.get_trace(int(trace_id))
-        return d.addCallback(found)
+        return d.addCallbacks(found, _store_unavailable)
 
     def tick(self, request: Any, name: str) -> defer.Deferred[dict[str, Any]]:
         """``POST /assistants/{name}/tick``: fires when the tick ends."""

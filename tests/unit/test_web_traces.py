@@ -135,3 +135,20 @@ def test_a_store_without_traces_answers_the_live_ones_only() -> None:
     answer = api.call("GET", "/traces").json
     assert answer == {"traces": [], "live": [], "stored": False}
     assert api.call("GET", "/traces/1").code == 404
+
+
+def test_a_store_that_cannot_answer_is_a_503() -> None:
+    """A store closing or gone: 503 saying so, never a 500."""
+    from twisted.internet import defer
+
+    class Closed(MemoryStore):
+        def list_traces(self, search: Any) -> Any:
+            return defer.fail(RuntimeError("SQLite store x is not open"))
+
+        def get_trace(self, trace_id: int) -> Any:
+            return defer.fail(RuntimeError("SQLite store x is not open"))
+
+    api = ApiHarness(store=Closed())
+    for path in ("/traces", "/traces/1"):
+        answer = api.call("GET", path)
+        assert answer.code == 503 and "not open" in answer.json["error"], answer.json
