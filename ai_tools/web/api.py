@@ -181,7 +181,8 @@ class ApiResource(Resource):
         self.limits = limits if limits is not None else HttpLimits()
         self.policy = policy if policy is not None else OriginPolicy()
         self.recorder = recorder if recorder is not None else LoopRecorder()
-        self.trace_recorder = TraceRecorder(store=service.store, keep=self.limits.traces_kept)
+        self.trace_recorder = TraceRecorder(store=service.store, keep=self.limits.traces_kept,
+                                            prices=self._prices)
         self._remove_traces: Callable[[], None] | None = None
         self.token_guard = (TokenGuard(self._token, lambda: self.clock.seconds())
                             if self._token is not None else None)
@@ -534,6 +535,14 @@ class ApiResource(Resource):
             "last_tick": self.service.status(name).get("last_tick"),
             "loops": self.recorder.loops(name, limit),
         }
+
+    def _prices(self, label: Any) -> Any:
+        """The prices of the model profile called ``label`` (None: none, or unknown)."""
+        for client in self.service.llms.values():
+            profile = getattr(client, "profile", None)
+            if profile is not None and profile.label == label:
+                return getattr(profile, "prices", None)
+        return None
 
     def traces(self, request: Any) -> Any:
         """``GET /traces``: the stored traces' summaries, newest first, and the live ones

@@ -76,6 +76,9 @@ class TraceRecorder:
     """Where finished traces go (a store with ``save_trace``; None or without it: none)."""
     keep: int = 50
     """Traces kept per assistant (the API's ``traces_kept`` limit)."""
+    prices: Callable[[Any], Any] = lambda profile: None
+    """The :class:`~ai_tools.llm.profile.Prices` of a model profile (by its label), or
+    None: a request of a priced profile gets a ``cost``, and its loop the sum."""
     _open: dict[str, _Open] = attrs.field(factory=dict, init=False)
     _saving: set[defer.Deferred[Any]] = attrs.field(factory=set, init=False)
 
@@ -140,8 +143,15 @@ class TraceRecorder:
             "output_tokens": tokens_out, "finish_reason": event.get("finish_reason"),
             "error": _clip(event.get("error"))})
         trace = o.trace
-        trace["input_tokens"] += tokens_in if isinstance(tokens_in, int) else 0
-        trace["output_tokens"] += tokens_out if isinstance(tokens_out, int) else 0
+        tokens_in = tokens_in if isinstance(tokens_in, int) else 0
+        tokens_out = tokens_out if isinstance(tokens_out, int) else 0
+        trace["input_tokens"] += tokens_in
+        trace["output_tokens"] += tokens_out
+        prices = self.prices(event.get("profile"))
+        if prices is not None:
+            span["cost"] = prices.cost(tokens_in, tokens_out)
+            trace["cost"] = trace.get("cost", 0.0) + span["cost"]
+            trace["currency"] = prices.currency
         o.add(span)
 
     def _tool_call(self, loop: str, o: _Open, event: dict[str, Any], at: float) -> None:

@@ -152,3 +152,51 @@ def test_a_store_that_cannot_answer_is_a_503() -> None:
     for path in ("/traces", "/traces/1"):
         answer = api.call("GET", path)
         assert answer.code == 503 and "not open" in answer.json["error"], answer.json
+
+
+def test_a_priced_profile_gives_each_request_and_the_loop_a_cost(api: ApiHarness) -> None:
+    """prices = {input = 0.15, output = 0.60} (per million tokens): 120 in and 9 out."""
+    from ai_tools.llm.profile import Prices
+
+    api.resource.trace_recorder.prices = (
+        lambda label: Prices(0.15, 0.60) if label == "local" else None)
+    api.service.publish("pip", {"type": "iteration", "iteration": 1})
+    api.service.publish("pip", {"type": "model_request", "profile": "local", "model": "q",
+                                "latency_ms": 5.0, "prompt_tokens": 120,
+                                "completion_tokens": 9, "status": "ok"})
+    api.service.publish("pip", {"type": "termination", "reason": "completed"})
+    api.pump()
+    [summary] = api.call("GET", "/traces").json["traces"]
+    trace = api.call("GET", f"/traces/{summary['id']}").json
+    assert trace["cost"] == pytest.approx((120 * 0.15 + 9 * 0.60) / 1e6)
+    assert trace["currency"] == "USD" and trace["spans"][0]["cost"] == trace["cost"]
+
+
+def test_prices_in_a_model_profile() -> None:
+    from ai_tools.errors import ConfigError
+    from ai_tools.llm.profile import ModelProfile
+
+    profile = ModelProfile.from_mapping({"base_url": "http://127.0.0.1:1/v1", "model": "m",
+                                         "prices": {"input": 0.15, "output": 0.6,
+                                                    "currency": "EUR"}})
+    assert profile.prices is not None and profile.prices.currency == "EUR"
+    assert profile.prices.cost(1_000_000, 0) == pytest.approx(0.15)
+    with pytest.raises(ConfigError, match="prices.output"):
+        ModelProfile.from_mapping({"base_url": "http://127.0.0.1:1/v1", "model": "m",
+                                   "prices": {"input": 0.15, "output": -1}})
+    with pytest.raises(ConfigError, match="prices"):
+        ModelProfile.from_mapping({"base_url": "http://127.0.0.1:1/v1", "model": "m",
+                                   "prices": {"input": 0.15}})
+
+
+def test_the_api_finds_a_profile_s_prices_by_its_label(api: ApiHarness) -> None:
+    from ai_tools.llm.profile import ModelProfile
+
+    class Priced:
+        profile = ModelProfile.from_mapping({"base_url": "http://127.0.0.1:1/v1",
+                                             "model": "m", "name": "paid",
+                                             "prices": {"input": 1, "output": 2}})
+
+    api.service._llms["paid"] = Priced()
+    assert api.resource._prices("paid").output == 2
+    assert api.resource._prices("other") is None

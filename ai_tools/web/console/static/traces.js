@@ -102,6 +102,7 @@ export class TraceView {
     const head = el("p", { class: "trace-head" },
       `${trace.live ? "running" : trace.reason} · ${milliseconds(trace.live ? null : total)} · `,
       `${trace.iterations} iteration(s) · ${trace.input_tokens}→${trace.output_tokens} tokens`,
+      trace.cost !== undefined ? ` · ${money(trace.cost, trace.currency)}` : "",
       trace.error ? ` · ${trace.error}` : "",
       trace.truncated ? " · (long: the first spans only)" : "");
     const rows = trace.spans.map((span) => spanRow(span, total));
@@ -129,6 +130,7 @@ function facts(span) {
     if (span.input_tokens !== null && span.input_tokens !== undefined) {
       parts.push(`${span.input_tokens}→${span.output_tokens} tokens`);
     }
+    if (span.cost !== undefined) parts.push(money(span.cost, null));
     if (span.attempts > 1) parts.push(`${span.attempts} attempts (${span.attempts - 1} retried)`);
     if (span.status && span.status !== "ok") parts.push(span.status);
   } else if (span.kind === "tool") {
@@ -140,4 +142,9 @@ function facts(span) {
   }
   if (span.error) parts.push(span.error);
   return parts.join(" · ");
+}
+
+function money(amount, currency) {
+  const digits = amount >= 1 ? 2 : 5;
+  return `${currency ? `${currency} ` : ""}${Number(amount).toFixed(digits)}`;
 }
