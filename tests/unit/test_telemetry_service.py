@@ -136,3 +136,17 @@ def test_a_library_host_s_own_tracer_provider_is_used() -> None:
                           text=True, timeout=60, env=env, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['invoke_agent ada'] ()"
+
+
+def test_the_otlp_endpoint_setting_must_be_an_http_url() -> None:
+    """A bad value, in the file or a variable, is a clear error naming it."""
+    from ai_tools.standalone.overrides import Overrides
+    from tests.unit.test_config import base_config, error_of
+
+    data = base_config()
+    data.setdefault("service", {})["otlp_endpoint"] = "collector:4318"
+    assert "service.otlp_endpoint must be an http:// or https:// URL" in error_of(data)
+    data["service"]["otlp_endpoint"] = 4318
+    assert "service.otlp_endpoint must be a string" in error_of(data)
+    message = error_of(base_config(), Overrides(environ={"AI_TOOLS_OTLP_ENDPOINT": "udp://x"}))
+    assert "AI_TOOLS_OTLP_ENDPOINT" in message and "http://" in message
