@@ -181,7 +181,7 @@ def test_prices_in_a_model_profile() -> None:
                                                     "currency": "EUR"}})
     assert profile.prices is not None and profile.prices.currency == "EUR"
     assert profile.prices.cost(1_000_000, 0) == pytest.approx(0.15)
-    with pytest.raises(ConfigError, match="prices.output"):
+    with pytest.raises(ConfigError, match=r"prices\.output"):
         ModelProfile.from_mapping({"base_url": "http://127.0.0.1:1/v1", "model": "m",
                                    "prices": {"input": 0.15, "output": -1}})
     with pytest.raises(ConfigError, match="prices"):
