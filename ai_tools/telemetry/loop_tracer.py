@@ -50,7 +50,8 @@ class LoopTracer:
     """The spans of one loop; call it with each loop event, ``on_request`` with attempts.
 
     ``then`` is the observer the events go on to (the service's publisher).
-    ``telemetry`` is the :class:`~ai_tools.telemetry.setup.Telemetry` in use.
+    ``telemetry`` is the :class:`~ai_tools.telemetry.setup.Telemetry` in use;
+    ``attributes`` go on the loop's span besides the conventions' (its tick).
     """
 
     __slots__ = ("_chat", "_content", "_handlers", "_model", "_parent_tool", "_root",
@@ -58,22 +59,23 @@ class LoopTracer:
 
     def __init__(self, telemetry: Any, assistant: str, llm: Any, *,
                  parent: Context | None = None, then: Observer | None = None,
-                 task_id: str | None = None) -> None:
+                 task_id: str | None = None, attributes: Mapping[str, Any] | None = None
+                 ) -> None:
         self._telemetry = telemetry
         self._then = then
         self._content: bool = telemetry.capture_content
         self._model = _model_names(llm)
         self._server = _server_of(llm)
-        attributes: dict[str, Any] = {
+        root: dict[str, Any] = {
             sc.OPERATION_NAME: sc.INVOKE_AGENT, sc.PROVIDER_NAME: sc.PROVIDER_OPENAI,
-            sc.AGENT_NAME: assistant, sc.AGENT_ID: assistant}
+            sc.AGENT_NAME: assistant, sc.AGENT_ID: assistant, **(attributes or {})}
         if self._model[1]:
-            attributes[sc.REQUEST_MODEL] = self._model[1]
+            root[sc.REQUEST_MODEL] = self._model[1]
         if task_id is not None:
-            attributes[sc.SUBAGENT_TASK] = task_id
+            root[sc.SUBAGENT_TASK] = task_id
         self._root: Span = telemetry.tracer.start_span(
             f"{sc.INVOKE_AGENT} {assistant}", context=parent or Context(),
-            kind=SpanKind.INTERNAL, attributes=attributes)
+            kind=SpanKind.INTERNAL, attributes=root)
         self._chat: Span | None = None
         self._text: list[str] | None = None
         self._tools: dict[str, Span] = {}

@@ -140,14 +140,16 @@ class Telemetry:
 
 
 def trace_loop(ctx: Any, telemetry: Telemetry | None, *, parent: Any = None,
-               task_id: str | None = None) -> Any:
+               task_id: str | None = None, attributes: Mapping[str, Any] | None = None
+               ) -> Any:
     """Attach a loop tracer to the loop context ``ctx`` — its ``on_event`` (the events
     then go on to the observer it had) and ``on_request`` — and return it; None, and
     ``ctx`` untouched, with tracing off.  ``parent``: the context of a delegating call."""
     if telemetry is None:
         return None
     tracer = telemetry.loop_tracer(ctx.assistant_name, ctx.llm, parent=parent,
-                                   then=ctx.on_event, task_id=task_id)
+                                   then=ctx.on_event, task_id=task_id,
+                                   attributes=attributes)
     ctx.on_event = tracer
     ctx.on_request = tracer.on_request
     return tracer

@@ -62,6 +62,8 @@ def test_a_subagent_is_traced_as_a_child_of_the_delegating_call() -> None:
         "chat scripted", "execute_tool look", "chat scripted"]
     ada = [s for s in recorded.named("invoke_agent ada") if s.name == "invoke_agent ada"]
     assert ada[0].parent is None
+    assert ada[0].attributes["ai_tools.tick"] == 1
+    assert ada[0].attributes["ai_tools.loop.reflection"] is False
     assert delegate.parent is not None and delegate.parent.span_id == ada[0].context.span_id
     service.stopService()
     settle(clock)
