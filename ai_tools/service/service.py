@@ -252,6 +252,7 @@ class AssistantService(MultiService):
         """The OpenTelemetry tracer loops are traced with (None: tracing off; found when
         the service starts, see :func:`~ai_tools.telemetry.telemetry_for`)."""
         self._otlp_endpoint = otlp_endpoint
+        self._found_telemetry: Telemetry | None = None
         self.ownership: Any = None
         """Who decides which assistants this process runs when several workers share
         them (:class:`~ai_tools.service.leases.LeaseManager`): told ``stopping()`` when
@@ -385,7 +386,7 @@ class AssistantService(MultiService):
         super().startService()
         self._closed = False
         if self.telemetry is None:
-            self.telemetry = telemetry_for(self._otlp_endpoint)
+            self.telemetry = self._found_telemetry = telemetry_for(self._otlp_endpoint)
         d = self._open()
         if self.restore_saved:
             d.addCallback(lambda _: self.restore_saved_assistants())
@@ -417,6 +418,8 @@ class AssistantService(MultiService):
     def _stop_telemetry(self) -> defer.Deferred[None] | None:
         """Export the last spans of ai_tools' own OpenTelemetry providers (bounded wait)."""
         telemetry = self.telemetry
+        if telemetry is not None and telemetry is self._found_telemetry:
+            self.telemetry = self._found_telemetry = None  # a restart looks again
         return telemetry.shutdown(self.clock) if telemetry is not None else None
 
     @defer.inlineCallbacks
