@@ -141,6 +141,9 @@ SETTINGS: tuple[Setting, ...] = (
             "seconds a stop waits for ticks in flight", "10"),
     Setting("max_concurrent", "service.max_concurrent", "ticks running at the same time",
             "100"),
+    Setting("otlp_endpoint", "service.otlp_endpoint",
+            "OpenTelemetry: the OTLP/HTTP collector traces and metrics go to (otel extra)",
+            "http://127.0.0.1:4318"),
     # -- process tuning, read from the environment only
     Setting("gc", None, "service: garbage-collector settings for many assistants",
             "service", flag=False),

@@ -27,7 +27,7 @@ from twisted.python.failure import Failure
 from ai_tools.errors import LLMEmptyStream, LLMError, LLMRequestError, LLMUnavailable
 from ai_tools.llm.channel import ModelChannel
 from ai_tools.llm.consumer import EventCallback
-from ai_tools.llm.events import ChatResponse
+from ai_tools.llm.events import AttemptCallback, ChatResponse, RequestAttempt
 from ai_tools.llm.exchange import Exchange, at_deadline, deadline_passed
 from ai_tools.llm.window import reply_room_in_error
 
@@ -54,6 +54,8 @@ class ModelCall:
         "_ended",
         "_exchange",
         "_has_slot",
+        "_last_error",
+        "_on_attempt",
         "_on_event",
         "_rebuilt",
         "_request",
@@ -66,7 +68,7 @@ class ModelCall:
 
     def __init__(
         self, channel: ModelChannel, body: bytes, streaming: bool, on_event: EventCallback | None,
-        request: RequestBuilder | None = None,
+        request: RequestBuilder | None = None, on_attempt: AttemptCallback | None = None,
     ) -> None:
         self._channel = channel
         self._body = body
@@ -75,6 +77,8 @@ class ModelCall:
         self._unstreamed = False
         self._streaming = streaming
         self._on_event = on_event
+        self._on_attempt = on_attempt
+        self._last_error: str | None = None
         self._attempt = 0
         self._ended = False
         self._has_slot = False
@@ -131,7 +135,20 @@ class ModelCall:
             self._end(Failure())
             return
         exchange = self._exchange = Exchange(self, self._channel, self._on_event, self._deadline)
-        exchange.start(self._body, self._streaming)
+        exchange.start(self._body, self._streaming,
+                       None if self._on_attempt is None else self._attempt_headers())
+
+    def _attempt_headers(self) -> dict[str, str] | None:
+        """Tell the attempt observer this attempt starts; the headers it adds (None: none)."""
+        assert self._on_attempt is not None
+        event = RequestAttempt(self._attempt, self._channel.profile.chat_url,
+                               retry_of=self._last_error)
+        try:
+            self._on_attempt(event)
+        except Exception:
+            self._channel.log.failure("Model request attempt observer failed")
+            return None
+        return event.headers or None
 
     def _no_slot(self, failure: Failure) -> None:
         self._slot = None
@@ -176,6 +193,7 @@ class ModelCall:
             else:
                 breaker.record_failure()
                 if verdict == "retry" and not (exchange is not None and exchange.produced):
+                    self._last_error = type(exc).__name__
                     self._retry_later(exc, error)
                     return
         self._end(error)

@@ -157,9 +157,18 @@ class ModelChannel:
 
     # -- sending ---------------------------------------------------------------------------
 
-    def send(self, body: bytes, streaming: bool) -> defer.Deferred[Any]:
-        """POST ``body`` to the chat endpoint; a Deferred response (unbuffered)."""
+    def send(self, body: bytes, streaming: bool,
+             extra_headers: Mapping[str, str] | None = None) -> defer.Deferred[Any]:
+        """POST ``body`` to the chat endpoint; a Deferred response (unbuffered).
+
+        ``extra_headers`` (this request's own, e.g. a trace context) go on a copy of
+        the shared headers."""
         headers = self._request_headers(streaming)
+        if extra_headers:
+            headers = headers.copy()
+            for name, value in extra_headers.items():
+                headers.setRawHeaders(name.encode("latin-1"),
+                                      [value.encode("latin-1", "replace")])
         if self.profile.log_requests:
             self.log.debug(
                 "Model request POST {url} headers={headers} ({size} bytes)",

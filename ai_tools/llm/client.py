@@ -29,7 +29,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 from twisted.internet import defer
@@ -44,7 +44,7 @@ from ai_tools.llm.breaker import CircuitBreaker
 from ai_tools.llm.call import ModelCall
 from ai_tools.llm.channel import ModelChannel
 from ai_tools.llm.consumer import EventCallback
-from ai_tools.llm.events import ChatResponse
+from ai_tools.llm.events import AttemptCallback, ChatResponse
 from ai_tools.llm.profile import ModelProfile, default_max_tokens
 from ai_tools.llm.transport import http_client, pooled_agent
 from ai_tools.llm.window import discover_window
@@ -67,6 +67,9 @@ class OpenAIChatClient:
     """
 
     # Fixed once built: the client's channel holds them.
+    observes_attempts: ClassVar[bool] = True
+    """``complete()`` takes ``on_attempt`` (the loop passes it only to clients that do)."""
+
     profile: ModelProfile = attrs.field(on_setattr=attrs.setters.frozen)
     reactor: Any = attrs.field(default=None, on_setattr=attrs.setters.frozen)
     agent: IAgent | None = attrs.field(default=None, on_setattr=attrs.setters.frozen)
@@ -186,6 +189,7 @@ class OpenAIChatClient:
         on_event: EventCallback | None = None,
         *,
         extra_body: Mapping[str, Any] | None = None,
+        on_attempt: AttemptCallback | None = None,
     ) -> defer.Deferred[ChatResponse]:
         """Ask the model; fires with a :class:`ChatResponse`.
 
@@ -196,34 +200,36 @@ class OpenAIChatClient:
         arrives.  Fails with an :class:`~ai_tools.errors.LLMError` subclass
         carrying ``partial_text``.  The first call waits for the window to be
         learned (:meth:`learn_context_window`): the request's default
-        ``max_tokens`` comes from it.
+        ``max_tokens`` comes from it.  ``on_attempt`` is told of each HTTP attempt
+        before it is sent and may add headers to it
+        (:class:`~ai_tools.llm.events.RequestAttempt`; tracing uses it).
         """
         if self._closed:
             return defer.fail(LLMError(f"model client for {self.profile.label} is closed"))
         request = _Request(self, messages, tools, tool_choice, extra_body)
         streaming = self.profile.stream if stream is None else bool(stream)
         if self._channel.window.settled:
-            return self._start(request, streaming, on_event)
+            return self._start(request, streaming, on_event, on_attempt)
         inner: list[defer.Deferred[Any]] = [self.learn_context_window()]
         result: defer.Deferred[ChatResponse] = defer.Deferred(lambda _: inner[0].cancel())
 
         def learned(_: object) -> None:
             if not result.called:
-                inner[0] = self._start(request, streaming, on_event)
+                inner[0] = self._start(request, streaming, on_event, on_attempt)
                 inner[0].chainDeferred(result)
 
         inner[0].addCallbacks(learned, lambda _: None)
         return result
 
-    def _start(self, request: _Request, streaming: bool,
-               on_event: EventCallback | None) -> defer.Deferred[ChatResponse]:
+    def _start(self, request: _Request, streaming: bool, on_event: EventCallback | None,
+               on_attempt: AttemptCallback | None = None) -> defer.Deferred[ChatResponse]:
         if request.offers_tools and not self._channel.stream_tools:
             streaming = False
         try:
             body = request.build(streaming)
         except (TypeError, ValueError) as e:
             return defer.fail(LLMRequestError(f"cannot encode the request: {e}"))
-        call = ModelCall(self._channel, body, streaming, on_event, request)
+        call = ModelCall(self._channel, body, streaming, on_event, request, on_attempt)
         call.start()
         return call.result
 

@@ -10,7 +10,7 @@ framed them.  A non-streaming request produces the same events (one
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -53,6 +53,27 @@ class UsageUpdate:
     """Token usage (and timing, where the server reports it)."""
 
     usage: Mapping[str, Any]
+
+
+@attrs.frozen
+class RequestAttempt:
+    """One HTTP attempt of a model request is about to be sent (retries included).
+
+    Given to the ``on_attempt`` observer of
+    :meth:`~ai_tools.llm.client.OpenAIChatClient.complete` (tracing): ``headers``
+    is the one thing an observer may change — what it puts there (text names and
+    values, e.g. the W3C ``traceparent``) goes out with this attempt only.
+    ``retry_of`` is why the previous attempt failed (None for the first).
+    """
+
+    attempt: int
+    url: str
+    headers: dict[str, str] = attrs.field(factory=dict)
+    retry_of: str | None = None
+
+
+AttemptCallback = Callable[[RequestAttempt], object]
+"""An observer of a model request's HTTP attempts."""
 
 
 LLMEvent = TextDelta | AssistantMessageFinal | StreamDone | ServerError | UsageUpdate

@@ -22,6 +22,7 @@ a deadline that passes reports :class:`~ai_tools.errors.LLMTimeout`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 import attrs
@@ -123,8 +124,9 @@ class Exchange:
         """Whether text of this attempt reached the caller (it must then not be retried)."""
         return self._consumer is not None and self._consumer.produced
 
-    def start(self, body: bytes, streaming: bool) -> None:
-        """Send the request and arm the first deadline."""
+    def start(self, body: bytes, streaming: bool,
+              extra_headers: Mapping[str, str] | None = None) -> None:
+        """Send the request (with ``extra_headers``, if any) and arm the first deadline."""
         channel = self._channel
         clock = channel.clock
         if streaming:
@@ -138,7 +140,7 @@ class Exchange:
         elif deadline is not None:
             self._timer = at_deadline(clock, deadline, self._expire, "total")
         try:
-            d = channel.send(body, streaming)
+            d = channel.send(body, streaming, extra_headers)
         except Exception:
             d = defer.fail()
         self._pending = d

@@ -116,6 +116,37 @@ def normalise_base_url(url: str) -> str:
 
 
 @attrs.frozen
+class Prices:
+    """What a model's tokens cost, per million (the console's loop traces show the cost)."""
+
+    input: float = attrs.field(validator=lambda _, a, v: _price(a.name, v))
+    output: float = attrs.field(validator=lambda _, a, v: _price(a.name, v))
+    currency: str = attrs.field(default="USD", validator=attrs.validators.instance_of(str))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> Prices:
+        """From a ``prices`` table: ``input`` and ``output`` required, ``currency``."""
+        unknown = sorted(set(data) - {"input", "output", "currency"})
+        missing = [k for k in ("input", "output") if k not in data]
+        if unknown or missing:
+            raise ConfigError("'prices' takes input and output (per million tokens) and "
+                              f"currency; {'unknown: ' + ', '.join(unknown) if unknown else ''}"
+                              f"{'missing: ' + ', '.join(missing) if missing else ''}")
+        return cls(**data)
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        """The price of one request's tokens."""
+        return (input_tokens * self.input + output_tokens * self.output) / 1_000_000
+
+
+def _price(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+            0 <= value < float("inf")):
+        raise ConfigError(f"'prices.{name}' must be a price per million tokens (a number "
+                          f">= 0), not {value!r}")
+
+
+@attrs.frozen
 class ModelProfile:
     """How to reach one model over the OpenAI chat-completions API.
 
@@ -155,6 +186,8 @@ class ModelProfile:
     tool_choice: str | None = "auto"
     max_tokens: int | None = None
     discover_window: bool = True
+    prices: Prices | None = None
+    """Per million input and output tokens (None: no cost is shown)."""
 
     def __attrs_post_init__(self) -> None:
         if not self.model:
@@ -181,6 +214,8 @@ class ModelProfile:
                             ("limits", AnswerLimits)):
             if not isinstance(getattr(self, field), kind):
                 raise ConfigError(f"model profile: '{field}' must be a table")
+        if self.prices is not None and not isinstance(self.prices, Prices):
+            raise ConfigError("model profile: 'prices' must be a table (input, output)")
 
     @property
     def chat_url(self) -> str:
@@ -215,6 +250,8 @@ class ModelProfile:
                 values["repetition"] = RepetitionConfig(**values["repetition"])
             if isinstance(values.get("limits"), Mapping):
                 values["limits"] = AnswerLimits(**values["limits"])
+            if isinstance(values.get("prices"), Mapping):
+                values["prices"] = Prices.from_mapping(values["prices"])
             return cls(**values)
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from None

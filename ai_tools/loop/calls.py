@@ -163,7 +163,7 @@ def _record(run: LoopRun, outcome: ToolCallOutcome, skipped: bool = False) -> No
         run.emit("tool_result", tool=entry["tool"], tool_call_id=entry["tool_call_id"],
                  status=outcome.status, success=entry["success"], skipped=skipped,
                  duration_ms=outcome.duration_ms, from_cache=outcome.from_cache,
-                 result=_event_result(outcome),
+                 attempts=outcome.attempts, result=_event_result(outcome),
                  error=clip_text(error, EVENT_TEXT_BYTES) if isinstance(error, str) else None)
 
 

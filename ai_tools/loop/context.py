@@ -13,6 +13,7 @@ from ai_tools.execution.engine import ExecutionState
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.execution.reasons import TerminationReason
 from ai_tools.interfaces import ILLMClient
+from ai_tools.llm.events import AttemptCallback
 from ai_tools.loop.config import GatePolicy
 from ai_tools.loop.events import EventDelivery
 from ai_tools.loop.usage import ContextMeter
@@ -111,6 +112,10 @@ class LoopContext:
     """Reflection run: reflection prompt, history left untouched."""
     on_event: Callable[[dict[str, Any]], None] | None = None
     """Observer of loop events (iteration, tool_call, signal, termination)."""
+    on_request: AttemptCallback | None = None
+    """Observer of each HTTP attempt of the loop's model requests, which may add headers
+    to it (tracing: the W3C ``traceparent``); given only to model clients that take it
+    (``observes_attempts``).  None, the default: nothing is asked."""
     stop_check: Callable[[], bool] | None = None
     """Extra stop condition polled between steps (e.g. an emergency stop flag)."""
     control: LoopControl = attrs.field(factory=LoopControl)

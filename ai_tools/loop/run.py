@@ -175,7 +175,12 @@ def _call_model(run: LoopRun, plan: RequestPlan, messages: list[dict[str, Any]])
     tally.deltas = []
     started = run.ctx.clock.seconds()
     try:
-        asked = llm.complete(messages, tools=plan.request_tools, stream=run.config.stream,
+        on_attempt = run.ctx.on_request
+        if on_attempt is not None and getattr(llm, "observes_attempts", False):
+            asked = llm.complete(messages, tools=plan.request_tools, stream=run.config.stream,
+                                 on_event=run.on_llm_event, on_attempt=on_attempt)
+        else:
+            asked = llm.complete(messages, tools=plan.request_tools, stream=run.config.stream,
                                  on_event=run.on_llm_event)
     except Exception:
         asked = defer.fail()
@@ -220,7 +225,8 @@ def _take_answer(run: LoopRun, response: Any, started: float) -> ChatResponse | 
         tally.add_text("".join(tally.deltas))
         tally.end(TerminationReason.LLM_ERROR, error)
         return None
-    run.model_requested(started, "ok", usage=response.usage, attempts=response.attempts)
+    run.model_requested(started, "ok", usage=response.usage, attempts=response.attempts,
+                        response=response)
     tally.add_usage(response.usage, response.attempts)
     tally.finish_reason = response.finish_reason
     if run.delivery is not None:

@@ -16,7 +16,7 @@ from ai_tools.execution.engine import ExecutionContext, ExecutionState
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.execution.reasons import TerminationReason
 from ai_tools.execution.results import clip_text
-from ai_tools.llm.events import TextDelta
+from ai_tools.llm.events import ChatResponse, TextDelta
 from ai_tools.loop.config import LoopConfig, use_native_tools
 from ai_tools.loop.context import LoopContext, LoopProgress
 from ai_tools.loop.events import EventDelivery
@@ -182,13 +182,15 @@ class LoopRun:
                         assistant=self.ctx.assistant_name, kind=kind)
 
     def model_requested(self, started: float, status: str, error: str | None = None,
-                        usage: Mapping[str, Any] | None = None, attempts: int = 1) -> None:
+                        usage: Mapping[str, Any] | None = None, attempts: int = 1,
+                        response: ChatResponse | None = None) -> None:
         """Publish one ``model_request`` event: what was asked of whom, how long, what came.
 
         ``status`` is ``ok``, ``cancelled`` or the termination reason of the
         failure (``llm_error``, ``llm_unavailable``...); the token counts are
         the server's (None when it gave none); ``attempts`` the HTTP requests
-        the call took (its retries included; 0 when the breaker refused it).
+        the call took (its retries included; 0 when the breaker refused it);
+        ``response_model`` and ``finish_reason`` are the answer's (None without one).
         """
         if self.ctx.on_event is None:
             return
@@ -202,7 +204,9 @@ class LoopRun:
                   prompt_tokens=usage.get("prompt_tokens"),
                   completion_tokens=usage.get("completion_tokens"), status=status,
                   attempts=attempts,
-                  error=None if error is None else clip_text(error, EVENT_TEXT_BYTES))
+                  error=None if error is None else clip_text(error, EVENT_TEXT_BYTES),
+                  response_model=(response.model or None) if response is not None else None,
+                  finish_reason=response.finish_reason if response is not None else None)
 
     def on_llm_event(self, event: Any) -> None:
         """Keep streamed text (preserved if the call fails) and relay it to observers."""

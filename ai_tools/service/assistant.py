@@ -387,6 +387,9 @@ class Assistant:
     """The tick guard: True while a tick runs (released in ``finally``)."""
     control: LoopControl | None = None
     """Stop switch of the loop in flight."""
+    tracer: Any = None
+    """The loop in flight's :class:`~ai_tools.telemetry.loop_tracer.LoopTracer` (tracing
+    on): a sub-agent it starts is traced as a child of the delegating call."""
     current_tick: defer.Deferred[Any] | None = None
     """The tick in flight (cancelled by a kill when no loop is running)."""
     tick_started_at: float | None = None

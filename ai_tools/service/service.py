@@ -53,6 +53,7 @@ from ai_tools.service.assistant import AWAKE, Assistant, AssistantConfig
 from ai_tools.service.scheduling import Clock, TickScheduler
 from ai_tools.service.state_writer import StateWriter
 from ai_tools.service.tick import TickResult, at_tick
+from ai_tools.telemetry.setup import Telemetry, telemetry_for, trace_loop
 from ai_tools.tools.base import Actor
 from ai_tools.tools.registry import ToolRegistry
 
@@ -151,6 +152,12 @@ def _within(d: defer.Deferred[Any], seconds: float, clock: Clock) -> Any:
     return in_time
 
 
+def _abandon_trace(result: Any, tracer: Any) -> Any:
+    """A traced loop ended: close its spans if no ``termination`` event did."""
+    tracer.abandon("the loop ended without a termination event")
+    return result
+
+
 class AssistantService(MultiService):
     """Hosts assistants on one reactor (a ``MultiService``; compares by identity).
 
@@ -182,6 +189,11 @@ class AssistantService(MultiService):
     ``restore_saved``
         On start, also bring back every assistant the store knows (with its
         saved configuration).
+    ``telemetry``, ``otlp_endpoint``
+        OpenTelemetry tracing (``docs/observability.md``): the
+        :class:`~ai_tools.telemetry.Telemetry` to trace loops with, else found at
+        start — the program's own tracer provider if it set one, else an OTLP/HTTP
+        export to ``otlp_endpoint`` or the ``OTEL_EXPORTER_OTLP_*`` endpoint, else off.
     """
 
     def __init__(
@@ -199,6 +211,8 @@ class AssistantService(MultiService):
         stop_grace: float = 10.0,
         loop_runner: LoopRunner | None = None,
         restore_saved: bool = False,
+        telemetry: Telemetry | None = None,
+        otlp_endpoint: str | None = None,
     ) -> None:
         super().__init__()
         self._clock = clock
@@ -234,6 +248,11 @@ class AssistantService(MultiService):
         self._writer: StateWriter | None = None
         self._ready: defer.Deferred[None] | None = None
         self._observer_errors = itertools.count()
+        self.telemetry = telemetry
+        """The OpenTelemetry tracer loops are traced with (None: tracing off; found when
+        the service starts, see :func:`~ai_tools.telemetry.telemetry_for`)."""
+        self._otlp_endpoint = otlp_endpoint
+        self._found_telemetry: Telemetry | None = None
         self.ownership: Any = None
         """Who decides which assistants this process runs when several workers share
         them (:class:`~ai_tools.service.leases.LeaseManager`): told ``stopping()`` when
@@ -366,6 +385,8 @@ class AssistantService(MultiService):
         """Open the store, optionally restore saved assistants, start the timer."""
         super().startService()
         self._closed = False
+        if self.telemetry is None:
+            self.telemetry = self._found_telemetry = telemetry_for(self._otlp_endpoint)
         d = self._open()
         if self.restore_saved:
             d.addCallback(lambda _: self.restore_saved_assistants())
@@ -391,7 +412,15 @@ class AssistantService(MultiService):
         """Stop ticking, wait for ticks in flight (at most ``stop_grace`` s), close all."""
         d = defer.maybeDeferred(super().stopService)
         d.addCallback(lambda _: self._shutdown())
+        d.addCallback(lambda _: self._stop_telemetry())
         return d
+
+    def _stop_telemetry(self) -> defer.Deferred[None] | None:
+        """Export the last spans of ai_tools' own OpenTelemetry providers (bounded wait)."""
+        telemetry = self.telemetry
+        if telemetry is not None and telemetry is self._found_telemetry:
+            self.telemetry = self._found_telemetry = None  # a restart looks again
+        return telemetry.shutdown(self.clock) if telemetry is not None else None
 
     @defer.inlineCallbacks
     def _shutdown(self) -> Any:
@@ -919,7 +948,11 @@ class AssistantService(MultiService):
         config = LoopConfig(max_iterations=10, tool_budget=budget,
                             native_tools=assistant.config.native_tools,
                             stream=assistant.config.stream)
+        tracer = trace_loop(ctx, self.telemetry, task_id=task_id, parent=(
+            assistant.tracer.tool_context() if assistant.tracer is not None else None))
         d = defer.maybeDeferred(self.run_loop, ctx, config)
+        if tracer is not None:
+            d.addBoth(_abandon_trace, tracer)
         self._subagents[(assistant.name, task_id)] = (d, control)
         d.addBoth(self._subagent_finished, assistant, record)
         self.publish(assistant.name, {"type": "subagent_started", "task_id": task_id})

@@ -59,6 +59,8 @@ from ai_tools.service.patterns import (
     select_gate,
     wants_assessment,
 )
+from ai_tools.telemetry.conventions import CONTEXT_TYPE, REFLECTION, TICK
+from ai_tools.telemetry.setup import trace_loop
 from ai_tools.tools.base import Actor, ToolCategory
 
 if TYPE_CHECKING:
@@ -567,12 +569,17 @@ def _run_loop(
     ctx = _loop_context(assistant, host, context_type, mode=mode, reflection=reflection)
     ctx.control = control
     ctx.on_event = functools.partial(host.publish, assistant.name)
+    tracer = trace_loop(ctx, getattr(host, "telemetry", None), attributes={
+        TICK: tick.number, CONTEXT_TYPE: context_type, REFLECTION: reflection})
+    assistant.tracer = tracer
     if not reflection:
         ctx.checkpoint = functools.partial(_checkpoint_after, tick, control)
     try:
         result = yield host.run_loop(ctx, _loop_config(assistant, pattern))
     finally:
-        assistant.control = None
+        assistant.control = assistant.tracer = None
+        if tracer is not None:
+            tracer.abandon("the loop ended without a termination event")
     assistant.count("loops")
     assistant.count("iterations", result.iterations)
     assistant.count("model_requests", int(result.usage.get("requests", result.iterations)))

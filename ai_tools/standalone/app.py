@@ -339,6 +339,7 @@ class StandaloneService(MultiService):
             llms=self.clients, store=self.store, registry=self.registry, world=self.world,
             clock=self.reactor, tick_interval=settings.tick_interval,
             max_concurrent=settings.max_concurrent, stop_grace=settings.stop_grace,
+            otlp_endpoint=settings.otlp_endpoint,
         )
         self.assistants = service
         service.setServiceParent(self)

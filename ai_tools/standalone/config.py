@@ -85,6 +85,7 @@ _PROFILE_TYPES: dict[str, type | tuple[type, ...]] = {
     "tool_calling": str, "headers": dict, "stream_usage": bool,
     "retry_after_cap": (int, float), "breaker_threshold": int,
     "breaker_cooldown": (int, float), "repetition": dict, "log_requests": bool,
+    "prices": dict,
 }
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", dict: "a table",
                float: "a number", list: "a list"}
@@ -105,6 +106,9 @@ class ServiceSettings:
     """Ticks allowed to run at the same time."""
     log_level: str = "info"
     """Lowest level written to the log: debug, info, warn, error or critical."""
+    otlp_endpoint: str | None = None
+    """The OTLP/HTTP collector's base URL traces go to (None: the ``OTEL_*`` variables
+    decide; see ``docs/observability.md``)."""
 
 
 @attrs.frozen
@@ -449,9 +453,22 @@ def _service(table: _Table) -> ServiceSettings:
         stop_grace=table.positive("stop_grace", 10.0),
         max_concurrent=table.positive_int("max_concurrent", 100),
         log_level=table.choice("log_level", LOG_LEVELS, "info", aliases={"warning": "warn"}),
+        otlp_endpoint=_otlp_endpoint(table),
     )
     table.finish()
     return settings
+
+
+def _otlp_endpoint(table: _Table) -> str | None:
+    """``otlp_endpoint``: an http(s) base URL (a collector's, port 4318 by default)."""
+    value = table.typed("otlp_endpoint", str, None)
+    if value is None:
+        return None
+    value = value.strip()
+    if not value.startswith(("http://", "https://")) or len(value) <= len("https://"):
+        raise ConfigError(f"{table.key('otlp_endpoint')} must be an http:// or https:// URL "
+                          f"(an OTLP/HTTP collector, e.g. http://127.0.0.1:4318), not {value!r}")
+    return value
 
 
 def _postgres(table: _Table, dsn: str | None, overlay: Overlay) -> StoreConfig:

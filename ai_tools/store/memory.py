@@ -33,6 +33,7 @@ from ai_tools.store.serialization import (
     encode_json,
 )
 from ai_tools.store.text_search import BM25, query_terms
+from ai_tools.store.traces import MemoryTraces, TraceFilter, trace_row
 
 T = TypeVar("T")
 
@@ -78,6 +79,7 @@ class MemoryStore:
     _next_record_id: int = attrs.field(default=1, init=False)
     _world: MemoryWorldRows = attrs.field(factory=MemoryWorldRows, init=False)
     _heard: dict[int, tuple[int, str, str]] = attrs.field(factory=dict, init=False)
+    _traces: MemoryTraces = attrs.field(factory=MemoryTraces, init=False)
     _open: bool = attrs.field(default=False, init=False)
 
     _log = Logger()
@@ -347,6 +349,20 @@ class MemoryStore:
     def load_heard(self, limit: int) -> defer.Deferred[list[tuple[int, str, str]]]:
         """IHeardLog.load_heard."""
         return self._call(lambda: sorted(self._heard.values())[-limit:] if limit > 0 else [])
+
+    # -- loop traces (ai_tools.store.traces) ---------------------------------------------
+
+    def save_trace(self, trace: Mapping[str, Any], keep: int) -> defer.Deferred[int]:
+        """Keep one loop trace, and only the newest ``keep`` of its assistant; its id."""
+        return self._call(lambda: self._traces.save(trace_row(trace), keep))
+
+    def list_traces(self, search: TraceFilter) -> defer.Deferred[list[dict[str, Any]]]:
+        """The summaries of the newest traces ``search`` asks for, newest first."""
+        return self._call(self._traces.search, search)
+
+    def get_trace(self, trace_id: int) -> defer.Deferred[dict[str, Any] | None]:
+        """One stored trace, whole (None: not kept)."""
+        return self._call(self._traces.get, trace_id)
 
     def change_world(
         self,

@@ -47,6 +47,7 @@ from zope.interface import implementer
 from ai_tools.errors import AIToolsError, ConfigError
 from ai_tools.interfaces import ISharedWorldStore, IStore, IWorldStore
 from ai_tools.store import postgres_statements as sql
+from ai_tools.store import postgres_traces as pg_traces
 from ai_tools.store import postgres_world as world_sql
 from ai_tools.store.clock import SecondsClock, now_seconds
 from ai_tools.store.history_repair import RepairReport, log_repair
@@ -62,6 +63,7 @@ from ai_tools.store.serialization import (
     encode_world_changes,
 )
 from ai_tools.store.text_search import search_pieces
+from ai_tools.store.traces import TraceFilter, trace_row
 
 T = TypeVar("T")
 
@@ -632,6 +634,24 @@ class PostgreSQLStore:
     def heard_seq(self, name: str) -> defer.Deferred[int | None]:
         """The last world message ``name``'s saved state holds (None: not recorded)."""
         return self._query(sql.heard_seq, name)
+
+    # -- loop traces (ai_tools.store.traces) ---------------------------------------------
+
+    def save_trace(self, trace: Mapping[str, Any], keep: int) -> defer.Deferred[int]:
+        """Keep one loop trace, and only the newest ``keep`` of its assistant; its id."""
+        try:
+            row = trace_row(trace)
+        except (KeyError, TypeError, ValueError) as e:
+            return defer.fail(e)
+        return self._write(pg_traces.save_trace, row, keep)
+
+    def list_traces(self, search: TraceFilter) -> defer.Deferred[list[dict[str, Any]]]:
+        """The summaries of the newest traces ``search`` asks for, newest first."""
+        return self._query(pg_traces.list_traces, search)
+
+    def get_trace(self, trace_id: int) -> defer.Deferred[dict[str, Any] | None]:
+        """One stored trace, whole (None: not kept)."""
+        return self._query(pg_traces.get_trace, trace_id)
 
     def retire_worker(self, worker: str) -> defer.Deferred[int]:
         """``worker`` stops: its leases go at once (epochs kept); how many it held."""

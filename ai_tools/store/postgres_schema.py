@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ai_tools.store.postgres_traces import POSTGRES_TABLE
 from ai_tools.store.schema import Migration, SchemaVersionError
 
 __all__ = ["LATEST_VERSION", "MIGRATIONS", "SEARCH_CONFIG", "WORLD_TABLES", "migrate"]
@@ -184,6 +185,8 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(6, "loop traces: the newest of each assistant, for the console",
+              POSTGRES_TABLE),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

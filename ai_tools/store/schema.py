@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from ai_tools.errors import AIToolsError
+from ai_tools.store.traces import SQLITE_TABLE
 
 
 class SchemaVersionError(AIToolsError):
@@ -99,6 +100,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             " receivers TEXT NOT NULL)",
         ),
     ),
+    Migration(4, "loop traces: the newest of each assistant, for the console", SQLITE_TABLE),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -63,6 +63,13 @@ from ai_tools.store.sqlite_file import (
     file_problem,
 )
 from ai_tools.store.text_search import fts5_match_expression
+from ai_tools.store.traces import (
+    TraceFilter,
+    sqlite_get_trace,
+    sqlite_list_traces,
+    sqlite_save_trace,
+    trace_row,
+)
 
 T = TypeVar("T")
 
@@ -571,6 +578,24 @@ class SQLiteStore:
     def load_heard(self, limit: int) -> defer.Deferred[list[tuple[int, str, str]]]:
         """IHeardLog.load_heard."""
         return self._query(_load_heard, limit)
+
+    # -- loop traces (ai_tools.store.traces) ---------------------------------------------
+
+    def save_trace(self, trace: Mapping[str, Any], keep: int) -> defer.Deferred[int]:
+        """Keep one loop trace, and only the newest ``keep`` of its assistant; its id."""
+        try:
+            row = trace_row(trace)
+        except (KeyError, TypeError, ValueError) as e:
+            return defer.fail(e)
+        return self._write(sqlite_save_trace, row, keep)
+
+    def list_traces(self, search: TraceFilter) -> defer.Deferred[list[dict[str, Any]]]:
+        """The summaries of the newest traces ``search`` asks for, newest first."""
+        return self._query(sqlite_list_traces, search)
+
+    def get_trace(self, trace_id: int) -> defer.Deferred[dict[str, Any] | None]:
+        """One stored trace, whole (None: not kept)."""
+        return self._query(sqlite_get_trace, trace_id)
 
 
 # -- statements (run on the store thread) --------------------------------------

@@ -87,6 +87,7 @@ from ai_tools.web.results import LoopRecorder
 from ai_tools.web.service_events import ServiceEvents
 from ai_tools.web.sse import EventStream
 from ai_tools.web.token_guard import TokenGuard
+from ai_tools.web.traces import TraceRecorder, trace_search
 
 __all__ = ["MAX_TEXT", "MESSAGE_KINDS", "ApiResource", "ApiSite", "WebService",
            "make_web_service"]
@@ -140,6 +141,11 @@ class Route:
         return "/" + "/".join(self.pattern)
 
 
+def _store_unavailable(failure: Failure) -> None:
+    """A store that cannot answer now (closing, gone): ``503`` saying so, not a ``500``."""
+    raise ApiError(503, f"the stored traces cannot be read now: {failure.getErrorMessage()}")
+
+
 class ApiResource(Resource):
     """The whole API as one leaf resource that routes by path and method.
 
@@ -175,6 +181,9 @@ class ApiResource(Resource):
         self.limits = limits if limits is not None else HttpLimits()
         self.policy = policy if policy is not None else OriginPolicy()
         self.recorder = recorder if recorder is not None else LoopRecorder()
+        self.trace_recorder = TraceRecorder(store=service.store, keep=self.limits.traces_kept,
+                                            prices=self._prices)
+        self._remove_traces: Callable[[], None] | None = None
         self.token_guard = (TokenGuard(self._token, lambda: self.clock.seconds())
                             if self._token is not None else None)
         self.console = ConsolePages(self.token_guard, lambda: self.clock.seconds(), max_body)
@@ -227,6 +236,10 @@ class ApiResource(Resource):
                   "a player character says, poses, whispers, pages or posts on a channel"),
             Route("GET", ("characters", "{character}", "heard"), self.heard,
                   "what a character heard (?limit=, ?after=)"),
+            Route("GET", ("traces",), self.traces,
+                  "loop traces, newest first: the stored (?assistant=, ?reason=, ?tool=, "
+                  "?failed=, ?since=, ?until=, ?limit=) and the running ones"),
+            Route("GET", ("traces", "{trace_id}"), self.trace, "one stored loop trace, whole"),
             Route("GET", ("metrics",), self.metrics_page,
                   "the service's figures in the Prometheus text format"),
             Route("GET", ("events",), self.events,
@@ -285,6 +298,8 @@ class ApiResource(Resource):
         """Start recording loop results and observing events for the streams."""
         if self._remove_recorder is None:
             self._remove_recorder = self.service.add_observer(self.recorder)
+        if self._remove_traces is None:
+            self._remove_traces = self.service.add_observer(self.trace_recorder)
         self.metrics.start()
         self.hub.start()
 
@@ -298,6 +313,9 @@ class ApiResource(Resource):
         if self._remove_recorder is not None:
             self._remove_recorder()
             self._remove_recorder = None
+        if self._remove_traces is not None:
+            self._remove_traces()
+            self._remove_traces = None
         if self._forwarder is None:
             return defer.succeed(None)
         return self._forwarder.close()
@@ -517,6 +535,42 @@ class ApiResource(Resource):
             "last_tick": self.service.status(name).get("last_tick"),
             "loops": self.recorder.loops(name, limit),
         }
+
+    def _prices(self, label: Any) -> Any:
+        """The prices of the model profile called ``label`` (None: none, or unknown)."""
+        for client in self.service.llms.values():
+            profile = getattr(client, "profile", None)
+            if profile is not None and profile.label == label:
+                return getattr(profile, "prices", None)
+        return None
+
+    def traces(self, request: Any) -> Any:
+        """``GET /traces``: the stored traces' summaries, newest first, and the live ones
+        whole (``docs/http-api.md``)."""
+        search = trace_search(request)
+        recorder = self.trace_recorder
+        live = recorder.live(search.assistant)
+        if not recorder.stores:
+            return {"traces": [], "live": live, "stored": False}
+        d: defer.Deferred[Any] = self.service.store.list_traces(search)
+        d.addCallbacks(lambda found: {"traces": found, "live": live, "stored": True},
+                       _store_unavailable)
+        return d
+
+    def trace(self, request: Any, trace_id: str) -> Any:
+        """``GET /traces/{id}``: one stored trace with its spans (404: not kept)."""
+        if not trace_id.isdigit() or len(trace_id) > 18:
+            raise ApiError(400, f"a trace id is a number, not {trace_id!r}", field="trace_id")
+        if not self.trace_recorder.stores:
+            raise ApiError(404, "this service keeps no traces")
+
+        def found(trace: dict[str, Any] | None) -> dict[str, Any]:
+            if trace is None:
+                raise ApiError(404, f"no trace {trace_id} (only the newest are kept)")
+            return trace
+
+        d: defer.Deferred[Any] = self.service.store.get_trace(int(trace_id))
+        return d.addCallbacks(found, _store_unavailable)
 
     def tick(self, request: Any, name: str) -> defer.Deferred[dict[str, Any]]:
         """``POST /assistants/{name}/tick``: fires when the tick ends."""

@@ -71,6 +71,9 @@ class HttpLimits:
     ``DELETE`` of an assistant, which wait for its tick in flight to stop)."""
     forward_max_bytes: int = attrs.field(default=16 * 1024 * 1024, validator=_positive_int)
     """With several workers: bytes of such an answer; a larger one is refused (``502``)."""
+    traces_kept: int = attrs.field(default=50, validator=_positive_int)
+    """Loop traces the store keeps per assistant for ``GET /traces`` and the console's
+    trace view (the newest; each at most 64 KiB)."""
 
     @classmethod
     def setting_names(cls) -> tuple[str, ...]:

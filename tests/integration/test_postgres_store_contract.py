@@ -16,9 +16,10 @@ from twisted.internet import task
 from ai_tools.store.postgres import PostgreSQLStore
 from tests.integration.conftest import PostgresDatabase
 from tests.unit.test_store_contract import StoreContract, make_clock
+from tests.unit.test_store_traces import TraceLogContract
 
 
-class TestPostgreSQLStoreContract(StoreContract):
+class TestPostgreSQLStoreContract(StoreContract, TraceLogContract):
     """The contract on :class:`PostgreSQLStore`."""
 
     @pytest.fixture

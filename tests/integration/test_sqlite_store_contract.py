@@ -15,9 +15,10 @@ from twisted.internet import task
 
 from ai_tools.store.sqlite import SQLiteStore
 from tests.unit.test_store_contract import HeardLogContract, StoreContract, make_clock
+from tests.unit.test_store_traces import TraceLogContract
 
 
-class TestSQLiteStoreContract(StoreContract, HeardLogContract):
+class TestSQLiteStoreContract(StoreContract, HeardLogContract, TraceLogContract):
     """The contract on :class:`SQLiteStore`."""
 
     @pytest.fixture

@@ -112,7 +112,7 @@ class Twistd(protocol.ProcessProtocol):
 def clean_environment() -> dict[str, str]:
     """The environment without model or token settings of the person running the tests."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("LLM_", "AI_TOOLS_", "COVERAGE_PROCESS"))}
+           if not k.startswith(("LLM_", "AI_TOOLS_", "COVERAGE_PROCESS", "OTEL_"))}
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

@@ -59,6 +59,9 @@ CASES: dict[str, tuple[Any, str, str, Read, tuple[Any, Any, Any]]] = {
     "tick_interval": (2.0, "3", "4.5", lambda c: c.service.tick_interval, (2.0, 3.0, 4.5)),
     "stop_grace": (1, "2", "3", lambda c: c.service.stop_grace, (1.0, 2.0, 3.0)),
     "max_concurrent": (5, "6", "7", lambda c: c.service.max_concurrent, (5, 6, 7)),
+    "otlp_endpoint": ("http://file:1", "http://env:1", "https://flag:1",
+                      lambda c: c.service.otlp_endpoint,
+                      ("http://file:1", "http://env:1", "https://flag:1")),
 }
 """Settings whose three ways are checked by one test; the others have their own below."""
 

@@ -8,6 +8,7 @@ import { LiveLog } from "./live.js";
 import { LatencyChart } from "./chart.js";
 import { Speaker } from "./speak.js";
 import { Manager } from "./manage.js";
+import { TraceView } from "./traces.js";
 
 const page = {
   statuses: new Map(),
@@ -20,6 +21,7 @@ const page = {
 const live = new LiveLog($("#live"));
 const chart = new LatencyChart($("#chart"), $("#chart-note"));
 const speaker = new Speaker();
+const traces = new TraceView();
 const manager = new Manager({ changed: () => refresh(), selected: () => page.selected, select });
 const HISTORY_PAGE = 20;
 const LIVE_KEY = "ai_tools.console.live";
@@ -175,6 +177,7 @@ function select(name, from = null) {
   $("#detail-title").textContent = name || "";
   window.sessionStorage.setItem(LIVE_KEY, JSON.stringify({ assistant: name, from }));
   renderAssistants();
+  traces.select(name);
   if (name !== null) loadDetail();
 }
 
@@ -266,6 +269,7 @@ function onEvent(name, data, id) {
     live.add(name, data);
     chart.add(name, data);
   }
+  traces.onEvent(name, data);
   if (name !== "text_delta" && name !== "world_message" && name !== "iteration") scheduleRefresh();
   if (mine && (name === "tick" || name === "termination")) loadDetail();
 }
