@@ -32,6 +32,7 @@ from ai_tools.loop.config import ExitTool
 from ai_tools.loop.context import LoopContext, LoopControl
 from ai_tools.loop.result import LoopResult
 from ai_tools.loop.usage import ContextMeter
+from ai_tools.numbers import is_positive_number
 from ai_tools.service.patterns import validate_execution_config
 from ai_tools.service.scheduling import Clock
 from ai_tools.store.state_json import EncodedState, StateEncoder
@@ -56,7 +57,8 @@ MODES = (AWAKE, SLEEP)
 STATE_VERSION = 1
 """Version of the dict written by :meth:`Assistant.to_state`."""
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
+"""A name, whole (``fullmatch``: ``$`` would let a trailing newline through)."""
 _MAX_SUBAGENT_RECORDS = 20
 _DIRECT_KINDS = frozenset({"whisper", "page", "tell", "direct"})
 
@@ -70,7 +72,7 @@ class SleepRefused(AIToolsError):
 
 def _positive_number(where: str) -> Callable[[Any, Any, Any], None]:
     def check(instance: Any, attribute: Any, value: Any) -> None:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        if not is_positive_number(value):
             raise ConfigError(f"{where}.{attribute.name} must be a positive number, "
                               f"not {value!r}")
     return check
@@ -99,7 +101,7 @@ def _optional_budget(instance: Any, attribute: Any, value: Any) -> None:
 
 
 def _check_name(instance: Any, attribute: Any, value: Any) -> None:
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise ConfigError(
             f"assistant.name must be 1-64 letters, digits, '_', '.' or '-' (starting with a "
             f"letter or digit), not {value!r}"
@@ -486,10 +488,7 @@ class Assistant:
                     f"cannot sleep yet: {self.activity_since_wake} of {needed} required "
                     "actions done since waking up; deal with what woke you first"
                 )
-            if duration is not None and (
-                isinstance(duration, bool) or not isinstance(duration, int | float)
-                or duration <= 0
-            ):
+            if duration is not None and not is_positive_number(duration):
                 raise ValueError(f"sleep duration must be a positive number, not {duration!r}")
             self.sleep_until = now + (duration if duration is not None
                                       else self.config.sleep_duration)

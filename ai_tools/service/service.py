@@ -506,7 +506,9 @@ class AssistantService(MultiService):
         history, pending events, mode, counters — is loaded (its tool calls cut
         off by a crash get an "interrupted" answer); the given configuration
         wins over the saved one.  ``hear_after``: see :meth:`hear`.  Fails with
-        ConfigError for a bad config, a duplicate name or an unknown model.
+        ConfigError for a bad config, a duplicate name or an unknown model, and
+        with the store's error when its state cannot be saved (then it is not
+        added: nothing of it stays in the service).
         """
         if not isinstance(config, AssistantConfig):
             config = AssistantConfig.from_mapping(config)
@@ -528,11 +530,28 @@ class AssistantService(MultiService):
             self.scheduler.notify(name)
         if config.hearing:
             self.hear(name, hear_after)
-        yield self.save_state(name)
+        try:
+            yield self.save_state(name)
+        except Exception:
+            self._withdraw(assistant)  # not saved: as if never added
+            raise
         self.publish(name, {"type": "added", "restored": state is not None})
         log.info("Assistant {assistant} added ({how})", assistant=name,
                  how="restored" if state is not None else "new")
         return assistant
+
+    def _withdraw(self, assistant: Assistant) -> None:
+        """Undo an add whose first save failed: unscheduled, deaf, gone (nothing ran yet:
+        the scheduler's first tick comes on a later turn)."""
+        name = assistant.name
+        self.scheduler.remove(name)
+        self._unhear(name)
+        if self._assistants.get(name) is assistant:
+            del self._assistants[name]
+        self.cache.forget(name)
+        assistant.host = None
+        log.warn("Assistant {assistant} was not added: its state could not be saved",
+                 assistant=name)
 
     @defer.inlineCallbacks
     def restore_saved_assistants(self) -> Any:

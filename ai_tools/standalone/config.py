@@ -44,6 +44,7 @@ import attrs
 
 from ai_tools.errors import ConfigError
 from ai_tools.llm.profile import ModelProfile
+from ai_tools.numbers import is_number
 from ai_tools.service.assistant import AssistantConfig
 from ai_tools.settings import environment_warnings, near_name, setting
 from ai_tools.standalone.overrides import Overlay, Overrides, apply_overrides
@@ -88,6 +89,16 @@ _PROFILE_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", dict: "a table",
                float: "a number", list: "a list"}
+
+
+def _check_kind(value: Any, allowed: tuple[type, ...], key: str) -> None:
+    """ConfigError unless ``value`` is one of ``allowed`` (a bool only when bool is; a
+    float only when finite: TOML has ``nan`` and ``inf``)."""
+    if isinstance(value, float) and float in allowed and not is_number(value):
+        raise ConfigError(f"{key} must be a finite number, not {value!r}")
+    if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
+        wanted = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in allowed)
+        raise ConfigError(f"{key} must be {wanted}, not {value!r}")
 
 
 # -- values -------------------------------------------------------------------------
@@ -341,13 +352,7 @@ class _Table:
         if value is default:
             return value
         allowed = kinds if isinstance(kinds, tuple) else (kinds,)
-        if isinstance(value, bool) and bool not in allowed:
-            ok = False
-        else:
-            ok = isinstance(value, allowed)
-        if not ok:
-            wanted = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in allowed)
-            raise ConfigError(f"{self.key(name)} must be {wanted}, not {value!r}")
+        _check_kind(value, allowed, self.key(name))
         return value
 
     def positive(self, name: str, default: float) -> float:
@@ -412,13 +417,13 @@ def _check_keys(data: Mapping[str, Any], where: str, known: Any) -> None:
         raise ConfigError(_unknown(where, unknown, sorted(known)))
 
 
-_PLAIN_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
 def _label(name: Any) -> str:
     """A name as it may appear in a key path: plain when it is plain, else quoted."""
     text = str(name)
-    return text if _PLAIN_NAME.match(text) else repr(text)
+    return text if _PLAIN_NAME.fullmatch(text) else repr(text)
 
 
 def _one_line(message: str) -> str:
@@ -546,9 +551,7 @@ def _check_profile_types(table: Mapping[str, Any], where: str) -> None:
             continue
         value = table[key]
         allowed = kinds if isinstance(kinds, tuple) else (kinds,)
-        if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
-            wanted = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in allowed)
-            raise ConfigError(f"{where}.{key} must be {wanted}, not {value!r}")
+        _check_kind(value, allowed, f"{where}.{key}")
 
 
 def _profile(values: Mapping[str, Any], where: str, origins: Origins | None = None
@@ -658,7 +661,7 @@ def _assistant(index: int, data: Any, models: Mapping[str, ModelSpec],
     if not isinstance(data, Mapping):
         raise ConfigError(f"assistants[{index}] must be a table, not {_type_name(data)}")
     name = data.get("name")
-    where = (f"assistants.{name}" if isinstance(name, str) and _PLAIN_NAME.match(name)
+    where = (f"assistants.{name}" if isinstance(name, str) and _PLAIN_NAME.fullmatch(name)
              else f"assistants[{index}]")
     values = dict(data)
     values["model"] = _assistant_model(values.get("model"), where, models)

@@ -106,6 +106,10 @@ class Operator:
                 yield self.service.add_assistant(config)
         except ConfigError as exc:  # added meanwhile, or a model the service lost
             raise ApiError(409 if "already exists" in str(exc) else 422, str(exc)) from None
+        except Exception as exc:  # the store refused its first save: it was not added
+            raise ApiError(503, f"assistant {config.name!r} could not be saved "
+                           f"({str(exc) or type(exc).__name__}); it was not added",
+                           headers={"Retry-After": "10"}) from None
         if ownership is None:
             yield self.roster.unmark_removed(config.name)
         elif config.name not in self.service:  # its lease from before lives on elsewhere
