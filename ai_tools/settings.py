@@ -141,6 +141,10 @@ SETTINGS: tuple[Setting, ...] = (
             "seconds a stop waits for ticks in flight", "10"),
     Setting("max_concurrent", "service.max_concurrent", "ticks running at the same time",
             "100"),
+    Setting("min_tick_rate", "service.min_tick_rate",
+            "the fastest tick rate an assistant may have (seconds)", "1.0"),
+    Setting("max_assistants", "service.max_assistants",
+            "assistants the service may have (all workers together)", "1000"),
     # -- process tuning, read from the environment only
     Setting("gc", None, "service: garbage-collector settings for many assistants",
             "service", flag=False),

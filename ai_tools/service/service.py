@@ -66,6 +66,13 @@ Observer = Callable[[dict[str, Any]], None]
 LoopRunner = Callable[[LoopContext, LoopConfig], "defer.Deferred[LoopResult]"]
 """Runs one loop; :func:`ai_tools.loop.run.execute_react_loop` unless replaced (tests)."""
 
+MIN_TICK_RATE = 1.0
+"""The default floor of an assistant's ``tick_rate`` and ``sleep_tick_rate`` (seconds):
+each tick may ask the model, so a rate of ``1e-9`` would be a model request per turn."""
+
+MAX_ASSISTANTS = 1000
+"""The default bound on the assistants one service (with workers: all of them) has."""
+
 _SUBAGENT_PERSONA = (
     "You are a helper sub-agent working for {name}. Your only job is the task in the "
     "first message: use your tools to do it, then answer with a short plain-text report "
@@ -199,8 +206,12 @@ class AssistantService(MultiService):
         stop_grace: float = 10.0,
         loop_runner: LoopRunner | None = None,
         restore_saved: bool = False,
+        min_tick_rate: float = MIN_TICK_RATE,
+        max_assistants: int = MAX_ASSISTANTS,
     ) -> None:
         super().__init__()
+        self.min_tick_rate = min_tick_rate
+        self.max_assistants = max_assistants
         self._clock = clock
         self._llms: dict[str, Any] = dict(llms or {})
         if llm is not None:
@@ -515,7 +526,10 @@ class AssistantService(MultiService):
         name = config.name
         if name in self._assistants or name in self._adding:
             raise ConfigError(f"an assistant named {name!r} already exists")
-        self._check_model(config)
+        self.check_config(config)
+        if len(self._assistants) + len(self._adding) >= self.max_assistants:
+            raise ConfigError(f"assistant {name!r}: this service has its maximum of "
+                              f"{self.max_assistants} assistants (max_assistants)")
         self._adding.add(name)
         try:
             yield self._open()
@@ -640,7 +654,7 @@ class AssistantService(MultiService):
             config = AssistantConfig.from_mapping(config)
         if config.name != name:
             raise ConfigError(f"assistant {name!r} cannot be renamed to {config.name!r}")
-        self._check_model(config)
+        self.check_config(config)
         old = assistant.config
         before = old.to_dict()
         changed = [k for k, v in config.to_dict().items() if before.get(k) != v]
@@ -665,6 +679,16 @@ class AssistantService(MultiService):
         log.info("Assistant {assistant} reconfigured: {changed}", assistant=name,
                  changed=", ".join(changed))
         return changed
+
+    def check_config(self, config: AssistantConfig) -> None:
+        """ConfigError unless this service can run ``config``: a model it has, tick rates
+        no faster than its ``min_tick_rate``."""
+        self._check_model(config)
+        for key in ("tick_rate", "sleep_tick_rate"):
+            rate = getattr(config, key)
+            if rate < self.min_tick_rate:
+                raise ConfigError(f"assistant.{key} must be at least {self.min_tick_rate:g} "
+                                  f"seconds (the service's min_tick_rate), not {rate!r}")
 
     def _check_model(self, config: AssistantConfig) -> None:
         if config.model not in self._llms:

@@ -339,6 +339,7 @@ class StandaloneService(MultiService):
             llms=self.clients, store=self.store, registry=self.registry, world=self.world,
             clock=self.reactor, tick_interval=settings.tick_interval,
             max_concurrent=settings.max_concurrent, stop_grace=settings.stop_grace,
+            min_tick_rate=settings.min_tick_rate, max_assistants=settings.max_assistants,
         )
         self.assistants = service
         service.setServiceParent(self)

@@ -3,7 +3,8 @@
 ``twistd -n ai-assistant --config assistant.toml`` reads one file with these
 tables (every one optional; ``examples/assistant.toml`` shows them all)::
 
-    [service]      tick_interval, stop_grace, max_concurrent, log_level
+    [service]      tick_interval, stop_grace, max_concurrent, min_tick_rate,
+                   max_assistants, log_level
     [store]        backend ("sqlite", "memory" or "postgres"), path, synchronous,
                    quick_check, dsn and password_file (postgres)
     [world]        file (the seed world file), log_size
@@ -114,6 +115,10 @@ class ServiceSettings:
     """Seconds a shutdown waits for ticks in flight before cancelling them."""
     max_concurrent: int = 100
     """Ticks allowed to run at the same time."""
+    min_tick_rate: float = 1.0
+    """The fastest ``tick_rate`` (and ``sleep_tick_rate``) an assistant may have, in seconds."""
+    max_assistants: int = 1000
+    """Assistants the service may have (with workers: all of them together)."""
     log_level: str = "info"
     """Lowest level written to the log: debug, info, warn, error or critical."""
 
@@ -453,6 +458,8 @@ def _service(table: _Table) -> ServiceSettings:
         tick_interval=table.positive("tick_interval", 1.0),
         stop_grace=table.positive("stop_grace", 10.0),
         max_concurrent=table.positive_int("max_concurrent", 100),
+        min_tick_rate=table.positive("min_tick_rate", 1.0),
+        max_assistants=table.positive_int("max_assistants", 1000),
         log_level=table.choice("log_level", LOG_LEVELS, "info", aliases={"warning": "warn"}),
     )
     table.finish()
@@ -828,6 +835,7 @@ def _parse(data: Mapping[str, Any], source: str, base: Path, overrides: Override
     world = _world(table("world"))
     models = _models(document.get("models"), base, origins)
     assistants = _assistants(document.get("assistants", []), models, registry)
+    _check_assistant_bounds(assistants, service)
     http = _http(table("http"))
     manhole = _manhole(table("manhole"), store)
     workers = _workers(table("workers"), store)
@@ -851,6 +859,22 @@ def _assistants(raw: Any, models: Mapping[str, ModelSpec], registry: ToolRegistr
             raise ConfigError(f"assistants[{index}]: a second assistant named {config.name!r}")
         assistants.append(config)
     return tuple(assistants)
+
+
+def _check_assistant_bounds(assistants: tuple[AssistantConfig, ...],
+                            service: ServiceSettings) -> None:
+    """The service's bounds (see ``AssistantService.check_config``): no more than
+    ``max_assistants``, no tick rate below ``min_tick_rate``."""
+    if len(assistants) > service.max_assistants:
+        raise ConfigError(f"assistants: {len(assistants)} assistants, more than "
+                          f"service.max_assistants ({service.max_assistants})")
+    for config in assistants:
+        for key in ("tick_rate", "sleep_tick_rate"):
+            rate = getattr(config, key)
+            if rate < service.min_tick_rate:
+                raise ConfigError(f"assistants.{config.name}.{key} must be at least "
+                                  f"{service.min_tick_rate:g} seconds "
+                                  f"(service.min_tick_rate), not {rate!r}")
 
 
 def _warnings(document: Mapping[str, Any], models: Mapping[str, ModelSpec],

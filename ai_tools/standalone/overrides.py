@@ -139,7 +139,8 @@ def _path(given: Given) -> str:
 
 _VALUES: dict[str, Callable[[Given], Any]] = {
     "llm_context_window": _integer, "llm_max_tokens": _integer, "max_concurrent": _integer,
-    "tick_interval": _number, "stop_grace": _number,
+    "tick_interval": _number, "stop_grace": _number, "min_tick_rate": _number,
+    "max_assistants": _integer,
     "lease_ttl": _number, "lease_interval": _number,
     "llm_stream": _boolean,
     "world": _path, "http_token_file": _path, "db_password_file": _path,

@@ -103,6 +103,21 @@ def test_an_assistant_that_cannot_be_saved_is_not_added() -> None:
     assert again.code == 201, again
 
 
+def test_the_operator_api_creates_within_bounds(api: ApiHarness) -> None:
+    """No tick_rate below the service's min_tick_rate (each tick may ask the model),
+    on create and on change; no assistant past max_assistants (409)."""
+    fast = api.call("POST", "/assistants", body={"name": "ada", "tick_rate": 1e-9})
+    assert fast.code == 422 and fast.json["field"] == "tick_rate", fast
+    assert "min_tick_rate" in fast.json["error"]
+    patched = api.call("PATCH", "/assistants/pip", body={"sleep_tick_rate": 0.001})
+    assert patched.code == 422 and patched.json["field"] == "sleep_tick_rate", patched
+    api.service.max_assistants = 3  # pip and mason are there
+    assert api.call("POST", "/assistants", body={"name": "ada"}).code == 201
+    full = api.call("POST", "/assistants", body={"name": "bea"})
+    assert full.code == 409 and "max_assistants" in full.json["error"], full
+    assert api.service.names() == ["ada", "mason", "pip"]
+
+
 def test_creation_needs_a_json_object(api: ApiHarness) -> None:
     assert api.call("POST", "/assistants", body=["ada"]).code == 400
     assert api.call("POST", "/assistants").code == 400
