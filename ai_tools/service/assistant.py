@@ -26,6 +26,7 @@ from zope.interface import implementer
 from ai_tools.errors import AIToolsError, ConfigError
 from ai_tools.execution.engine import ExecutionState
 from ai_tools.execution.history import ConversationHistory
+from ai_tools.failure_lines import RepeatedFailure
 from ai_tools.interfaces import IAssistantRuntime
 from ai_tools.loop.compaction import DEFAULT_COMPACTION, CompactionConfig
 from ai_tools.loop.config import ExitTool
@@ -284,6 +285,10 @@ class AssistantHost(Protocol):
     def llm_for(self, model: str) -> Any:
         """The model client called ``model``."""
 
+    @property
+    def save_failures(self) -> RepeatedFailure:
+        """Where failed saves are logged: once per class (a full disk fails them all)."""
+
     def save_state(self, name: str) -> defer.Deferred[None]:
         """Persist assistant ``name``; fires once durable."""
 
@@ -448,14 +453,21 @@ class Assistant:
         with ``report`` also passed on (for callers that acknowledge what they saved)."""
         if self.host is None:
             return defer.succeed(None)
+        failures = self.host.save_failures
         d = self.host.save_state(self.name)
-        d.addErrback(self._save_failed, report)
+        d.addCallbacks(self._saved, self._save_failed, callbackArgs=(failures,),
+                       errbackArgs=(failures, report))
         return d
 
-    def _save_failed(self, failure: Any, report: bool = False) -> Any:
-        self.count("store_errors")
-        log.error("Could not save {assistant}: {error}", assistant=self.name,
-                  error=failure.getErrorMessage())
+    @staticmethod
+    def _saved(result: Any, failures: RepeatedFailure) -> Any:
+        failures.worked()
+        return result
+
+    def _save_failed(self, failure: Any, failures: RepeatedFailure, report: bool = False
+                     ) -> Any:
+        self.count("store_errors")  # (each counted; logged once per class: a full disk)
+        failures.failed(failure, assistant=self.name)
         return failure if report else None
 
     def _publish(self, event: dict[str, Any]) -> None:

@@ -41,6 +41,7 @@ from twisted.python.failure import Failure
 from ai_tools.errors import ConfigError, NotFound, ServiceNotRunning
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.execution.reasons import TerminationReason
+from ai_tools.failure_lines import RepeatedFailure
 from ai_tools.loop import (
     GatePolicy,
     LoopConfig,
@@ -212,6 +213,8 @@ class AssistantService(MultiService):
         super().__init__()
         self.min_tick_rate = min_tick_rate
         self.max_assistants = max_assistants
+        self.save_failures = RepeatedFailure("Could not save the state of assistants", log)
+        """Failed saves of the assistants, logged once per class until one works again."""
         self._clock = clock
         self._llms: dict[str, Any] = dict(llms or {})
         if llm is not None:

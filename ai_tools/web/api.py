@@ -61,6 +61,7 @@ from twisted.web import server
 from twisted.web.resource import Resource
 
 from ai_tools.errors import ConfigError, NotFound, PermissionDenied
+from ai_tools.failure_lines import RepeatedFailure
 from ai_tools.web.body import (
     DEFAULT_MAX_BODY,
     LimitedRequest,
@@ -185,6 +186,8 @@ class ApiResource(Resource):
         self._forwarder = forwarder
         self._others: OtherWorkers | None = None
         self._service_events: ServiceEvents | None = None
+        self._unsaved = RepeatedFailure("POST /messages answered 503: what its hearers heard "
+                                        "was not saved", log)
         self.routes = self._routes()
 
     def _routes(self) -> list[Route]:
@@ -658,22 +661,26 @@ class ApiResource(Resource):
     @defer.inlineCallbacks
     def _heard_saved(self, world: Any, heard: Sequence[str]) -> Any:
         """Wait until what the hearers heard is durable (else 503): the hearing assistants'
-        pending events, and the world's heard log where it keeps one (players read it)."""
+        pending events, and the world's heard log where it keeps one (players read it).
+
+        Both writes are waited for and both outcomes consumed (one may have failed
+        before the other: its failure must not be left unhandled); a failure is
+        logged once per class until messages are saved again."""
         keeping = getattr(world, "heard_kept", None)
-        kept = keeping() if keeping is not None else None  # (asked now: of this message)
-        try:
-            yield self.service.when_heard_saved(heard)
-            if kept is not None:
-                yield kept
-        except Exception as exc:
-            if kept is not None and not kept.called:
-                kept.addErrback(lambda _: None)  # (the answer is a 503 already)
-            log.error("POST /messages answered 503: what its hearers heard was not saved "
-                      "({error})", error=str(exc) or type(exc).__name__)
-            raise ApiError(503, "the message was spoken, but what the assistants heard could "
-                           f"not be saved ({str(exc) or type(exc).__name__}); it may be "
-                           "lost if the service stops", headers={"Retry-After": "10"}
-                           ) from None
+        writes = [self.service.when_heard_saved(heard)]
+        if keeping is not None:
+            writes.append(keeping())  # (asked now: of this message)
+        outcomes = yield defer.DeferredList(writes, consumeErrors=True)
+        failed = [result.value for ok, result in outcomes if not ok]
+        if not failed:
+            self._unsaved.worked()
+            return
+        exc = failed[0]
+        why = str(exc) or type(exc).__name__
+        self._unsaved.failed(exc)
+        raise ApiError(503, "the message was spoken, but what the assistants heard could "
+                       f"not be saved ({why}); it may be lost if the service stops",
+                       headers={"Retry-After": "10"})
 
     @defer.inlineCallbacks
     def _target_character(self, world: Any, target: str) -> Any:

@@ -42,6 +42,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ai_tools.errors import AIToolsError, ConfigError, NotFound, PermissionDenied
+from ai_tools.failure_lines import RepeatedFailure
 from ai_tools.interfaces import IHeardLog, IWorld
 from ai_tools.json_encoding import compact_ascii_json
 from ai_tools.world.commands import run_command
@@ -228,6 +229,13 @@ class SandboxWorld:
     """Heard-log writes in flight, by message number."""
     _unkept: dict[int, str] = attrs.field(factory=dict, init=False)
     """Messages whose heard-log write failed, and why (the newest ``_UNKEPT_KEEP``)."""
+    _heard_failures: RepeatedFailure = attrs.field(init=False, default=attrs.Factory(
+        lambda self: RepeatedFailure("Heard messages could not be kept in the store",
+                                     self._log), takes_self=True))
+    _write_failures: RepeatedFailure = attrs.field(init=False, default=attrs.Factory(
+        lambda self: RepeatedFailure("Sandbox world: writing changes to the store failed",
+                                     self._log), takes_self=True))
+    """Failed store writes, one log line per class (a full disk fails them all)."""
     seed_file: Path | None = attrs.field(default=None, init=False)
     """The world file :meth:`load` was given (None: none, or world data)."""
     file_changed: bool = attrs.field(default=False, init=False)
@@ -451,10 +459,16 @@ class SandboxWorld:
             return defer.succeed(None)
 
         def failed(failure: Failure) -> Failure:
-            self._log.failure("Sandbox world: writing a change to the store failed", failure)
+            self._write_failures.failed(failure)
             return failure
 
-        return defer.maybeDeferred(self.store.write_world, put, delete).addErrback(failed)
+        def written(result: Any) -> Any:
+            self._write_failures.worked()
+            return result
+
+        d = defer.maybeDeferred(self.store.write_world, put, delete)
+        d.addCallbacks(written, failed)
+        return d
 
     def _persist(self, *objects: WorldObject) -> defer.Deferred[None]:
         return self._write({"objects": [o.to_row() for o in objects]})
@@ -1018,14 +1032,15 @@ class SandboxWorld:
 
     def _heard_written(self, result: Any, seq: int) -> Any:
         del self._keeping[seq]
+        if seq not in self._unkept:
+            self._heard_failures.worked()
         return result
 
     def _heard_not_kept(self, failure: Failure, seq: int) -> None:
         self._unkept[seq] = failure.getErrorMessage() or type(failure.value).__name__
         while len(self._unkept) > _UNKEPT_KEEP:
             del self._unkept[next(iter(self._unkept))]
-        self._log.failure("Heard message {seq} could not be kept in the store", failure,
-                          seq=seq)
+        self._heard_failures.failed(failure, message=seq)
 
     def heard_kept(self) -> defer.Deferred[None]:
         """Fires once the newest message said is in the store's heard log (at once
