@@ -397,6 +397,7 @@ class StandaloneService(MultiService):
                 web = factory(self.assistants, self.world, endpoint=config.http.endpoint,
                               token=config.http.token, max_body=config.http.max_body,
                               allowed_hosts=config.http.allowed_hosts,
+                              worker_hosts=config.workers.api_hosts,
                               limits=config.http.limits)
                 self._add_listener("http", web)
         manhole = config.manhole

@@ -16,6 +16,7 @@ tables (every one optional; ``examples/assistant.toml`` shows them all)::
     [http]         enabled, listen, token / token_env / token_file, max_body,
                    allowed_hosts, and the limits of ``ai_tools.web.limits.HttpLimits``
     [manhole]      enabled, listen, authorized_keys, password_file, host_key
+    [workers]      name, lease_ttl, lease_interval, api_hosts (postgres)
 
 The deployment settings of :mod:`ai_tools.settings` (model server, database,
 listeners, log level...) can also be given as ``twistd`` flags and
@@ -212,6 +213,9 @@ class WorkersConfig:
     assistants wait before another worker takes them)."""
     lease_interval: float = 5.0
     """Seconds between a worker's lease rounds (renewing, taking, giving up)."""
+    api_hosts: tuple[str, ...] = ()
+    """The only hosts another worker's API address (in the database) may name; empty:
+    any ``http(s)://host:port`` (see ``ai_tools.web.worker_auth``)."""
 
 
 @attrs.frozen
@@ -523,19 +527,32 @@ def _store(table: _Table, overlay: Overlay) -> StoreConfig:
 
 def _workers(table: _Table, store: StoreConfig) -> WorkersConfig:
     """``[workers]``: only with the PostgreSQL store (SQLite is one process)."""
-    given = [key for key in ("name", "lease_ttl", "lease_interval") if key in table]
+    given = [key for key in ("name", "lease_ttl", "lease_interval", "api_hosts")
+             if key in table]
     if given and store.backend != "postgres":
         raise ConfigError(f"{table.key(given[0])} is only for [store] backend = \"postgres\"")
     name = table.typed("name", str, None)
     if name is not None and not name.strip():
         raise ConfigError(f"{table.key('name')} must not be empty")
     workers = WorkersConfig(name=name, lease_ttl=table.positive("lease_ttl", 15.0),
-                            lease_interval=table.positive("lease_interval", 5.0))
+                            lease_interval=table.positive("lease_interval", 5.0),
+                            api_hosts=_api_hosts(table))
     table.finish()
     if workers.lease_interval >= workers.lease_ttl:
         raise ConfigError(f"{table.key('lease_interval')} ({workers.lease_interval:g}) must be "
                           f"shorter than {table.key('lease_ttl')} ({workers.lease_ttl:g})")
     return workers
+
+
+def _api_hosts(table: _Table) -> tuple[str, ...]:
+    """``[workers] api_hosts``: host names or addresses, as a worker's URL names them."""
+    hosts = table.typed("api_hosts", list, [])
+    for host in hosts:
+        if not isinstance(host, str) or not host.strip() or any(
+                c.isspace() or c in "/@?#[]" for c in host) or not host.isascii():
+            raise ConfigError(f"{table.key('api_hosts')}: {host!r} is not a host name or "
+                              "address (write it as in http://HOST:port)")
+    return tuple(h.lower() for h in hosts)
 
 
 def _world(table: _Table) -> WorldConfig:

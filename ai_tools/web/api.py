@@ -88,6 +88,7 @@ from ai_tools.web.results import LoopRecorder
 from ai_tools.web.service_events import ServiceEvents
 from ai_tools.web.sse import EventStream
 from ai_tools.web.token_guard import TokenGuard
+from ai_tools.web.worker_auth import SIGNATURE_HEADER, WorkerSigner
 
 __all__ = ["MAX_TEXT", "MESSAGE_KINDS", "ApiResource", "ApiSite", "WebService",
            "make_web_service"]
@@ -165,6 +166,7 @@ class ApiResource(Resource):
         limits: HttpLimits | None = None,
         policy: OriginPolicy | None = None,
         forwarder: Forwarder | None = None,
+        worker_hosts: Sequence[str] = (),
     ) -> None:
         super().__init__()
         self.service = service
@@ -178,6 +180,10 @@ class ApiResource(Resource):
         self.recorder = recorder if recorder is not None else LoopRecorder()
         self.token_guard = (TokenGuard(self._token, lambda: self.clock.seconds())
                             if self._token is not None else None)
+        self.worker_signer = (WorkerSigner.for_token(self._token, lambda: self.clock.seconds())
+                              if self._token is not None else None)
+        """Signs the requests passed on to other workers, checks theirs (with a token)."""
+        self.worker_hosts = tuple(worker_hosts)
         self.console = ConsolePages(self.token_guard, lambda: self.clock.seconds(), max_body)
         self._hub: EventHub | None = None
         self.operator = Operator(service, world)
@@ -264,8 +270,9 @@ class ApiResource(Resource):
                 self._forwarder = Forwarder(
                     self.clock, timeout=limits.forward_timeout,
                     max_bytes=limits.forward_max_bytes,
-                    stream_idle=2 * self.keepalive + limits.forward_timeout)
-            self._others = OtherWorkers(self.service, self._forwarder, self._token,
+                    stream_idle=2 * self.keepalive + limits.forward_timeout,
+                    signer=self.worker_signer)
+            self._others = OtherWorkers(self.service, self._forwarder, self.worker_hosts,
                                         max_streams=self.limits.max_streams,
                                         tick_timeout=self.limits.forward_tick_timeout)
         return self._others
@@ -361,8 +368,13 @@ class ApiResource(Resource):
         return route, params
 
     def _check_token(self, request: Any) -> None:
+        """The bearer token, the console's session cookie, or (from another worker) a
+        worker signature (:mod:`~ai_tools.web.worker_auth`)."""
         guard = self.token_guard
         if guard is None or self.console.signed_in(request):
+            return
+        if self.worker_signer is not None and request.getHeader(SIGNATURE_HEADER) is not None:
+            self.worker_signer.check(request)
             return
         header = request.getHeader(b"authorization")
         if not header:
@@ -811,6 +823,7 @@ def make_web_service(
     clock: Any = None,
     limits: HttpLimits | Mapping[str, Any] | None = None,
     allowed_hosts: Sequence[str] = (),
+    worker_hosts: Sequence[str] = (),
 ) -> WebService:
     """The HTTP API of ``service`` (and ``world``) listening on ``endpoint`` (strports).
 
@@ -824,7 +837,9 @@ def make_web_service(
     :class:`~ai_tools.web.limits.HttpLimits` or a mapping of its settings)
     the connections, request deadlines and event streams.  ``allowed_hosts``
     names this service has besides localhost and its address (``name`` or
-    ``name:port``: a reverse proxy, a tunnel).  ``clock`` is the reactor
+    ``name:port``: a reverse proxy, a tunnel).  ``worker_hosts``: with
+    several workers, the only hosts another worker's API address may name
+    (empty: any; see :mod:`~ai_tools.web.worker_auth`).  ``clock`` is the reactor
     (default: the global one).  Raises ConfigError for a bad combination.
     """
     if token is not None and (not isinstance(token, str) or not token.strip()):
@@ -840,7 +855,7 @@ def make_web_service(
         limits = HttpLimits.from_mapping(limits or {}, "http")
     policy = OriginPolicy(allowed_hosts=tuple(allowed_hosts))
     resource = ApiResource(service, world, token=token, max_body=max_body, clock=clock,
-                           limits=limits, policy=policy)
+                           limits=limits, policy=policy, worker_hosts=worker_hosts)
     site = ApiSite(resource, max_body=max_body, clock=resource.clock, limits=limits)
     reactor = clock if clock is not None and hasattr(clock, "listenTCP") else None
     return WebService(resource, site, endpoint, reactor=reactor)
