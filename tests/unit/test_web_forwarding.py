@@ -131,6 +131,20 @@ def test_a_forwarded_request_carries_a_signature_never_the_token() -> None:
     assert clock.getDelayedCalls() == []  # the deadline is cancelled once answered
 
 
+@pytest.mark.parametrize("url", ["http://[::1]:1/assistants", "http://a b:1/x"])
+def test_a_url_the_http_client_cannot_encode_is_an_unreachable_worker(url: str) -> None:
+    """treq raises at once for such a URL: the forwarder fails its Deferred with a 503
+    instead (a worker that cannot be reached), for answers and for streams."""
+    clock = task.Clock()
+    forward, _ = forwarder(OtherWorker(), clock)
+    failure = outcome(forward.forward("GET", url, {}))
+    assert isinstance(failure, Failure) and failure.check(ForwardingError)
+    assert failure.value.status == 503 and "cannot be reached" in failure.value.message
+    relayed = outcome(forward.relay(FakeRequest(), url, {}))
+    assert isinstance(relayed, Failure) and relayed.value.status == 503
+    assert clock.getDelayedCalls() == []
+
+
 def signed(api: ApiHarness, method: str, path: str, body: bytes = b"", *,
            token: str = TOKEN, skew: float = 0.0, sent_path: str | None = None,
            sent_body: bytes | None = None) -> Any:
