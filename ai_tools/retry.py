@@ -16,6 +16,8 @@ import attrs
 from twisted.internet import defer, error
 from twisted.python.failure import Failure
 
+from ai_tools.numbers import is_number
+
 _RETRYABLE_TEXT = re.compile(
     r"timeout|timed out|connection|network|temporar|rate limit|too many requests|try again",
     re.IGNORECASE,
@@ -35,7 +37,7 @@ _RETRYABLE_EXCEPTIONS: tuple[type[BaseException], ...] = (
 
 def _at_least(minimum: float) -> Callable[[Any, Any, Any], None]:
     def check(instance: Any, attribute: Any, value: Any) -> None:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
+        if not is_number(value) or value < minimum:
             raise ValueError(f"RetryPolicy.{attribute.name} must be a number >= {minimum}, "
                              f"got {value!r}")
 

@@ -144,6 +144,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("otlp_endpoint", "service.otlp_endpoint",
             "OpenTelemetry: the OTLP/HTTP collector traces and metrics go to (otel extra)",
             "http://127.0.0.1:4318"),
+    Setting("min_tick_rate", "service.min_tick_rate",
+            "the fastest tick rate an assistant may have (seconds)", "1.0"),
+    Setting("max_assistants", "service.max_assistants",
+            "assistants the service may have (all workers together)", "1000"),
     # -- process tuning, read from the environment only
     Setting("gc", None, "service: garbage-collector settings for many assistants",
             "service", flag=False),

@@ -17,6 +17,7 @@ import attrs
 
 from ai_tools.errors import ConfigError
 from ai_tools.llm.repetition import RepetitionConfig
+from ai_tools.numbers import is_positive_number
 
 ENV_URL = "AI_TOOLS_LLM_URL"
 ENV_MODEL = "AI_TOOLS_LLM_MODEL"
@@ -50,8 +51,7 @@ def default_max_tokens(window: int) -> int:
 def _seconds_or_none(instance: Any, attribute: Any, value: Any) -> None:
     if value is None and attribute.name != "connect":
         return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 \
-            or value == float("inf"):
+    if not is_positive_number(value):
         raise ValueError(f"timeouts.{attribute.name} must be a positive number of seconds"
                          f"{'' if attribute.name == 'connect' else ' or none'}, got {value!r}")
 
@@ -192,6 +192,10 @@ class ModelProfile:
     def __attrs_post_init__(self) -> None:
         if not self.model:
             raise ConfigError("model profile: 'model' must not be empty")
+        for field in ("retry_after_cap", "breaker_cooldown"):
+            if not is_positive_number(getattr(self, field)):
+                raise ConfigError(f"model profile: '{field}' must be a positive number of "
+                                  f"seconds, got {getattr(self, field)!r}")
         if self.max_concurrency < 1:
             raise ConfigError("model profile: 'max_concurrency' must be >= 1")
         if self.tool_calling not in TOOL_CALLING_MODES:

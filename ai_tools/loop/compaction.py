@@ -36,6 +36,7 @@ from ai_tools.execution.history import is_tool_result
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.tokens import CHARS_PER_TOKEN
 from ai_tools.loop.fitting import TRUNCATION_PREFIX, fit_messages
+from ai_tools.numbers import is_number
 
 __all__ = [
     "SUMMARY_PREFIX",
@@ -90,7 +91,7 @@ class CompactionConfig:
 
     @target_percent.validator
     def _check_target(self, attribute: Any, value: float) -> None:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 100:
+        if not is_number(value) or not 0 < value <= 100:
             raise ValueError(f"target_percent must be a percentage in (0, 100], got {value!r}")
 
 

@@ -26,12 +26,14 @@ from zope.interface import implementer
 from ai_tools.errors import AIToolsError, ConfigError
 from ai_tools.execution.engine import ExecutionState
 from ai_tools.execution.history import ConversationHistory
+from ai_tools.failure_lines import RepeatedFailure
 from ai_tools.interfaces import IAssistantRuntime
 from ai_tools.loop.compaction import DEFAULT_COMPACTION, CompactionConfig
 from ai_tools.loop.config import ExitTool
 from ai_tools.loop.context import LoopContext, LoopControl
 from ai_tools.loop.result import LoopResult
 from ai_tools.loop.usage import ContextMeter
+from ai_tools.numbers import is_positive_number
 from ai_tools.service.patterns import validate_execution_config
 from ai_tools.service.scheduling import Clock
 from ai_tools.store.state_json import EncodedState, StateEncoder
@@ -56,7 +58,8 @@ MODES = (AWAKE, SLEEP)
 STATE_VERSION = 1
 """Version of the dict written by :meth:`Assistant.to_state`."""
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
+"""A name, whole (``fullmatch``: ``$`` would let a trailing newline through)."""
 _MAX_SUBAGENT_RECORDS = 20
 _DIRECT_KINDS = frozenset({"whisper", "page", "tell", "direct"})
 
@@ -70,7 +73,7 @@ class SleepRefused(AIToolsError):
 
 def _positive_number(where: str) -> Callable[[Any, Any, Any], None]:
     def check(instance: Any, attribute: Any, value: Any) -> None:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        if not is_positive_number(value):
             raise ConfigError(f"{where}.{attribute.name} must be a positive number, "
                               f"not {value!r}")
     return check
@@ -99,7 +102,7 @@ def _optional_budget(instance: Any, attribute: Any, value: Any) -> None:
 
 
 def _check_name(instance: Any, attribute: Any, value: Any) -> None:
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise ConfigError(
             f"assistant.name must be 1-64 letters, digits, '_', '.' or '-' (starting with a "
             f"letter or digit), not {value!r}"
@@ -282,6 +285,10 @@ class AssistantHost(Protocol):
     def llm_for(self, model: str) -> Any:
         """The model client called ``model``."""
 
+    @property
+    def save_failures(self) -> RepeatedFailure:
+        """Where failed saves are logged: once per class (a full disk fails them all)."""
+
     def save_state(self, name: str) -> defer.Deferred[None]:
         """Persist assistant ``name``; fires once durable."""
 
@@ -449,14 +456,21 @@ class Assistant:
         with ``report`` also passed on (for callers that acknowledge what they saved)."""
         if self.host is None:
             return defer.succeed(None)
+        failures = self.host.save_failures
         d = self.host.save_state(self.name)
-        d.addErrback(self._save_failed, report)
+        d.addCallbacks(self._saved, self._save_failed, callbackArgs=(failures,),
+                       errbackArgs=(failures, report))
         return d
 
-    def _save_failed(self, failure: Any, report: bool = False) -> Any:
-        self.count("store_errors")
-        log.error("Could not save {assistant}: {error}", assistant=self.name,
-                  error=failure.getErrorMessage())
+    @staticmethod
+    def _saved(result: Any, failures: RepeatedFailure) -> Any:
+        failures.worked()
+        return result
+
+    def _save_failed(self, failure: Any, failures: RepeatedFailure, report: bool = False
+                     ) -> Any:
+        self.count("store_errors")  # (each counted; logged once per class: a full disk)
+        failures.failed(failure, assistant=self.name)
         return failure if report else None
 
     def _publish(self, event: dict[str, Any]) -> None:
@@ -489,10 +503,7 @@ class Assistant:
                     f"cannot sleep yet: {self.activity_since_wake} of {needed} required "
                     "actions done since waking up; deal with what woke you first"
                 )
-            if duration is not None and (
-                isinstance(duration, bool) or not isinstance(duration, int | float)
-                or duration <= 0
-            ):
+            if duration is not None and not is_positive_number(duration):
                 raise ValueError(f"sleep duration must be a positive number, not {duration!r}")
             self.sleep_until = now + (duration if duration is not None
                                       else self.config.sleep_duration)

@@ -37,6 +37,7 @@ from twisted.logger import Logger
 
 from ai_tools.errors import ConfigError
 from ai_tools.loop.config import GatePolicy
+from ai_tools.numbers import is_number
 from ai_tools.tools.base import ToolCategory
 
 __all__ = [
@@ -128,7 +129,7 @@ def should_use_react_loop(pattern: ExecutionPattern) -> bool:
 
 
 def _clamp_iterations(value: Any, default: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         return default
     return max(MIN_ITERATIONS, min(MAX_ITERATIONS, int(value)))
 

@@ -41,6 +41,7 @@ from twisted.python.failure import Failure
 from ai_tools.errors import ConfigError, NotFound, ServiceNotRunning
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.execution.reasons import TerminationReason
+from ai_tools.failure_lines import RepeatedFailure
 from ai_tools.loop import (
     GatePolicy,
     LoopConfig,
@@ -66,6 +67,13 @@ Observer = Callable[[dict[str, Any]], None]
 
 LoopRunner = Callable[[LoopContext, LoopConfig], "defer.Deferred[LoopResult]"]
 """Runs one loop; :func:`ai_tools.loop.run.execute_react_loop` unless replaced (tests)."""
+
+MIN_TICK_RATE = 1.0
+"""The default floor of an assistant's ``tick_rate`` and ``sleep_tick_rate`` (seconds):
+each tick may ask the model, so a rate of ``1e-9`` would be a model request per turn."""
+
+MAX_ASSISTANTS = 1000
+"""The default bound on the assistants one service (with workers: all of them) has."""
 
 _SUBAGENT_PERSONA = (
     "You are a helper sub-agent working for {name}. Your only job is the task in the "
@@ -213,8 +221,14 @@ class AssistantService(MultiService):
         restore_saved: bool = False,
         telemetry: Telemetry | None = None,
         otlp_endpoint: str | None = None,
+        min_tick_rate: float = MIN_TICK_RATE,
+        max_assistants: int = MAX_ASSISTANTS,
     ) -> None:
         super().__init__()
+        self.min_tick_rate = min_tick_rate
+        self.max_assistants = max_assistants
+        self.save_failures = RepeatedFailure("Could not save the state of assistants", log)
+        """Failed saves of the assistants, logged once per class until one works again."""
         self._clock = clock
         self._llms: dict[str, Any] = dict(llms or {})
         if llm is not None:
@@ -535,14 +549,19 @@ class AssistantService(MultiService):
         history, pending events, mode, counters — is loaded (its tool calls cut
         off by a crash get an "interrupted" answer); the given configuration
         wins over the saved one.  ``hear_after``: see :meth:`hear`.  Fails with
-        ConfigError for a bad config, a duplicate name or an unknown model.
+        ConfigError for a bad config, a duplicate name or an unknown model, and
+        with the store's error when its state cannot be saved (then it is not
+        added: nothing of it stays in the service).
         """
         if not isinstance(config, AssistantConfig):
             config = AssistantConfig.from_mapping(config)
         name = config.name
         if name in self._assistants or name in self._adding:
             raise ConfigError(f"an assistant named {name!r} already exists")
-        self._check_model(config)
+        self.check_config(config)
+        if len(self._assistants) + len(self._adding) >= self.max_assistants:
+            raise ConfigError(f"assistant {name!r}: this service has its maximum of "
+                              f"{self.max_assistants} assistants (max_assistants)")
         self._adding.add(name)
         try:
             yield self._open()
@@ -557,11 +576,28 @@ class AssistantService(MultiService):
             self.scheduler.notify(name)
         if config.hearing:
             self.hear(name, hear_after)
-        yield self.save_state(name)
+        try:
+            yield self.save_state(name)
+        except Exception:
+            self._withdraw(assistant)  # not saved: as if never added
+            raise
         self.publish(name, {"type": "added", "restored": state is not None})
         log.info("Assistant {assistant} added ({how})", assistant=name,
                  how="restored" if state is not None else "new")
         return assistant
+
+    def _withdraw(self, assistant: Assistant) -> None:
+        """Undo an add whose first save failed: unscheduled, deaf, gone (nothing ran yet:
+        the scheduler's first tick comes on a later turn)."""
+        name = assistant.name
+        self.scheduler.remove(name)
+        self._unhear(name)
+        if self._assistants.get(name) is assistant:
+            del self._assistants[name]
+        self.cache.forget(name)
+        assistant.host = None
+        log.warn("Assistant {assistant} was not added: its state could not be saved",
+                 assistant=name)
 
     @defer.inlineCallbacks
     def restore_saved_assistants(self) -> Any:
@@ -650,7 +686,7 @@ class AssistantService(MultiService):
             config = AssistantConfig.from_mapping(config)
         if config.name != name:
             raise ConfigError(f"assistant {name!r} cannot be renamed to {config.name!r}")
-        self._check_model(config)
+        self.check_config(config)
         old = assistant.config
         before = old.to_dict()
         changed = [k for k, v in config.to_dict().items() if before.get(k) != v]
@@ -675,6 +711,16 @@ class AssistantService(MultiService):
         log.info("Assistant {assistant} reconfigured: {changed}", assistant=name,
                  changed=", ".join(changed))
         return changed
+
+    def check_config(self, config: AssistantConfig) -> None:
+        """ConfigError unless this service can run ``config``: a model it has, tick rates
+        no faster than its ``min_tick_rate``."""
+        self._check_model(config)
+        for key in ("tick_rate", "sleep_tick_rate"):
+            rate = getattr(config, key)
+            if rate < self.min_tick_rate:
+                raise ConfigError(f"assistant.{key} must be at least {self.min_tick_rate:g} "
+                                  f"seconds (the service's min_tick_rate), not {rate!r}")
 
     def _check_model(self, config: AssistantConfig) -> None:
         if config.model not in self._llms:

@@ -340,6 +340,7 @@ class StandaloneService(MultiService):
             clock=self.reactor, tick_interval=settings.tick_interval,
             max_concurrent=settings.max_concurrent, stop_grace=settings.stop_grace,
             otlp_endpoint=settings.otlp_endpoint,
+            min_tick_rate=settings.min_tick_rate, max_assistants=settings.max_assistants,
         )
         self.assistants = service
         service.setServiceParent(self)
@@ -397,6 +398,7 @@ class StandaloneService(MultiService):
                 web = factory(self.assistants, self.world, endpoint=config.http.endpoint,
                               token=config.http.token, max_body=config.http.max_body,
                               allowed_hosts=config.http.allowed_hosts,
+                              worker_hosts=config.workers.api_hosts,
                               limits=config.http.limits)
                 self._add_listener("http", web)
         manhole = config.manhole

@@ -3,7 +3,8 @@
 ``twistd -n ai-assistant --config assistant.toml`` reads one file with these
 tables (every one optional; ``examples/assistant.toml`` shows them all)::
 
-    [service]      tick_interval, stop_grace, max_concurrent, log_level
+    [service]      tick_interval, stop_grace, max_concurrent, min_tick_rate,
+                   max_assistants, log_level
     [store]        backend ("sqlite", "memory" or "postgres"), path, synchronous,
                    quick_check, dsn and password_file (postgres)
     [world]        file (the seed world file), log_size
@@ -15,6 +16,7 @@ tables (every one optional; ``examples/assistant.toml`` shows them all)::
     [http]         enabled, listen, token / token_env / token_file, max_body,
                    allowed_hosts, and the limits of ``ai_tools.web.limits.HttpLimits``
     [manhole]      enabled, listen, authorized_keys, password_file, host_key
+    [workers]      name, lease_ttl, lease_interval, api_hosts (postgres)
 
 The deployment settings of :mod:`ai_tools.settings` (model server, database,
 listeners, log level...) can also be given as ``twistd`` flags and
@@ -44,6 +46,7 @@ import attrs
 
 from ai_tools.errors import ConfigError
 from ai_tools.llm.profile import ModelProfile
+from ai_tools.numbers import is_number
 from ai_tools.service.assistant import AssistantConfig
 from ai_tools.settings import environment_warnings, near_name, setting
 from ai_tools.standalone.overrides import Overlay, Overrides, apply_overrides
@@ -91,6 +94,16 @@ _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", dict: 
                float: "a number", list: "a list"}
 
 
+def _check_kind(value: Any, allowed: tuple[type, ...], key: str) -> None:
+    """ConfigError unless ``value`` is one of ``allowed`` (a bool only when bool is; a
+    float only when finite: TOML has ``nan`` and ``inf``)."""
+    if isinstance(value, float) and float in allowed and not is_number(value):
+        raise ConfigError(f"{key} must be a finite number, not {value!r}")
+    if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
+        wanted = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in allowed)
+        raise ConfigError(f"{key} must be {wanted}, not {value!r}")
+
+
 # -- values -------------------------------------------------------------------------
 
 
@@ -104,6 +117,10 @@ class ServiceSettings:
     """Seconds a shutdown waits for ticks in flight before cancelling them."""
     max_concurrent: int = 100
     """Ticks allowed to run at the same time."""
+    min_tick_rate: float = 1.0
+    """The fastest ``tick_rate`` (and ``sleep_tick_rate``) an assistant may have, in seconds."""
+    max_assistants: int = 1000
+    """Assistants the service may have (with workers: all of them together)."""
     log_level: str = "info"
     """Lowest level written to the log: debug, info, warn, error or critical."""
     otlp_endpoint: str | None = None
@@ -200,6 +217,9 @@ class WorkersConfig:
     assistants wait before another worker takes them)."""
     lease_interval: float = 5.0
     """Seconds between a worker's lease rounds (renewing, taking, giving up)."""
+    api_hosts: tuple[str, ...] = ()
+    """The only hosts another worker's API address (in the database) may name; empty:
+    any ``http(s)://host:port`` (see ``ai_tools.web.worker_auth``)."""
 
 
 @attrs.frozen
@@ -345,13 +365,7 @@ class _Table:
         if value is default:
             return value
         allowed = kinds if isinstance(kinds, tuple) else (kinds,)
-        if isinstance(value, bool) and bool not in allowed:
-            ok = False
-        else:
-            ok = isinstance(value, allowed)
-        if not ok:
-            wanted = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in allowed)
-            raise ConfigError(f"{self.key(name)} must be {wanted}, not {value!r}")
+        _check_kind(value, allowed, self.key(name))
         return value
 
     def positive(self, name: str, default: float) -> float:
@@ -416,13 +430,13 @@ def _check_keys(data: Mapping[str, Any], where: str, known: Any) -> None:
         raise ConfigError(_unknown(where, unknown, sorted(known)))
 
 
-_PLAIN_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
 def _label(name: Any) -> str:
     """A name as it may appear in a key path: plain when it is plain, else quoted."""
     text = str(name)
-    return text if _PLAIN_NAME.match(text) else repr(text)
+    return text if _PLAIN_NAME.fullmatch(text) else repr(text)
 
 
 def _one_line(message: str) -> str:
@@ -452,6 +466,8 @@ def _service(table: _Table) -> ServiceSettings:
         tick_interval=table.positive("tick_interval", 1.0),
         stop_grace=table.positive("stop_grace", 10.0),
         max_concurrent=table.positive_int("max_concurrent", 100),
+        min_tick_rate=table.positive("min_tick_rate", 1.0),
+        max_assistants=table.positive_int("max_assistants", 1000),
         log_level=table.choice("log_level", LOG_LEVELS, "info", aliases={"warning": "warn"}),
         otlp_endpoint=_otlp_endpoint(table),
     )
@@ -528,19 +544,32 @@ def _store(table: _Table, overlay: Overlay) -> StoreConfig:
 
 def _workers(table: _Table, store: StoreConfig) -> WorkersConfig:
     """``[workers]``: only with the PostgreSQL store (SQLite is one process)."""
-    given = [key for key in ("name", "lease_ttl", "lease_interval") if key in table]
+    given = [key for key in ("name", "lease_ttl", "lease_interval", "api_hosts")
+             if key in table]
     if given and store.backend != "postgres":
         raise ConfigError(f"{table.key(given[0])} is only for [store] backend = \"postgres\"")
     name = table.typed("name", str, None)
     if name is not None and not name.strip():
         raise ConfigError(f"{table.key('name')} must not be empty")
     workers = WorkersConfig(name=name, lease_ttl=table.positive("lease_ttl", 15.0),
-                            lease_interval=table.positive("lease_interval", 5.0))
+                            lease_interval=table.positive("lease_interval", 5.0),
+                            api_hosts=_api_hosts(table))
     table.finish()
     if workers.lease_interval >= workers.lease_ttl:
         raise ConfigError(f"{table.key('lease_interval')} ({workers.lease_interval:g}) must be "
                           f"shorter than {table.key('lease_ttl')} ({workers.lease_ttl:g})")
     return workers
+
+
+def _api_hosts(table: _Table) -> tuple[str, ...]:
+    """``[workers] api_hosts``: host names or addresses, as a worker's URL names them."""
+    hosts = table.typed("api_hosts", list, [])
+    for host in hosts:
+        if not isinstance(host, str) or not host.strip() or any(
+                c.isspace() or c in "/@?#[]" for c in host) or not host.isascii():
+            raise ConfigError(f"{table.key('api_hosts')}: {host!r} is not a host name or "
+                              "address (write it as in http://HOST:port)")
+    return tuple(h.lower() for h in hosts)
 
 
 def _world(table: _Table) -> WorldConfig:
@@ -563,9 +592,7 @@ def _check_profile_types(table: Mapping[str, Any], where: str) -> None:
             continue
         value = table[key]
         allowed = kinds if isinstance(kinds, tuple) else (kinds,)
-        if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
-            wanted = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in allowed)
-            raise ConfigError(f"{where}.{key} must be {wanted}, not {value!r}")
+        _check_kind(value, allowed, f"{where}.{key}")
 
 
 def _profile(values: Mapping[str, Any], where: str, origins: Origins | None = None
@@ -675,7 +702,7 @@ def _assistant(index: int, data: Any, models: Mapping[str, ModelSpec],
     if not isinstance(data, Mapping):
         raise ConfigError(f"assistants[{index}] must be a table, not {_type_name(data)}")
     name = data.get("name")
-    where = (f"assistants.{name}" if isinstance(name, str) and _PLAIN_NAME.match(name)
+    where = (f"assistants.{name}" if isinstance(name, str) and _PLAIN_NAME.fullmatch(name)
              else f"assistants[{index}]")
     values = dict(data)
     values["model"] = _assistant_model(values.get("model"), where, models)
@@ -842,6 +869,7 @@ def _parse(data: Mapping[str, Any], source: str, base: Path, overrides: Override
     world = _world(table("world"))
     models = _models(document.get("models"), base, origins)
     assistants = _assistants(document.get("assistants", []), models, registry)
+    _check_assistant_bounds(assistants, service)
     http = _http(table("http"))
     manhole = _manhole(table("manhole"), store)
     workers = _workers(table("workers"), store)
@@ -865,6 +893,22 @@ def _assistants(raw: Any, models: Mapping[str, ModelSpec], registry: ToolRegistr
             raise ConfigError(f"assistants[{index}]: a second assistant named {config.name!r}")
         assistants.append(config)
     return tuple(assistants)
+
+
+def _check_assistant_bounds(assistants: tuple[AssistantConfig, ...],
+                            service: ServiceSettings) -> None:
+    """The service's bounds (see ``AssistantService.check_config``): no more than
+    ``max_assistants``, no tick rate below ``min_tick_rate``."""
+    if len(assistants) > service.max_assistants:
+        raise ConfigError(f"assistants: {len(assistants)} assistants, more than "
+                          f"service.max_assistants ({service.max_assistants})")
+    for config in assistants:
+        for key in ("tick_rate", "sleep_tick_rate"):
+            rate = getattr(config, key)
+            if rate < service.min_tick_rate:
+                raise ConfigError(f"assistants.{config.name}.{key} must be at least "
+                                  f"{service.min_tick_rate:g} seconds "
+                                  f"(service.min_tick_rate), not {rate!r}")
 
 
 def _warnings(document: Mapping[str, Any], models: Mapping[str, ModelSpec],

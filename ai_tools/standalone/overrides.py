@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 
 from ai_tools.errors import ConfigError
+from ai_tools.numbers import is_number
 from ai_tools.settings import SETTINGS, Setting, setting
 
 __all__ = ["LAYERS", "Overlay", "Overrides", "apply_overrides"]
@@ -115,9 +116,12 @@ def _integer(given: Given) -> int:
 
 def _number(given: Given) -> float:
     try:
-        return float(_text(given))
+        number = float(_text(given))
     except ValueError:
         raise ConfigError(f"{given.label} must be a number, not {given.text!r}") from None
+    if not is_number(number):  # float() reads "nan" and "inf" too
+        raise ConfigError(f"{given.label} must be a finite number, not {given.text!r}")
+    return number
 
 
 def _boolean(given: Given) -> bool:
@@ -135,7 +139,8 @@ def _path(given: Given) -> str:
 
 _VALUES: dict[str, Callable[[Given], Any]] = {
     "llm_context_window": _integer, "llm_max_tokens": _integer, "max_concurrent": _integer,
-    "tick_interval": _number, "stop_grace": _number,
+    "tick_interval": _number, "stop_grace": _number, "min_tick_rate": _number,
+    "max_assistants": _integer,
     "lease_ttl": _number, "lease_interval": _number,
     "llm_stream": _boolean,
     "world": _path, "http_token_file": _path, "db_password_file": _path,

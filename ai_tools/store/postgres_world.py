@@ -9,7 +9,11 @@ grouped transactions (in its own savepoint).  It
    otherwise: nothing of it is applied);
 2. writes its rows (and tombstones for deleted ones) with the version ``-1``,
    "changed in this transaction", so a later change of the same group that
-   read the old row conflicts too.
+   read the old row conflicts too.  A row the change expects *absent* is
+   inserted, never upserted: ``FOR UPDATE`` locks no row that does not exist
+   yet, so two overlapping transactions both find it absent; the second's
+   insert then waits for the first and fails when it commits (a conflict).
+   Two workers seeding an empty database at once seed it exactly once.
 
 At the very end of the transaction, :func:`finish_world_changes` raises the
 **world clock** once for the whole group: the rows written get the new clock
@@ -23,6 +27,7 @@ world without missing anything.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -38,8 +43,10 @@ NOTIFY_CHANNEL = "ai_tools_world"
 CHANGED = -1
 """The version of a row written by a transaction that has not finished yet."""
 
-_RETRYABLE_STATES = frozenset({"40P01", "40001", "55P03"})
-"""Deadlock, serialization failure, lock not available: the change is tried again."""
+_RETRYABLE_STATES = frozenset({"40P01", "40001", "55P03", "23505"})
+"""Deadlock, serialization failure, lock not available, and a unique violation (a row
+the change expected absent was inserted by a transaction that overlapped it): the
+change conflicts, and is computed again from the world as it is now."""
 
 _TABLES: dict[str, tuple[str, str]] = {**WORLD_TABLES, "meta": ("world_meta", "key")}
 _ANY = "= ANY(%s::text[])"
@@ -151,11 +158,15 @@ def _write_rows(cursor: Any, change: WorldChange) -> set[str]:
             continue
         table, column = _TABLES[section]
         data = "value" if section == "meta" else "data"
-        # An upsert keeps an existing row's place (ord), hence the load order.
-        cursor.executemany(
-            f"INSERT INTO {table} ({column}, {data}, version) VALUES (%s, %s, {CHANGED})"
-            f" ON CONFLICT ({column}) DO UPDATE SET {data} = excluded.{data},"
-            f" version = {CHANGED}", list(rows))
+        insert = f"INSERT INTO {table} ({column}, {data}, version) VALUES (%s, %s, {CHANGED})"
+        upsert = (f"{insert} ON CONFLICT ({column}) DO UPDATE SET {data} = excluded.{data},"
+                  f" version = {CHANGED}")
+        # Rows expected absent are inserted once (see the module, step 2); the others
+        # upserted, which keeps an existing row's place (ord): runs in the rows' order.
+        absent = [change.expect.get((section, key), 0) is None for key, _ in rows]
+        for is_absent, run in itertools.groupby(zip(absent, rows, strict=True),
+                                                lambda pair: pair[0]):
+            cursor.executemany(insert if is_absent else upsert, [row for _, row in run])
         cursor.execute(f"DELETE FROM world_deleted WHERE section = %s AND key {_ANY}",
                        (section, [key for key, _ in rows]))
         sections.add(section)

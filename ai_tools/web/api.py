@@ -61,6 +61,7 @@ from twisted.web import server
 from twisted.web.resource import Resource
 
 from ai_tools.errors import ConfigError, NotFound, PermissionDenied
+from ai_tools.failure_lines import RepeatedFailure
 from ai_tools.web.body import (
     DEFAULT_MAX_BODY,
     LimitedRequest,
@@ -88,6 +89,7 @@ from ai_tools.web.service_events import ServiceEvents
 from ai_tools.web.sse import EventStream
 from ai_tools.web.token_guard import TokenGuard
 from ai_tools.web.traces import TraceRecorder, trace_search
+from ai_tools.web.worker_auth import SIGNATURE_HEADER, WorkerSigner
 
 __all__ = ["MAX_TEXT", "MESSAGE_KINDS", "ApiResource", "ApiSite", "WebService",
            "make_web_service"]
@@ -170,6 +172,7 @@ class ApiResource(Resource):
         limits: HttpLimits | None = None,
         policy: OriginPolicy | None = None,
         forwarder: Forwarder | None = None,
+        worker_hosts: Sequence[str] = (),
     ) -> None:
         super().__init__()
         self.service = service
@@ -186,6 +189,10 @@ class ApiResource(Resource):
         self._remove_traces: Callable[[], None] | None = None
         self.token_guard = (TokenGuard(self._token, lambda: self.clock.seconds())
                             if self._token is not None else None)
+        self.worker_signer = (WorkerSigner.for_token(self._token, lambda: self.clock.seconds())
+                              if self._token is not None else None)
+        """Signs the requests passed on to other workers, checks theirs (with a token)."""
+        self.worker_hosts = tuple(worker_hosts)
         self.console = ConsolePages(self.token_guard, lambda: self.clock.seconds(), max_body)
         self._hub: EventHub | None = None
         self.operator = Operator(service, world)
@@ -194,6 +201,8 @@ class ApiResource(Resource):
         self._forwarder = forwarder
         self._others: OtherWorkers | None = None
         self._service_events: ServiceEvents | None = None
+        self._unsaved = RepeatedFailure("POST /messages answered 503: what its hearers heard "
+                                        "was not saved", log)
         self.routes = self._routes()
 
     def _routes(self) -> list[Route]:
@@ -274,8 +283,9 @@ class ApiResource(Resource):
                 self._forwarder = Forwarder(
                     self.clock, timeout=limits.forward_timeout,
                     max_bytes=limits.forward_max_bytes,
-                    stream_idle=2 * self.keepalive + limits.forward_timeout)
-            self._others = OtherWorkers(self.service, self._forwarder, self._token,
+                    stream_idle=2 * self.keepalive + limits.forward_timeout,
+                    signer=self.worker_signer)
+            self._others = OtherWorkers(self.service, self._forwarder, self.worker_hosts,
                                         max_streams=self.limits.max_streams,
                                         tick_timeout=self.limits.forward_tick_timeout)
         return self._others
@@ -376,8 +386,13 @@ class ApiResource(Resource):
         return route, params
 
     def _check_token(self, request: Any) -> None:
+        """The bearer token, the console's session cookie, or (from another worker) a
+        worker signature (:mod:`~ai_tools.web.worker_auth`)."""
         guard = self.token_guard
         if guard is None or self.console.signed_in(request):
+            return
+        if self.worker_signer is not None and request.getHeader(SIGNATURE_HEADER) is not None:
+            self.worker_signer.check(request)
             return
         header = request.getHeader(b"authorization")
         if not header:
@@ -712,22 +727,26 @@ class ApiResource(Resource):
     @defer.inlineCallbacks
     def _heard_saved(self, world: Any, heard: Sequence[str]) -> Any:
         """Wait until what the hearers heard is durable (else 503): the hearing assistants'
-        pending events, and the world's heard log where it keeps one (players read it)."""
+        pending events, and the world's heard log where it keeps one (players read it).
+
+        Both writes are waited for and both outcomes consumed (one may have failed
+        before the other: its failure must not be left unhandled); a failure is
+        logged once per class until messages are saved again."""
         keeping = getattr(world, "heard_kept", None)
-        kept = keeping() if keeping is not None else None  # (asked now: of this message)
-        try:
-            yield self.service.when_heard_saved(heard)
-            if kept is not None:
-                yield kept
-        except Exception as exc:
-            if kept is not None and not kept.called:
-                kept.addErrback(lambda _: None)  # (the answer is a 503 already)
-            log.error("POST /messages answered 503: what its hearers heard was not saved "
-                      "({error})", error=str(exc) or type(exc).__name__)
-            raise ApiError(503, "the message was spoken, but what the assistants heard could "
-                           f"not be saved ({str(exc) or type(exc).__name__}); it may be "
-                           "lost if the service stops", headers={"Retry-After": "10"}
-                           ) from None
+        writes = [self.service.when_heard_saved(heard)]
+        if keeping is not None:
+            writes.append(keeping())  # (asked now: of this message)
+        outcomes = yield defer.DeferredList(writes, consumeErrors=True)
+        failed = [result.value for ok, result in outcomes if not ok]
+        if not failed:
+            self._unsaved.worked()
+            return
+        exc = failed[0]
+        why = str(exc) or type(exc).__name__
+        self._unsaved.failed(exc)
+        raise ApiError(503, "the message was spoken, but what the assistants heard could "
+                       f"not be saved ({why}); it may be lost if the service stops",
+                       headers={"Retry-After": "10"})
 
     @defer.inlineCallbacks
     def _target_character(self, world: Any, target: str) -> Any:
@@ -858,6 +877,7 @@ def make_web_service(
     clock: Any = None,
     limits: HttpLimits | Mapping[str, Any] | None = None,
     allowed_hosts: Sequence[str] = (),
+    worker_hosts: Sequence[str] = (),
 ) -> WebService:
     """The HTTP API of ``service`` (and ``world``) listening on ``endpoint`` (strports).
 
@@ -871,7 +891,9 @@ def make_web_service(
     :class:`~ai_tools.web.limits.HttpLimits` or a mapping of its settings)
     the connections, request deadlines and event streams.  ``allowed_hosts``
     names this service has besides localhost and its address (``name`` or
-    ``name:port``: a reverse proxy, a tunnel).  ``clock`` is the reactor
+    ``name:port``: a reverse proxy, a tunnel).  ``worker_hosts``: with
+    several workers, the only hosts another worker's API address may name
+    (empty: any; see :mod:`~ai_tools.web.worker_auth`).  ``clock`` is the reactor
     (default: the global one).  Raises ConfigError for a bad combination.
     """
     if token is not None and (not isinstance(token, str) or not token.strip()):
@@ -887,7 +909,7 @@ def make_web_service(
         limits = HttpLimits.from_mapping(limits or {}, "http")
     policy = OriginPolicy(allowed_hosts=tuple(allowed_hosts))
     resource = ApiResource(service, world, token=token, max_body=max_body, clock=clock,
-                           limits=limits, policy=policy)
+                           limits=limits, policy=policy, worker_hosts=worker_hosts)
     site = ApiSite(resource, max_body=max_body, clock=resource.clock, limits=limits)
     reactor = clock if clock is not None and hasattr(clock, "listenTCP") else None
     return WebService(resource, site, endpoint, reactor=reactor)

@@ -124,12 +124,18 @@ class LimitedRequest(server.Request):
         super().connectionLost(reason)
 
 
+def _refuse_constant(name: str) -> Any:
+    """``NaN``, ``Infinity``, ``-Infinity``: Python's parser takes them, JSON does not."""
+    raise ValueError(f"{name} is not JSON (numbers must be finite)")
+
+
 def parse_json_body(request: Any, max_body: int) -> dict[str, Any]:
     """The request body as a JSON object.
 
     Raises ApiError: 413 when larger than ``max_body`` (a site without
     :class:`LimitedRequest` checks here), 400 for an empty body, bytes that
-    are not UTF-8 JSON, or JSON that is not an object.
+    are not UTF-8 JSON (``NaN`` and ``Infinity`` are not), or JSON that is not an
+    object.
     """
     content = request.content
     raw = b""
@@ -141,7 +147,7 @@ def parse_json_body(request: Any, max_body: int) -> dict[str, Any]:
     if not raw.strip():
         raise ApiError(400, "the request body is empty; send a JSON object")
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
     except UnicodeDecodeError:
         raise ApiError(400, "the request body is not UTF-8 text") from None
     except ValueError as exc:

@@ -20,7 +20,10 @@ client side of that: treq over its own connection pool, and for every request
   ``max_frame`` bytes ending the stream, and the same silence deadline.
 
 The forwarded request carries the ``FORWARDED_HEADER`` so the other worker
-answers for itself only (it never passes the request on again).
+answers for itself only (it never passes the request on again), and, when the
+API has a token, a signature (:mod:`~ai_tools.web.worker_auth`) instead of the
+caller's token: no token is ever sent to another worker.  A URL the HTTP client
+cannot use fails like an unreachable worker (503), never with an exception.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from twisted.web.http import PotentialDataLoss
 from zope.interface import implementer
 
 from ai_tools.llm.transport import http_client, pooled_agent
+from ai_tools.web.worker_auth import SIGNATURE_HEADER, WorkerSigner
 
 __all__ = ["FORWARDED_HEADER", "PASSED_HEADERS", "EventFeed", "Forwarder", "ForwardingError"]
 
@@ -47,8 +51,9 @@ log = Logger()
 FORWARDED_HEADER = b"x-ai-tools-forwarded"
 """Marks a request one worker passed on to another: answer for yourself only."""
 
-PASSED_HEADERS = (b"authorization", b"content-type", b"accept", b"last-event-id")
-"""The caller's headers a forwarded request carries."""
+PASSED_HEADERS = (b"content-type", b"accept", b"last-event-id")
+"""The caller's headers a forwarded request carries (never ``Authorization``: a request
+between workers is signed instead, see :mod:`~ai_tools.web.worker_auth`)."""
 
 _ANSWER_HEADERS = (b"retry-after",)
 """The other worker's headers passed back to the caller (besides the status and body)."""
@@ -185,6 +190,14 @@ class _Relay(protocol.Protocol):
             self.transport.stopProducing()
 
 
+def _target(url: str) -> bytes:
+    """The request target (path and query) of ``url`` as the other worker receives it."""
+    rest = url.split("://", 1)[-1]
+    slash = rest.find("/")
+    target = rest[slash:] if slash >= 0 else "/"
+    return target.encode("ascii")
+
+
 OnEvent = Callable[[int | None, str, Any], None]
 """What :meth:`Forwarder.follow` calls for each event: ``(id or None, event type, data)``."""
 
@@ -269,7 +282,8 @@ class Forwarder:
 
     ``client`` is a treq ``HTTPClient`` (default: one over a pool of this
     forwarder, made on first use and closed by :meth:`close`); ``clock`` (the
-    reactor) runs the deadlines.
+    reactor) runs the deadlines; ``signer`` signs every request (None: the API
+    has no token, nothing to sign).
     """
 
     clock: Any
@@ -277,6 +291,7 @@ class Forwarder:
     max_bytes: int = 16 * 1024 * 1024
     stream_idle: float = 40.0
     client: Any = None
+    signer: WorkerSigner | None = None
     _pool: HTTPConnectionPool | None = attrs.field(init=False, default=None)
 
     def _client(self) -> Any:
@@ -295,10 +310,21 @@ class Forwarder:
 
     def _send(self, method: str, url: str, headers: Mapping[bytes, bytes],
               body: bytes | None) -> defer.Deferred[Any]:
-        sent = {name: [value] for name, value in headers.items()}
+        """Send the request (signed); a URL the client cannot use fails the Deferred
+        with a 503 :class:`ForwardingError` (it raises synchronously in treq)."""
+        sent = {name: [value] for name, value in headers.items()
+                if name != b"authorization"}  # never a token to another worker
         sent[FORWARDED_HEADER] = [b"1"]
-        d: defer.Deferred[Any] = self._client().request(method, url, headers=sent,
-                                                        data=body, unbuffered=True)
+        try:
+            if self.signer is not None:
+                target = _target(url)
+                sent[SIGNATURE_HEADER] = [self.signer.sign(method.encode("ascii"), target,
+                                                           body)]
+            d: defer.Deferred[Any] = self._client().request(method, url, headers=sent,
+                                                            data=body, unbuffered=True)
+        except Exception as exc:
+            return defer.fail(ForwardingError(503, f"the worker at {url} cannot be reached "
+                                              f"(its address cannot be used: {exc})"))
         return d
 
     @defer.inlineCallbacks

@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 
 from ai_tools.errors import ConfigError
+from ai_tools.numbers import is_positive_number
 
 __all__ = ["HttpLimits"]
 
@@ -25,7 +26,7 @@ def _positive_int(_: Any, attribute: Any, value: Any) -> None:
 
 
 def _positive_number(_: Any, attribute: Any, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+    if not is_positive_number(value):
         raise ConfigError(f"{attribute.name} must be a positive number, not {value!r}")
 
 

@@ -63,6 +63,10 @@ class Operator:
             known = ", ".join(sorted(self.service.llms)) or "none"
             raise ApiError(422, f"unknown model profile {config.model!r} (known: {known})",
                            field="model")
+        try:
+            self.service.check_config(config)  # the service's bounds (min_tick_rate)
+        except ConfigError as exc:
+            raise _config_error(exc) from None
         self._check_character(config)
         return config
 
@@ -99,6 +103,7 @@ class Operator:
                            f"(PATCH /assistants/{name} changes it)", field="name")
         config = self._config(data)
         ownership = self.ownership
+        self._check_room()
         try:
             if ownership is not None:  # for every worker: kept in the database, run here
                 yield ownership.create(config)
@@ -106,12 +111,25 @@ class Operator:
                 yield self.service.add_assistant(config)
         except ConfigError as exc:  # added meanwhile, or a model the service lost
             raise ApiError(409 if "already exists" in str(exc) else 422, str(exc)) from None
+        except Exception as exc:  # the store refused its first save: it was not added
+            raise ApiError(503, f"assistant {config.name!r} could not be saved "
+                           f"({str(exc) or type(exc).__name__}); it was not added",
+                           headers={"Retry-After": "10"}) from None
         if ownership is None:
             yield self.roster.unmark_removed(config.name)
         elif config.name not in self.service:  # its lease from before lives on elsewhere
             return 201, {"assistant": config.name, "config": config.to_dict(),
                          "status": None, "worker": None}
         return 201, self._answer(config.name)
+
+    def _check_room(self) -> None:
+        """409 when the service (with workers: all of them) has ``max_assistants``."""
+        ownership = self.ownership
+        count = len(ownership.roster) if ownership is not None else len(self.service.names())
+        bound = self.service.max_assistants
+        if count >= bound:
+            raise ApiError(409, f"this service has its maximum of {bound} assistants "
+                           "(max_assistants); remove one first")
 
     def config(self, name: str) -> dict[str, Any]:
         """``GET /assistants/{name}/config``."""

@@ -29,8 +29,10 @@ A forwarded request carries :data:`~ai_tools.web.forwarding.FORWARDED_HEADER`:
 the worker receiving it answers for itself only — an assistant that moved
 meanwhile gets ``503`` with ``Retry-After`` (asked again, the caller's worker
 finds the new owner), never a second hop.  The caller's ``Authorization`` is
-passed on (a caller signed in through the web console gets this worker's
-token, which every worker shares: they run one configuration).
+never passed on: the request is signed with a key derived from the API token
+(:mod:`~ai_tools.web.worker_auth`), and sent only to an address of the form
+``http(s)://host:port`` (and, with ``[workers] api_hosts``, of those hosts);
+another address in the database is a worker that cannot be reached (logged).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from ai_tools.web.forwarding import (
 )
 from ai_tools.web.paging import history_page
 from ai_tools.web.query import query_bool, query_int
+from ai_tools.web.worker_auth import worker_base
 
 __all__ = ["RETRY_AFTER", "OtherWorkers", "forwarded"]
 
@@ -78,12 +81,13 @@ class OtherWorkers:
 
     ``service`` is the worker's ``AssistantService`` (its ``ownership``, the
     :class:`~ai_tools.service.leases.LeaseManager`, is set when it is one
-    worker of several), ``token`` the API's token.
+    worker of several); ``hosts`` the only hosts a worker's API address may
+    name (empty: any).
     """
 
     service: Any
     forwarder: Forwarder
-    token: bytes | None = None
+    hosts: tuple[str, ...] = ()
     max_streams: int = 400
     tick_timeout: float = 300.0
     """The deadline of a forwarded request that waits for a tick."""
@@ -169,12 +173,20 @@ class OtherWorkers:
         return ApiError(503, f"assistant {name!r} cannot be reached now ({why}); try again "
                         "shortly", headers={"Retry-After": RETRY_AFTER})
 
-    def _headers(self, request: Any) -> dict[bytes, bytes]:
-        headers = {name: value for name in PASSED_HEADERS
-                   if (value := request.getHeader(name)) is not None}
-        if b"authorization" not in headers and self.token is not None:
-            headers[b"authorization"] = b"Bearer " + self.token  # signed in on the console
-        return headers
+    @staticmethod
+    def _headers(request: Any) -> dict[bytes, bytes]:
+        """The caller's headers passed on (no token: the forwarder signs the request)."""
+        return {name: value for name in PASSED_HEADERS
+                if (value := request.getHeader(name)) is not None}
+
+    def url(self, worker: str, api_url: Any, target: str) -> str:
+        """``target`` at ``worker``'s API; ForwardingError (503: a worker that cannot be
+        reached) when its address in the database is not one to send requests to (see
+        the module)."""
+        try:
+            return worker_base(api_url, self.hosts) + target
+        except ValueError as exc:
+            raise ForwardingError(503, f"worker {worker} cannot be reached: {exc}") from None
 
     @defer.inlineCallbacks
     def _forward(self, request: Any, owner: tuple[str, str], timeout: float | None) -> Any:
@@ -183,7 +195,7 @@ class OtherWorkers:
         if request.content is not None and method in ("POST", "PATCH", "DELETE", "PUT"):
             request.content.seek(0)
             body = request.content.read()
-        url = owner[1].rstrip("/") + request.uri.decode("ascii")
+        url = self.url(owner[0], owner[1], request.uri.decode("ascii"))
         status, answer, headers = yield self.forwarder.forward(
             method, url, self._headers(request), body, timeout)
         if status >= 400:
@@ -223,8 +235,8 @@ class OtherWorkers:
         owner = yield self._owner(request, name)
         if owner is None:
             raise self._unavailable(name, self._nobody(name))
-        url = owner[1].rstrip("/") + request.uri.decode("ascii")
         try:
+            url = self.url(owner[0], owner[1], request.uri.decode("ascii"))
             ended = yield self.forwarder.relay(request, url, self._headers(request))
         except ForwardingError as exc:
             if exc.status == 503:
@@ -253,9 +265,9 @@ class OtherWorkers:
             request.content.seek(0)
             body = request.content.read()
         headers = self._headers(request)
-        asked = [self._ask(method, url, path, headers, body) if url else
+        asked = [self._ask(method, worker, url, path, headers, body) if url else
                  defer.fail(ForwardingError(503, "no API address yet"))
-                 for url in others.values()]
+                 for worker, url in others.items()]
         results = yield defer.DeferredList(asked, consumeErrors=True)
         answers, silent = {}, []
         for worker, (ok, result) in zip(others, results, strict=True):
@@ -268,10 +280,13 @@ class OtherWorkers:
                          path=path, why=why)
         return answers, sorted(silent)
 
-    def _ask(self, method: str, url: str, path: str, headers: Mapping[bytes, bytes],
-             body: bytes | None) -> defer.Deferred[Any]:
-        d: defer.Deferred[Any] = self.forwarder.forward(method, url.rstrip("/") + path,
-                                                        headers, body)
+    def _ask(self, method: str, worker: str, api_url: str, path: str,
+             headers: Mapping[bytes, bytes], body: bytes | None) -> defer.Deferred[Any]:
+        try:
+            url = self.url(worker, api_url, path)
+        except ForwardingError as exc:
+            return defer.fail(exc)
+        d: defer.Deferred[Any] = self.forwarder.forward(method, url, headers, body)
         return d
 
     @defer.inlineCallbacks

@@ -59,7 +59,7 @@ class ServiceEvents:
     """Follows the other live workers' event streams while whole-service streams are open.
 
     ``others`` is the API's :class:`~ai_tools.web.other_workers.OtherWorkers`
-    (the lease manager, the forwarder, the token); ``max_frame`` bounds one
+    (the lease manager, the forwarder, the workers' addresses); ``max_frame`` bounds one
     event of another worker in bytes; ``interval`` is how often the live workers
     are read again (default: the lease interval).
     """
@@ -139,13 +139,15 @@ class ServiceEvents:
         resume = self._resume.pop(worker, None)
         one = _Followed(url, resume[1] if resume is not None and resume[0] == url else None)
         self.followed[worker] = one
-        headers = {b"accept": b"text/event-stream"}
-        if self.others.token is not None:
-            headers[b"authorization"] = b"Bearer " + self.others.token
+        headers = {b"accept": b"text/event-stream"}  # (signed by the forwarder: no token)
         if one.resume_from is not None:
             headers[b"last-event-id"] = str(one.resume_from).encode("ascii")
-        d = self.others.forwarder.follow(one.url.rstrip("/") + "/events", headers,
-                                         self._event, self.max_frame)
+        try:
+            events_url = self.others.url(worker, one.url, "/events")
+        except ForwardingError as exc:
+            d: defer.Deferred[Any] = defer.fail(exc)
+        else:
+            d = self.others.forwarder.follow(events_url, headers, self._event, self.max_frame)
         d.addCallbacks(self._opened, self._not_opened, callbackArgs=(worker, one),
                        errbackArgs=(worker, one))
 

@@ -4,12 +4,16 @@ Every place that takes the token — the ``Authorization: Bearer`` header of an
 API request, the console's sign-in (``POST /session``) — asks
 :meth:`TokenGuard.check`.  The comparison is constant-time, and each client
 address may give a wrong token at most ``limit`` times per ``window``
-seconds: after that every token it gives (even the right one) is refused with
-``429`` and ``Retry-After`` until its window has passed, so guessing the token
-online costs ``window / limit`` seconds per guess.  At most ``max_addresses``
-addresses are remembered (the oldest forgotten first), so a flood of addresses
-cannot grow the table without bound.  Behind a reverse proxy every client has
-the proxy's address and shares its allowance.
+seconds: after that every further wrong token it gives is refused with
+``429`` and ``Retry-After`` until its window has passed (bounding the log and
+the work a guessing client causes).  The right token is always accepted:
+every local process shares the loopback address, and a misconfigured local
+client giving wrong tokens must not lock out the operator or the web console.
+What keeps the token from being guessed is its length (the service wants at
+least 16 characters; use a random one, see docs/http-api.md).  At most
+``max_addresses`` addresses are remembered (the oldest forgotten first), so a
+flood of addresses cannot grow the table without bound.  Behind a reverse
+proxy every client has the proxy's address and shares its allowance.
 """
 
 from __future__ import annotations
@@ -47,8 +51,10 @@ class TokenGuard:
     """address -> (start of its window, wrong tokens in it), oldest first."""
 
     def check(self, request: Any, given: bytes, field: str | None = None) -> None:
-        """Raise ``ApiError`` 429 when the request's address gave too many wrong tokens,
-        else 401 when ``given`` is not the token; return when it is."""
+        """Return when ``given`` is the token; else raise ``ApiError`` 429 when the
+        request's address gave too many wrong tokens in its window, 401 before that."""
+        if hmac.compare_digest(given, self.token):
+            return  # never locked out: the wrong tokens of others share the address
         address = remote_host(request.getClientAddress()) or "?"
         now = self.seconds()
         start, count = self._wrong.get(address, (now, 0))
@@ -58,8 +64,6 @@ class TokenGuard:
             wait = max(1, math.ceil(start + self.window - now))
             raise ApiError(429, f"too many wrong tokens from this address: try again in {wait}s",
                            headers={"Retry-After": str(wait)})
-        if hmac.compare_digest(given, self.token):
-            return
         self._remember(address, start, count + 1)
         raise ApiError(401, "wrong token", field=field,
                        headers={"WWW-Authenticate": 'Bearer realm="ai_tools"'})

@@ -36,12 +36,14 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 import attrs
-from twisted.internet import defer
+from twisted.internet import defer, threads
+from twisted.internet.interfaces import IReactorThreads
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ai_tools.errors import AIToolsError, ConfigError, NotFound, PermissionDenied
+from ai_tools.failure_lines import RepeatedFailure
 from ai_tools.interfaces import IHeardLog, IWorld
 from ai_tools.json_encoding import compact_ascii_json
 from ai_tools.world.commands import run_command
@@ -174,6 +176,79 @@ restart, each character's newest ``log_size`` of them."""
 _UNKEPT_KEEP = 1000
 """Failed heard-log writes remembered (for :meth:`SandboxWorld.heard_kept`)."""
 
+MAX_APPLY_BYTES = 8 * 1024 * 1024
+"""The largest world file :meth:`SandboxWorld.apply_seed` applies to a running world
+(about 36,000 rooms with their exits).  The file is parsed, checked and made into
+objects off the reactor; what is left on it — merging with the world as it is,
+putting the new objects in place, encoding the rows for the store — held it about
+1 s for 20,000 rooms on a loaded machine, where doing it all there held it 18 s
+(``make bench BENCH=world_apply``).  A larger file seeds a world at the first
+start (nothing is served yet)."""
+
+
+def _read_seed_file(path: Path) -> tuple[dict[str, Any], str]:
+    """The checked rows of the world file at ``path`` and its digest (run in a thread);
+    ConfigError for a file too large or not valid."""
+    try:
+        size = Path(path).stat().st_size
+    except OSError as exc:
+        raise ConfigError(f"the world file cannot be applied: {exc}") from None
+    if size > MAX_APPLY_BYTES:
+        raise ConfigError(f"the world file cannot be applied to the running world: it is "
+                          f"{size} bytes, more than {MAX_APPLY_BYTES} (a world this large "
+                          "is seeded at the first start, from an empty store)")
+    try:
+        data = load_world_file(path)
+    except Exception as exc:
+        raise ConfigError(f"the world file cannot be applied: {exc}") from None
+    return data, world_digest(data)
+
+
+_APPLY_ATTEMPTS = 3
+"""Tries to put an applied world file in place while the game keeps changing the world;
+the last one runs on the reactor in one step (nothing can change meanwhile)."""
+
+
+@attrs.frozen
+class _PreparedWorld:
+    """World data (rows) made into the world's objects: built anywhere (a thread: it
+    touches nothing of a world), put in place by ``SandboxWorld._install``."""
+
+    objects: list[WorldObject]
+    lost: list[tuple[str, Any]]
+    """``(id, location)`` of the objects whose location is missing (now nowhere)."""
+    channels: dict[str, Channel]
+    prototypes: dict[str, Prototype]
+    help: dict[str, HelpEntry]
+    meta: dict[str, Any]
+    rows: dict[str, Any] | None
+    """With ``with_rows``: the world as rows again, as ``SandboxWorld.snapshot`` gives it
+    once in place (what :meth:`SandboxWorld.apply_seed` writes; made off the reactor)."""
+
+    @classmethod
+    def build(cls, data: Mapping[str, Any], with_rows: bool = False) -> _PreparedWorld:
+        rows = data.get("objects") or ()
+        locations = {row.get("id"): row.get("location") for row in rows}
+        objects = [WorldObject.from_row(row) for row in rows]
+        lost = WorldObjects().replace(objects)  # the one rule: a missing place is none
+        channels = {c.key.casefold(): c for c in map(Channel.from_row,
+                                                      data.get("channels") or ())}
+        prototypes = {p.key.casefold(): p for p in map(Prototype.from_row,
+                                                        data.get("prototypes") or ())}
+        help_entries = {h.key.casefold(): h for h in map(HelpEntry.from_row,
+                                                          data.get("help") or ())}
+        meta = copy.deepcopy(dict(data.get("meta") or {}))
+        rows = None if not with_rows else {
+            "objects": [o.to_row() for o in objects],
+            "channels": [c.to_row() for c in channels.values()],
+            "prototypes": [p.to_row() for p in prototypes.values()],
+            "help": [h.to_row() for h in help_entries.values()],
+            "meta": {k: copy.deepcopy(v) for k, v in meta.items() if k != SEQ_FLOOR_KEY},
+        }
+        return cls(objects, [(obj.id, locations.get(obj.id)) for obj in lost], channels,
+                   prototypes, help_entries, meta, rows)
+
+
 SEQ_FLOOR_KEY = "message_seq_floor"
 """World meta: no run has given a message number above it (see SEQ_BLOCK)."""
 SEQ_BLOCK = 1_000_000
@@ -228,6 +303,16 @@ class SandboxWorld:
     """Heard-log writes in flight, by message number."""
     _unkept: dict[int, str] = attrs.field(factory=dict, init=False)
     """Messages whose heard-log write failed, and why (the newest ``_UNKEPT_KEEP``)."""
+    _heard_failures: RepeatedFailure = attrs.field(init=False, default=attrs.Factory(
+        lambda self: RepeatedFailure("Heard messages could not be kept in the store",
+                                     self._log), takes_self=True))
+    _write_failures: RepeatedFailure = attrs.field(init=False, default=attrs.Factory(
+        lambda self: RepeatedFailure("Sandbox world: writing changes to the store failed",
+                                     self._log), takes_self=True))
+    """Failed store writes, one log line per class (a full disk fails them all)."""
+    _changes: int = attrs.field(default=0, init=False)
+    """Changes made to the world (each written): a world file applied off the reactor is
+    put in place only if none came meanwhile."""
     seed_file: Path | None = attrs.field(default=None, init=False)
     """The world file :meth:`load` was given (None: none, or world data)."""
     file_changed: bool = attrs.field(default=False, init=False)
@@ -363,35 +448,70 @@ class SandboxWorld:
         ``keep``: object ids that must still exist afterwards (the assistants'
         characters): else ConfigError and nothing changes.  Fires with
         ``{"mode", "objects", "deleted"}`` once written.  ConfigError when the
-        world was not loaded from a world file or the file is not valid.
+        world was not loaded from a world file, the file is larger than
+        :data:`MAX_APPLY_BYTES` or not valid.  The file is read, parsed and
+        checked in the reactor's thread pool (it may be megabytes: the reactor
+        goes on serving meanwhile); the world is then changed in one step.
         """
         if self.seed_file is None:
             return defer.fail(ConfigError("this world was not loaded from a world file"))
-        try:
-            data = load_world_file(self.seed_file)
-        except Exception as exc:
-            return defer.fail(ConfigError(f"the world file cannot be applied: {exc}"))
+        if mode not in ("merge", "reseed"):
+            return defer.fail(ConfigError(f"mode must be merge or reseed, not {mode!r}"))
+        read = self._off_reactor(_read_seed_file, self.seed_file)
+        read.addCallback(self._apply_seed_data, mode, frozenset(keep))
+        return read
+
+    def _apply_seed_data(self, read: tuple[dict[str, Any], str], mode: str,
+                         keep: frozenset[str], attempt: int = 1) -> defer.Deferred[Any]:
+        """Merge the checked file's rows with the world as it is now (on the reactor),
+        build the new objects off it, then put them in place in one step."""
+        data, digest = read
+        changes = self._changes
         current = self.snapshot()
         deletes: dict[str, list[str]]
         if mode == "merge":
             world, deletes = merged_world(current, data), {}
-        elif mode == "reseed":
-            world, deletes = reseeded_world(current, data)
         else:
-            return defer.fail(ConfigError(f"mode must be merge or reseed, not {mode!r}"))
+            world, deletes = reseeded_world(current, data)
         ids = {row.get("id") for row in world["objects"]}
-        lost = sorted(set(keep) - ids)
+        lost = sorted(keep - ids)
         if lost:
             return defer.fail(ConfigError(
                 f"the world file has no {', '.join(lost)}, which an assistant plays"))
-        world["meta"][DIGEST_KEY] = world_digest(data)
-        self.populate(world)
+        world["meta"][DIGEST_KEY] = digest
+        built = (self._off_reactor(_PreparedWorld.build, world, True)
+                 if attempt < _APPLY_ATTEMPTS  # the last attempt: in one step, here
+                 else defer.succeed(_PreparedWorld.build(world, True)))
+        built.addCallback(self._put_in_place, read, mode, keep, attempt, changes, deletes)
+        return built
+
+    def _put_in_place(self, prepared: _PreparedWorld, read: tuple[dict[str, Any], str],
+                      mode: str, keep: frozenset[str], attempt: int, changes: int,
+                      deletes: dict[str, list[str]]) -> defer.Deferred[Any]:
+        """The new world replaces the old one, unless the game changed it meanwhile
+        (then merged again with the change: the last attempt all on the reactor)."""
+        if self._changes != changes:
+            return self._apply_seed_data(read, mode, keep, attempt + 1)
+        self._install(prepared)
         self.file_changed = False
         self._log.info("World file {file} applied ({mode}): {count} objects",
                        file=str(self.seed_file), mode=mode, count=len(self.objects))
-        done = self._write(self.snapshot(), deletes)
+        done = self._write(prepared.rows or self.snapshot(), deletes)
         return done.addCallback(lambda _: {"mode": mode, "objects": len(self.objects),
                                            "deleted": sum(map(len, deletes.values()))})
+
+    def _off_reactor(self, work: Callable[..., Any], *args: Any) -> defer.Deferred[Any]:
+        """``work(*args)`` (blocking, touching nothing of the world) in the reactor's
+        thread pool; at once when the clock has none (a ``task.Clock`` in tests)."""
+        clock = self.clock
+        if clock is None:
+            from twisted.internet import reactor
+
+            clock = cast(_Clock, reactor)
+        if IReactorThreads.providedBy(clock):
+            threaded: Any = clock
+            return threads.deferToThreadPool(threaded, threaded.getThreadPool(), work, *args)
+        return defer.maybeDeferred(work, *args)
 
     @classmethod
     def from_file(cls, path: str | Path, clock: _Clock | None = None) -> SandboxWorld:
@@ -402,22 +522,19 @@ class SandboxWorld:
 
     def populate(self, data: Mapping[str, Any]) -> None:
         """Replace the in-memory world with world data (rows), without writing anything."""
-        rows = data.get("objects") or ()
-        locations = {row.get("id"): row.get("location") for row in rows}
-        for obj in self.objects.replace(WorldObject.from_row(row) for row in rows):
-            self._log.warn(
-                "Object {id} is in missing location {location}; it is now nowhere",
-                id=obj.id,
-                location=locations.get(obj.id),
-            )
-        self._channels = {
-            c.key.casefold(): c for c in map(Channel.from_row, data.get("channels") or ())
-        }
-        self._prototypes = {
-            p.key.casefold(): p for p in map(Prototype.from_row, data.get("prototypes") or ())
-        }
-        self._help = {h.key.casefold(): h for h in map(HelpEntry.from_row, data.get("help") or ())}
-        self.meta = copy.deepcopy(dict(data.get("meta") or {}))
+        self._install(_PreparedWorld.build(data))
+
+    def _install(self, prepared: _PreparedWorld) -> None:
+        """Put a built world in place (quick: the objects are made already)."""
+        self._changes += 1
+        self.objects.replace(prepared.objects)  # (none lost: build placed them)
+        for obj_id, location in prepared.lost:
+            self._log.warn("Object {id} is in missing location {location}; it is now nowhere",
+                           id=obj_id, location=location)
+        self._channels = prepared.channels
+        self._prototypes = prepared.prototypes
+        self._help = prepared.help
+        self.meta = prepared.meta
         floor = self.meta.pop(SEQ_FLOOR_KEY, None)
         if type(floor) is int:
             self._seq_floor = max(self._seq_floor, floor)
@@ -447,14 +564,21 @@ class SandboxWorld:
     def _write(
         self, put: Mapping[str, Any], delete: Mapping[str, list[str]] | None = None
     ) -> defer.Deferred[None]:
+        self._changes += 1  # (every change of the world is written: see apply_seed)
         if self.store is None:
             return defer.succeed(None)
 
         def failed(failure: Failure) -> Failure:
-            self._log.failure("Sandbox world: writing a change to the store failed", failure)
+            self._write_failures.failed(failure)
             return failure
 
-        return defer.maybeDeferred(self.store.write_world, put, delete).addErrback(failed)
+        def written(result: Any) -> Any:
+            self._write_failures.worked()
+            return result
+
+        d = defer.maybeDeferred(self.store.write_world, put, delete)
+        d.addCallbacks(written, failed)
+        return d
 
     def _persist(self, *objects: WorldObject) -> defer.Deferred[None]:
         return self._write({"objects": [o.to_row() for o in objects]})
@@ -1018,14 +1142,15 @@ class SandboxWorld:
 
     def _heard_written(self, result: Any, seq: int) -> Any:
         del self._keeping[seq]
+        if seq not in self._unkept:
+            self._heard_failures.worked()
         return result
 
     def _heard_not_kept(self, failure: Failure, seq: int) -> None:
         self._unkept[seq] = failure.getErrorMessage() or type(failure.value).__name__
         while len(self._unkept) > _UNKEPT_KEEP:
             del self._unkept[next(iter(self._unkept))]
-        self._log.failure("Heard message {seq} could not be kept in the store", failure,
-                          seq=seq)
+        self._heard_failures.failed(failure, message=seq)
 
     def heard_kept(self) -> defer.Deferred[None]:
         """Fires once the newest message said is in the store's heard log (at once

@@ -18,7 +18,13 @@ from twisted.internet import defer, protocol, task
 
 from ai_tools.store.postgres import PostgreSQLStore
 from tests.integration.conftest import PostgresDatabase
-from tests.integration.test_postgres_failover import TTL, api_of, owners, start_worker
+from tests.integration.test_postgres_failover import (
+    TTL,
+    api_of,
+    owners,
+    start_worker,
+    write_worker,
+)
 from tests.integration.twistd_process import (
     get_json,
     http,
@@ -283,3 +289,52 @@ async def test_an_assistant_created_on_one_worker_is_shared_and_removed_through_
     assert "tess" not in {a["name"] for a in listed["assistants"]}
     for proc in (one, two):
         assert "LeaseLost" not in proc.stdout and "Traceback" not in proc.stdout, proc.stdout
+
+
+TOKEN = "doors-token-0123456789"
+
+
+@pytest_twisted.ensureDeferred
+async def test_workers_with_a_token_pass_requests_on_signed_never_with_the_token(
+    tmp_path: Path, postgres_db: PostgresDatabase, processes: Any, http: Any
+) -> None:
+    """Two real workers whose API wants a token: a caller's request about the other
+    worker's assistant is passed on signed (over real HTTP, each worker's own clock) and
+    answered by the owner; the owner refuses a request that only says it was passed on,
+    or carries a forged signature."""
+    env = {"AI_TOOLS_DB_PASSWORD": postgres_db.password, "AI_TOOLS_HTTP_TOKEN": TOKEN}
+    started = {}
+    for name in ("w1", "w2"):
+        directory = tmp_path / name
+        config = write_worker(directory, postgres_db)
+        started[name] = processes(directory, config, "--worker-name", name, env=env)
+    urls = {name: await api_of(proc) for name, proc in started.items()}
+    auth = {b"authorization": [f"Bearer {TOKEN}".encode()]}
+
+    async def status(url: str, name: str, headers: Any = auth) -> tuple[int, Any]:
+        response = await http.get(f"{url}/assistants/{name}", headers=headers)
+        return response.code, await response.json()
+
+    async def one_each_running() -> bool:
+        lease = owners(postgres_db)
+        if sorted(lease.values()) != ["w1", "w2"]:
+            return False
+        for name, worker in lease.items():
+            code, answer = await status(urls[worker], name)
+            if code != 200 or answer.get("worker") != worker:
+                return False
+        return True
+
+    await eventually(one_each_running, "one assistant running on each worker")
+    owner_name = owners(postgres_db)["pip"]
+    other_name = "w2" if owner_name == "w1" else "w1"
+    code, answer = await status(urls[other_name], "pip")
+    assert code == 200 and answer["worker"] == owner_name, answer  # passed on, signed
+    listed = await http.get(f"{urls[other_name]}/assistants", headers=auth)
+    assert listed.code == 200 and (await listed.json())["workers_unreachable"] == []
+    forged = {b"x-ai-tools-forwarded": [b"1"],
+              b"x-ai-tools-worker-signature": [f"t={int(time.time())};sig={'0' * 64}".encode()]}
+    code, answer = await status(urls[owner_name], "pip", forged)
+    assert code == 401 and "worker signature" in answer["error"], answer
+    code, _ = await status(urls[owner_name], "pip", {b"x-ai-tools-forwarded": [b"1"]})
+    assert code == 401

@@ -55,6 +55,7 @@ def write_worker(directory: Path, db: PostgresDatabase) -> Path:
     config.write_text(f"""
 [service]
 tick_interval = 0.1
+min_tick_rate = 0.05
 stop_grace = 3.0
 
 [store]

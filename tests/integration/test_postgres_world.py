@@ -9,7 +9,8 @@ from typing import Any
 import attrs
 import pytest
 import pytest_twisted
-from twisted.internet import defer
+from twisted.internet import defer, task
+from twisted.logger import formatEvent, globalLogPublisher
 
 from ai_tools.store.postgres import PostgreSQLStore
 from ai_tools.store.postgres_listener import APPLICATION_NAME
@@ -104,6 +105,60 @@ async def test_workers_starting_together_seed_one_world(workers: Workers) -> Non
     assert len(one.snapshot()["objects"]) > 10
     world = await workers.stores[0].load_world()
     assert len(world["objects"]) == len(one.snapshot()["objects"])
+
+
+async def backends_waiting_for_a_lock(db: PostgresDatabase, count: int) -> None:
+    """Wait (a deadline) until ``count`` connections of ``db`` wait for a lock."""
+    for _ in range(int(DEADLINE / 0.05)):
+        waiting = db.sql("SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+                         " AND wait_event_type = 'Lock'", (db.name,))[0][0]
+        if waiting >= count:
+            return
+        await task.deferLater(reactor(), 0.05, lambda: None)
+    raise AssertionError(f"{count} connections never waited for a lock together")
+
+
+@pytest_twisted.ensureDeferred
+async def test_two_workers_seeding_an_empty_database_at_the_same_moment_seed_once(
+        workers: Workers) -> None:
+    """Both find no world and seed it in transactions that overlap (held so, here,
+    until both have written their rows): the rows of the first are inserted once, the
+    second's insert of the same rows fails (a conflict), and it loads the first's
+    world.  Before, ``FOR UPDATE`` locked no rows that did not exist yet and the
+    second's upsert overwrote the first's: seeded twice."""
+    import psycopg2
+
+    stores = []
+    for _ in range(2):
+        store = PostgreSQLStore(workers.db.dsn, password=workers.db.password,
+                                clock=reactor(), reactor=reactor())
+        await store.open()
+        workers.stores.append(store)
+        stores.append(store)
+    holder = psycopg2.connect(workers.db.dsn, password=workers.db.password)
+    seeded: list[Any] = []
+
+    def observe(event: Any) -> None:
+        if "seeded" in str(event.get("log_format", "")):
+            seeded.append(event)
+
+    globalLogPublisher.addObserver(observe)
+    try:
+        with holder.cursor() as cursor:  # the world clock, raised at every change's end
+            cursor.execute("SELECT value FROM world_clock FOR UPDATE")
+            clock_before = cursor.fetchone()[0]
+        loading = [SharedWorld.load(store, seed=EXAMPLE, clock=reactor()) for store in stores]
+        await backends_waiting_for_a_lock(workers.db, 2)
+        holder.rollback()  # let them go: the first to the commit, the second to its fate
+        one, two = await defer.gatherResults(loading)
+    finally:
+        holder.close()
+        globalLogPublisher.removeObserver(observe)
+    workers.worlds.extend([one, two])
+    assert len(seeded) == 1, [formatEvent(e) for e in seeded]
+    clock_after = workers.db.sql("SELECT value FROM world_clock")[0][0]
+    assert clock_after == clock_before + 1  # one seeding change committed
+    assert one.snapshot() == two.snapshot()
 
 
 @pytest_twisted.ensureDeferred

@@ -109,7 +109,7 @@ def build(path: str, reactor: Any) -> Any:
 
     store = SQLiteStore(path, reactor=reactor, clock=reactor)
     return AssistantService(llm=SlowModel(), store=store, registry=ToolRegistry([Look, Say]),
-                            clock=reactor, tick_interval=0.02)
+                            clock=reactor, tick_interval=0.02, min_tick_rate=0.05)
 
 
 def run_child(path: str, run: str) -> None:

@@ -113,7 +113,7 @@ async def test_start_order_and_what_the_listeners_get(tmp_path: Path) -> None:
         assert web.args == (app.assistants, app.world)
         assert web.kwargs == {"endpoint": "tcp:0:interface=127.0.0.1", "token": None,
                               "max_body": 65536, "allowed_hosts": (),
-                              "limits": HttpLimits()}
+                              "worker_hosts": (), "limits": HttpLimits()}
         (namespace,) = manhole.args
         assert {"service", "world", "registry", "store", "config"} <= set(namespace)
         assert namespace["service"] is app.assistants

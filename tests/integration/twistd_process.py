@@ -169,6 +169,7 @@ def write_config(directory: Path, server: TestServer | None = None, *,
     text = f"""
 [service]
 tick_interval = 0.2
+min_tick_rate = 0.05
 {service}
 
 [store]

@@ -160,13 +160,15 @@ def add(service: AssistantService, clock: task.Clock, **config: Any) -> Any:
 
 
 class LogCapture:
-    """Collects log events at warn level and above."""
+    """Collects log events at warn level and above (or from ``level``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, level: LogLevel = LogLevel.warn) -> None:
         self.events: list[dict[str, Any]] = []
+        self.level = level
 
     def __call__(self, event: dict[str, Any]) -> None:
-        if event.get("log_level") in (LogLevel.warn, LogLevel.error, LogLevel.critical):
+        level = event.get("log_level")
+        if level is not None and level >= self.level:
             self.events.append(event)
 
     def __enter__(self) -> LogCapture:

@@ -184,6 +184,19 @@ def test_unknown_key_suggests_the_close_one() -> None:
 @pytest.mark.parametrize(("path", "value", "expected"), [
     ("service.tick_interval", "fast", "service.tick_interval must be an integer or a number"),
     ("service.tick_interval", -1, "service.tick_interval must be a positive number"),
+    ("service.tick_interval", float("inf"), "service.tick_interval must be a finite number"),
+    ("service.stop_grace", float("nan"), "service.stop_grace must be a finite number"),
+    ("service.max_assistants", 0, "service.max_assistants must be a positive integer"),
+    ("service.min_tick_rate", 10, "assistants.pip.tick_rate must be at least 10 seconds "
+     "(service.min_tick_rate)"),
+    ("assistants.0.tick_rate", 0.5, "assistants.pip.tick_rate must be at least 1 seconds"),
+    ("service.max_assistants", 0.5, "service.max_assistants must be an integer"),
+    ("models.local.retry_after_cap", float("inf"), "models.local.retry_after_cap must be a "
+     "finite number"),
+    ("models.local.breaker_cooldown", -1, "'breaker_cooldown' must be a positive number"),
+    ("models.local.timeouts", {"idle": float("nan")}, "timeouts.idle must be a positive"),
+    ("assistants.0.tick_rate", float("nan"), "assistants.pip.tick_rate must be a positive"),
+    ("assistants.0.sleep_duration", float("inf"), "assistants.pip.sleep_duration must be"),
     ("service.stop_grace", True, "service.stop_grace must be"),
     ("service.max_concurrent", 0, "service.max_concurrent must be a positive integer"),
     ("service.log_level", "loud", "service.log_level must be one of"),

@@ -141,6 +141,13 @@ def test_worker_defaults() -> None:
     """Leases of 15 s renewed every 5 s; the worker named by host and process."""
     workers = parse_config(postgres(dsn=DSN), base=ROOT).workers
     assert (workers.name, workers.lease_ttl, workers.lease_interval) == (None, 15.0, 5.0)
+    assert workers.api_hosts == ()
+
+
+def test_worker_api_hosts_are_an_allow_list_of_host_names() -> None:
+    data = postgres(dsn=DSN)
+    data["workers"] = {"api_hosts": ["10.0.0.5", "Worker2.internal"]}
+    assert parse_config(data, base=ROOT).workers.api_hosts == ("10.0.0.5", "worker2.internal")
 
 
 @pytest.mark.parametrize(("workers", "store", "expected"), [
@@ -149,6 +156,10 @@ def test_worker_defaults() -> None:
      "workers.lease_interval (5) must be shorter than workers.lease_ttl (5)"),
     ({"lease_ttl": -1}, DSN, "workers.lease_ttl must be a positive number"),
     ({"name": " "}, DSN, "workers.name must not be empty"),
+    ({"api_hosts": "w2"}, DSN, "workers.api_hosts must be a list"),
+    ({"api_hosts": ["http://w2:8080"]}, DSN, "workers.api_hosts: 'http://w2:8080' is not a host"),
+    ({"api_hosts": [""]}, DSN, "is not a host name"),
+    ({"api_hosts": ["w2"]}, None, "workers.api_hosts is only for [store]"),
     ({"ttl": 3}, DSN, "workers"),
 ])
 def test_worker_mistakes(workers: dict[str, object], store: str | None, expected: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 import pytest
 from twisted.internet import defer, task
+from twisted.logger import LogLevel, formatEvent
 
 from ai_tools.errors import ConfigError
 from ai_tools.store.memory import MemoryStore
@@ -26,6 +27,7 @@ from tests.unit.sandbox_world_fixtures import (  # noqa: F401 (fixtures)
     store_fixture,
     world_fixture,
 )
+from tests.unit.service_fakes import LogCapture
 
 
 def reload(store: MemoryStore, clock: task.Clock) -> SandboxWorld:
@@ -134,18 +136,22 @@ class BrokenStore:
 def test_failed_write_fails_the_change_and_is_logged(
     clock: task.Clock, logged_failures: Any
 ) -> None:
-    """The Deferred of a change fails when the store cannot write; it is logged once."""
+    """The Deferred of a change fails when the store cannot write; the failure is logged
+    once per class, as one line without a traceback, until a write works again."""
     store = BrokenStore(MemoryStore(clock=clock))
     world = fired(SandboxWorld.load(store, seed=EXAMPLE, clock=clock))
     store.broken = True
-    with pytest.raises(OSError, match="disk full"):
-        fired(world.set_attribute(MASON, "obj:fountain", "wishes", 2))
-    assert len(logged_failures) == 1
-    with pytest.raises(OSError):  # a store failure is not a refusal: it fails the command
-        fired(world.execute_command(MASON, "create rope"))
-    assert len(logged_failures) == 2
-    store.broken = False
-    fired(world.set_attribute(MASON, "obj:fountain", "wishes", 3))
+    with LogCapture(LogLevel.info) as logs:
+        with pytest.raises(OSError, match="disk full"):
+            fired(world.set_attribute(MASON, "obj:fountain", "wishes", 2))
+        with pytest.raises(OSError):  # a store failure is not a refusal: it fails the command
+            fired(world.execute_command(MASON, "create rope"))
+        store.broken = False
+        fired(world.set_attribute(MASON, "obj:fountain", "wishes", 3))
+    lines = [formatEvent(e) for e in logs.events if "writing changes" in formatEvent(e)]
+    assert len(lines) == 2 and "OSError: disk full" in lines[0], lines
+    assert "works again (2 failure(s) before)" in lines[1]
+    assert logged_failures == []
     again = fired(SandboxWorld.load(store.inner, clock=clock))
     assert again.get_attributes("obj:fountain")["wishes"] == 3
 

@@ -11,7 +11,12 @@ from twisted.internet import defer, task
 from ai_tools.errors import ConfigError, NotFound, ServiceNotRunning
 from ai_tools.loop import LoopConfig, LoopContext
 from ai_tools.service.assistant import SLEEP, Assistant
-from ai_tools.service.service import AssistantService, world_message_to_event
+from ai_tools.service.service import (
+    MAX_ASSISTANTS,
+    MIN_TICK_RATE,
+    AssistantService,
+    world_message_to_event,
+)
 from ai_tools.service.tick import IDLE, RAN, TickResult
 from ai_tools.store.memory import MemoryStore
 from ai_tools.tools.registry import ToolRegistry
@@ -100,6 +105,28 @@ def test_add_assistant_checks_config() -> None:
     assert "already exists" in str(failures[0].value)
     assert "unknown model 'gpt-9' (known: default)" in str(failures[1].value)
     assert service.names() == ["ada"]
+
+
+def test_tick_rates_have_a_floor_and_assistants_a_bound() -> None:
+    """``min_tick_rate`` (default MIN_TICK_RATE) refuses a faster tick_rate or
+    sleep_tick_rate on add and reconfigure; ``max_assistants`` refuses one more."""
+    clock, service, _ = make_service(max_assistants=2)
+    assert service.min_tick_rate == MIN_TICK_RATE and MAX_ASSISTANTS >= 100
+    failures: list[Any] = []
+    service.add_assistant({"name": "fast", "tick_rate": 1e-9}).addErrback(failures.append)
+    service.add_assistant({"name": "dozy", "sleep_tick_rate": 0.5}).addErrback(failures.append)
+    add(service, clock, name="ada")
+    add(service, clock, name="bob", tick_rate=MIN_TICK_RATE)
+    service.add_assistant({"name": "cy"}).addErrback(failures.append)
+    service.reconfigure("ada", {"name": "ada", "tick_rate": 0.01}).addErrback(failures.append)
+    settle(clock)
+    assert [f.check(ConfigError) for f in failures] == [ConfigError] * 4
+    assert "assistant.tick_rate must be at least 1 seconds" in str(failures[0].value)
+    assert "sleep_tick_rate" in str(failures[1].value)
+    assert "maximum of 2 assistants (max_assistants)" in str(failures[2].value)
+    assert "tick_rate" in str(failures[3].value)
+    assert service.names() == ["ada", "bob"]
+    assert service.get("ada").config.tick_rate == 5.0
 
 
 def test_add_restores_saved_state() -> None:

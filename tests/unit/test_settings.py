@@ -62,6 +62,8 @@ CASES: dict[str, tuple[Any, str, str, Read, tuple[Any, Any, Any]]] = {
     "otlp_endpoint": ("http://file:1", "http://env:1", "https://flag:1",
                       lambda c: c.service.otlp_endpoint,
                       ("http://file:1", "http://env:1", "https://flag:1")),
+    "min_tick_rate": (0.5, "0.25", "2", lambda c: c.service.min_tick_rate, (0.5, 0.25, 2.0)),
+    "max_assistants": (5, "6", "7", lambda c: c.service.max_assistants, (5, 6, 7)),
 }
 """Settings whose three ways are checked by one test; the others have their own below."""
 
@@ -113,6 +115,11 @@ def test_flag_beats_variable_beats_file(name: str, tmp_path: Path) -> None:
     ("llm_tool_choice", "sometimes", "(given by AI_TOOLS_LLM_TOOL_CHOICE)"),
     ("tick_interval", "fast", "AI_TOOLS_TICK_INTERVAL must be a number, not 'fast'"),
     ("tick_interval", "-1", "AI_TOOLS_TICK_INTERVAL must be a positive number"),
+    ("tick_interval", "nan", "AI_TOOLS_TICK_INTERVAL must be a finite number, not 'nan'"),
+    ("tick_interval", "inf", "AI_TOOLS_TICK_INTERVAL must be a finite number, not 'inf'"),
+    ("stop_grace", "Infinity", "AI_TOOLS_STOP_GRACE must be a finite number"),
+    ("min_tick_rate", "0", "AI_TOOLS_MIN_TICK_RATE must be a positive number"),
+    ("max_assistants", "many", "AI_TOOLS_MAX_ASSISTANTS must be an integer"),
     ("max_concurrent", "0", "AI_TOOLS_MAX_CONCURRENT must be a positive integer"),
     ("log_level", "chatty", "AI_TOOLS_LOG_LEVEL must be one of debug, info"),
     ("http", "0.0.0.0:80", "AI_TOOLS_HTTP: the HTTP API listens beyond this machine"),

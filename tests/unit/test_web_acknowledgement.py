@@ -6,9 +6,11 @@ can see what is answered before and after the hearers' state is saved.
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from twisted.internet import defer
+from twisted.logger import LogLevel, formatEvent
 
 from ai_tools.store.memory import MemoryStore
 from tests.unit.service_fakes import FlakyStore, LogCapture
@@ -89,13 +91,47 @@ def test_a_write_that_fails_is_a_503_with_the_reason() -> None:
     assert "could not be saved" in answer.json["error"]
     assert "disk I/O error" in answer.json["error"]
     assert answer.header("retry-after") == "10"
-    texts = [e.get("log_format", "") for e in logs.events]
-    assert any("Could not save {assistant}" in t for t in texts)
+    assert any("Could not save the state of assistants" in formatEvent(e) for e in logs.events)
     assert not [e for e in logs.events if e.get("log_failure") is not None]  # no traceback
     store.failing = False
     assert api.call("POST", "/messages", body=HELLO).code == 200
     # both events are kept (the first was only in memory until this write)
     assert saved_texts(store) == ["Evening, Pip!", "Evening, Pip!"]
+
+
+class FullDisk(FlakyStore):
+    """Every write fails as on a full disk while ``failing``: states and the heard log."""
+
+    def append_heard(self, messages: Any, keep: int) -> defer.Deferred[None]:
+        if self.failing:
+            return defer.fail(OSError(28, "No space left on device"))
+        return super().append_heard(messages, keep)
+
+
+def test_a_full_disk_is_one_line_per_failure_class_and_no_unhandled_error() -> None:
+    """Many posts while nothing can be written: each answers 503, and the log says each
+    class of failure once (no traceback, no "Unhandled error in Deferred" when the
+    heard-log write failed before the state write did); once writes work, one line
+    says so."""
+    store = FullDisk()
+    api = ApiHarness(store=store, world_store=store)
+    api.call("POST", "/assistants/pip/disable")  # what Pip hears stays pending
+    store.failing = True
+    with LogCapture() as logs:
+        for n in range(40):
+            answer = api.call("POST", "/messages", body={**HELLO, "text": f"hello {n}"})
+            assert answer.code == 503, answer
+        gc.collect()
+        api.pump()
+    assert not [e for e in logs.events if e.get("log_failure") is not None], \
+        [e.get("log_format") for e in logs.events if e.get("log_failure") is not None]
+    lines = [formatEvent(e) for e in logs.events]
+    assert len(lines) <= 4, lines  # the state, the heard log, the answer: once each
+    assert any("No space left on device" in line for line in lines), lines
+    store.failing = False
+    with LogCapture(level=LogLevel.info) as after:
+        assert api.call("POST", "/messages", body=HELLO).code == 200
+    assert any("works again" in formatEvent(e) for e in after.events)
 
 
 def test_a_message_no_assistant_hears_answers_at_once() -> None:

@@ -114,6 +114,16 @@ def test_a_wrong_token_or_a_forged_cookie_is_refused() -> None:
         assert answer.code == 401, forged
 
 
+@pytest.mark.parametrize("expiry", [b"\xb2\xb3", b"\xb9", b"+12", b" 12", b"1_000"])
+def test_a_cookie_whose_expiry_is_not_ascii_digits_is_refused_not_a_500(expiry: bytes) -> None:
+    """``str.isdigit`` is true for the superscript digits a Latin-1 cookie can hold,
+    which ``int`` refuses: only ASCII digits are an expiry."""
+    api = ApiHarness(token=TOKEN)
+    cookie = b"ai_tools_session=" + expiry + b"." + b"0" * 64
+    answer = api.call("GET", "/assistants", headers={"Cookie": cookie})  # type: ignore[dict-item]
+    assert answer.code == 401
+
+
 def test_the_session_ends_at_its_expiry_and_on_sign_out() -> None:
     api = ApiHarness(token=TOKEN)
     cookie = {"Cookie": cookie_of(sign_in(api))}

@@ -25,6 +25,7 @@ from ai_tools.llm.transport import http_client
 from ai_tools.service.assistant import Assistant, AssistantConfig
 from ai_tools.web.forwarding import FORWARDED_HEADER, EventFeed, Forwarder, ForwardingError
 from ai_tools.web.limits import HttpLimits
+from ai_tools.web.worker_auth import SIGNATURE_HEADER, SIGNATURE_VALIDITY, WorkerSigner
 from tests.unit.test_web_sse import Stream
 from tests.unit.web_fakes import ApiHarness, FakeRequest, result_of
 
@@ -43,8 +44,8 @@ class OtherWorker(Resource):
         self.stream_gone = False
 
     def render(self, request: Any) -> bytes | int:
-        headers = {name: request.getHeader(name)
-                   for name in (b"authorization", FORWARDED_HEADER, b"content-type")}
+        headers = {name: request.getHeader(name) for name in (
+            b"authorization", FORWARDED_HEADER, b"content-type", SIGNATURE_HEADER)}
         self.seen.append((request.method, request.uri, headers, request.content.read()))
         if self.mode == "silent":
             return server.NOT_DONE_YET
@@ -106,12 +107,17 @@ def outcome(d: defer.Deferred[Any]) -> Any:
     return box[0] if box else None
 
 
-def test_a_forwarded_request_carries_the_callers_token_and_the_mark() -> None:
-    """Method, path with query, body and the caller's Authorization reach the other
-    worker, with the header saying it was passed on; its JSON answer comes back."""
+TOKEN = "s3cret-token-0123"
+
+
+def test_a_forwarded_request_carries_a_signature_never_the_token() -> None:
+    """Method, path with query and body reach the other worker, with the header saying
+    it was passed on and a signature of them; an Authorization given is never sent (a
+    worker's address comes from the database); its JSON answer comes back."""
     owner, clock = OtherWorker(), task.Clock()
-    forward, stub = forwarder(owner, clock)
-    d = forward.forward("POST", "http://w2.test/assistants/tess/tick?x=1",
+    signer = WorkerSigner.for_token(TOKEN.encode(), clock.seconds)
+    forward, stub = forwarder(owner, clock, signer=signer)
+    d = forward.forward("POST", "http://w2.test:8080/assistants/tess/tick?x=1",
                         {b"authorization": b"Bearer t0k", b"content-type": b"application/json"},
                         b"{}")
     stub.flush()
@@ -119,8 +125,81 @@ def test_a_forwarded_request_carries_the_callers_token_and_the_mark() -> None:
     assert status == 200 and passed == {} and answer["path"] == "/assistants/tess/tick"
     method, uri, seen, body = owner.seen[0]
     assert (method, uri, body) == (b"POST", b"/assistants/tess/tick?x=1", b"{}")
-    assert seen[b"authorization"] == b"Bearer t0k" and seen[FORWARDED_HEADER] == b"1"
+    assert seen[b"authorization"] is None and seen[FORWARDED_HEADER] == b"1"
+    assert seen[SIGNATURE_HEADER] == signer.sign(b"POST", b"/assistants/tess/tick?x=1", b"{}")
+    assert TOKEN.encode() not in seen[SIGNATURE_HEADER]
     assert clock.getDelayedCalls() == []  # the deadline is cancelled once answered
+
+
+@pytest.mark.parametrize("url", ["http://[::1]:1/assistants", "http://a b:1/x"])
+def test_a_url_the_http_client_cannot_encode_is_an_unreachable_worker(url: str) -> None:
+    """treq raises at once for such a URL: the forwarder fails its Deferred with a 503
+    instead (a worker that cannot be reached), for answers and for streams."""
+    clock = task.Clock()
+    forward, _ = forwarder(OtherWorker(), clock)
+    failure = outcome(forward.forward("GET", url, {}))
+    assert isinstance(failure, Failure) and failure.check(ForwardingError)
+    assert failure.value.status == 503 and "cannot be reached" in failure.value.message
+    relayed = outcome(forward.relay(FakeRequest(), url, {}))
+    assert isinstance(relayed, Failure) and relayed.value.status == 503
+    assert clock.getDelayedCalls() == []
+
+
+def signed(api: ApiHarness, method: str, path: str, body: bytes = b"", *,
+           token: str = TOKEN, skew: float = 0.0, sent_path: str | None = None,
+           sent_body: bytes | None = None) -> Any:
+    """``api`` asked as another worker would: signed for ``method path body``
+    (``sent_path``, ``sent_body``: what is sent instead, after signing)."""
+    clock = task.Clock()
+    clock.advance(api.clock.seconds() + skew)
+    header = WorkerSigner.for_token(token.encode(), clock.seconds).sign(
+        method.encode(), path.encode(), body)
+    sent_path = path if sent_path is None else sent_path
+    data = body if sent_body is None else sent_body
+    headers = {"X-AI-Tools-Worker-Signature": header.decode(), "X-AI-Tools-Forwarded": "1"}
+    if data:
+        headers["Content-Type"] = "application/json"
+    return api.call(method, sent_path, data=data or None, headers=headers)
+
+
+def test_a_worker_signature_is_accepted_in_place_of_the_token_and_checked() -> None:
+    """The receiving worker checks the signature: method, target, body and time; a
+    signature made with another token, tampered with, or too old is a 401."""
+    api = ApiHarness(token=TOKEN)
+    api.clock.advance(1_000_000)
+    assert signed(api, "GET", "/assistants?x=1").code == 200
+    assert signed(api, "POST", "/assistants/pip/disable", b"{}").code == 200
+    refused = [
+        signed(api, "GET", "/assistants", token="another-token-4567"),
+        signed(api, "GET", "/assistants", sent_path="/assistants/pip"),
+        signed(api, "POST", "/assistants/pip/enable", b"{}", sent_body=b'{ }'),
+        signed(api, "GET", "/assistants", skew=-SIGNATURE_VALIDITY - 1),
+        signed(api, "GET", "/assistants", skew=SIGNATURE_VALIDITY + 1),
+    ]
+    assert [answer.code for answer in refused] == [401] * 5, refused
+    assert "worker signature" in refused[0].json["error"]
+    assert "older or newer" in refused[3].json["error"]
+    assert api.service.get("pip").enabled is False  # the tampered enable did nothing
+    for bad in ("t=\u00b2\u00b3;sig=00", "t=1;sig", "garbage", "t=" + "9" * 40):
+        answer = api.call("GET", "/assistants", headers={"X-AI-Tools-Worker-Signature": bad})
+        assert answer.code == 401, (bad, answer)
+
+
+def test_a_forwarder_s_signature_passes_the_other_worker_s_check() -> None:
+    """End to end: what one worker's forwarder signs, the other worker's API accepts
+    (same token); with another token it refuses."""
+    w2 = ApiHarness(token=TOKEN)
+    for token, expected in ((TOKEN, 200), ("another-token-4567", 401)):
+        signer = WorkerSigner.for_token(token.encode(), w2.clock.seconds)
+        stub = StubTreq(w2.resource)
+        forward = Forwarder(w2.clock, client=stub, signer=signer)
+        d = forward.forward("POST", "http://127.0.0.1/assistants/pip/disable",
+                            {b"content-type": b"application/json"}, b"{}")
+        for _ in range(3):
+            stub.flush()
+            w2.pump()
+        status, answer, _ = result_of(d)
+        assert status == expected, answer
 
 
 @pytest.mark.parametrize("mode", ["silent", "dribble"])
@@ -306,7 +385,7 @@ class FakeStore:
         return defer.succeed(dict(self.owners))
 
     def live_workers(self) -> defer.Deferred[Any]:
-        workers = {"w1": "http://w1.test"}
+        workers = {"w1": "http://w1.test:8080"}
         workers.update({w: url for w, url in self.owners.values()})
         workers.update(self.also_live)
         return defer.succeed(workers)
@@ -346,7 +425,7 @@ def saved_tess() -> dict[str, Any]:
     return state
 
 
-def worker_api(owner: Resource | None = None, *, url: str | None = "http://w2.test",
+def worker_api(owner: Resource | None = None, *, url: str | None = "http://w2.test:8080",
                owned: bool = True, token: str | None = None,
                limits: HttpLimits | None = None) -> tuple[ApiHarness, FakeOwnership, Any]:
     """Worker w1's API; Tess is run by w2 at ``url`` (``owned``) or by nobody; the other
@@ -362,7 +441,7 @@ def worker_api(owner: Resource | None = None, *, url: str | None = "http://w2.te
     else:
         reactor, client = refusing()
     api.resource._forwarder = Forwarder(api.clock, client=client, timeout=2.0,
-                                        max_bytes=4096)
+                                        max_bytes=4096, signer=api.resource.worker_signer)
     return api, ownership, reactor
 
 
@@ -377,18 +456,22 @@ def call(api: ApiHarness, method: str, path: str, **kw: Any) -> Any:
 
 
 def test_status_and_actions_of_an_assistant_run_elsewhere_are_forwarded() -> None:
-    """GET status and POST tick go to Tess's worker, with the caller's token."""
+    """GET status and POST tick go to Tess's worker, signed, without the caller's token
+    (nor the API's, for a caller signed in on the console)."""
     owner = OtherWorker()
-    api, _, _ = worker_api(owner, token="s3cret-token-0123")
-    auth = {"Authorization": "Bearer s3cret-token-0123"}
+    api, _, _ = worker_api(owner, token=TOKEN)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
     answer = call(api, "GET", "/assistants/tess", headers=auth)
     assert answer.code == 200 and answer.json["worker"] == "w2"
     answer = call(api, "POST", "/assistants/tess/tick", headers=auth, body={})
     assert answer.code == 200 and answer.json["path"] == "/assistants/tess/tick"
-    assert [seen[2][b"authorization"] for seen in owner.seen] == [
-        b"Bearer s3cret-token-0123"] * 2
+    signed_in = call(api, "POST", "/session", body={"token": TOKEN})
+    cookie = {"Cookie": str(signed_in.header("set-cookie")).split(";", 1)[0]}
+    assert call(api, "GET", "/assistants/tess/history", headers=cookie).code == 200
+    assert [seen[2][b"authorization"] for seen in owner.seen] == [None] * 3
+    assert all(seen[2][SIGNATURE_HEADER] for seen in owner.seen)
     local = call(api, "GET", "/assistants/pip", headers=auth)  # Pip runs here
-    assert local.json["worker"] == "w1" and len(owner.seen) == 2
+    assert local.json["worker"] == "w1" and len(owner.seen) == 3
 
 
 def test_a_dead_owner_status_and_history_come_from_the_database_actions_are_503() -> None:
@@ -432,7 +515,7 @@ def test_an_assistant_whose_lease_this_worker_just_took_is_starting_here() -> No
     """The database names this worker, which has not loaded Tess yet: the saved status,
     and 503 for what needs it running, saying so."""
     api, ownership, _ = worker_api(OtherWorker(), owned=False)
-    ownership.store.owners["tess"] = ("w1", "http://w1.test")
+    ownership.store.owners["tess"] = ("w1", "http://w1.test:8080")
     ownership.epochs["tess"] = 2
     status = call(api, "GET", "/assistants/tess")
     assert status.json["worker"] is None and status.json["why"] == "it is starting on this worker"
@@ -470,6 +553,39 @@ def test_unknown_names_are_404_and_a_forwarded_request_is_never_passed_on_again(
     assert call(api, "GET", "/assistants/nobody").code == 404
     again = call(api, "GET", "/assistants/tess", headers={"X-AI-Tools-Forwarded": "1"})
     assert again.code == 503 and "moving" in again.json["error"] and owner.seen == []
+
+
+@pytest.mark.parametrize("url", [
+    "http://evil.test:8080/steal?",  # a path would pick the request's path
+    "http://evil.test:8080/#",
+    "http://user@w2.test:8080",
+    "ftp://w2.test:21",
+    "http://w2.test",  # no port
+    "http://[::1]:1",  # one the HTTP client cannot encode (it raised: a 500)
+    "http://w 2.test:8080",
+    "http://w9.test:8080",  # not one of the allowed hosts
+])
+def test_an_api_address_that_is_not_a_worker_s_is_never_asked(url: str) -> None:
+    """Anyone who can write the database can write ``lease_workers.api_url``: only
+    ``http(s)://host:port`` (of the allowed hosts, when named) is asked; another is a
+    worker that cannot be reached: status and history from the database, actions
+    503, the list names it unreachable; nothing is sent to it."""
+    owner = OtherWorker()
+    api, _, _ = worker_api(owner, url=url, token=TOKEN)
+    api.resource.worker_hosts = ("w2.test", "evil.test")
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    status = call(api, "GET", "/assistants/tess", headers=auth)
+    assert status.code == 200 and status.json["worker"] is None, status
+    assert "cannot be reached" in status.json["why"]
+    history = call(api, "GET", "/assistants/tess/history", headers=auth)
+    assert history.code == 200 and history.json["worker"] is None
+    tick = call(api, "POST", "/assistants/tess/tick", headers=auth, body={})
+    assert tick.code == 503 and tick.header("retry-after") == "2", tick
+    listed = call(api, "GET", "/assistants", headers=auth)
+    assert listed.code == 200 and listed.json["workers_unreachable"] == ["w2"]
+    events = call(api, "GET", "/events?assistant=tess", headers=auth)
+    assert events.code == 503
+    assert owner.seen == []
 
 
 def test_the_list_and_stop_reach_every_worker() -> None:
@@ -540,9 +656,10 @@ def test_the_unfiltered_stream_carries_the_other_workers_loop_events() -> None:
     auth = {"Authorization": "Bearer s3cret-token-0123"}
     watching = Stream(api, headers=auth)
     pump(api)
-    (followed,) = peers.open(b"w2.test")
+    (followed,) = peers.open(b"w2.test:8080")
     assert followed.uri == b"/events" and followed.getHeader(FORWARDED_HEADER) == b"1"
-    assert followed.getHeader(b"authorization") == b"Bearer s3cret-token-0123"
+    assert followed.getHeader(b"authorization") is None  # signed instead
+    assert followed.getHeader(SIGNATURE_HEADER) is not None
     api.service.publish("pip", {"type": "iteration", "iteration": 1})
     followed.write(b'id: 7\nevent: iteration\ndata: {"type": "iteration", '
                    b'"assistant": "tess", "iteration": 3}\n\n'
@@ -554,11 +671,11 @@ def test_the_unfiltered_stream_carries_the_other_workers_loop_events() -> None:
     assert ids[1] == ids[0] + 1  # numbered here: Last-Event-ID works as for w1's own
     again = Stream(api, headers=auth)  # a second client: still one stream of w2
     pump(api)
-    assert len(peers.open(b"w2.test")) == 1 and len(peers.requests) == 1
+    assert len(peers.open(b"w2.test:8080")) == 1 and len(peers.requests) == 1
     watching.close()
     again.close()
     pump(api)
-    assert peers.open(b"w2.test") == []  # nobody watches: w2 is let go
+    assert peers.open(b"w2.test:8080") == []  # nobody watches: w2 is let go
 
 
 def test_a_stream_another_worker_opened_gets_no_relayed_events_and_follows_nobody() -> None:
@@ -566,7 +683,7 @@ def test_a_stream_another_worker_opened_gets_no_relayed_events_and_follows_nobod
     api, peers, _ = whole_service()
     watching = Stream(api)
     pump(api)
-    (followed,) = peers.open(b"w2.test")
+    (followed,) = peers.open(b"w2.test:8080")
     followed.write(b'id: 7\nevent: tick\ndata: {"type": "tick", "assistant": "tess"}\n\n')
     pump(api)
     forwarded = Stream(api, headers={"X-AI-Tools-Forwarded": "1"})
@@ -586,24 +703,24 @@ def test_workers_that_join_or_leave_are_followed_or_let_go_and_a_lost_stream_res
     api, peers, ownership = whole_service()
     watching = Stream(api)
     pump(api)
-    ownership.store.also_live.update({"w3": "http://w3.test", "w4": None})  # w4: no API yet
+    ownership.store.also_live.update({"w3": "http://w3.test:8080", "w4": None})  # w4: no API yet
     api.clock.advance(5.0)
     pump(api)
-    assert len(peers.open(b"w3.test")) == 1 and len(peers.requests) == 2
-    (w2,) = peers.open(b"w2.test")
+    assert len(peers.open(b"w3.test:8080")) == 1 and len(peers.requests) == 2
+    (w2,) = peers.open(b"w2.test:8080")
     w2.write(b'id: 12\nevent: tick\ndata: {"type": "tick", "assistant": "tess"}\n\n')
     w2.finish()  # w2's stream ends (it restarts, say)
     pump(api)
     del ownership.store.also_live["w3"]  # w3 stopped
     api.clock.advance(5.0)
     pump(api)
-    assert peers.open(b"w3.test") == []
-    (resumed,) = peers.open(b"w2.test")
+    assert peers.open(b"w3.test:8080") == []
+    (resumed,) = peers.open(b"w2.test:8080")
     assert resumed.getHeader(b"last-event-id") == b"12"
     assert [e["data"]["assistant"] for e in watching.events()] == ["tess"]
     api.resource.shutdown()  # the API stops: what it follows too
     pump(api)
-    assert peers.open(b"w2.test") == []
+    assert peers.open(b"w2.test:8080") == []
     assert [c for c in api.clock.getDelayedCalls() if "TickScheduler" not in repr(c)] == []
 
 

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from ai_tools.service.roster import Roster
+from tests.unit.service_fakes import FlakyStore
 from tests.unit.web_fakes import ApiHarness, result_of
 
 
@@ -50,6 +51,7 @@ def test_create_an_assistant(api: ApiHarness) -> None:
     ({"name": "ada", "character_id": "char:pip"}, 422, "character_id"),
     ({"name": "pip"}, 409, "name"),
     ({"name": "bad name!"}, 422, "name"),
+    ({"name": "pip\n"}, 422, "name"),
 ])
 def test_a_bad_creation_is_refused_and_changes_nothing(api: ApiHarness, body: Any, code: int,
                                                        field: str) -> None:
@@ -59,6 +61,61 @@ def test_a_bad_creation_is_refused_and_changes_nothing(api: ApiHarness, body: An
     assert answer.json["field"] == field
     assert api.service.names() == before
     assert "ada" not in result_of(api.service.store.list_assistants())
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_json_s_non_standard_constants_are_refused_and_change_nothing(
+        api: ApiHarness, constant: str) -> None:
+    """Python's parser takes ``NaN`` and ``Infinity``; the API does not (400), so no
+    half-made assistant is left to break the list and the removal."""
+    before = api.service.names()
+    data = b'{"name": "ada", "tick_rate": ' + constant.encode() + b"}"
+    answer = api.call("POST", "/assistants", data=data,
+                      headers={"Content-Type": "application/json"})
+    assert answer.code == 400 and constant in answer.json["error"], answer
+    change = b'{"tick_rate": ' + constant.encode() + b"}"
+    patched = api.call("PATCH", "/assistants/pip", data=change,
+                       headers={"Content-Type": "application/json"})
+    assert patched.code == 400, patched
+    overflowing = api.call("POST", "/assistants", data=b'{"name": "ada", "tick_rate": 1e999}',
+                           headers={"Content-Type": "application/json"})
+    assert overflowing.code == 422 and overflowing.json["field"] == "tick_rate", overflowing
+    assert api.service.names() == before
+    assert api.service.get("pip").config.tick_rate == 5.0
+    assert api.call("GET", "/assistants").code == 200
+    assert api.call("DELETE", "/assistants/pip").code == 200
+
+
+def test_an_assistant_that_cannot_be_saved_is_not_added() -> None:
+    """The store refuses the write: 503, and the service is as it was (no assistant
+    left half-added, running unsaved); the same POST works once the store does."""
+    store = FlakyStore()
+    api = ApiHarness(store=store)
+    before = api.service.names()
+    store.failing = True
+    answer = api.call("POST", "/assistants", body={"name": "ada", "character_id": "char:alice"})
+    assert answer.code == 503 and "could not be saved" in answer.json["error"], answer
+    assert api.service.names() == before
+    assert api.call("GET", "/assistants").code == 200
+    assert api.call("GET", "/assistants/ada").code == 404
+    store.failing = False
+    again = api.call("POST", "/assistants", body={"name": "ada", "character_id": "char:alice"})
+    assert again.code == 201, again
+
+
+def test_the_operator_api_creates_within_bounds(api: ApiHarness) -> None:
+    """No tick_rate below the service's min_tick_rate (each tick may ask the model),
+    on create and on change; no assistant past max_assistants (409)."""
+    fast = api.call("POST", "/assistants", body={"name": "ada", "tick_rate": 1e-9})
+    assert fast.code == 422 and fast.json["field"] == "tick_rate", fast
+    assert "min_tick_rate" in fast.json["error"]
+    patched = api.call("PATCH", "/assistants/pip", body={"sleep_tick_rate": 0.001})
+    assert patched.code == 422 and patched.json["field"] == "sleep_tick_rate", patched
+    api.service.max_assistants = 3  # pip and mason are there
+    assert api.call("POST", "/assistants", body={"name": "ada"}).code == 201
+    full = api.call("POST", "/assistants", body={"name": "bea"})
+    assert full.code == 409 and "max_assistants" in full.json["error"], full
+    assert api.service.names() == ["ada", "mason", "pip"]
 
 
 def test_creation_needs_a_json_object(api: ApiHarness) -> None:

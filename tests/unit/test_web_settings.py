@@ -32,6 +32,7 @@ def test_limits_and_allowed_hosts_from_the_http_table() -> None:
     ({"max_streams": 0}, "http.max_streams must be a positive integer, not 0"),
     ({"max_connections": True}, "http.max_connections must be a positive integer"),
     ({"body_timeout": "slow"}, "http.body_timeout must be a positive number"),
+    ({"body_timeout": float("inf")}, "http.body_timeout must be a positive number, not inf"),
     ({"stream_buffer": 1.5}, "http.stream_buffer must be a positive integer"),
     ({"allowed_hosts": "proxy.example"}, "http.allowed_hosts must be a list"),
     ({"allowed_hosts": ["https://proxy.example"]}, "http.allowed_hosts: 'https://proxy"),

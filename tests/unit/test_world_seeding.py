@@ -4,13 +4,17 @@ purpose (merge or reseed), keeping what must stay."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from twisted.internet import task
+from twisted.internet.interfaces import IReactorThreads
 from twisted.logger import LogEvent, globalLogPublisher
+from zope.interface import implementer
 
 from ai_tools.errors import ConfigError
 from ai_tools.store.memory import MemoryStore
+from ai_tools.world import sandbox
 from ai_tools.world.sandbox import SandboxWorld
 from ai_tools.world.seeding import DIGEST_KEY, merged_world, reseeded_world, world_digest
 from ai_tools.world.worldfile import load_world_file
@@ -137,3 +141,86 @@ def test_apply_refuses_what_it_cannot_do(tmp_path: Path) -> None:
     assert world.snapshot() == before
     with pytest.raises(ConfigError, match="not loaded from a world file"):
         fired(SandboxWorld.from_file(EXAMPLE).apply_seed("merge"))
+
+
+@implementer(IReactorThreads)
+class ThreadedClock(task.Clock):
+    """A task.Clock with a thread pool that runs nothing until :meth:`run_threads`: what
+    would run off the reactor waits there, visibly."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobs: list[tuple[Any, Any, tuple[Any, ...]]] = []
+
+    def getThreadPool(self) -> Any:
+        return self
+
+    def callInThreadWithCallback(self, on_result: Any, work: Any, *args: Any) -> None:
+        self.jobs.append((on_result, work, args))
+
+    def callFromThread(self, f: Any, *args: Any, **kw: Any) -> None:
+        f(*args, **kw)
+
+    def callInThread(self, f: Any, *args: Any, **kw: Any) -> None:
+        raise AssertionError("not used")
+
+    def suggestThreadPoolSize(self, size: int) -> None:
+        pass
+
+    def run_threads(self) -> int:
+        """Run the queued work (as the pool's threads would); how many ran."""
+        jobs, self.jobs = self.jobs, []
+        for on_result, work, args in jobs:
+            on_result(True, work(*args))
+        return len(jobs)
+
+
+def test_a_world_file_is_parsed_and_built_off_the_reactor(tmp_path: Path) -> None:
+    """POST /world/apply with a large file must not hold the reactor: reading, parsing,
+    checking and building the objects run in the thread pool; the world changes in one
+    step on the reactor once they are done."""
+    clock = ThreadedClock()
+    store = MemoryStore(clock=clock)
+    path = world_file(tmp_path)
+    world, _ = load(store, path, clock)
+    world_file(tmp_path, NEW_ROOM)
+    applied: list[Any] = []
+    world.apply_seed("merge", keep=[PIP]).addBoth(applied.append)
+    assert applied == [] and world.get_object("room:cellar2") is None
+    assert clock.run_threads() == 1  # the file: read, parsed, checked
+    assert applied == [] and world.get_object("room:cellar2") is None
+    assert clock.run_threads() == 1  # the merged world: made into objects
+    assert applied[0]["mode"] == "merge"
+    assert world.get_object("room:cellar2")["key"] == "Wine Cellar"
+
+
+def test_a_change_of_the_game_while_the_file_is_built_is_kept(tmp_path: Path) -> None:
+    """The world changed while the merged world was being built off the reactor: merged
+    again with the change, never put in place without it."""
+    clock = ThreadedClock()
+    store = MemoryStore(clock=clock)
+    path = world_file(tmp_path)
+    world, _ = load(store, path, clock)
+    world_file(tmp_path, NEW_ROOM)
+    applied: list[Any] = []
+    world.apply_seed("merge").addBoth(applied.append)
+    clock.run_threads()
+    fired(world.execute_command(MASON, "create rope"))  # made meanwhile
+    clock.run_threads()
+    assert applied == []  # built on a world that has changed: merged again
+    clock.run_threads()
+    assert applied[0]["mode"] == "merge"
+    assert world.search("rope") and world.get_object("room:cellar2") is not None
+
+
+def test_a_world_file_too_large_to_apply_is_refused(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = task.Clock()
+    store = MemoryStore(clock=clock)
+    path = world_file(tmp_path)
+    world, _ = load(store, path, clock)
+    before = world.snapshot()
+    monkeypatch.setattr(sandbox, "MAX_APPLY_BYTES", path.stat().st_size - 1)
+    with pytest.raises(ConfigError, match="more than"):
+        fired(world.apply_seed("merge"))
+    assert world.snapshot() == before

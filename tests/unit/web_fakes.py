@@ -129,9 +129,12 @@ class ApiHarness:
 
     def __init__(self, *, token: str | None = None, max_body: int = 65536,
                  world: bool = True, store: Any = None, policy: OriginPolicy | None = None,
-                 limits: HttpLimits | None = None, base: str = "http://127.0.0.1") -> None:
+                 limits: HttpLimits | None = None, base: str = "http://127.0.0.1",
+                 world_store: Any = None) -> None:
         self.clock = task.Clock()
         self.world = SandboxWorld.from_file(EXAMPLE, clock=self.clock) if world else None
+        if world_store is not None:  # the world kept in a store (with its heard log)
+            self.world = result_of(SandboxWorld.load(world_store, EXAMPLE, clock=self.clock))
         options = {"store": store} if store is not None else {}
         _, self.service, self.loop = make_service(self.clock, world=self.world, **options)
         add(self.service, self.clock, name="pip", character_id="char:pip")

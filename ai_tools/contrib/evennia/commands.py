@@ -29,7 +29,8 @@ from ai_tools.contrib.evennia.lookup import (
     get_assistant_script_for_character,
 )
 
-NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,39}$")
+NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")
+"""An assistant's name, whole (``fullmatch``: ``$`` would let a trailing newline through)."""
 """Assistant names: a letter, then letters, digits, ``_`` or ``-`` (at most 40)."""
 
 MIXIN = "ai_tools.contrib.evennia.hearing.AssistantCharacterMixin"
@@ -156,7 +157,7 @@ class CmdAIAssistant(MuxCommand):
     def do_create(self) -> None:
         """Create an assistant character in the caller's location."""
         name = self.lhs.strip()
-        if not NAME_PATTERN.match(name):
+        if not NAME_PATTERN.fullmatch(name):
             self.msg(
                 "Usage: aiassistant/create <name>[ = <description>] (a letter, then "
                 "letters, digits, _ or -)."
@@ -202,7 +203,7 @@ class CmdAIAssistant(MuxCommand):
             self.msg("Usage: aiassistant/attach <character> = <name>")
             return
         name = self.rhs.strip()
-        if not NAME_PATTERN.match(name):
+        if not NAME_PATTERN.fullmatch(name):
             self.msg("Assistant names start with a letter, then letters, digits, _ or -.")
             return
         if get_assistant_script(name) is not None:

@@ -54,7 +54,8 @@ class SessionCookies:
         if not value:
             return False
         expiry_text, _, mac = value.decode("latin-1").partition(".")
-        if not expiry_text.isdigit() or len(expiry_text) > 12:
+        # ASCII digits only: str.isdigit() also takes superscripts, which int() refuses
+        if not (expiry_text.isascii() and expiry_text.isdigit()) or len(expiry_text) > 12:
             return False
         expiry = int(expiry_text)
         if expiry <= self.seconds():
