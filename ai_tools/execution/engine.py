@@ -478,13 +478,14 @@ class _ToolCallRun:
             status = CallStatus.SUCCESS if success else CallStatus.TOOL_ERROR
         tool, call = self.tool, self.call
         assert tool is not None and call is not None
-        if success and not from_cache:
-            self._after_success(tool, result)
-        if self.warnings:  # the model learns what validation dropped or changed
-            result = {**result, PARAMETER_WARNINGS_KEY: self.warnings}
-        shaped = shape_result(result, tool.name, self.ctx.max_result_bytes)
+        # Shaped first: a success the model is told is invalid is neither cached nor counted.
+        shaped = shape_result({**result, PARAMETER_WARNINGS_KEY: self.warnings}
+                              if self.warnings else result,  # what validation dropped
+                              tool.name, self.ctx.max_result_bytes)
         if shaped.not_serialisable:
             status, success = CallStatus.INVALID_RESULT, False
+        if success and not from_cache:
+            self._after_success(tool, result)
         duration_ms = self._elapsed_ms()
         log.info("Function call completed: {name} ({ms}ms)", name=tool.name,
                  ms=round(duration_ms), success=success, status=status,
