@@ -25,7 +25,9 @@ ever fails.  The steps, each one method of :class:`_ToolCallRun`:
    the history entry.
 
 History: the assistant message carrying the call and the tool's answer are
-appended together at the end, in one operation.  A call that is killed, stopped
+appended together at the end, in one operation; the later calls of the same
+model answer join that one assistant message (``same_answer``), their answers
+following.  A call that is killed, stopped
 or that restarts the context writes nothing, so every tool call id in the
 history always has exactly one answer.  In reflection mode nothing is written
 (the outcome still carries the two messages).
@@ -184,14 +186,15 @@ class _ToolCallRun:
     """The state of one tool call while it is in flight; one method per step."""
 
     __slots__ = ("assistant_content", "attempts", "call", "ctx", "finished", "key", "killed",
-                 "outcome", "outcome_d", "params", "raw", "started", "tool", "waiting",
-                 "warnings")
+                 "outcome", "outcome_d", "params", "raw", "same_answer", "started", "tool",
+                 "waiting", "warnings")
 
     def __init__(self, context: ExecutionContext, tool_call: Any,
-                 assistant_content: str | None) -> None:
+                 assistant_content: str | None, same_answer: bool = False) -> None:
         self.ctx = context
         self.raw = tool_call
         self.assistant_content = assistant_content
+        self.same_answer = same_answer
         self.started = context.clock.seconds()
         # Made when run() returns unfinished; until then the outcome is kept here.
         self.outcome_d: defer.Deferred[ToolCallOutcome] | None = None
@@ -541,7 +544,7 @@ class _ToolCallRun:
         else:
             entries = ctx.history.add_tool_exchange(
                 call, content, native=ctx.native_tools, assistant_content=self.assistant_content,
-                max_bytes=ctx.max_result_bytes)
+                max_bytes=ctx.max_result_bytes, same_answer=self.same_answer)
         tool = self.tool
         self._deliver(ToolCallOutcome(
             kind=_HISTORY, status=status, result=result, call=call,
@@ -589,6 +592,7 @@ def run_tool_call(
     tool_call: Any,
     *,
     assistant_content: str | None = None,
+    same_answer: bool = False,
 ) -> ToolCallOutcome | defer.Deferred[ToolCallOutcome]:
     """Run one tool call: its outcome at once if it ended at once, else a Deferred of it.
 
@@ -596,11 +600,14 @@ def run_tool_call(
     :func:`~ai_tools.execution.calls.parse_tool_call`), usually an
     :class:`~ai_tools.llm.events.ToolCall`.  ``assistant_content`` is text the
     model wrote along with the call; it is recorded in the assistant message.
+    ``same_answer``: an earlier call of the same model answer was recorded last;
+    this one joins its assistant message (one message for all the calls of an
+    answer, see :meth:`ConversationHistory.add_tool_exchange`).
     A synchronous tool (or a refused call) needs no Deferred; otherwise
     cancelling the Deferred kills the call (see the module docstring).  Never
     fails.
     """
-    return _ToolCallRun(context, tool_call, assistant_content).run()
+    return _ToolCallRun(context, tool_call, assistant_content, same_answer).run()
 
 
 def execute_tool_call(
@@ -616,11 +623,13 @@ def execute_tool_call(
     return outcome
 
 
-def skip_tool_call(context: ExecutionContext, tool_call: Any, reason: str) -> ToolCallOutcome:
+def skip_tool_call(context: ExecutionContext, tool_call: Any, reason: str,
+                   same_answer: bool = False) -> ToolCallOutcome:
     """Answer a call that will not run because an earlier one ended the loop.
 
     Every call of a model response must have an answer: the loop gives the
     remaining ones this synthetic ``skipped`` result.  An unparseable call gets
-    a ``parse_error`` abort outcome and writes nothing.
+    a ``parse_error`` abort outcome and writes nothing.  ``same_answer`` as for
+    :func:`run_tool_call`.
     """
-    return _ToolCallRun(context, tool_call, None).skip(reason)
+    return _ToolCallRun(context, tool_call, None, same_answer).skip(reason)
