@@ -15,6 +15,9 @@ ever fails.  The steps, each one method of :class:`_ToolCallRun`:
    character (``requires_character``) is refused when none is attached;
 5. parameter validation: the model sees the errors it must fix, and the warnings
    (parameters dropped) come with the result;
+5b. approval, before the first attempt of a call that needs one
+   (:mod:`~ai_tools.execution.approval`): the call waits for an operator's answer;
+   refused or unanswered, it does not run and the model is told why;
 6. the cache (tick / session / persistent scope, TTL), by the validated parameters;
 7. dispatch: ``tool.execute(actor, **params)`` (a value, a Deferred or a
    coroutine) with ``addTimeout`` fresh per attempt, retrying retryable
@@ -52,6 +55,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ai_tools.errors import AIToolsError
+from ai_tools.execution.approval import ApprovalDecision, ApprovalHook, refusal_result
 from ai_tools.execution.cache import ToolCache, cache_key
 from ai_tools.execution.calls import ToolCallParseError, new_tool_call_id, parse_tool_call
 from ai_tools.execution.history import ConversationHistory, build_tool_exchange
@@ -163,6 +167,9 @@ class ExecutionContext:
     stop_requested: Callable[[], bool] = _never
     max_result_bytes: int = attrs.field(default=DEFAULT_MAX_RESULT_BYTES,
                                         validator=_check_max_result_bytes)
+    approval: ApprovalHook | None = None
+    """Asked before a call's first attempt whether it waits for an operator's yes
+    (:mod:`ai_tools.execution.approval`); None: no call does."""
 
     def allows(self, tool: Tool) -> bool:
         """Whether the gate lets ``tool`` run."""
@@ -185,9 +192,9 @@ def _describe_failure(failure: Failure) -> str:
 class _ToolCallRun:
     """The state of one tool call while it is in flight; one method per step."""
 
-    __slots__ = ("assistant_content", "attempts", "call", "ctx", "finished", "key", "killed",
-                 "outcome", "outcome_d", "params", "raw", "same_answer", "started", "tool",
-                 "waiting", "warnings")
+    __slots__ = ("approved", "assistant_content", "attempts", "call", "ctx", "finished", "key",
+                 "killed", "outcome", "outcome_d", "params", "raw", "same_answer", "started",
+                 "tool", "waiting", "warnings")
 
     def __init__(self, context: ExecutionContext, tool_call: Any,
                  assistant_content: str | None, same_answer: bool = False) -> None:
@@ -208,6 +215,7 @@ class _ToolCallRun:
         self.warnings: list[str] = []
         self.key: str | None = None
         self.attempts = 0
+        self.approved = False
 
     # ---- plumbing
 
@@ -394,6 +402,8 @@ class _ToolCallRun:
         if ctx.stop_requested():
             self._abort(_STOPPED, "a stop was requested before the call ran")
             return
+        if ctx.approval is not None and not self.approved and self._awaits_approval(tool):
+            return
         self.attempts += 1
         if self.attempts == 1:
             ctx.state.calls += 1
@@ -418,6 +428,29 @@ class _ToolCallRun:
         if tool.timeout and tool.timeout > 0 and not result.called:
             result.addTimeout(tool.timeout, ctx.clock)
         self._wait(result, self._on_result, self._on_failure)
+
+    def _awaits_approval(self, tool: Tool) -> bool:
+        """Before the first attempt: wait for an operator's answer if the call needs one."""
+        assert self.ctx.approval is not None and self.call is not None
+        self.approved = True  # asked once per call (retries do not ask again)
+        waiting = self.ctx.approval(tool, self.call, self.params)
+        if waiting is None:
+            return False
+        log.info("Tool call {tool} waits for an operator's approval", tool=tool.name,
+                 tool_call_id=self.call.id, assistant=self.ctx.cache_namespace)
+        self._record_current("awaiting_approval")
+        self._wait(waiting, self._on_decision, self._internal_error)
+        return True
+
+    def _on_decision(self, decision: ApprovalDecision) -> None:
+        if decision.approved:
+            log.info("Tool call {tool} approved by {by}", tool=self._name(), by=decision.by)
+            self._dispatch()
+        else:
+            result = refusal_result(decision)
+            status = CallStatus(result["status"])
+            self._update_current(status, False, self._elapsed_ms())
+            self._refuse(status, result)
 
     def _retry_or(self, error: str, give_up: Callable[[], None]) -> None:
         """Back off then dispatch again if attempts remain; else ``give_up()``."""

@@ -111,7 +111,10 @@ class Tool:
     - ``category``: what a call means for the ReAct loop (:class:`ToolCategory`);
     - ``cacheable``, ``cache_scope`` (``tick``/``session``/``persistent``),
       ``cache_ttl`` (seconds, or None): result caching for read-only tools;
-    - ``requires_character``: whether the call needs an acting character.
+    - ``requires_character``: whether the call needs an acting character;
+    - ``approval``: ``"operator"`` when every call must wait for an operator's yes,
+      ``"never"`` when none does; None (default): the assistant's setting decides
+      (:mod:`ai_tools.execution.approval`).
 
     They may override :meth:`custom_validation` to add checks JSON Schema
     cannot express.
@@ -126,6 +129,7 @@ class Tool:
     cache_scope: ClassVar[str] = "tick"
     cache_ttl: ClassVar[float | None] = None
     requires_character: ClassVar[bool] = True
+    approval: ClassVar[str | None] = None
 
     _parameter_validator: ParameterValidator | None = None
 
