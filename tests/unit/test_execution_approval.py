@@ -57,7 +57,7 @@ def test_a_call_needing_no_approval_runs_at_once() -> None:
 def test_an_approved_call_runs_after_the_yes() -> None:
     hook = Hook("dig")
     ctx = make_context(approval=hook)
-    d, results = start(ctx, call("dig", text="hole"))
+    _, results = start(ctx, call("dig", text="hole"))
     assert not results and dig_calls(ctx) == []
     assert ctx.state.current_tool_call["status"] == "awaiting_approval"  # type: ignore[index]
     hook.waits[0].callback(ApprovalDecision(True, by="console"))
@@ -69,7 +69,7 @@ def test_an_approved_call_runs_after_the_yes() -> None:
 def test_a_refused_call_does_not_run_and_the_model_is_told() -> None:
     hook = Hook("dig")
     ctx = make_context(approval=hook)
-    d, results = start(ctx, call("dig", text="hole"))
+    _, results = start(ctx, call("dig", text="hole"))
     hook.waits[0].callback(ApprovalDecision(False, by="manhole", reason="not today"))
     outcome = results[0]
     assert outcome.kind == OutcomeKind.HISTORY and outcome.status == CallStatus.APPROVAL_REFUSED
@@ -84,7 +84,7 @@ def test_a_refused_call_does_not_run_and_the_model_is_told() -> None:
 def test_an_unanswered_call_times_out_without_running() -> None:
     hook = Hook("dig")
     ctx = make_context(approval=hook)
-    d, results = start(ctx, call("dig", text="hole"))
+    _, results = start(ctx, call("dig", text="hole"))
     hook.waits[0].callback(ApprovalDecision(False, by="service", reason="no answer within 60s",
                                             timed_out=True))
     outcome = results[0]
@@ -95,7 +95,7 @@ def test_an_unanswered_call_times_out_without_running() -> None:
 def test_killing_a_call_waiting_for_approval_cancels_the_request() -> None:
     hook = Hook("dig")
     ctx = make_context(approval=hook)
-    d, results = start(ctx, call("dig", text="hole"))
+    _, results = start(ctx, call("dig", text="hole"))
     d.cancel()
     assert hook.cancelled == 1 and dig_calls(ctx) == []
     assert results[0].kind == OutcomeKind.ABORT
@@ -107,7 +107,7 @@ def test_a_stop_during_the_wait_aborts_after_the_yes() -> None:
     stop = []
     hook = Hook("dig")
     ctx = make_context(approval=hook, stop_requested=lambda: bool(stop))
-    d, results = start(ctx, call("dig", text="hole"))
+    _, results = start(ctx, call("dig", text="hole"))
     stop.append(True)
     hook.waits[0].callback(ApprovalDecision(True))
     assert results[0].kind == OutcomeKind.ABORT and dig_calls(ctx) == []
@@ -118,7 +118,7 @@ def test_retries_do_not_ask_again() -> None:
     ctx = make_context(approval=hook)
     ctx.registry.get_tool("scripted").script = [  # type: ignore[union-attr]
         {"success": False, "error": "busy", "retryable": True}, {"success": True}]
-    d, results = start(ctx, call("scripted"))
+    _, results = start(ctx, call("scripted"))
     hook.waits[0].callback(ApprovalDecision(True))
     ctx.clock.advance(60)
     assert results[0].status == CallStatus.SUCCESS and results[0].attempts == 2

@@ -57,7 +57,7 @@ def test_a_dangerous_call_waits_for_the_operator_then_runs() -> None:
 
 
 def test_a_refusal_is_what_the_model_reads_and_the_loop_goes_on() -> None:
-    clock, service, ada, events = approving_service(
+    clock, service, ada, _ = approving_service(
         answer(call("dig", {"at": "north"}, "c1")), text("Fine, I will not dig."))
     service.send("ada", "dig north")
     settle(clock)
@@ -82,7 +82,7 @@ def test_an_unanswered_call_times_out_bounded() -> None:
     assert last_tool_result(ada)["status"] == "approval_timed_out"
     assert any("timed out" in str(e.get("log_format")) for e in logs.events)
     assert events[-1]["type"] != "approval_requested"
-    assert [e for e in events if e["type"] == "approval_decided"][0]["timed_out"] is True
+    assert next(e for e in events if e["type"] == "approval_decided")["timed_out"] is True
 
 
 def test_a_stop_withdraws_the_request() -> None:
@@ -100,7 +100,7 @@ def test_a_stop_withdraws_the_request() -> None:
 
 
 def test_a_restart_refuses_what_waits_and_logs_it() -> None:
-    clock, service, ada, events = approving_service(
+    clock, service, _, _ = approving_service(
         answer(call("dig", {"at": "north"}, "c1")), text("I was refused."))
     service.send("ada", "dig north")
     settle(clock)
@@ -118,7 +118,7 @@ def test_a_restart_refuses_what_waits_and_logs_it() -> None:
 
 
 def test_never_asks_nobody() -> None:
-    clock, service, ada, events = approving_service(answer(call("dig", {"at": "x"}, "c1")),
+    clock, service, _, events = approving_service(answer(call("dig", {"at": "x"}, "c1")),
                                                     approval="never")
     service.send("ada", "dig")
     settle(clock)
@@ -126,7 +126,7 @@ def test_never_asks_nobody() -> None:
 
 
 def test_one_tool_by_name_and_a_changed_setting_applies_to_the_next_call() -> None:
-    clock, service, ada, events = approving_service(
+    clock, service, _, _ = approving_service(
         answer(call("look", {}, "c1")), text("ok"), approval="never",
         tool_approval={"look": "operator"})
     service.send("ada", "look")
