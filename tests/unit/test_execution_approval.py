@@ -95,7 +95,7 @@ def test_an_unanswered_call_times_out_without_running() -> None:
 def test_killing_a_call_waiting_for_approval_cancels_the_request() -> None:
     hook = Hook("dig")
     ctx = make_context(approval=hook)
-    _, results = start(ctx, call("dig", text="hole"))
+    d, results = start(ctx, call("dig", text="hole"))
     d.cancel()
     assert hook.cancelled == 1 and dig_calls(ctx) == []
     assert results[0].kind == OutcomeKind.ABORT
