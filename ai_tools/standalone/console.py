@@ -143,7 +143,11 @@ class Table(str):
 
     def later(self) -> Table:
         """This text starting on its own line (for results printed after ``Deferred #n``)."""
-        return Table("\n" + self)
+        return type(self)("\n" + self)
+
+
+class Refusal(Table):
+    """A Table saying why a helper did nothing (an unknown name): ``ssh host CMD`` exits 1."""
 
 
 def _cell(value: Any, width: int) -> str:
@@ -210,7 +214,7 @@ class ConsoleHelpers:
         if name in self.service:
             return None
         known = ", ".join(self.service.names()) or "none"
-        return Table.of_lines([f"no assistant named {name!r} (assistants: {known})"])
+        return Refusal.of_lines([f"no assistant named {name!r} (assistants: {known})"])
 
     def helpers(self) -> Table:
         """What the helpers do."""
@@ -327,11 +331,11 @@ class ConsoleHelpers:
         """The last ``n`` lines ``character_id`` heard in the world."""
         reader = getattr(self.world, "heard", None)
         if reader is None:
-            return Table.of_lines(["this world keeps no hearing log"])
+            return Refusal.of_lines(["this world keeps no hearing log"])
         try:
             messages = reader(character_id, limit=max(0, n))
         except NotFound as exc:
-            return Table.of_lines([str(exc)])
+            return Refusal.of_lines([str(exc)])
         rows = [(m.get("seq"), m.get("kind"), m.get("line") or m.get("text")) for m in messages]
         return Table.build(("seq", "kind", "line"), rows, width=100,
                            title=f"{character_id} heard:", empty="(nothing)")
@@ -382,11 +386,34 @@ def _tick_table(result: Any) -> Table:
             lines.append(Table.build(("iter", "tool", "status", "took", "cached"), rows))
         for signal in loop.get("signals") or ():
             lines.append(f"signal: {signal.get('tool_name')} {signal.get('arguments')}")
-        if loop.get("text"):
-            lines.append(f"said: {_cell(loop['text'], 300)}")
+        lines.extend(_spoken(loop.get("results") or ()))
+        if loop.get("text"):  # the model's own words: nobody in the world heard them
+            lines.append(f"wrote: {_cell(loop['text'], 300)}")
     for err in data.get("errors") or ():
         lines.append(f"error: {err}")
     return Table.of_lines(lines)
+
+
+_SPOKEN = {"say": "said", "pose": "posed", "emit": "emitted", "whisper": "whispered to",
+           "page": "paged"}
+"""The world's message kinds a tool's result reports, and how ``tick()`` prints them."""
+
+
+def _spoken(results: Iterable[Mapping[str, Any]]) -> list[str]:
+    """What the players heard: the delivered text of each successful say, pose, whisper…"""
+    lines = []
+    for entry in results:
+        result = entry.get("result")
+        if not entry.get("success") or not isinstance(result, Mapping):
+            continue
+        verb, text = _SPOKEN.get(str(result.get("kind"))), result.get("text")
+        if verb is None or not isinstance(text, str):
+            continue
+        target = result.get("target")
+        if isinstance(target, Mapping):
+            verb = f"{verb} {target.get('key') or target.get('id')}"
+        lines.append(f"{verb}: {_cell(text, 300)}")
+    return lines
 
 
 # -- passwords ------------------------------------------------------------------------
@@ -807,7 +834,7 @@ class _StatementOutput:
     def show(self, result: Any) -> None:
         if result is not None:
             self.write(repr(result).lstrip("\n") + "\n")
-        self.finish(0)
+        self.finish(1 if isinstance(result, Refusal) else 0)
 
     def failed(self, failure: Failure) -> None:
         self.write("".join(failure.getTraceback()))

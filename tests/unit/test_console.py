@@ -252,7 +252,7 @@ def test_terminal_escapes_from_players_are_not_printed(ns: dict[str, Any]) -> No
     d = ns["tick"]("pip")
     settle(ns["_clock"])
     tick = result_of(d)
-    assert "said: Pip says[2J]0;owned31m" in tick
+    assert "wrote: Pip says[2J]0;owned31m" in tick
     for text in (heard, history, tick, ns["status"]()):
         assert printed_controls(text) == [], text
 
@@ -621,3 +621,39 @@ def test_a_client_logging_out_is_no_error() -> None:
         server.receiveError(transport.DISCONNECT_PROTOCOL_ERROR, b"bad packet")
     (event,) = captured.events
     assert event["code"] == transport.DISCONNECT_PROTOCOL_ERROR
+
+
+def test_tick_prints_the_spoken_line_as_said_and_the_model_text_as_wrote(
+        ns: dict[str, Any]) -> None:
+    """``said:`` is what the players heard (the say tool's text), not the model's own text."""
+    fake = ns["_loop"]
+    fake.behaviour = lambda ctx, config: loop_result(
+        "terminal_tool", 2, text="I should answer about the soup.", results=[
+            {"iteration": 1, "tool": "say", "status": "success", "success": True,
+             "duration_ms": 1.0, "result": {"success": True, "kind": "say",
+                                            "text": "Fish chowder, and it is ready."}},
+            {"iteration": 1, "tool": "whisper", "status": "success", "success": True,
+             "duration_ms": 1.0, "result": {"success": True, "kind": "whisper", "text": "psst",
+                                            "target": {"id": "char:bob", "key": "Bob"}}},
+            {"iteration": 1, "tool": "say", "status": "tool_error", "success": False,
+             "duration_ms": 1.0, "result": {"success": False, "kind": "say", "text": "no"}}])
+    ns["service"].get("pip").pending_events.append({"type": "say", "text": "soup?"})
+    d = ns["tick"]("pip")
+    settle(ns["_clock"])
+    tick = result_of(d)
+    assert "said: Fish chowder, and it is ready." in tick
+    assert "whispered to Bob: psst" in tick
+    assert "said: no" not in tick
+    assert "wrote: I should answer about the soup." in tick
+    assert "said: I should" not in tick
+
+
+@pytest.mark.parametrize("source", ['tick("nobody")', 'history("nobody")', 'stop("nobody")',
+                                    'say("nobody", "hi")', 'heard("char:nobody")'])
+def test_a_helper_refusal_exits_1(ns: dict[str, Any], source: str) -> None:
+    """``ssh host 'tick("nobody")'`` prints why and exits 1 (a script can tell)."""
+    proto = FakeProcessProtocol()
+    run_statement(ns, source, proto)
+    assert b"nobody" in proto.output
+    assert isinstance(proto.ended, internet_error.ProcessTerminated)
+    assert proto.ended.exitCode == 1
