@@ -36,6 +36,7 @@ import base64
 import getpass
 import hashlib
 import hmac
+import json
 import os
 import re
 import secrets
@@ -181,6 +182,9 @@ def console_namespace(service: Any, world: Any, registry: Any) -> dict[str, Any]
         "tools": helpers.tools,
         "cache_stats": helpers.cache_stats,
         "heard": helpers.heard,
+        "approvals": helpers.approvals,
+        "approve": helpers.approve,
+        "refuse": helpers.refuse,
         "helpers": helpers.helpers,
     }
 
@@ -228,6 +232,9 @@ class ConsoleHelpers:
             ("tools()", "the registered tools"),
             ("cache_stats()", "tool cache hits, misses and entries per assistant"),
             ("heard(character_id, n=20)", "what a character heard in the world"),
+            ("approvals()", "the tool calls waiting for an operator's approval"),
+            ("approve(id)", "let a waiting call run"),
+            ("refuse(id, reason='')", "refuse a waiting call (the model is told why)"),
         ]
         return Table.build(("helper", "what it does"), rows, width=70)
 
@@ -339,6 +346,34 @@ class ConsoleHelpers:
         rows = [(m.get("seq"), m.get("kind"), m.get("line") or m.get("text")) for m in messages]
         return Table.build(("seq", "kind", "line"), rows, width=100,
                            title=f"{character_id} heard:", empty="(nothing)")
+
+
+    def approvals(self) -> Table:
+        """The tool calls waiting for an operator's approval, oldest first."""
+        now = self.service.clock.seconds()
+        rows = [(p["id"], p["assistant"], p["tool"],
+                 json.dumps(p["arguments"], ensure_ascii=False),
+                 f"{max(0.0, p['expires_at'] - now):.0f}s") for p in
+                self.service.approvals.pending()]
+        return Table.build(("id", "assistant", "tool", "arguments", "expires in"), rows,
+                           width=70, empty="(no call waits for approval)")
+
+    def approve(self, approval_id: str) -> Table:
+        """Let the waiting call ``approval_id`` run."""
+        return self._decide(approval_id, True, "")
+
+    def refuse(self, approval_id: str, reason: str = "") -> Table:
+        """Refuse the waiting call ``approval_id``; the model reads ``reason``."""
+        return self._decide(approval_id, False, str(reason))
+
+    def _decide(self, approval_id: str, approve: bool, reason: str) -> Table:
+        try:
+            done = self.service.approvals.decide(str(approval_id), approve, by="manhole",
+                                                 reason=reason)
+        except NotFound as exc:
+            return Refusal.of_lines([str(exc)])
+        verdict = "approved" if approve else "refused"
+        return Table.of_lines([f"{done['assistant']}: {done['tool']} {verdict}"])
 
 
 def _status_row(name: str, st: Mapping[str, Any], now: float) -> tuple[Any, ...]:

@@ -75,7 +75,7 @@ def namespace_fixture() -> dict[str, Any]:
 def test_namespace_holds_the_objects_and_helpers(ns: dict[str, Any]) -> None:
     """service, world, registry and every helper the console promises."""
     for key in ("service", "world", "registry", "status", "history", "say", "tick", "stop",
-                "tools", "cache_stats", "heard", "helpers"):
+                "tools", "cache_stats", "heard", "helpers", "approvals", "approve", "refuse"):
         assert key in ns
     assert ns["registry"] is ns["service"].registry
 
@@ -657,3 +657,25 @@ def test_a_helper_refusal_exits_1(ns: dict[str, Any], source: str) -> None:
     assert b"nobody" in proto.output
     assert isinstance(proto.ended, internet_error.ProcessTerminated)
     assert proto.ended.exitCode == 1
+
+
+def test_approvals_approve_and_refuse(ns: dict[str, Any]) -> None:
+    """The manhole lists the calls waiting for approval and answers them."""
+    from ai_tools.llm.events import ToolCall
+
+    board = ns["service"].approvals
+    decisions: list[Any] = []
+    for i in range(2):
+        board.request("pip", "dig", ToolCall(id=f"c{i}", name="dig", arguments={"at": i}),
+                      60).addCallback(decisions.append)
+    first, second = (p["id"] for p in board.pending())
+    listed = ns["approvals"]()
+    assert first in listed and second in listed and '{"at": 0}' in listed
+    assert "pip: dig approved" in ns["approve"](first)
+    assert "pip: dig refused" in ns["refuse"](second, "not now")
+    assert [(d.approved, d.by, d.reason) for d in decisions] == \
+        [(True, "manhole", ""), (False, "manhole", "not now")]
+    assert "no call waits" in ns["approvals"]()
+    proto = FakeProcessProtocol()
+    run_statement(ns, f'approve("{first}")', proto)
+    assert b"answered, timed out or withdrawn" in proto.output and proto.ended.exitCode == 1
