@@ -8,6 +8,7 @@ import { LiveLog } from "./live.js";
 import { LatencyChart } from "./chart.js";
 import { Speaker } from "./speak.js";
 import { Manager } from "./manage.js";
+import { Approvals } from "./approvals.js";
 
 const page = {
   statuses: new Map(),
@@ -16,11 +17,13 @@ const page = {
   history: null,
   stream: null,
   refreshTimer: null,
+  tokenRequired: false,
 };
 const live = new LiveLog($("#live"));
 const chart = new LatencyChart($("#chart"), $("#chart-note"));
 const speaker = new Speaker();
 const manager = new Manager({ changed: () => refresh(), selected: () => page.selected, select });
+const approvals = new Approvals();
 const HISTORY_PAGE = 20;
 const LIVE_KEY = "ai_tools.console.live";
 
@@ -33,7 +36,7 @@ async function boot() {
     setTimeout(boot, 3000);
     return;
   }
-  $("#sign-out").hidden = !session.token_required;
+  page.tokenRequired = Boolean(session.token_required);
   if (session.token_required && !session.signed_in) {
     showSignIn();
     return;
@@ -44,7 +47,9 @@ async function boot() {
 function showSignIn(message = "") {
   if (page.stream) page.stream.close();
   page.stream = null;
+  clearInterval(page.refreshTimer);
   $("#console").hidden = true;
+  $("#sign-out").hidden = true; // signed out: nothing to sign out of
   $("#emergency").hidden = true;
   $("#emergency-clear").hidden = true;
   $("#sign-in").hidden = false;
@@ -76,13 +81,14 @@ onSignedOut(() => showSignIn("The session ended: sign in again."));
 
 async function start() {
   $("#console").hidden = false;
+  $("#sign-out").hidden = !page.tokenRequired;
   setConnection("connecting…");
   const index = await get("/").catch(() => ({ endpoints: [] }));
   page.endpoints = new Set(index.endpoints.map((e) => `${e.method} ${e.path}`));
   const characters = page.endpoints.has("GET /world/characters")
     ? ((await get("/world/characters").catch(() => null)) || {}).characters || [] : [];
   manager.start(page.endpoints, characters);
-  await refresh();
+  await Promise.all([refresh(), approvals.start(page.endpoints)]);
   await speaker.start(characters);
   const saved = savedLive();
   if (page.selected === null && page.statuses.size) {
@@ -94,7 +100,7 @@ async function start() {
     page.stream = openStream({ onEvent, onState: setConnection, onGap, from });
   }
   clearInterval(page.refreshTimer);
-  page.refreshTimer = setInterval(refresh, 5000);
+  page.refreshTimer = setInterval(() => { refresh(); approvals.load(); }, 5000);
 }
 
 async function refresh() {
@@ -107,7 +113,7 @@ async function refresh() {
   }
   page.statuses = new Map(answer.assistants.map((status) => [status.name, status]));
   if (page.selected !== null && !page.statuses.has(page.selected)) select(null);
-  manager.statuses(answer.assistants);
+  manager.statuses(answer.assistants, (answer.service || {}).models || []);
   renderAssistants();
   renderFacts();
 }
@@ -214,8 +220,15 @@ async function loadDetail() {
   if (results) renderLoops(results.loops);
 }
 
+/** A call of a history message as the model made it: name(arguments), arguments cut. */
+function callText(call) {
+  const fn = call.function || call;
+  const args = typeof fn.arguments === "string" ? fn.arguments : JSON.stringify(fn.arguments ?? {});
+  return `→ ${fn.name}(${truncate(args, 200)})`;
+}
+
 function historyItem(message) {
-  const calls = (message.tool_calls || []).map((c) => `${c.function ? c.function.name : c.name}()`);
+  const calls = (message.tool_calls || []).map(callText);
   const text = [message.content ? truncate(message.content, 300) : "", calls.join(" ")].join(" ").trim();
   return el("li", { class: `message ${message.role}`, "data-index": message.index ?? null },
     el("span", { class: "kind", text: message.role }), text);
@@ -255,6 +268,7 @@ $("#history-older").addEventListener("click", olderHistory);
 
 function onEvent(name, data, id) {
   if (name === "world_message") speaker.heardSomething(data);
+  if (name.startsWith("approval_")) approvals.load();
   const owner = data.assistant || null;
   const mine = owner === page.selected ||
     (name === "world_message" && (data.assistants || []).concat(data.from_assistant || []).includes(page.selected));
