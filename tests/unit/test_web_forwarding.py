@@ -23,6 +23,7 @@ from twisted.web.resource import Resource
 
 from ai_tools.llm.transport import http_client
 from ai_tools.service.assistant import Assistant, AssistantConfig
+from ai_tools.web.event_hub import assistants_by_character
 from ai_tools.web.forwarding import FORWARDED_HEADER, EventFeed, Forwarder, ForwardingError
 from ai_tools.web.limits import HttpLimits
 from tests.unit.test_web_sse import Stream
@@ -622,3 +623,19 @@ def test_a_worker_whose_stream_cannot_be_opened_is_tried_again_at_the_next_readi
     watching.close()
     assert api.resource.service_events.watchers == 0
     assert api.resource.service_events.followed == {}
+
+
+def test_a_message_heard_by_an_assistant_another_worker_runs_names_it() -> None:
+    """POST /messages on a worker that does not run the hearer still names the assistant
+    that heard it (the shared roster knows it), as the event stream's world messages do."""
+    api, ownership, _ = worker_api(OtherWorker())
+    ownership.roster["tess"] = AssistantConfig(name="tess", model="default",
+                                               character_id="char:alice")
+    answer = call(api, "POST", "/messages", body={"character": "char:bob", "kind": "page",
+                                                  "target": "char:alice", "text": "hi Tess"})
+    assert answer.code == 200, answer
+    assert answer.json["heard_by"] == ["char:alice"]
+    assert answer.json["assistants"] == ["tess"]
+    characters = call(api, "GET", "/world/characters").json["characters"]
+    assert {c["id"]: c["assistant"] for c in characters}["char:alice"] == "tess"
+    assert assistants_by_character(api.service)["char:alice"] == "tess"  # world_message events
