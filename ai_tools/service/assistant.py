@@ -35,6 +35,7 @@ from ai_tools.loop.result import LoopResult
 from ai_tools.loop.usage import ContextMeter
 from ai_tools.service.patterns import validate_execution_config
 from ai_tools.service.scheduling import Clock
+from ai_tools.settings import near_name
 from ai_tools.store.state_json import EncodedState, StateEncoder
 from ai_tools.tools.registry import ToolRegistry
 
@@ -242,7 +243,9 @@ class AssistantConfig:
         known = {f.name for f in attrs.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
+            hints = [f"{key} (did you mean {close!r}?)" if close else key
+                     for key, close in ((k, near_name(str(k), known)) for k in unknown)]
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(hints)}")
         if "name" not in data:
             raise ConfigError(f"{where}: 'name' is required")
         values = dict(data)
