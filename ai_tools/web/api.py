@@ -376,7 +376,11 @@ class ApiResource(Resource):
             raise ApiError(401, "missing token: send 'Authorization: Bearer <token>'",
                            headers={"WWW-Authenticate": 'Bearer realm="ai_tools"'})
         scheme, _, given = header.partition(b" ")
-        guard.check(request, given.strip() if scheme.lower() == b"bearer" else b"")
+        if scheme.lower() != b"bearer":  # a malformed header, not a guess: say what is missing
+            raise ApiError(401, "the Authorization header must be 'Bearer <token>' "
+                           "(the word Bearer, a space, then the token)",
+                           headers={"WWW-Authenticate": 'Bearer realm="ai_tools"'})
+        guard.check(request, given.strip())
 
     def _segments(self, request: Any) -> list[str]:
         path = request.path.split(b"?", 1)[0]
