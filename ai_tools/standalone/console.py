@@ -230,7 +230,8 @@ class ConsoleHelpers:
             ("tick(name)", "run a tick now (or wait for the one running); what it did"),
             ("stop(name)", "kill the model call or tool in flight"),
             ("tools()", "the registered tools"),
-            ("cache_stats()", "tool cache hits, misses and entries per assistant"),
+            ("cache_stats()", "tool cache hits, misses and entries per assistant"
+                              " (since this start; hits in all beside them)"),
             ("heard(character_id, n=20)", "what a character heard in the world"),
             ("approvals()", "the tool calls waiting for an operator's approval"),
             ("approve(id)", "let a waiting call run"),
@@ -322,17 +323,25 @@ class ConsoleHelpers:
                            width=70, footer=f"{len(rows)} tool(s)")
 
     def cache_stats(self) -> Table:
-        """Tool cache hits, misses, hit rate and entries, per assistant and in total."""
+        """Tool cache hits, misses, hit rate and entries since this start, per assistant and
+        in total, beside the hits kept with each assistant (its status counters, which a
+        restart keeps: the cache's own figures start again with the process)."""
         cache = self.service.cache
         names = sorted(set(cache.namespaces()) | set(self.service.names()))
+        kept = {name: self.service.counters(name).get("cache_hits", 0)
+                for name in self.service.names()}
         rows = []
         for name in names:
             st = cache.stats(name)
-            rows.append((name, st.hits, st.misses, f"{100 * st.hit_rate:.0f}%", st.size))
+            rows.append((name, st.hits, st.misses, f"{100 * st.hit_rate:.0f}%", st.size,
+                         kept.get(name, "-")))
         total = cache.stats()
         rows.append(("(total)", total.hits, total.misses, f"{100 * total.hit_rate:.0f}%",
-                     total.size))
-        return Table.build(("assistant", "hits", "misses", "hit rate", "entries"), rows)
+                     total.size, sum(kept.values())))
+        return Table.build(("assistant", "hits", "misses", "hit rate", "entries",
+                            "hits in all"), rows,
+                           title="tool cache since this start (hits in all: every start, "
+                                 "the assistant's cache_hits counter)")
 
     def heard(self, character_id: str, n: int = 20) -> Table:
         """The last ``n`` lines ``character_id`` heard in the world."""

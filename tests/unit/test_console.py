@@ -204,8 +204,22 @@ def test_tools_and_cache_stats(ns: dict[str, Any]) -> None:
     assert "look" in text and "safe_chain" in text.lower()
     assert text.splitlines()[-1] == "1 tool(s)"
     stats = ns["cache_stats"]().splitlines()
-    assert stats[0].split() == ["assistant", "hits", "misses", "hit", "rate", "entries"]
-    assert [line.split()[0] for line in stats[2:]] == ["mason", "pip", "(total)"]
+    assert stats[1].split() == ["assistant", "hits", "misses", "hit", "rate", "entries",
+                                "hits", "in", "all"]
+    assert [line.split()[0] for line in stats[3:]] == ["mason", "pip", "(total)"]
+
+
+def test_cache_stats_after_a_restart_agree_with_the_status_counters(
+        ns: dict[str, Any]) -> None:
+    """The cache's figures count since this start; the hits kept with each assistant (its
+    status counters, which survive a restart) are shown beside them, so the two agree."""
+    ns["service"].get("pip").execution_state.cache_hits = 2  # as restored from the store
+    assert ns["service"].status("pip")["counters"]["cache_hits"] == 2
+    text = ns["cache_stats"]()
+    assert "since this start" in text.splitlines()[0]
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[3:]}
+    assert rows["pip"][1] == "0" and rows["pip"][-1] == "2"
+    assert rows["(total)"][-1] == "2"
 
 
 def test_heard_and_helpers(ns: dict[str, Any]) -> None:
