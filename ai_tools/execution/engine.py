@@ -15,14 +15,14 @@ ever fails.  The steps, each one method of :class:`_ToolCallRun`:
    character (``requires_character``) is refused when none is attached;
 5. parameter validation: the model sees the errors it must fix, and the warnings
    (parameters dropped) come with the result;
-5b. approval, before the first attempt of a call that needs one
-   (:mod:`~ai_tools.execution.approval`): the call waits for an operator's answer;
-   refused or unanswered, it does not run and the model is told why;
 6. the cache (tick / session / persistent scope, TTL), by the validated parameters;
 7. dispatch: ``tool.execute(actor, **params)`` (a value, a Deferred or a
    coroutine) with ``addTimeout`` fresh per attempt, retrying retryable
    failures with exponential backoff through ``task.deferLater``; a pending
-   stop request aborts with ``stopped_by_user`` before any attempt runs;
+   stop request aborts with ``stopped_by_user`` before any attempt runs; a call
+   that needs an operator's approval (:mod:`~ai_tools.execution.approval`) waits
+   for it before its first attempt — refused or unanswered, it does not run and
+   the model is told why;
 8. post-execution: the stop check again, result validation, JSON shaping and
    truncation, counters, cache store or invalidation, the completion log, and
    the history entry.
