@@ -261,14 +261,13 @@ class ConversationHistory:
         if (same_answer and opened is not None and opened.version == self._version
                 and opened.native == native):
             exchange = self._join(opened, call, result_content, max_bytes)
-        else:
-            exchange = build_tool_exchange(call, result_content, native=native,
-                                           assistant_content=assistant_content,
-                                           max_bytes=max_bytes)
-            text = exchange[0]["content"] if native else (
-                clip_text(assistant_content, max_bytes) if assistant_content else None)
-            self._open = _OpenAnswer(len(self._messages), 0, native, text,
-                                     [_call_entry(call, native, max_bytes)])
+        else:  # what build_tool_exchange makes, its call entry kept for the calls to come
+            text = clip_text(assistant_content, max_bytes) if assistant_content else \
+                assistant_content
+            entry = _call_entry(call, native, max_bytes)
+            exchange = (_assistant_message(native, text, (entry,)),
+                        _result_message(call, result_content, native))
+            self._open = _OpenAnswer(len(self._messages), 0, native, text, [entry])
             self._messages.extend(exchange)
         self._version += 1
         self._open.version = self._version  # type: ignore[union-attr]
