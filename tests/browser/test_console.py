@@ -277,8 +277,12 @@ def test_the_forms_offer_what_the_service_knows(page: Page, service: Service) ->
         const select = document.querySelector('#create-character');
         const panel = select.closest('.panel').getBoundingClientRect();
         const box = select.getBoundingClientRect();
-        return box.right <= panel.right && box.width > 0;})()""")
-    assert fits
+        const pen = document.createElement('canvas').getContext('2d');
+        pen.font = getComputedStyle(select).font;
+        const longest = Math.max(...[...select.options].map(o => pen.measureText(o.text).width));
+        return {inside: box.right <= panel.right, room: select.clientWidth - 40,
+                longest};})()""")
+    assert fits["inside"] and fits["longest"] <= fits["room"], fits  # no name cut off
 
 
 def test_an_operator_approves_a_call_from_the_console(page: Page, service: Service) -> None:

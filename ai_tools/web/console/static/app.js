@@ -198,7 +198,9 @@ function renderFacts() {
     ["history", `${status.history_length} messages`],
     ["context", status.context_percent === null ? "–" : `${status.context_percent}%`],
     ["tool in flight", status.ticking && status.current_tool_call
-      ? truncate(status.current_tool_call.tool || status.current_tool_call, 80) : "none"],
+      ? truncate(status.current_tool_call.tool || status.current_tool_call, 80) +
+        (status.current_tool_call.status === "awaiting_approval" ? " (waiting for approval)" : "")
+      : "none"],
   ];
   $("#facts").replaceChildren(...facts.flatMap(([key, value]) =>
     [el("dt", { text: key }), el("dd", { text: value ?? "–" })]));
