@@ -158,3 +158,15 @@ def test_the_board_is_bounded() -> None:
     waits[2].addCallback(refused.append)
     assert refused[0].approved is False and "too many" in refused[0].reason
     assert len(board.pending()) == 2
+
+
+def test_a_helper_loop_of_the_assistant_asks_too() -> None:
+    """A sub-agent acts for its assistant: its dangerous calls wait for approval as well."""
+    clock, service, ada, _ = approving_service(answer(call("dig", {"at": "east"}, "s1")))
+    service.start_subagent(ada, "dig east", ["dig"], 2)
+    settle(clock)
+    [pending] = service.approvals.pending()
+    assert pending["tool"] == "dig" and pending["assistant"] == "ada" and dug(service) == []
+    service.approvals.decide(pending["id"], True, by="api")
+    settle(clock)
+    assert dug(service) == [{"at": "east"}]
