@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+RUNTIME_STAMP := $(VENV)/.runtime
 
 .PHONY: venv test test-core test-evennia postgres-server llama-server chromium lint bench demo run clean
 
@@ -14,6 +15,15 @@ $(STAMP): setup.cfg setup.py pyproject.toml
 	$(PY) -m pip uninstall -q -y ai_tools 2>/dev/null || true; rm -rf ai_tools.egg-info
 	# an editable install puts this directory on sys.path: twistd finds twisted/plugins here
 	$(PY) -m pip install -q -e '.[dev,tokens,postgres]'
+	touch $@ $(RUNTIME_STAMP)
+
+## What `make demo` and `make run` need: the package and its runtime dependencies only (no
+## test or lint tools, no optional drivers); the full install above covers it too.
+$(RUNTIME_STAMP): setup.cfg setup.py pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip uninstall -q -y ai_tools 2>/dev/null || true; rm -rf ai_tools.egg-info
+	$(PY) -m pip install -q -e .
 	touch $@
 
 venv: $(STAMP)
@@ -82,7 +92,7 @@ bench: $(STAMP) postgres-server llama-server
 ## The main job: the service with Pip the innkeeper, a player talking to her, each loop
 ## step printed; the scripted stand-in model unless AI_TOOLS_LLM_URL and AI_TOOLS_LLM_MODEL
 ## are set (the settings of docs/standalone.md, as for `make run` and twistd).
-demo: $(STAMP)
+demo: $(RUNTIME_STAMP)
 	$(PY) -m ai_tools.standalone.demo
 
 ## The same service under twistd in the foreground until Ctrl-C (HTTP API on 127.0.0.1:8080).
@@ -91,7 +101,7 @@ demo: $(STAMP)
 ## twistd ends by the signal that stopped it, as Twisted intends (status 130 for Ctrl-C, 143
 ## for SIGTERM): after its clean stop that is no make error.  The trap keeps the shell alive
 ## through Ctrl-C (twistd still gets the default handler) to read the status.
-run: $(STAMP)
+run: $(RUNTIME_STAMP)
 	trap 'true' INT; AI_TOOLS_CONFIG="$${AI_TOOLS_CONFIG:-examples/assistant.toml}" \
 		$(VENV)/bin/twistd -n --pidfile= ai-assistant; \
 	status=$$?; [ $$status -eq 130 ] || [ $$status -eq 143 ] || exit $$status

@@ -19,13 +19,18 @@ ever fails.  The steps, each one method of :class:`_ToolCallRun`:
 7. dispatch: ``tool.execute(actor, **params)`` (a value, a Deferred or a
    coroutine) with ``addTimeout`` fresh per attempt, retrying retryable
    failures with exponential backoff through ``task.deferLater``; a pending
-   stop request aborts with ``stopped_by_user`` before any attempt runs;
+   stop request aborts with ``stopped_by_user`` before any attempt runs; a call
+   that needs an operator's approval (:mod:`~ai_tools.execution.approval`) waits
+   for it before its first attempt — refused or unanswered, it does not run and
+   the model is told why;
 8. post-execution: the stop check again, result validation, JSON shaping and
    truncation, counters, cache store or invalidation, the completion log, and
    the history entry.
 
 History: the assistant message carrying the call and the tool's answer are
-appended together at the end, in one operation.  A call that is killed, stopped
+appended together at the end, in one operation; the later calls of the same
+model answer join that one assistant message (``same_answer``), their answers
+following.  A call that is killed, stopped
 or that restarts the context writes nothing, so every tool call id in the
 history always has exactly one answer.  In reflection mode nothing is written
 (the outcome still carries the two messages).
@@ -50,6 +55,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ai_tools.errors import AIToolsError
+from ai_tools.execution.approval import ApprovalDecision, ApprovalHook, refusal_result
 from ai_tools.execution.cache import ToolCache, cache_key
 from ai_tools.execution.calls import ToolCallParseError, new_tool_call_id, parse_tool_call
 from ai_tools.execution.history import ConversationHistory, build_tool_exchange
@@ -161,6 +167,9 @@ class ExecutionContext:
     stop_requested: Callable[[], bool] = _never
     max_result_bytes: int = attrs.field(default=DEFAULT_MAX_RESULT_BYTES,
                                         validator=_check_max_result_bytes)
+    approval: ApprovalHook | None = None
+    """Asked before a call's first attempt whether it waits for an operator's yes
+    (:mod:`ai_tools.execution.approval`); None: no call does."""
 
     def allows(self, tool: Tool) -> bool:
         """Whether the gate lets ``tool`` run."""
@@ -183,15 +192,16 @@ def _describe_failure(failure: Failure) -> str:
 class _ToolCallRun:
     """The state of one tool call while it is in flight; one method per step."""
 
-    __slots__ = ("assistant_content", "attempts", "call", "ctx", "finished", "key", "killed",
-                 "outcome", "outcome_d", "params", "raw", "started", "tool", "waiting",
-                 "warnings")
+    __slots__ = ("approved", "assistant_content", "attempts", "call", "ctx", "finished", "key",
+                 "killed", "outcome", "outcome_d", "params", "raw", "same_answer", "started",
+                 "tool", "waiting", "warnings")
 
     def __init__(self, context: ExecutionContext, tool_call: Any,
-                 assistant_content: str | None) -> None:
+                 assistant_content: str | None, same_answer: bool = False) -> None:
         self.ctx = context
         self.raw = tool_call
         self.assistant_content = assistant_content
+        self.same_answer = same_answer
         self.started = context.clock.seconds()
         # Made when run() returns unfinished; until then the outcome is kept here.
         self.outcome_d: defer.Deferred[ToolCallOutcome] | None = None
@@ -205,6 +215,7 @@ class _ToolCallRun:
         self.warnings: list[str] = []
         self.key: str | None = None
         self.attempts = 0
+        self.approved = False
 
     # ---- plumbing
 
@@ -391,6 +402,8 @@ class _ToolCallRun:
         if ctx.stop_requested():
             self._abort(_STOPPED, "a stop was requested before the call ran")
             return
+        if ctx.approval is not None and not self.approved and self._awaits_approval(tool):
+            return
         self.attempts += 1
         if self.attempts == 1:
             ctx.state.calls += 1
@@ -415,6 +428,29 @@ class _ToolCallRun:
         if tool.timeout and tool.timeout > 0 and not result.called:
             result.addTimeout(tool.timeout, ctx.clock)
         self._wait(result, self._on_result, self._on_failure)
+
+    def _awaits_approval(self, tool: Tool) -> bool:
+        """Before the first attempt: wait for an operator's answer if the call needs one."""
+        assert self.ctx.approval is not None and self.call is not None
+        self.approved = True  # asked once per call (retries do not ask again)
+        waiting = self.ctx.approval(tool, self.call, self.params)
+        if waiting is None:
+            return False
+        log.info("Tool call {tool} waits for an operator's approval", tool=tool.name,
+                 tool_call_id=self.call.id, assistant=self.ctx.cache_namespace)
+        self._record_current("awaiting_approval")
+        self._wait(waiting, self._on_decision, self._internal_error)
+        return True
+
+    def _on_decision(self, decision: ApprovalDecision) -> None:
+        if decision.approved:
+            log.info("Tool call {tool} approved by {by}", tool=self._name(), by=decision.by)
+            self._dispatch()
+        else:
+            result = refusal_result(decision)
+            status = CallStatus(result["status"])
+            self._update_current(status, False, self._elapsed_ms())
+            self._refuse(status, result)
 
     def _retry_or(self, error: str, give_up: Callable[[], None]) -> None:
         """Back off then dispatch again if attempts remain; else ``give_up()``."""
@@ -482,13 +518,14 @@ class _ToolCallRun:
             status = CallStatus.SUCCESS if success else CallStatus.TOOL_ERROR
         tool, call = self.tool, self.call
         assert tool is not None and call is not None
-        if success and not from_cache:
-            self._after_success(tool, result)
-        if self.warnings:  # the model learns what validation dropped or changed
-            result = {**result, PARAMETER_WARNINGS_KEY: self.warnings}
-        shaped = shape_result(result, tool.name, self.ctx.max_result_bytes)
+        # Shaped first: a success the model is told is invalid is neither cached nor counted.
+        shaped = shape_result({**result, PARAMETER_WARNINGS_KEY: self.warnings}
+                              if self.warnings else result,  # what validation dropped
+                              tool.name, self.ctx.max_result_bytes)
         if shaped.not_serialisable:
             status, success = CallStatus.INVALID_RESULT, False
+        if success and not from_cache:
+            self._after_success(tool, result)
         duration_ms = self._elapsed_ms()
         log.info("Function call completed: {name} ({ms}ms)", name=tool.name,
                  ms=round(duration_ms), success=success, status=status,
@@ -544,7 +581,7 @@ class _ToolCallRun:
         else:
             entries = ctx.history.add_tool_exchange(
                 call, content, native=ctx.native_tools, assistant_content=self.assistant_content,
-                max_bytes=ctx.max_result_bytes)
+                max_bytes=ctx.max_result_bytes, same_answer=self.same_answer)
         tool = self.tool
         self._deliver(ToolCallOutcome(
             kind=_HISTORY, status=status, result=result, call=call,
@@ -592,6 +629,7 @@ def run_tool_call(
     tool_call: Any,
     *,
     assistant_content: str | None = None,
+    same_answer: bool = False,
 ) -> ToolCallOutcome | defer.Deferred[ToolCallOutcome]:
     """Run one tool call: its outcome at once if it ended at once, else a Deferred of it.
 
@@ -599,11 +637,14 @@ def run_tool_call(
     :func:`~ai_tools.execution.calls.parse_tool_call`), usually an
     :class:`~ai_tools.llm.events.ToolCall`.  ``assistant_content`` is text the
     model wrote along with the call; it is recorded in the assistant message.
+    ``same_answer``: an earlier call of the same model answer was recorded last;
+    this one joins its assistant message (one message for all the calls of an
+    answer, see :meth:`ConversationHistory.add_tool_exchange`).
     A synchronous tool (or a refused call) needs no Deferred; otherwise
     cancelling the Deferred kills the call (see the module docstring).  Never
     fails.
     """
-    return _ToolCallRun(context, tool_call, assistant_content).run()
+    return _ToolCallRun(context, tool_call, assistant_content, same_answer).run()
 
 
 def execute_tool_call(
@@ -619,11 +660,13 @@ def execute_tool_call(
     return outcome
 
 
-def skip_tool_call(context: ExecutionContext, tool_call: Any, reason: str) -> ToolCallOutcome:
+def skip_tool_call(context: ExecutionContext, tool_call: Any, reason: str,
+                   same_answer: bool = False) -> ToolCallOutcome:
     """Answer a call that will not run because an earlier one ended the loop.
 
     Every call of a model response must have an answer: the loop gives the
     remaining ones this synthetic ``skipped`` result.  An unparseable call gets
-    a ``parse_error`` abort outcome and writes nothing.
+    a ``parse_error`` abort outcome and writes nothing.  ``same_answer`` as for
+    :func:`run_tool_call`.
     """
-    return _ToolCallRun(context, tool_call, None).skip(reason)
+    return _ToolCallRun(context, tool_call, None, same_answer).skip(reason)

@@ -85,24 +85,53 @@ def build_tool_exchange(
     are clipped to ``max_bytes`` each (:mod:`ai_tools.execution.results`); the
     result is shaped to that limit by the engine already.
     """
-    clipped = clip_arguments(call.arguments_json, max_bytes)
     if assistant_content:
         assistant_content = clip_text(assistant_content, max_bytes)
+    entry = _call_entry(call, native, max_bytes)
+    return (_assistant_message(native, assistant_content, [entry]),
+            _result_message(call, result_content, native))
+
+
+def _call_entry(call: ToolCall, native: bool, max_bytes: int) -> Any:
+    """The call as its assistant message lists it: a native entry, or the fallback JSON."""
+    clipped = clip_arguments(call.arguments_json, max_bytes)
     if native:
         arguments = call.arguments_json if clipped is None else model_json(clipped)
-        entry = {"id": call.id, "type": "function",
-                 "function": {"name": call.name, "arguments": arguments}}
-        return (
-            {"role": "assistant", "content": assistant_content, "tool_calls": [entry]},
-            {"role": "tool", "tool_call_id": call.id, "content": result_content},
-        )
-    text = fallback_call_text(call, clipped)
-    if assistant_content:
-        text = f"{assistant_content}\n{text}"
-    return (
-        {"role": "assistant", "content": text},
-        {"role": "user", "content": f"{FALLBACK_RESULT_PREFIX} {call.name}]\n{result_content}"},
-    )
+        return {"id": call.id, "type": "function",
+                "function": {"name": call.name, "arguments": arguments}}
+    return fallback_call_text(call, clipped)
+
+
+def _assistant_message(native: bool, text: str | None, entries: Sequence[Any]
+                       ) -> dict[str, Any]:
+    """The one assistant message of an answer: its text and every call it made.
+
+    Fallback: one call is its JSON object, several a JSON array of them (both
+    what the fallback parser reads and what the history repair recognises).
+    """
+    if native:
+        return {"role": "assistant", "content": text, "tool_calls": list(entries)}
+    calls = entries[0] if len(entries) == 1 else f"[{', '.join(entries)}]"
+    return {"role": "assistant", "content": f"{text}\n{calls}" if text else calls}
+
+
+def _result_message(call: ToolCall, result_content: str, native: bool) -> dict[str, Any]:
+    if native:
+        return {"role": "tool", "tool_call_id": call.id, "content": result_content}
+    return {"role": "user", "content": f"{FALLBACK_RESULT_PREFIX} {call.name}]\n{result_content}"}
+
+
+@attrs.define(eq=False)
+class _OpenAnswer:
+    """The answer whose calls the history is recording (so a later call can join it)."""
+
+    index: int
+    """Where its assistant message is."""
+    version: int
+    """The history's version after its last exchange: any other change closes it."""
+    native: bool
+    text: str | None
+    entries: list[Any]
 
 
 def _native_ids(message: Mapping[str, Any]) -> Iterator[str]:
@@ -125,11 +154,20 @@ class ConversationHistory:
     _messages: list[dict[str, Any]] = attrs.field(factory=list, alias="messages")
     _tool_call_ids: set[str] = attrs.field(init=False, factory=set)
     _version: int = attrs.field(init=False, default=0)
+    _rewrites: int = attrs.field(init=False, default=0)
+    _open: _OpenAnswer | None = attrs.field(init=False, default=None)
 
     @property
     def version(self) -> int:
         """A number that changes with every change of the messages (for caches of counts)."""
         return self._version
+
+    @property
+    def rewrites(self) -> int:
+        """A number that changes when a message already there is replaced (an answer's
+        assistant message gaining a call, a reload, a compaction): counts made
+        message by message must start again."""
+        return self._rewrites
 
     def __attrs_post_init__(self) -> None:
         self.replace(self._messages)
@@ -204,22 +242,49 @@ class ConversationHistory:
         native: bool,
         assistant_content: str | None = None,
         max_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        same_answer: bool = False,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Append a tool call and its answer together; return the two messages.
 
-        Oversized arguments and text are clipped to ``max_bytes`` (see
+        ``same_answer``: the call belongs to the model answer whose calls were
+        recorded last; it joins that answer's one assistant message (a new
+        message object in its place) and its result follows theirs — the
+        answer recorded as the model said it.  When anything else changed the
+        history since, the call starts a message of its own.  Oversized
+        arguments and text are clipped to ``max_bytes`` (see
         :func:`build_tool_exchange`).  Raises ValueError if a native call reuses
         an id already in the history (that id would then have two answers).
         """
         if native and call.id in self._tool_call_ids:
             raise ValueError(f"tool call id {call.id!r} is already in the history")
-        exchange = build_tool_exchange(call, result_content, native=native,
-                                       assistant_content=assistant_content, max_bytes=max_bytes)
-        self._messages.extend(exchange)
+        opened = self._open
+        if (same_answer and opened is not None and opened.version == self._version
+                and opened.native == native):
+            exchange = self._join(opened, call, result_content, max_bytes)
+        else:  # what build_tool_exchange makes, its call entry kept for the calls to come
+            text = clip_text(assistant_content, max_bytes) if assistant_content else \
+                assistant_content
+            entry = _call_entry(call, native, max_bytes)
+            exchange = (_assistant_message(native, text, (entry,)),
+                        _result_message(call, result_content, native))
+            self._open = _OpenAnswer(len(self._messages), 0, native, text, [entry])
+            self._messages.extend(exchange)
         self._version += 1
+        self._open.version = self._version  # type: ignore[union-attr]
         if native:
             self._tool_call_ids.add(call.id)
         return exchange
+
+    def _join(self, opened: _OpenAnswer, call: ToolCall, result_content: str,
+              max_bytes: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Add ``call`` to the open answer's assistant message; its result goes last."""
+        opened.entries.append(_call_entry(call, opened.native, max_bytes))
+        assistant = _assistant_message(opened.native, opened.text, opened.entries)
+        result = _result_message(call, result_content, opened.native)
+        self._messages[opened.index] = assistant
+        self._messages.append(result)
+        self._rewrites += 1
+        return assistant, result
 
     def take_back(self, message: Mapping[str, Any]) -> bool:
         """Remove ``message`` (this very object, a plain message); True if it was there.
@@ -241,6 +306,8 @@ class ConversationHistory:
         self._messages = [dict(m) for m in messages]
         self._tool_call_ids = {i for m in self._messages for i in _native_ids(m)}
         self._version += 1
+        self._rewrites += 1
+        self._open = None
 
     def repair(self) -> RepairReport:
         """Give every unanswered call an "interrupted" answer and drop orphan answers."""

@@ -50,6 +50,10 @@ class CallStatus(enum.StrEnum):
     """Not run because an earlier call of the same answer ended the loop."""
     CONTEXT_RESTART = "context_restart"
     """(``restart`` outcomes) the tool asked for the iteration to restart."""
+    APPROVAL_REFUSED = "approval_refused"
+    """The call needed an operator's approval and was refused (it did not run)."""
+    APPROVAL_TIMED_OUT = "approval_timed_out"
+    """The call needed an operator's approval and none came in time (it did not run)."""
 
 
 RESTART_KEY = "_restart_context"

@@ -165,7 +165,9 @@ class OpenAIChatClient:
 
     def _discovered(self, found: Any) -> None:
         window = self._channel.window
-        if isinstance(found, Failure):
+        if isinstance(found, Failure) and self._closed:
+            pass  # closed meanwhile (the service stopping): the failure is ours, not the server's
+        elif isinstance(found, Failure):
             self._channel.log.warn(
                 "Model {label}: could not ask the server for its context window ({error}); "
                 "using {tokens} tokens for now", label=self.profile.label,

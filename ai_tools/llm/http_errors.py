@@ -7,7 +7,9 @@ so that an API key never reaches a log line.
 from __future__ import annotations
 
 import email.utils
+import html
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -69,7 +71,7 @@ def server_message(body: bytes, limit: int = 300) -> str:
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):
-        snippet = " ".join(text.split())[:limit]
+        snippet = " ".join(_page_text(text).split())[:limit]
         return f"non-JSON body: {snippet}"
     if isinstance(value, Mapping):
         error = value.get("error", value.get("detail", value.get("message")))
@@ -78,6 +80,30 @@ def server_message(body: bytes, limit: int = 300) -> str:
         if error is not None:
             return " ".join(str(error).split())[:limit]
     return " ".join(text.split())[:limit]
+
+
+_HIDDEN = re.compile(r"<(script|style|head)\b[^>]*>.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_TITLE = re.compile(r"<title\b[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<[^>]*>")
+_PAGE_CHARS = 8192
+"""How much of an HTML page is read for its words (bounds the regular expressions' work)."""
+
+
+def _page_text(text: str) -> str:
+    """What an HTML error page says (its title, then its text without markup, scripts or
+    styles); other text as it is.  An error page's head can fill the snippet before a
+    word of the page is said."""
+    if not text.startswith("<"):
+        return text
+    text = text[:_PAGE_CHARS]
+    title = _TITLE.search(text)
+    body = _TAG.sub(" ", _HIDDEN.sub(" ", text))
+    words = html.unescape(body)
+    if title is not None:
+        heading = html.unescape(_TAG.sub(" ", title.group(1))).strip()
+        if heading and not " ".join(words.split()).startswith(heading):
+            words = f"{heading}: {words}"
+    return words
 
 
 def describe_failure(failure: BaseException) -> str:

@@ -289,22 +289,24 @@ def _fenced_calls(text: str, known: frozenset[str], found: _Found) -> str:
 
 
 def _bare_array(scan: str, known: frozenset[str], found: _Found) -> str:
-    """A whole answer that is an array of calls; the text blanked out if it is one."""
-    stripped = scan.strip()
-    if not stripped.startswith("["):
+    """An array of calls making the whole answer, or its end from a line starting with
+    ``[`` on (text, then the calls: how the history records several calls); that part
+    blanked out if it is one."""
+    stripped = scan.lstrip()
+    start = len(scan) - len(stripped) if stripped.startswith("[") else scan.find("\n[") + 1
+    if start <= 0 and not stripped.startswith("["):
         return scan
     try:
-        value = json.loads(stripped)
+        value = json.loads(scan[start:])
     except (ValueError, RecursionError):
         return scan
     items = _as_list(value)
     calls = [v for v in items if _is_tool_object(v, known)]
     if not calls or len(calls) != len(items):
         return scan
-    start = scan.index("[")
     for call in calls:
-        found.add(start, call, (start, start + len(stripped)))
-    return " " * len(scan)
+        found.add(start, call, (start, len(scan)))
+    return scan[:start] + " " * (len(scan) - start)
 
 
 def _objects_anywhere(scan: str, known: frozenset[str], found: _Found) -> None:

@@ -37,24 +37,28 @@ def run_calls(run: LoopRun, calls: Sequence[ToolCall], content: str | None
               ) -> Generator[defer.Deferred[Any], Any, None]:
     """Run ``calls`` in order; ``content`` is the answer's text (recorded with the first).
 
-    Sets ``run.tally.reason`` when a call ends the loop.
+    Sets ``run.tally.reason`` when a call ends the loop.  The calls recorded
+    share one assistant message, as the model said them (``same_answer``).
     """
+    recorded = False
     for index, call in enumerate(calls):
         why = _turn_over(run, call)
         if why is not None:
             _skip(run, calls[index:] if call.name != run.config.noop_tool
-                  else calls[index + 1:], why, content)
+                  else calls[index + 1:], why, content, recorded)
             return
         run.emit("tool_call", tool=call.name, tool_call_id=call.id,
                  arguments=_event_arguments(call), category=_category(run, call.name))
-        answer = run_tool_call(run.execution, call, assistant_content=content)
+        answer = run_tool_call(run.execution, call, assistant_content=content,
+                               same_answer=recorded)
         if isinstance(answer, defer.Deferred):
             answer = yield from _wait(run, answer)
         if answer.kind == OutcomeKind.HISTORY:
             content = None  # the exchange carried the answer's text
+            recorded = True
         why = _take_outcome(run, answer)
         if why is not None:
-            _skip(run, calls[index + 1:], why, content)
+            _skip(run, calls[index + 1:], why, content, recorded)
             return
     if content:
         run.add_answer(content)
@@ -167,12 +171,14 @@ def _record(run: LoopRun, outcome: ToolCallOutcome, skipped: bool = False) -> No
                  error=clip_text(error, EVENT_TEXT_BYTES) if isinstance(error, str) else None)
 
 
-def _skip(run: LoopRun, calls: Sequence[ToolCall], why: str, content: str | None) -> None:
+def _skip(run: LoopRun, calls: Sequence[ToolCall], why: str, content: str | None,
+          recorded: bool) -> None:
     """Answer every remaining call "skipped" (each call gets one answer); the answer's text
-    goes first."""
+    goes first.  ``recorded``: an earlier call of the answer is recorded; these join it."""
     if content:
         run.add_answer(content)
     for call in calls:
-        outcome = skip_tool_call(run.execution, call, why)
+        outcome = skip_tool_call(run.execution, call, why, same_answer=recorded)
         if outcome.kind == OutcomeKind.HISTORY:
             _record(run, outcome, skipped=True)
+            recorded = True

@@ -83,6 +83,7 @@ class ContextMeter:
     _counted: int = 0
     _last_message: Any = None
     _history_tokens: int = 0
+    _rewrites: int = 0
 
     def measure(self, prompt_key: Any, prompt_text: Callable[[], str],
                 history: ConversationHistory, window: int) -> ContextUsage:
@@ -107,11 +108,13 @@ class ContextMeter:
     def history_tokens(self, history: ConversationHistory) -> int:
         """Tokens of every message of ``history``; only new messages are counted."""
         counted, last = self._counted, self._last_message
-        tail = history.since(counted - 1) if counted and history is self._history else None
+        tail = (history.since(counted - 1) if counted and history is self._history
+                and history.rewrites == self._rewrites else None)
         if tail and tail[0] is last:
             new = tail[1:]
         else:  # first count, another history, or one replaced: count it all
             self._history, counted, self._history_tokens = history, 0, 0
+            self._rewrites = history.rewrites
             new = history.since(0)
         if new:
             count = self.counter.count_message

@@ -24,6 +24,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from ai_tools.errors import AIToolsError, ConfigError
+from ai_tools.execution.approval import check_approval_mode, check_tool_approval
 from ai_tools.execution.engine import ExecutionState
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.failure_lines import RepeatedFailure
@@ -36,6 +37,7 @@ from ai_tools.loop.usage import ContextMeter
 from ai_tools.numbers import is_positive_number
 from ai_tools.service.patterns import validate_execution_config
 from ai_tools.service.scheduling import Clock
+from ai_tools.settings import near_name
 from ai_tools.store.state_json import EncodedState, StateEncoder
 from ai_tools.tools.registry import ToolRegistry
 
@@ -159,6 +161,14 @@ def _frozen_mapping(value: Any) -> Any:
     return dict(value) if isinstance(value, Mapping) else value
 
 
+def _check_approval(instance: Any, attribute: Any, value: Any) -> None:
+    check_approval_mode(value, f"assistant.{attribute.name}")
+
+
+def _check_tool_approval(instance: Any, attribute: Any, value: Any) -> None:
+    check_tool_approval(value, f"assistant.{attribute.name}")
+
+
 @attrs.frozen
 class AssistantConfig:
     """How one assistant is set up.  Every field but ``name`` has a default.
@@ -193,6 +203,14 @@ class AssistantConfig:
     """Layers 1 and 2 of pattern selection and the gates (see :mod:`ai_tools.service.patterns`)."""
     tool_budget: int | None = attrs.field(default=None, validator=_optional_budget)
     """Tool calls allowed per tick (None: unlimited)."""
+    approval: str = attrs.field(default="never", validator=_check_approval)
+    """``operator``: its DANGEROUS tools' calls wait for an operator's yes (``never``: not)."""
+    tool_approval: Mapping[str, str] = attrs.field(
+        factory=dict, converter=_frozen_mapping, validator=_check_tool_approval)
+    """Single tools' approval (``{name: "never" | "operator"}``), over ``approval``."""
+    approval_timeout: float = attrs.field(default=300.0,
+                                          validator=_positive_number("assistant"))
+    """Seconds a call waits for an operator before it is refused as timed out."""
     exit_tools: tuple[ExitTool, ...] = attrs.field(default=(), converter=_to_exit_tools)
     native_tools: bool | None = attrs.field(default=None, validator=_optional_bool)
     """Native tool calling; None: as the model profile says (native by default)."""
@@ -228,7 +246,9 @@ class AssistantConfig:
         known = {f.name for f in attrs.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
+            hints = [f"{key} (did you mean {close!r}?)" if close else key
+                     for key, close in ((k, near_name(str(k), known)) for k in unknown)]
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(hints)}")
         if "name" not in data:
             raise ConfigError(f"{where}: 'name' is required")
         values = dict(data)
@@ -248,6 +268,7 @@ class AssistantConfig:
         """JSON form (round-trips through :meth:`from_mapping`)."""
         data = attrs.asdict(self, recurse=False)
         data["execution_config"] = dict(self.execution_config)
+        data["tool_approval"] = dict(self.tool_approval)
         data["exit_tools"] = [
             {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
             for t in self.exit_tools
@@ -294,6 +315,10 @@ class AssistantHost(Protocol):
 
     def save_state_soon(self, name: str) -> None:
         """Persist assistant ``name`` within a short delay (bookkeeping that may lag)."""
+
+    @property
+    def approvals(self) -> Any:
+        """The board of calls waiting for an operator (``ApprovalBoard``)."""
 
     def publish(self, name: str, event: dict[str, Any]) -> None:
         """Hand a loop/tick event of assistant ``name`` to the observers."""

@@ -50,6 +50,7 @@ from ai_tools.loop import (
     LoopResult,
     execute_react_loop,
 )
+from ai_tools.service.approvals import ApprovalBoard
 from ai_tools.service.assistant import AWAKE, Assistant, AssistantConfig
 from ai_tools.service.scheduling import Clock, TickScheduler
 from ai_tools.service.state_writer import StateWriter
@@ -260,6 +261,7 @@ class AssistantService(MultiService):
         self._max_concurrent = max_concurrent
         self._scheduler: TickScheduler | None = None
         self._writer: StateWriter | None = None
+        self._approvals: ApprovalBoard | None = None
         self._ready: defer.Deferred[None] | None = None
         self._observer_errors = itertools.count()
         self.telemetry = telemetry
@@ -291,6 +293,13 @@ class AssistantService(MultiService):
 
             self._cache = ToolCache(clock=self.clock, store=self.store)
         return self._cache
+
+    @property
+    def approvals(self) -> ApprovalBoard:
+        """The calls waiting for an operator's approval (created on first use)."""
+        if self._approvals is None:
+            self._approvals = ApprovalBoard(self.clock, self.publish)
+        return self._approvals
 
     @property
     def scheduler(self) -> TickScheduler:
@@ -444,6 +453,9 @@ class AssistantService(MultiService):
             self.ownership.stopping()
         for name in list(self._hearing):
             self._unhear(name)
+        if self._approvals is not None:  # a yes to a stopped process would approve nothing
+            self._approvals.refuse_all("the service is stopping (a restart refuses every "
+                                       "call still waiting)")
         in_flight = self._in_flight()
         if in_flight:
             done = yield _within(self._all_finished(), self.stop_grace, self.clock)
@@ -1024,6 +1036,7 @@ class AssistantService(MultiService):
             on_event=lambda e: self.publish(name, {**e, "subagent": task_id}),
             stop_check=lambda: assistant.emergency_stopped,
             control=control,
+            execution_options={"approval": self.approvals.hook(assistant)},
         )
 
     def _subagent_finished(self, result: Any, assistant: Assistant,

@@ -513,6 +513,7 @@ def _loop_context(assistant: Assistant, host: AssistantHost, context_type: str, 
         execution_state=assistant.execution_state,
         # A reflection works on a copy of the history: its counts would not be kept.
         meter=None if reflection else assistant.meter,
+        execution_options={"approval": host.approvals.hook(assistant)},
     )
 
 

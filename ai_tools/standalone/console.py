@@ -36,6 +36,7 @@ import base64
 import getpass
 import hashlib
 import hmac
+import json
 import os
 import re
 import secrets
@@ -143,7 +144,11 @@ class Table(str):
 
     def later(self) -> Table:
         """This text starting on its own line (for results printed after ``Deferred #n``)."""
-        return Table("\n" + self)
+        return type(self)("\n" + self)
+
+
+class Refusal(Table):
+    """A Table saying why a helper did nothing (an unknown name): ``ssh host CMD`` exits 1."""
 
 
 def _cell(value: Any, width: int) -> str:
@@ -177,6 +182,9 @@ def console_namespace(service: Any, world: Any, registry: Any) -> dict[str, Any]
         "tools": helpers.tools,
         "cache_stats": helpers.cache_stats,
         "heard": helpers.heard,
+        "approvals": helpers.approvals,
+        "approve": helpers.approve,
+        "refuse": helpers.refuse,
         "helpers": helpers.helpers,
     }
 
@@ -210,7 +218,7 @@ class ConsoleHelpers:
         if name in self.service:
             return None
         known = ", ".join(self.service.names()) or "none"
-        return Table.of_lines([f"no assistant named {name!r} (assistants: {known})"])
+        return Refusal.of_lines([f"no assistant named {name!r} (assistants: {known})"])
 
     def helpers(self) -> Table:
         """What the helpers do."""
@@ -222,8 +230,12 @@ class ConsoleHelpers:
             ("tick(name)", "run a tick now (or wait for the one running); what it did"),
             ("stop(name)", "kill the model call or tool in flight"),
             ("tools()", "the registered tools"),
-            ("cache_stats()", "tool cache hits, misses and entries per assistant"),
+            ("cache_stats()", "tool cache hits, misses and entries per assistant"
+                              " (since this start; hits in all beside them)"),
             ("heard(character_id, n=20)", "what a character heard in the world"),
+            ("approvals()", "the tool calls waiting for an operator's approval"),
+            ("approve(id)", "let a waiting call run"),
+            ("refuse(id, reason='')", "refuse a waiting call (the model is told why)"),
         ]
         return Table.build(("helper", "what it does"), rows, width=70)
 
@@ -311,30 +323,66 @@ class ConsoleHelpers:
                            width=70, footer=f"{len(rows)} tool(s)")
 
     def cache_stats(self) -> Table:
-        """Tool cache hits, misses, hit rate and entries, per assistant and in total."""
+        """Tool cache hits, misses, hit rate and entries since this start, per assistant and
+        in total, beside the hits kept with each assistant (its status counters, which a
+        restart keeps: the cache's own figures start again with the process)."""
         cache = self.service.cache
         names = sorted(set(cache.namespaces()) | set(self.service.names()))
+        kept = {name: self.service.counters(name).get("cache_hits", 0)
+                for name in self.service.names()}
         rows = []
         for name in names:
             st = cache.stats(name)
-            rows.append((name, st.hits, st.misses, f"{100 * st.hit_rate:.0f}%", st.size))
+            rows.append((name, st.hits, st.misses, f"{100 * st.hit_rate:.0f}%", st.size,
+                         kept.get(name, "-")))
         total = cache.stats()
         rows.append(("(total)", total.hits, total.misses, f"{100 * total.hit_rate:.0f}%",
-                     total.size))
-        return Table.build(("assistant", "hits", "misses", "hit rate", "entries"), rows)
+                     total.size, sum(kept.values())))
+        return Table.build(("assistant", "hits", "misses", "hit rate", "entries",
+                            "hits in all"), rows,
+                           title="tool cache since this start (hits in all: every start, "
+                                 "the assistant's cache_hits counter)")
 
     def heard(self, character_id: str, n: int = 20) -> Table:
         """The last ``n`` lines ``character_id`` heard in the world."""
         reader = getattr(self.world, "heard", None)
         if reader is None:
-            return Table.of_lines(["this world keeps no hearing log"])
+            return Refusal.of_lines(["this world keeps no hearing log"])
         try:
             messages = reader(character_id, limit=max(0, n))
         except NotFound as exc:
-            return Table.of_lines([str(exc)])
+            return Refusal.of_lines([str(exc)])
         rows = [(m.get("seq"), m.get("kind"), m.get("line") or m.get("text")) for m in messages]
         return Table.build(("seq", "kind", "line"), rows, width=100,
                            title=f"{character_id} heard:", empty="(nothing)")
+
+
+    def approvals(self) -> Table:
+        """The tool calls waiting for an operator's approval, oldest first."""
+        now = self.service.clock.seconds()
+        rows = [(p["id"], p["assistant"], p["tool"],
+                 json.dumps(p["arguments"], ensure_ascii=False),
+                 f"{max(0.0, p['expires_at'] - now):.0f}s") for p in
+                self.service.approvals.pending()]
+        return Table.build(("id", "assistant", "tool", "arguments", "expires in"), rows,
+                           width=70, empty="(no call waits for approval)")
+
+    def approve(self, approval_id: str) -> Table:
+        """Let the waiting call ``approval_id`` run."""
+        return self._decide(approval_id, True, "")
+
+    def refuse(self, approval_id: str, reason: str = "") -> Table:
+        """Refuse the waiting call ``approval_id``; the model reads ``reason``."""
+        return self._decide(approval_id, False, str(reason))
+
+    def _decide(self, approval_id: str, approve: bool, reason: str) -> Table:
+        try:
+            done = self.service.approvals.decide(str(approval_id), approve, by="manhole",
+                                                 reason=reason)
+        except NotFound as exc:
+            return Refusal.of_lines([str(exc)])
+        verdict = "approved" if approve else "refused"
+        return Table.of_lines([f"{done['assistant']}: {done['tool']} {verdict}"])
 
 
 def _status_row(name: str, st: Mapping[str, Any], now: float) -> tuple[Any, ...]:
@@ -382,11 +430,34 @@ def _tick_table(result: Any) -> Table:
             lines.append(Table.build(("iter", "tool", "status", "took", "cached"), rows))
         for signal in loop.get("signals") or ():
             lines.append(f"signal: {signal.get('tool_name')} {signal.get('arguments')}")
-        if loop.get("text"):
-            lines.append(f"said: {_cell(loop['text'], 300)}")
+        lines.extend(_spoken(loop.get("results") or ()))
+        if loop.get("text"):  # the model's own words: nobody in the world heard them
+            lines.append(f"wrote: {_cell(loop['text'], 300)}")
     for err in data.get("errors") or ():
         lines.append(f"error: {err}")
     return Table.of_lines(lines)
+
+
+_SPOKEN = {"say": "said", "pose": "posed", "emit": "emitted", "whisper": "whispered to",
+           "page": "paged"}
+"""The world's message kinds a tool's result reports, and how ``tick()`` prints them."""
+
+
+def _spoken(results: Iterable[Mapping[str, Any]]) -> list[str]:
+    """What the players heard: the delivered text of each successful say, pose, whisper…"""
+    lines = []
+    for entry in results:
+        result = entry.get("result")
+        if not entry.get("success") or not isinstance(result, Mapping):
+            continue
+        verb, text = _SPOKEN.get(str(result.get("kind"))), result.get("text")
+        if verb is None or not isinstance(text, str):
+            continue
+        target = result.get("target")
+        if isinstance(target, Mapping):
+            verb = f"{verb} {target.get('key') or target.get('id')}"
+        lines.append(f"{verb}: {_cell(text, 300)}")
+    return lines
 
 
 # -- passwords ------------------------------------------------------------------------
@@ -807,7 +878,7 @@ class _StatementOutput:
     def show(self, result: Any) -> None:
         if result is not None:
             self.write(repr(result).lstrip("\n") + "\n")
-        self.finish(0)
+        self.finish(1 if isinstance(result, Refusal) else 0)
 
     def failed(self, failure: Failure) -> None:
         self.write("".join(failure.getTraceback()))

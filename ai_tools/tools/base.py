@@ -114,6 +114,9 @@ class Tool:
     - ``requires_character``: whether the call needs an acting character;
     - ``max_attempts``: attempts of a call that fails retryably (None: the
       execution context's retry policy decides).
+    - ``approval``: ``"operator"`` when every call must wait for an operator's yes,
+      ``"never"`` when none does; None (default): the assistant's setting decides
+      (:mod:`ai_tools.execution.approval`).
 
     They may override :meth:`custom_validation` to add checks JSON Schema
     cannot express.
@@ -129,6 +132,7 @@ class Tool:
     cache_ttl: ClassVar[float | None] = None
     requires_character: ClassVar[bool] = True
     max_attempts: ClassVar[int | None] = None
+    approval: ClassVar[str | None] = None
 
     _parameter_validator: ParameterValidator | None = None
 

@@ -15,6 +15,9 @@ Endpoints (see ``docs/http-api.md`` for each with a curl example)::
     POST   /assistants/{name}/stop            kill what it is doing
     POST   /assistants/{name}/enable          let it tick
     POST   /assistants/{name}/disable         make its ticks exit early
+    GET    /approvals                         every call waiting for an operator's approval
+    GET    /assistants/{name}/approvals       its calls waiting for approval
+    POST   /assistants/{name}/approvals/{id}  approve or refuse one (body: {"approve": bool})
     POST   /stop                              kill what every assistant is doing
     POST   /emergency-stop?assistant=         stop all (or one) until cleared
     POST   /emergency-stop/clear?assistant=   clear it
@@ -79,7 +82,7 @@ from ai_tools.web.listen import ListeningService, binds_locally
 from ai_tools.web.messages import DIRECT_KINDS, MAX_TEXT, MESSAGE_KINDS, parse_message, speak
 from ai_tools.web.metrics import CONTENT_TYPE as METRICS_TYPE
 from ai_tools.web.metrics import Metrics
-from ai_tools.web.operator import Operator
+from ai_tools.web.operator import Operator, parse_decision
 from ai_tools.web.origin import OriginPolicy
 from ai_tools.web.other_workers import OtherWorkers, forwarded
 from ai_tools.web.paging import history_page
@@ -230,6 +233,13 @@ class ApiResource(Resource):
                   "remove it (?forget=true: delete its saved state too)"),
             Route("GET", ("assistants", "{name}", "config"), self.assistant_config,
                   "its configuration"),
+            Route("GET", ("approvals",), self.approvals,
+                  "every call waiting for an operator's approval"),
+            Route("GET", ("assistants", "{name}", "approvals"), self.assistant_approvals,
+                  "its calls waiting for an operator's approval"),
+            Route("POST", ("assistants", "{name}", "approvals", "{approval}"), self.decide,
+                  "approve or refuse a waiting call (body: {\"approve\": true|false, "
+                  "\"reason\"?})"),
             Route("POST", ("stop",), self.stop_all, "stop what every assistant is doing"),
             Route("POST", ("emergency-stop",), self.emergency_stop,
                   "stop every assistant (or ?assistant=) until cleared"),
@@ -399,7 +409,11 @@ class ApiResource(Resource):
             raise ApiError(401, "missing token: send 'Authorization: Bearer <token>'",
                            headers={"WWW-Authenticate": 'Bearer realm="ai_tools"'})
         scheme, _, given = header.partition(b" ")
-        guard.check(request, given.strip() if scheme.lower() == b"bearer" else b"")
+        if scheme.lower() != b"bearer":  # a malformed header, not a guess: say what is missing
+            raise ApiError(401, "the Authorization header must be 'Bearer <token>' "
+                           "(the word Bearer, a space, then the token)",
+                           headers={"WWW-Authenticate": 'Bearer realm="ai_tools"'})
+        guard.check(request, given.strip())
 
     def _segments(self, request: Any) -> list[str]:
         path = request.path.split(b"?", 1)[0]
@@ -646,6 +660,35 @@ class ApiResource(Resource):
             answer[key] = sorted({*answer[key], *other.get(key, ())})
 
         return self.others.merged(request, path, local, merge)
+
+    def approvals(self, request: Any) -> Any:
+        """``GET /approvals`` (with workers: every worker's)."""
+        local = {"approvals": self.service.approvals.pending()}
+        if not self.others.fans_out(request):
+            return local
+
+        def merge(answer: dict[str, Any], other: Mapping[str, Any]) -> None:
+            more = other.get("approvals")
+            if isinstance(more, list):
+                answer["approvals"] = answer["approvals"] + more
+
+        return self.others.merged(request, "/approvals", local, merge)
+
+    def assistant_approvals(self, request: Any, name: str) -> dict[str, Any]:
+        """``GET /assistants/{name}/approvals``."""
+        return {"assistant": name,
+                "approvals": self.service.approvals.pending(self._assistant(name))}
+
+    def decide(self, request: Any, name: str, approval: str) -> dict[str, Any]:
+        """``POST /assistants/{name}/approvals/{id}``: the operator's yes or no."""
+        self._assistant(name)
+        approve, reason = parse_decision(parse_json_body(request, self.max_body))
+        board = self.service.approvals
+        if board.get(approval)["assistant"] != name:
+            raise ApiError(404, f"no call of {name!r} waits for approval {approval!r}",
+                           field="approval")
+        by = "console" if self.console.signed_in(request) else "api"
+        return board.decide(approval, approve, by=by, reason=reason)
 
     def emergency_stop(self, request: Any) -> dict[str, Any]:
         """``POST /emergency-stop?assistant=`` (optional body ``{"reason": ...}``)."""

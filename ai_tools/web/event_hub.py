@@ -39,8 +39,14 @@ log = Logger()
 
 
 def assistants_by_character(service: Any) -> dict[str, str]:
-    """``{character_id: assistant name}`` of the assistants ``service`` hosts."""
+    """``{character_id: assistant name}`` of the assistants ``service`` hosts and, with
+    several workers, of every assistant they share (whichever worker runs it)."""
     ids: dict[str, str] = {}
+    ownership = getattr(service, "ownership", None)
+    if ownership is not None:
+        for name, config in ownership.roster.items():
+            if config.character_id:
+                ids[config.character_id] = name
     for name, assistant in service.assistants.items():
         char_id = assistant.config.character_id
         if char_id:

@@ -25,7 +25,10 @@ from ai_tools.service.roster import Roster
 from ai_tools.web.errors import ApiError
 from ai_tools.web.event_hub import assistants_by_character
 
-__all__ = ["Operator"]
+__all__ = ["Operator", "parse_decision"]
+
+_DECISION_FIELDS = frozenset({"approve", "reason"})
+_MAX_REASON = 500
 
 _FIELD = re.compile(r"^assistant(?: '[^']*')?(?:\.(\w+)|: unknown key\(s\) (\w+)|"
                     r": '(\w+)' is required|: unknown (model))")
@@ -37,6 +40,23 @@ def _config_error(exc: ConfigError) -> ApiError:
     found = _FIELD.match(message)
     field = next((g for g in found.groups() if g), None) if found else None
     return ApiError(422, message, field=field)
+
+
+def parse_decision(body: Mapping[str, Any]) -> tuple[bool, str]:
+    """An approval's body ``{"approve": true|false, "reason"?: str}`` (422 names the field)."""
+    unknown = sorted(set(body) - _DECISION_FIELDS)
+    if unknown:
+        raise ApiError(422, f"unknown field {unknown[0]!r}; the fields are approve, reason",
+                       field=unknown[0])
+    approve = body.get("approve")
+    if not isinstance(approve, bool):
+        raise ApiError(422, "approve is required: true (run the call) or false (refuse it)",
+                       field="approve")
+    reason = body.get("reason", "")
+    if not isinstance(reason, str) or len(reason) > _MAX_REASON:
+        raise ApiError(422, f"reason must be a string of at most {_MAX_REASON} characters",
+                       field="reason")
+    return approve, reason
 
 
 class Operator:

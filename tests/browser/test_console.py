@@ -27,6 +27,13 @@ def screenshot(page: Page, name: str, tmp_path: Path) -> None:
         target = tmp_path / name
     page.screenshot(target)
     assert target.stat().st_size > 10_000, target
+def choose(page: Page, selector: str, value: str) -> None:
+    """Pick ``value`` in the select ``selector`` as a user does (a change event follows)."""
+    page.evaluate(f"""(() => {{ const s = document.querySelector({json.dumps(selector)});
+        s.value = {json.dumps(value)}; s.dispatchEvent(new Event('change')); }})()""")
+    assert page.evaluate(f"document.querySelector({json.dumps(selector)}).value") == value
+
+
 CONTROL_NAME = """e => e.id || e.closest('[data-assistant]')?.dataset.assistant
     || `${e.tagName}:${e.textContent.trim()}`"""
 SOUP = "Evening, Pip! What's the soup tonight, and do you remember how I take it?"
@@ -49,7 +56,7 @@ def test_speaking_as_bob_shows_pips_loop_and_answer_live(page: Page, service: Se
     """Bob asks about the soup; Pip's tool calls, her loop's end and her answer appear."""
     page.click("#assistants li[data-assistant='pip'] button")
     page.wait_for("document.querySelector('#detail-title').textContent === 'pip'", "Pip's panel")
-    page.fill("#character", "char:bob")
+    choose(page, "#character", "char:bob")
     page.fill("#text", SOUP)
     page.click("#speak-form button[type=submit]")
     page.wait_for("/Heard by/.test(document.querySelector('#speak-status').textContent)",
@@ -76,7 +83,7 @@ def test_a_reload_mid_loop_loses_nothing(page: Page, service: Service) -> None:
     every step of her loop is there once, in order."""
     page.click("#assistants li[data-assistant='pip'] button")
     page.wait_for("document.querySelector('#detail-title').textContent === 'pip'", "Pip's panel")
-    page.fill("#character", "char:bob")
+    choose(page, "#character", "char:bob")
     page.fill("#text", SOUP)
     page.click("#speak-form button[type=submit]")
     page.wait_for("document.querySelector('#live li[data-event=tool_call]')", "a first tool call")
@@ -227,6 +234,79 @@ def test_emergency_stop_all_and_clear(page: Page, service: Service) -> None:
                   "!/emergency-stopped/.test(li.dataset.state))", "every card cleared")
     assert not any(s["emergency_stopped"]
                    for s in service.call("GET", "/assistants")["assistants"])
+
+
+def test_signed_out_shows_only_the_sign_in(page: Page, service: Service) -> None:
+    """Signed out, the page shows the sign-in form alone: no "Sign out" button, no panels;
+    signing in again brings them back."""
+    assert not page.evaluate("document.querySelector('#sign-out').hidden")
+    page.click("#sign-out")
+    page.wait_for("!document.querySelector('#sign-in').hidden", "the sign-in form")
+    assert page.evaluate("document.querySelector('#sign-out').hidden")
+    assert page.evaluate("document.querySelector('#console').hidden")
+    assert page.evaluate("getComputedStyle(document.querySelector('#sign-out')).display") == "none"
+    page.fill("#token", service.token)
+    page.press("Enter", "Enter", 13)
+    page.wait_for("!document.querySelector('#console').hidden", "the console again")
+    assert not page.evaluate("document.querySelector('#sign-out').hidden")
+
+
+def test_history_shows_arguments_and_older_is_above(page: Page, service: Service) -> None:
+    """Tool calls in the history show their arguments; "Show older" comes before the list
+    (older entries are added on top)."""
+    service.call("POST", "/messages", {"character": "char:bob", "text": SOUP})
+    page.click("#assistants li[data-assistant='pip'] button")
+    page.wait_for("[...document.querySelectorAll('#history li')].some(li => "
+                  "/→ \\w+\\(\\{.+\\}\\)/.test(li.textContent))", "a call with its arguments")
+    assert page.evaluate("""document.querySelector('#history-older').compareDocumentPosition(
+        document.querySelector('#history')) & Node.DOCUMENT_POSITION_FOLLOWING""")
+
+
+def test_the_forms_offer_what_the_service_knows(page: Page, service: Service) -> None:
+    """Model profiles and the speaking character are choices, not free text; the
+    character choice of "New assistant" fits its panel."""
+    models = service.call("GET", "/assistants")["service"]["models"]
+    page.evaluate("document.querySelector('#create').open = true")
+    page.wait_for("document.querySelectorAll('#create-model option').length > 0", "the models")
+    assert page.evaluate("[...document.querySelectorAll('#create-model option')]"
+                         ".map(o => o.value)") == models
+    assert page.evaluate("document.querySelector('#character').tagName") == "SELECT"
+    players = page.evaluate("[...document.querySelectorAll('#character option')].map(o => o.value)")
+    assert "char:bob" in players and "char:pip" not in players, players
+    fits = page.evaluate("""(() => {
+        const select = document.querySelector('#create-character');
+        const panel = select.closest('.panel').getBoundingClientRect();
+        const box = select.getBoundingClientRect();
+        const pen = document.createElement('canvas').getContext('2d');
+        pen.font = getComputedStyle(select).font;
+        const longest = Math.max(...[...select.options].map(o => pen.measureText(o.text).width));
+        return {inside: box.right <= panel.right, room: select.clientWidth - 40,
+                longest};})()""")
+    assert fits["inside"] and fits["longest"] <= fits["room"], fits  # no name cut off
+
+
+def test_an_operator_approves_a_call_from_the_console(page: Page, service: Service) -> None:
+    """With Pip's say needing approval, her answer waits on the page until Approve; then
+    Bob hears it.  The live loop shows the request and the decision."""
+    service.call("PATCH", "/assistants/pip", {"tool_approval": {"say": "operator"}})
+    try:
+        page.click("#assistants li[data-assistant='pip'] button")
+        page.wait_for("document.querySelector('#detail-title').textContent === 'pip'", "Pip")
+        service.call("POST", "/messages", {"character": "char:bob", "text": SOUP})
+        page.wait_for("document.querySelector('#approvals li[data-assistant-of=pip]')",
+                      "Pip's say waiting for approval", timeout=30)
+        assert not page.evaluate("document.querySelector('#approvals-box').hidden")
+        assert "say" in page.text("#approvals")
+        waiting = service.call("GET", "/approvals")["approvals"]
+        assert [a["tool"] for a in waiting] == ["say"]
+        page.click("#approvals li[data-assistant-of=pip] button.approve")
+        page.wait_for("document.querySelector('#approvals-box').hidden", "the list emptied")
+        page.wait_for("/say approved by console/.test(document.querySelector('#live')"
+                      ".textContent)", "the decision in the live loop")
+        assert "waits for an operator's approval" in page.text("#live")
+        assert service.call("GET", "/approvals")["approvals"] == []
+    finally:
+        service.call("PATCH", "/assistants/pip", {"tool_approval": {}})
 
 
 def test_the_page_says_when_the_service_is_gone_and_catches_up(page: Page,

@@ -433,3 +433,20 @@ async def test_openssh_command_and_wrong_key(manhole: Manhole) -> None:
     assert code == 255
     assert b"Permission denied" in err
     assert out == b""
+
+
+@pytest.mark.skipif(SSH is None, reason="OpenSSH client not installed")
+@pytest_twisted.ensureDeferred
+async def test_openssh_a_refused_helper_exits_1(manhole: Manhole) -> None:
+    """``ssh host 'tick("nobody")'`` prints the names it knows and exits 1; a script can
+    tell it did nothing.  ``approvals()`` with nothing waiting says so and exits 0."""
+    from twisted.internet.utils import getProcessOutputAndValue
+
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(manhole.dir)}
+    out, err, code = await getProcessOutputAndValue(
+        SSH, [*ssh_args(manhole, manhole.key_file)[1:], 'tick("nobody")'], env=env)
+    assert code == 1, (out, err)
+    assert b"no assistant named 'nobody' (assistants: pip)" in out
+    out, err, code = await getProcessOutputAndValue(
+        SSH, [*ssh_args(manhole, manhole.key_file)[1:], "approvals()"], env=env)
+    assert code == 0 and b"no call waits for approval" in out, (out, err)

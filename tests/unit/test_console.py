@@ -75,7 +75,7 @@ def namespace_fixture() -> dict[str, Any]:
 def test_namespace_holds_the_objects_and_helpers(ns: dict[str, Any]) -> None:
     """service, world, registry and every helper the console promises."""
     for key in ("service", "world", "registry", "status", "history", "say", "tick", "stop",
-                "tools", "cache_stats", "heard", "helpers"):
+                "tools", "cache_stats", "heard", "helpers", "approvals", "approve", "refuse"):
         assert key in ns
     assert ns["registry"] is ns["service"].registry
 
@@ -204,8 +204,22 @@ def test_tools_and_cache_stats(ns: dict[str, Any]) -> None:
     assert "look" in text and "safe_chain" in text.lower()
     assert text.splitlines()[-1] == "1 tool(s)"
     stats = ns["cache_stats"]().splitlines()
-    assert stats[0].split() == ["assistant", "hits", "misses", "hit", "rate", "entries"]
-    assert [line.split()[0] for line in stats[2:]] == ["mason", "pip", "(total)"]
+    assert stats[1].split() == ["assistant", "hits", "misses", "hit", "rate", "entries",
+                                "hits", "in", "all"]
+    assert [line.split()[0] for line in stats[3:]] == ["mason", "pip", "(total)"]
+
+
+def test_cache_stats_after_a_restart_agree_with_the_status_counters(
+        ns: dict[str, Any]) -> None:
+    """The cache's figures count since this start; the hits kept with each assistant (its
+    status counters, which survive a restart) are shown beside them, so the two agree."""
+    ns["service"].get("pip").execution_state.cache_hits = 2  # as restored from the store
+    assert ns["service"].status("pip")["counters"]["cache_hits"] == 2
+    text = ns["cache_stats"]()
+    assert "since this start" in text.splitlines()[0]
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[3:]}
+    assert rows["pip"][1] == "0" and rows["pip"][-1] == "2"
+    assert rows["(total)"][-1] == "2"
 
 
 def test_heard_and_helpers(ns: dict[str, Any]) -> None:
@@ -252,7 +266,7 @@ def test_terminal_escapes_from_players_are_not_printed(ns: dict[str, Any]) -> No
     d = ns["tick"]("pip")
     settle(ns["_clock"])
     tick = result_of(d)
-    assert "said: Pip says[2J]0;owned31m" in tick
+    assert "wrote: Pip says[2J]0;owned31m" in tick
     for text in (heard, history, tick, ns["status"]()):
         assert printed_controls(text) == [], text
 
@@ -621,3 +635,61 @@ def test_a_client_logging_out_is_no_error() -> None:
         server.receiveError(transport.DISCONNECT_PROTOCOL_ERROR, b"bad packet")
     (event,) = captured.events
     assert event["code"] == transport.DISCONNECT_PROTOCOL_ERROR
+
+
+def test_tick_prints_the_spoken_line_as_said_and_the_model_text_as_wrote(
+        ns: dict[str, Any]) -> None:
+    """``said:`` is what the players heard (the say tool's text), not the model's own text."""
+    fake = ns["_loop"]
+    fake.behaviour = lambda ctx, config: loop_result(
+        "terminal_tool", 2, text="I should answer about the soup.", results=[
+            {"iteration": 1, "tool": "say", "status": "success", "success": True,
+             "duration_ms": 1.0, "result": {"success": True, "kind": "say",
+                                            "text": "Fish chowder, and it is ready."}},
+            {"iteration": 1, "tool": "whisper", "status": "success", "success": True,
+             "duration_ms": 1.0, "result": {"success": True, "kind": "whisper", "text": "psst",
+                                            "target": {"id": "char:bob", "key": "Bob"}}},
+            {"iteration": 1, "tool": "say", "status": "tool_error", "success": False,
+             "duration_ms": 1.0, "result": {"success": False, "kind": "say", "text": "no"}}])
+    ns["service"].get("pip").pending_events.append({"type": "say", "text": "soup?"})
+    d = ns["tick"]("pip")
+    settle(ns["_clock"])
+    tick = result_of(d)
+    assert "said: Fish chowder, and it is ready." in tick
+    assert "whispered to Bob: psst" in tick
+    assert "said: no" not in tick
+    assert "wrote: I should answer about the soup." in tick
+    assert "said: I should" not in tick
+
+
+@pytest.mark.parametrize("source", ['tick("nobody")', 'history("nobody")', 'stop("nobody")',
+                                    'say("nobody", "hi")', 'heard("char:nobody")'])
+def test_a_helper_refusal_exits_1(ns: dict[str, Any], source: str) -> None:
+    """``ssh host 'tick("nobody")'`` prints why and exits 1 (a script can tell)."""
+    proto = FakeProcessProtocol()
+    run_statement(ns, source, proto)
+    assert b"nobody" in proto.output
+    assert isinstance(proto.ended, internet_error.ProcessTerminated)
+    assert proto.ended.exitCode == 1
+
+
+def test_approvals_approve_and_refuse(ns: dict[str, Any]) -> None:
+    """The manhole lists the calls waiting for approval and answers them."""
+    from ai_tools.llm.events import ToolCall
+
+    board = ns["service"].approvals
+    decisions: list[Any] = []
+    for i in range(2):
+        board.request("pip", "dig", ToolCall(id=f"c{i}", name="dig", arguments={"at": i}),
+                      60).addCallback(decisions.append)
+    first, second = (p["id"] for p in board.pending())
+    listed = ns["approvals"]()
+    assert first in listed and second in listed and '{"at": 0}' in listed
+    assert "pip: dig approved" in ns["approve"](first)
+    assert "pip: dig refused" in ns["refuse"](second, "not now")
+    assert [(d.approved, d.by, d.reason) for d in decisions] == \
+        [(True, "manhole", ""), (False, "manhole", "not now")]
+    assert "no call waits" in ns["approvals"]()
+    proto = FakeProcessProtocol()
+    run_statement(ns, f'approve("{first}")', proto)
+    assert b"answered, timed out or withdrawn" in proto.output and proto.ended.exitCode == 1

@@ -72,3 +72,30 @@ def test_the_readme_layer_table_names_every_module() -> None:
                if "tests" not in path.parts and path.stem != "__init__"
                and f"`{path.stem}`" not in table]
     assert not missing, missing
+
+
+def test_the_example_world_file_says_how_a_changed_file_is_applied() -> None:
+    """Its header does not claim the file is never read again: POST /world/apply exists."""
+    header = " ".join(line.lstrip("# ") for line in
+                      (ROOT / "examples" / "world.toml").read_text().splitlines()
+                      if line.startswith("#"))
+    assert "POST /world/apply" in header and "no longer read" not in header, header
+
+
+def test_the_evennia_no_model_hint_names_a_scenario_and_evennia_s_settings() -> None:
+    """docs/evennia.md's "No model at hand?" runs a scenario file that exists, serving the
+    model name the settings it shows ask for, and points at no standalone variables."""
+    from ai_tools.llm.scripted import Script
+
+    page = (ROOT / "docs" / "evennia.md").read_text()
+    hint = page[page.index("No model at hand?"):]
+    hint = hint[:hint.index("\n\n")]
+    scenario = re.search(r"python -m ai_tools\.testing (\S+)", hint)
+    assert scenario is not None, hint
+    path = ROOT / scenario.group(1)
+    assert path.is_file(), path
+    model = re.search(r'"model": "([^"]+)"', hint)
+    assert model is not None and Script.from_file(path).model == model.group(1)
+    assert "AI_TOOLS_LLM = {" in hint
+    for text in (hint, path.read_text()):
+        assert "AI_TOOLS_LLM_URL" not in text and "AI_TOOLS_LLM_MODEL" not in text

@@ -250,3 +250,22 @@ def test_persistent_read_failure_with_bad_arguments_answers_the_validation_error
     outcome = run(ctx, call("archive", text=5))
     assert outcome.status == "invalid_parameters"
     assert calls_of(ctx, "archive") == []
+
+
+def test_unserialisable_success_is_neither_cached_nor_counted() -> None:
+    """A success the model is told is an ``invalid_result`` is not cached, not activity.
+
+    The shape check comes before caching and counting: the next identical call
+    runs the tool again instead of answering the error from the cache.
+    """
+    ctx = make_context()
+    look = ctx.registry.get_tool("look")
+    outcomes = iter([{"success": True, "seen": {1, 2}}, {"success": True, "seen": [1, 2]}])
+    look.execute = lambda actor, **p: next(outcomes)  # type: ignore[union-attr, method-assign]
+    first = run(ctx, call("look", "c1", text="x"))
+    assert first.status == CallStatus.INVALID_RESULT and not first.success
+    assert ctx.state.activity_since_wake == 0
+    assert ctx.cache.stats("bot").size == 0  # type: ignore[union-attr]
+    second = run(ctx, call("look", "c2", text="x"))
+    assert not second.from_cache and second.result == {"success": True, "seen": [1, 2]}
+    assert ctx.state.activity_since_wake == 1

@@ -169,3 +169,71 @@ def test_take_back_removes_that_very_message() -> None:
     assert history.version != version
     assert not history.take_back(events)
     assert not history.take_back({"role": "user", "content": "before"})  # an equal copy
+
+
+# -- the calls of one answer share its assistant message ------------------------------
+
+
+def test_same_answer_joins_the_assistant_message() -> None:
+    """A call of the same answer joins its assistant message (a new object in its place;
+    the one handed out before is unchanged); its result follows the earlier ones."""
+    history = ConversationHistory()
+    first, one = history.add_tool_exchange(a_call("c1"), '{"a":1}', native=True,
+                                           assistant_content="Looking.")
+    rewrites = history.rewrites
+    joined, two = history.add_tool_exchange(a_call("c2", at="x"), '{"b":2}', native=True,
+                                            same_answer=True)
+    assert history.messages == [joined, one, two]
+    assert joined["content"] == "Looking."
+    assert joined["tool_calls"] == [native(a_call("c1")), native(a_call("c2", at="x"))]
+    assert first["tool_calls"] == [native(a_call("c1"))]
+    assert history.has_tool_call_id("c2") and history.unanswered_tool_calls() == []
+    assert history.rewrites == rewrites + 1
+
+
+def test_same_answer_after_another_change_starts_a_message() -> None:
+    """Anything recorded between two calls closes the answer: no call joins across it."""
+    history = ConversationHistory()
+    history.add_tool_exchange(a_call("c1"), "{}", native=True)
+    history.add_user("meanwhile")
+    history.add_tool_exchange(a_call("c2"), "{}", native=True, same_answer=True)
+    assert [m["role"] for m in history.messages] == ["assistant", "tool", "user",
+                                                     "assistant", "tool"]
+
+
+def test_same_answer_never_joins_a_loaded_history() -> None:
+    """Old histories (one assistant message per call) load as they are, and a new call
+    after a load starts its own message."""
+    old = [
+        {"role": "assistant", "content": "Hm.", "tool_calls": [native(a_call("c1"))]},
+        {"role": "tool", "tool_call_id": "c1", "content": "{}"},
+        {"role": "assistant", "content": None, "tool_calls": [native(a_call("c2"))]},
+        {"role": "tool", "tool_call_id": "c2", "content": "{}"},
+    ]
+    history = ConversationHistory.from_list(old)
+    assert history.messages == old
+    history.add_tool_exchange(a_call("c3"), "{}", native=True, same_answer=True)
+    assert len(history) == 6 and history.messages[4]["tool_calls"] == [native(a_call("c3"))]
+
+
+def test_an_interrupted_grouped_answer_is_repaired() -> None:
+    """A saved answer whose later calls have no results gets "interrupted" answers after
+    the results that exist (old and grouped histories repair alike)."""
+    history = ConversationHistory.from_list([
+        {"role": "assistant", "content": None,
+         "tool_calls": [native(a_call("c1")), native(a_call("c2"))]},
+        {"role": "tool", "tool_call_id": "c1", "content": "{}"},
+        {"role": "user", "content": "next"},
+    ])
+    assert [m.get("tool_call_id") for m in history.messages] == [None, "c1", "c2", None]
+    assert "interrupted" in history.messages[2]["content"]
+
+
+def test_fallback_same_answer_is_one_array() -> None:
+    history = ConversationHistory()
+    history.add_tool_exchange(a_call("c1"), "{}", native=False, assistant_content="Hm.")
+    history.add_tool_exchange(a_call("c2", at="x"), "{}", native=False, same_answer=True)
+    assistant, *results = history.messages
+    text, _, calls = assistant["content"].partition("\n")
+    assert text == "Hm." and [c["tool"] for c in json.loads(calls)] == ["look", "look"]
+    assert [r["content"].split("\n")[0] for r in results] == ["[TOOL RESULT: look]"] * 2

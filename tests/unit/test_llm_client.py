@@ -206,7 +206,7 @@ def test_5xx_retried_then_clear_error() -> None:
 def test_html_error_page_is_clear() -> None:
     """A proxy's HTML page is summarised in the error."""
     h = Harness([Fault.html_error(502)] * 3)
-    with pytest.raises(LLMServerError, match="non-JSON body: <html>"):
+    with pytest.raises(LLMServerError, match="non-JSON body: 502 Bad Gateway nginx"):
         h.run(h.client.complete(USER))
 
 

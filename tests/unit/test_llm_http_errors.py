@@ -56,8 +56,8 @@ def test_non_json_error_page_is_summarised() -> None:
     """An HTML error page becomes a one-line labelled snippet."""
     page = b"<html>\n<body>\n<h1>502 Bad Gateway</h1>\n</body></html>"
     message = server_message(page)
-    assert message.startswith("non-JSON body: <html> <body> <h1>502")
-    assert "\n" not in message
+    assert message == "non-JSON body: 502 Bad Gateway"
+    assert server_message(b"plain words\n  here") == "non-JSON body: plain words here"
     assert server_message(b"") == "(empty body)"
     assert server_message(b'{"detail": "Not Found"}') == "Not Found"
 
@@ -96,3 +96,19 @@ def test_redact_headers() -> None:
         "x-api-key": "<redacted>",
         "Accept": "a",
     }
+
+
+def test_an_html_page_is_told_by_its_words_not_its_head() -> None:
+    """A 404 page with a long head (styles, scripts) is summarised by what it says: its
+    title and text, not the first 300 characters of markup."""
+    page = ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<style>{'body { font-family: sans-serif; margin: 0 auto; } ' * 20}</style>"
+            f"<script>{'var x = 1; ' * 40}</script><title>404 Not Found</title></head>"
+            "<body><h1>Not Found</h1><p>The requested URL /v1/chat/completions was not "
+            "found on this server &amp; nothing else.</p></body></html>").encode()
+    message = server_message(page)
+    assert message.startswith("non-JSON body: 404 Not Found"), message
+    assert "/v1/chat/completions was not found on this server & nothing else" in message
+    assert "font-family" not in message and "var x" not in message
+    assert len(message) <= 320

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from twisted.internet import defer
-from twisted.internet.error import ConnectionRefusedError
+from twisted.internet.error import ConnectionLost, ConnectionRefusedError
 from twisted.internet.task import Clock
 from twisted.logger import formatEvent
 
@@ -252,3 +252,29 @@ def test_ollama_s_running_list_is_read_for_this_model_only() -> None:
     assert read_ollama_running(running, "llama3.1") is None
     assert read_ollama_running({"models": [{"name": "llama3.1:latest",
                                             "context_length": 2048}]}, "llama3.1")[0] == 2048
+
+
+def test_closing_the_client_while_it_asks_for_the_window_warns_of_nothing(
+        logged: list) -> None:  # noqa: F811
+    """A service stopping (a store that would not open, a shutdown) closes its clients: the
+    window request that then fails is no server problem, and no warning says it is."""
+    pending: list[defer.Deferred] = []
+
+    class Held:
+        def request(self, *args: Any, **kwargs: Any) -> defer.Deferred:
+            d: defer.Deferred = defer.Deferred()
+            pending.append(d)
+            return d
+
+    clock = Clock()
+    client = OpenAIChatClient(ModelProfile(base_url="http://127.0.0.1:9", model="local"),
+                              reactor=clock, agent=Held(),
+                              retry_policy=RetryPolicy(max_attempts=1))
+    learned = client.learn_context_window()
+    client.close()
+    for d in pending:
+        if not d.called:
+            d.errback(ConnectionLost("Connection to the other side was lost"))
+    clock.advance(PROBE_TIMEOUT)
+    assert learned.called
+    assert not [e for e in logged if "could not ask" in formatEvent(e)]

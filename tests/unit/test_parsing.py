@@ -161,6 +161,16 @@ def test_array_of_calls() -> None:
     assert [c.name for c in parsed.normal] == ["look", "say"]
 
 
+def test_array_of_calls_after_text() -> None:
+    """Text, then an array of calls on its own lines (how a history records several
+    fallback calls of one answer): the calls, and the text alone is visible."""
+    parsed = parse_tool_calls(
+        'I will look twice.\n[{"tool": "look"},\n {"tool": "say", "parameters": {"text": "a"}}]',
+        NORMAL)
+    assert [c.name for c in parsed.normal] == ["look", "say"]
+    assert parsed.visible_text == "I will look twice."
+
+
 def test_openai_shaped_object_in_text() -> None:
     """{"type": "function", "function": {...}} written as text is understood."""
     text = json.dumps({"type": "function", "function": {"name": "look", "arguments": "{}"}})

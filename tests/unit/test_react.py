@@ -921,3 +921,66 @@ def test_a_stop_while_a_tool_runs_is_seen_by_the_engine(with_check: bool) -> Non
     assert result.termination_reason == TerminationReason.STOPPED_BY_USER
     assert not [m for m in ctx.history.messages if m["role"] == "tool"]
     assert len(llm.requests) == 1
+
+
+# -- one assistant message per answer -----------------------------------------------
+
+
+def test_several_calls_are_one_assistant_message_then_their_results() -> None:
+    """An answer with three calls is recorded as the model said it: one assistant
+    message with the three calls (and the answer's text), then the three results."""
+    llm = ScriptedLLM([answer(call("look", {}, "c1"), call("look", {"at": "x"}, "c2"),
+                              call("fly", {}, "c3"), content="Let me see."),
+                       text("done")])
+    ctx = make_ctx(llm)
+    result = run(ctx)
+    assert result.termination_reason == TerminationReason.COMPLETED
+    msgs = ctx.history.messages
+    assert [m["role"] for m in msgs] == ["assistant", "tool", "tool", "tool", "assistant"]
+    assert msgs[0]["content"] == "Let me see."
+    assert [c["id"] for c in msgs[0]["tool_calls"]] == ["c1", "c2", "c3"]
+    assert [c["function"]["arguments"] for c in msgs[0]["tool_calls"]] == \
+        ["{}", '{"at":"x"}', "{}"]
+    assert [m["tool_call_id"] for m in msgs[1:4]] == ["c1", "c2", "c3"]
+    assert msgs[:4] == llm.requests[1]["messages"][-4:]  # what the next request sends
+
+
+def test_skipped_calls_join_the_answer_message() -> None:
+    """Calls skipped after a TERMINAL one are in the same assistant message."""
+    llm = ScriptedLLM([answer(call("look", {}, "c1"), call("say", {"text": "hi"}, "c2"),
+                              call("look", {"at": "x"}, "c3"))])
+    ctx = make_ctx(llm)
+    run(ctx)
+    msgs = ctx.history.messages
+    assert [m["role"] for m in msgs] == ["assistant", "tool", "tool", "tool"]
+    assert [c["id"] for c in msgs[0]["tool_calls"]] == ["c1", "c2", "c3"]
+
+
+def test_fallback_several_calls_are_one_message_then_their_results() -> None:
+    """Fallback mode: the calls as one JSON array after the text, then one result each."""
+    llm = ScriptedLLM([
+        text('I will look twice.\n[{"tool": "look", "arguments": {"at": "sky"}},'
+             ' {"tool": "look", "arguments": {"at": "sea"}}]'),
+        text("Blue both."),
+    ])
+    ctx = make_ctx(llm)
+    result = run(ctx, LoopConfig(native_tools=False))
+    assert result.termination_reason == TerminationReason.COMPLETED
+    msgs = ctx.history.messages
+    assert [m["role"] for m in msgs] == ["assistant", "user", "user", "assistant"]
+    first, _, body = msgs[0]["content"].partition("\n")
+    assert first == "I will look twice."
+    assert [c["parameters"] for c in json.loads(body)] == [{"at": "sky"}, {"at": "sea"}]
+    assert all(m["content"].startswith("[TOOL RESULT: look]") for m in msgs[1:3])
+    assert ConversationHistory.from_list(msgs).messages == msgs  # nothing to repair
+
+
+def test_the_context_measure_counts_calls_joining_an_answer() -> None:
+    """The measure counts the grown assistant message (not only the new result)."""
+    llm = ScriptedLLM([answer(call("look", {}, "c1"), call("look", {"at": "x"}, "c2")),
+                       text("done")])
+    meter = fake_meter(per_message=lambda m: 10 * len(m.get("tool_calls") or ()) + 1)
+    ctx = make_ctx(llm, meter=meter)
+    run(ctx)
+    assert meter.history_tokens(ctx.history) == \
+        sum(10 * len(m.get("tool_calls") or ()) + 1 for m in ctx.history.messages)

@@ -7,11 +7,12 @@ can see what is answered before and after the hearers' state is saved.
 from __future__ import annotations
 
 import gc
-from typing import Any
+from typing import Any, ClassVar
 
 from twisted.internet import defer
 from twisted.logger import LogLevel, formatEvent
 
+from ai_tools.service.assistant import AssistantConfig
 from ai_tools.store.memory import MemoryStore
 from tests.unit.service_fakes import FlakyStore, LogCapture
 from tests.unit.web_fakes import Answer, ApiHarness, result_of
@@ -161,6 +162,9 @@ def test_the_api_does_not_speak_as_an_assistant() -> None:
 
 class OtherWorkers:
     """The service's ownership hook when workers share the assistants (service/leases.py)."""
+
+    roster: ClassVar[dict[str, AssistantConfig]] = {
+        "sage": AssistantConfig(name="sage", character_id="char:alice")}
 
     def assistant_of_character(self, character: str) -> str | None:
         return "sage" if character == "char:alice" else None

@@ -244,3 +244,18 @@ def test_split_endpoint_handles_escapes() -> None:
 def test_binds_locally(endpoint: str, local: bool) -> None:
     """Only loopback addresses and UNIX sockets count as local."""
     assert binds_locally(endpoint) is local
+
+
+@pytest.mark.parametrize("header", [TOKEN, f"Basic {TOKEN}", "Token abc"])
+def test_a_header_without_bearer_says_so_and_is_no_wrong_guess(api: ApiHarness,
+                                                                header: str) -> None:
+    """``Authorization: <token>`` (no scheme) or another scheme is told what is missing,
+    not "wrong token", and does not count towards the wrong-token lockout."""
+    for _ in range(12):
+        answer = api.call("GET", "/assistants", headers={"Authorization": header})
+        assert answer.code == 401, answer
+        assert "Bearer <token>" in answer.json["error"] and "wrong token" not in \
+            answer.json["error"], answer.json
+        assert TOKEN.encode() not in answer.body
+    right = api.call("GET", "/assistants", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert right.code == 200, right

@@ -23,6 +23,7 @@ from twisted.web.resource import Resource
 
 from ai_tools.llm.transport import http_client
 from ai_tools.service.assistant import Assistant, AssistantConfig
+from ai_tools.web.event_hub import assistants_by_character
 from ai_tools.web.forwarding import FORWARDED_HEADER, EventFeed, Forwarder, ForwardingError
 from ai_tools.web.limits import HttpLimits
 from ai_tools.web.worker_auth import SIGNATURE_HEADER, SIGNATURE_VALIDITY, WorkerSigner
@@ -71,6 +72,9 @@ class OtherWorker(Resource):
             return json.dumps({"assistants": [{"name": "tess", "worker": "w2"}]}).encode()
         if path == "/stop":
             return json.dumps({"stopped": ["tess"]}).encode()
+        if path == "/approvals":
+            return json.dumps({"approvals": [{"id": "feed0001", "assistant": "tess",
+                                              "tool": "dig"}]}).encode()
         return json.dumps({"name": "tess", "worker": "w2", "path": path}).encode()
 
 
@@ -739,3 +743,38 @@ def test_a_worker_whose_stream_cannot_be_opened_is_tried_again_at_the_next_readi
     watching.close()
     assert api.resource.service_events.watchers == 0
     assert api.resource.service_events.followed == {}
+
+
+def test_a_message_heard_by_an_assistant_another_worker_runs_names_it() -> None:
+    """POST /messages on a worker that does not run the hearer still names the assistant
+    that heard it (the shared roster knows it), as the event stream's world messages do."""
+    api, ownership, _ = worker_api(OtherWorker())
+    ownership.roster["tess"] = AssistantConfig(name="tess", model="default",
+                                               character_id="char:alice")
+    answer = call(api, "POST", "/messages", body={"character": "char:bob", "kind": "page",
+                                                  "target": "char:alice", "text": "hi Tess"})
+    assert answer.code == 200, answer
+    assert answer.json["heard_by"] == ["char:alice"]
+    assert answer.json["assistants"] == ["tess"]
+    characters = call(api, "GET", "/world/characters").json["characters"]
+    assert {c["id"]: c["assistant"] for c in characters}["char:alice"] == "tess"
+    assert assistants_by_character(api.service)["char:alice"] == "tess"  # world_message events
+
+
+def test_the_approvals_of_every_worker_are_listed_and_answered_where_they_wait() -> None:
+    """GET /approvals lists every worker's waiting calls; an answer about an assistant
+    another worker runs is passed on to that worker."""
+    from ai_tools.llm.events import ToolCall
+
+    owner = OtherWorker()
+    api, _, _ = worker_api(owner)
+    api.service.approvals.request("pip", "dig", ToolCall(id="c1", name="dig", arguments={}), 60)
+    listed = call(api, "GET", "/approvals")
+    assert sorted((a["assistant"], a["tool"]) for a in listed.json["approvals"]) == [
+        ("pip", "dig"), ("tess", "dig")]
+    assert listed.json["workers_unreachable"] == []
+    answered = call(api, "POST", "/assistants/tess/approvals/feed0001",
+                    body={"approve": True})
+    assert answered.code == 200, answered
+    assert [(seen[0], seen[1], seen[3]) for seen in owner.seen][-1] == (
+        b"POST", b"/assistants/tess/approvals/feed0001", b'{"approve": true}')

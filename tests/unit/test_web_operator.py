@@ -258,3 +258,12 @@ def test_the_new_endpoints_follow_the_token_rule() -> None:
                          ("POST", "/emergency-stop"), ("GET", "/world/rooms")]:
         assert api.call(method, path).code == 401
     assert "pip" in api.service
+
+
+def test_an_unknown_key_names_the_near_one(api: ApiHarness) -> None:
+    """A typo'd key is answered with the key it probably meant, as the config file's is."""
+    created = api.call("POST", "/assistants", body={"name": "ada", "tikc_rate": 3})
+    assert created.code == 422 and created.json["field"] == "tikc_rate"
+    assert "did you mean 'tick_rate'?" in created.json["error"], created.json
+    patched = api.call("PATCH", "/assistants/pip", body={"persnoa": "x"})
+    assert patched.code == 422 and "did you mean 'persona'?" in patched.json["error"], patched

@@ -52,6 +52,9 @@ CONFIG_KEYS = (
     "max_pending_events",
     "context_window",
     "hearing",
+    "approval",
+    "tool_approval",
+    "approval_timeout",
 )
 """The AssistantConfig fields a builder may set with ``aiassistant/config``."""
 
@@ -83,6 +86,9 @@ class CmdAIAssistant(MuxCommand):
       aiassistant/stop <name>
       aiassistant/config <name>[ <key> = <json value>]
       aiassistant/tools [<name>]
+      aiassistant/approvals
+      aiassistant/approve <id>
+      aiassistant/refuse <id>[ = <reason>]
 
     Switches:
       create  - make a new assistant character here and start it.
@@ -94,6 +100,9 @@ class CmdAIAssistant(MuxCommand):
       stop    - kill what it is doing right now (model call or tool).
       config  - show its config, or set one key (an empty value removes it).
       tools   - the tools it may use, by category.
+      approvals - the tool calls waiting for an operator's approval.
+      approve - let a waiting call run (needs the approval lock, Admin by default).
+      refuse  - refuse a waiting call; the assistant is told the reason.
 
     Players talk to an assistant with say, whisper or page. It acts with
     its own character's permissions; what players without Builder rights ask
@@ -112,6 +121,9 @@ class CmdAIAssistant(MuxCommand):
         "stop",
         "config",
         "tools",
+        "approvals",
+        "approve",
+        "refuse",
     )
     locks = "cmd:perm(aiassistant) or perm(Builder)"
     help_category = "Building"
@@ -478,6 +490,58 @@ class CmdAIAssistant(MuxCommand):
                 ]
                 lines.append(f"  {context}: {', '.join(allowed) or 'every tool'}")
         self.msg("\n".join(lines))
+
+
+    # -- approvals (see ai_tools.service.approvals) ------------------------------------
+
+    def do_approvals(self) -> None:
+        """The tool calls waiting for an operator's approval."""
+        host = _host()
+        pending = host.service.approvals.pending() if host is not None else []
+        if not pending:
+            self.msg("No tool call waits for approval.")
+            return
+        table = EvTable("|wid|n", "|wassistant|n", "|wtool|n", "|warguments|n", border="cells")
+        for entry in pending:
+            table.add_row(entry["id"], entry["assistant"], entry["tool"],
+                          _short(entry["arguments"], 60))
+        self.msg(f"|wWaiting for approval|n\n{table}")
+
+    def do_approve(self) -> None:
+        """Let a waiting call run."""
+        self._decide(True)
+
+    def do_refuse(self) -> None:
+        """Refuse a waiting call (``= reason`` is what the assistant reads)."""
+        self._decide(False)
+
+    def _decide(self, approve: bool) -> None:
+        from ai_tools.errors import NotFound
+
+        lock = ai_setting("AI_TOOLS_APPROVAL_LOCK")
+        if not self.caller.locks.check_lockstring(self.caller, f"approve:{lock}"):
+            self.msg("You may not answer approvals.")
+            return
+        host = _host()
+        approval_id = self.lhs.strip()
+        if host is None or not approval_id:
+            self.msg("Which call? See |waiassistant/approvals|n."
+                     if host is not None else "The assistant service is not running.")
+            return
+        board = host.service.approvals
+        try:
+            waiting = board.get(approval_id)
+            script = get_assistant_script(waiting["assistant"])
+            if script is not None and script.obj == self.caller:
+                self.msg("An assistant cannot answer its own call.")
+                return
+            done = board.decide(approval_id, approve, by=f"world:{self.caller.key}",
+                                reason=(self.rhs or "").strip())
+        except NotFound as exc:
+            self.msg(str(exc))
+            return
+        verdict = "approved" if approve else "refused"
+        self.msg(f"{done['assistant']}: {done['tool']} {verdict}.")
 
 
 class AIAssistantCmdSet(CmdSet):

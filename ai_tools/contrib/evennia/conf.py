@@ -64,6 +64,9 @@ DEFAULTS: dict[str, Any] = {
     "AI_TOOLS_MAX_PENDING_EVENTS": 50,
     # How many history messages ``aiassistant/history`` shows by default.
     "AI_TOOLS_HISTORY_LINES": 10,
+    # Who may answer a tool call waiting for approval (``aiassistant/approve``,
+    # ``/refuse``): an Evennia lock function string, checked against the caller.
+    "AI_TOOLS_APPROVAL_LOCK": "perm(aiapprove) or perm(Admin)",
 }
 """Every setting the contrib reads, with its default value."""
 

@@ -215,3 +215,30 @@ class TestCommandWithService(CommandTestBase):
         self.assertEqual(self.host.service.status("Bob")["tick_rate"], 3.0)
         self.assertIn("set_attribute", self.aia("/tools"))
         self.assertEqual(json.loads(get_assistant_script("Bob").db.state)["enabled"], False)
+
+    def test_approvals_listed_approved_and_refused_under_the_lock(self) -> None:
+        """Calls waiting for approval are listed; only a caller passing the approval lock
+        (Admin by default) answers them, never the assistant's own character."""
+        from ai_tools.llm.events import ToolCall
+
+        self.aia("/create Bob")
+        self.advance()
+        board = self.host.service.approvals
+        decisions: list[object] = []
+        for i in range(2):
+            board.request("Bob", "dig", ToolCall(id=f"c{i}", name="dig", arguments={"at": i}),
+                          60).addCallback(decisions.append)
+        first, second = (p["id"] for p in board.pending())
+        listing = self.aia("/approvals")
+        self.assertIn(first, listing)
+        self.assertIn("dig", listing)
+        self.account2.permissions.add("Builder")
+        self.aia(f"/approve {first}", "You may not answer approvals.", caller=self.char2)
+        self.assertEqual(decisions, [])
+        self.aia(f"/approve {first}", "Bob: dig approved.")
+        self.aia(f"/refuse {second} = not in my inn", "Bob: dig refused.")
+        self.assertEqual([(d.approved, d.reason) for d in decisions],  # type: ignore[attr-defined]
+                         [(True, ""), (False, "not in my inn")])
+        self.assertTrue(decisions[0].by.startswith("world:"))  # type: ignore[attr-defined]
+        self.aia(f"/approve {first}", "no call waits for approval")
+        self.aia("/approvals", "No tool call waits for approval.")

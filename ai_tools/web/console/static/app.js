@@ -9,6 +9,7 @@ import { LatencyChart } from "./chart.js";
 import { Speaker } from "./speak.js";
 import { Manager } from "./manage.js";
 import { TraceView } from "./traces.js";
+import { Approvals } from "./approvals.js";
 
 const page = {
   statuses: new Map(),
@@ -17,12 +18,14 @@ const page = {
   history: null,
   stream: null,
   refreshTimer: null,
+  tokenRequired: false,
 };
 const live = new LiveLog($("#live"));
 const chart = new LatencyChart($("#chart"), $("#chart-note"));
 const speaker = new Speaker();
 const traces = new TraceView();
 const manager = new Manager({ changed: () => refresh(), selected: () => page.selected, select });
+const approvals = new Approvals();
 const HISTORY_PAGE = 20;
 const LIVE_KEY = "ai_tools.console.live";
 
@@ -35,7 +38,7 @@ async function boot() {
     setTimeout(boot, 3000);
     return;
   }
-  $("#sign-out").hidden = !session.token_required;
+  page.tokenRequired = Boolean(session.token_required);
   if (session.token_required && !session.signed_in) {
     showSignIn();
     return;
@@ -46,7 +49,9 @@ async function boot() {
 function showSignIn(message = "") {
   if (page.stream) page.stream.close();
   page.stream = null;
+  clearInterval(page.refreshTimer);
   $("#console").hidden = true;
+  $("#sign-out").hidden = true; // signed out: nothing to sign out of
   $("#emergency").hidden = true;
   $("#emergency-clear").hidden = true;
   $("#sign-in").hidden = false;
@@ -78,13 +83,14 @@ onSignedOut(() => showSignIn("The session ended: sign in again."));
 
 async function start() {
   $("#console").hidden = false;
+  $("#sign-out").hidden = !page.tokenRequired;
   setConnection("connecting…");
   const index = await get("/").catch(() => ({ endpoints: [] }));
   page.endpoints = new Set(index.endpoints.map((e) => `${e.method} ${e.path}`));
   const characters = page.endpoints.has("GET /world/characters")
     ? ((await get("/world/characters").catch(() => null)) || {}).characters || [] : [];
   manager.start(page.endpoints, characters);
-  await refresh();
+  await Promise.all([refresh(), approvals.start(page.endpoints)]);
   await speaker.start(characters);
   const saved = savedLive();
   if (page.selected === null && page.statuses.size) {
@@ -96,7 +102,7 @@ async function start() {
     page.stream = openStream({ onEvent, onState: setConnection, onGap, from });
   }
   clearInterval(page.refreshTimer);
-  page.refreshTimer = setInterval(refresh, 5000);
+  page.refreshTimer = setInterval(() => { refresh(); approvals.load(); }, 5000);
 }
 
 async function refresh() {
@@ -109,7 +115,7 @@ async function refresh() {
   }
   page.statuses = new Map(answer.assistants.map((status) => [status.name, status]));
   if (page.selected !== null && !page.statuses.has(page.selected)) select(null);
-  manager.statuses(answer.assistants);
+  manager.statuses(answer.assistants, (answer.service || {}).models || []);
   renderAssistants();
   renderFacts();
 }
@@ -195,7 +201,9 @@ function renderFacts() {
     ["history", `${status.history_length} messages`],
     ["context", status.context_percent === null ? "–" : `${status.context_percent}%`],
     ["tool in flight", status.ticking && status.current_tool_call
-      ? truncate(status.current_tool_call.tool || status.current_tool_call, 80) : "none"],
+      ? truncate(status.current_tool_call.tool || status.current_tool_call, 80) +
+        (status.current_tool_call.status === "awaiting_approval" ? " (waiting for approval)" : "")
+      : "none"],
   ];
   $("#facts").replaceChildren(...facts.flatMap(([key, value]) =>
     [el("dt", { text: key }), el("dd", { text: value ?? "–" })]));
@@ -217,8 +225,15 @@ async function loadDetail() {
   if (results) renderLoops(results.loops);
 }
 
+/** A call of a history message as the model made it: name(arguments), arguments cut. */
+function callText(call) {
+  const fn = call.function || call;
+  const args = typeof fn.arguments === "string" ? fn.arguments : JSON.stringify(fn.arguments ?? {});
+  return `→ ${fn.name}(${truncate(args, 200)})`;
+}
+
 function historyItem(message) {
-  const calls = (message.tool_calls || []).map((c) => `${c.function ? c.function.name : c.name}()`);
+  const calls = (message.tool_calls || []).map(callText);
   const text = [message.content ? truncate(message.content, 300) : "", calls.join(" ")].join(" ").trim();
   return el("li", { class: `message ${message.role}`, "data-index": message.index ?? null },
     el("span", { class: "kind", text: message.role }), text);
@@ -258,6 +273,7 @@ $("#history-older").addEventListener("click", olderHistory);
 
 function onEvent(name, data, id) {
   if (name === "world_message") speaker.heardSomething(data);
+  if (name.startsWith("approval_")) approvals.load();
   const owner = data.assistant || null;
   const mine = owner === page.selected ||
     (name === "world_message" && (data.assistants || []).concat(data.from_assistant || []).includes(page.selected));

@@ -37,6 +37,13 @@ export function describe(name, data) {
         (data.error ? ` · ${truncate(data.error, 160)}` : "");
     case "compaction":
       return `history compacted (${data.method}): ${data.removed} removed${data.error ? ` · ${truncate(data.error, 160)}` : ""}`;
+    case "approval_requested":
+      return `${data.tool}(${truncate(data.arguments, 160)}) waits for an operator's approval (${data.id})`;
+    case "approval_decided":
+      return `${data.tool} ${data.timed_out ? "not approved in time" : data.approved ? "approved" : "refused"}` +
+        `${data.by ? ` by ${data.by}` : ""}${data.reason ? ` · ${truncate(data.reason, 160)}` : ""}`;
+    case "approval_withdrawn":
+      return `${data.tool}: approval withdrawn (the loop was stopped)`;
     case "text_delta":
       return null;
     default:

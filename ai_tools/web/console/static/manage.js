@@ -43,10 +43,24 @@ export class Manager {
     $("#create-character").replaceChildren(...free.map((c) => el("option", { value: c.id, text: `${c.key} (${c.id})` })));
   }
 
-  /** Show "clear" while any assistant is emergency-stopped. */
-  statuses(statuses) {
+  /** Show "clear" while any assistant is emergency-stopped; offer the service's model profiles. */
+  statuses(statuses, models) {
     const stopped = statuses.some((s) => s.emergency_stopped);
     $("#emergency-clear").hidden = !stopped || !this.endpoints || !this.endpoints.has("POST /emergency-stop/clear");
+    this.models(models);
+  }
+
+  /** The model profiles the service knows, as the choices of both forms (kept if unchanged). */
+  models(names) {
+    const key = names.join("\n");
+    if (key === this.modelKey || !names.length) return;
+    this.modelKey = key;
+    for (const id of ["#create-model", "#configure-model"]) {
+      const select = $(id);
+      const chosen = select.value;
+      select.replaceChildren(...names.map((name) => el("option", { value: name, text: name })));
+      select.value = names.includes(chosen) ? chosen : (names.includes("default") ? "default" : names[0]);
+    }
   }
 
   async create() {

@@ -24,11 +24,12 @@ export class Speaker {
   /** Fill the character list with the world's players (characters no assistant plays). */
   async start(characters) {
     const players = characters.filter((c) => !c.assistant).map((c) => ({ id: c.id, key: c.key || c.id }));
-    $("#characters").replaceChildren(...players.map((p) => el("option", { value: p.id, text: p.key })));
+    $("#character").replaceChildren(...players.map((p) => el("option", { value: p.id, text: `${p.key} (${p.id})` })));
     $("#targets").replaceChildren(...characters.map((c) => el("option", {
       value: c.assistant || c.id, text: c.assistant ? `${c.key} (assistant)` : c.key })));
     const saved = window.localStorage.getItem(STORAGE_KEY);
-    const chosen = saved || (players.length ? players[0].id : "");
+    const known = players.some((p) => p.id === saved);
+    const chosen = known ? saved : (players.length ? players[0].id : "");
     $("#character").value = chosen;
     if (chosen) await this.choose(chosen);
   }
