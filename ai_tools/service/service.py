@@ -167,6 +167,20 @@ def _abandon_trace(result: Any, tracer: Any) -> Any:
     return result
 
 
+def _memory_store(clock: Any) -> Any:
+    """The store of a service given none: memory only (imported on use: a layer below)."""
+    from ai_tools.store.memory import MemoryStore
+
+    return MemoryStore(clock=clock)
+
+
+def _default_registry() -> ToolRegistry:
+    """The registry of a service given none: the default tools."""
+    from ai_tools.tools import register_default_tools
+
+    return register_default_tools()
+
+
 class AssistantService(MultiService):
     """Hosts assistants on one reactor (a ``MultiService``; compares by identity).
 
@@ -234,16 +248,8 @@ class AssistantService(MultiService):
         self._llms: dict[str, Any] = dict(llms or {})
         if llm is not None:
             self._llms["default"] = llm
-        if store is None:
-            from ai_tools.store.memory import MemoryStore
-
-            store = MemoryStore(clock=clock)
-        self.store = store
-        if registry is None:
-            from ai_tools.tools import register_default_tools
-
-            registry = register_default_tools()
-        self.registry = registry
+        self.store = store if store is not None else _memory_store(clock)
+        self.registry = registry if registry is not None else _default_registry()
         self.world = world
         self._cache = cache
         self.stop_grace = stop_grace
