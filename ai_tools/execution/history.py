@@ -27,14 +27,16 @@ from typing import Any
 import attrs
 
 from ai_tools.execution.results import DEFAULT_MAX_RESULT_BYTES, clip_arguments, clip_text
-from ai_tools.json_encoding import model_json
-from ai_tools.llm.events import ToolCall
-from ai_tools.store.history_repair import (
+from ai_tools.history_format import (
     FALLBACK_RESULT_PREFIX,
     RepairReport,
+    fallback_result_text,
+    is_fallback_result,
     repair_history,
     unanswered_tool_calls,
 )
+from ai_tools.json_encoding import model_json
+from ai_tools.llm.events import ToolCall
 
 __all__ = [
     "FALLBACK_RESULT_PREFIX",
@@ -51,11 +53,7 @@ ROLES = frozenset({"system", "user", "assistant", "tool"})
 
 def is_tool_result(message: Mapping[str, Any]) -> bool:
     """Whether ``message`` answers a tool call (native ``tool`` or fallback ``[TOOL RESULT``)."""
-    if message.get("role") == "tool":
-        return True
-    content = message.get("content")
-    return (message.get("role") == "user" and isinstance(content, str)
-            and content.startswith(FALLBACK_RESULT_PREFIX))
+    return message.get("role") == "tool" or is_fallback_result(message)
 
 
 def fallback_call_text(call: ToolCall, clipped: Mapping[str, Any] | None = None) -> str:
@@ -118,7 +116,7 @@ def _assistant_message(native: bool, text: str | None, entries: Sequence[Any]
 def _result_message(call: ToolCall, result_content: str, native: bool) -> dict[str, Any]:
     if native:
         return {"role": "tool", "tool_call_id": call.id, "content": result_content}
-    return {"role": "user", "content": f"{FALLBACK_RESULT_PREFIX} {call.name}]\n{result_content}"}
+    return {"role": "user", "content": fallback_result_text(call.name, result_content)}
 
 
 @attrs.define(eq=False)

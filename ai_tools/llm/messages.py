@@ -14,9 +14,21 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ai_tools.history_format import (
+    FALLBACK_RESULT_PREFIX,
+    fallback_result_text,
+    is_fallback_result,
+)
 from ai_tools.llm.events import ToolCall
 
-FALLBACK_RESULT_PREFIX = "[TOOL RESULT: "
+__all__ = [
+    "FALLBACK_RESULT_PREFIX",
+    "assistant_tool_calls_message",
+    "fallback_call_message",
+    "fallback_result_message",
+    "is_fallback_result",
+    "tool_result_message",
+]
 
 
 def _json(value: Any) -> str:
@@ -52,14 +64,5 @@ def fallback_call_message(call: ToolCall) -> dict[str, Any]:
 def fallback_result_message(name: str, result: Mapping[str, Any] | str) -> dict[str, Any]:
     """Fallback: the result of tool ``name`` as a user message."""
     content = result if isinstance(result, str) else _json(dict(result))
-    return {"role": "user", "content": f"{FALLBACK_RESULT_PREFIX}{name}]\n{content}"}
+    return {"role": "user", "content": fallback_result_text(name, content)}
 
-
-def is_fallback_result(message: Mapping[str, Any]) -> bool:
-    """Whether ``message`` is a fallback-format tool result (not a real user line)."""
-    content = message.get("content")
-    return (
-        message.get("role") == "user"
-        and isinstance(content, str)
-        and content.startswith(FALLBACK_RESULT_PREFIX)
-    )

@@ -23,6 +23,7 @@ from typing import Any
 
 import attrs
 
+from ai_tools.history_format import content_text
 from ai_tools.llm.events import ChatResponse, ToolCall, decode_arguments
 
 TOOL_PARSE_ERROR = "tool_parse_error"
@@ -153,7 +154,7 @@ def _split_answer(answer: Any) -> tuple[str, tuple[ToolCall, ...]]:
             ToolCall.from_openai(c, i) if isinstance(c, Mapping) else _bad_native_call(c, i)
             for i, c in enumerate(raw_calls)
         )
-        return _content_text(answer.get("content")), calls
+        return content_text(answer.get("content")), calls
     return str(answer), ()
 
 
@@ -165,17 +166,6 @@ def _bad_native_call(entry: Any, index: int) -> ToolCall:
         arguments_error="tool call entry is not an object",
     )
 
-
-def _content_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(p.get("text") or "") if isinstance(p, Mapping) else str(p) for p in content
-        )
-    return str(content)
 
 
 def _partition(

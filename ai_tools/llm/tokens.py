@@ -24,6 +24,8 @@ from typing import Any, Protocol
 
 from twisted.logger import Logger
 
+from ai_tools.history_format import content_text
+
 log = Logger()
 
 DEFAULT_ENCODING = "cl100k_base"
@@ -175,7 +177,7 @@ class TokenCounter:
             return _estimate_message(message)
         total = TOKENS_PER_MESSAGE
         total += self.count_text(str(message.get("role") or ""))
-        total += self.count_text(_content_text(message.get("content")))
+        total += self.count_text(content_text(message.get("content")))
         if message.get("name"):
             total += TOKENS_PER_NAME + self.count_text(str(message["name"]))
         if message.get("tool_call_id"):
@@ -223,7 +225,7 @@ def _estimate_message(message: Mapping[str, Any]) -> int:
     total = TOKENS_PER_MESSAGE + ceil(len(str(message.get("role") or "")) / CHARS_PER_TOKEN)
     content = message.get("content")
     if content is not None:
-        text = content if type(content) is str else _content_text(content)
+        text = content if type(content) is str else content_text(content)
         total += ceil(len(text) / CHARS_PER_TOKEN)
     name = message.get("name")
     if name:
@@ -274,22 +276,6 @@ _NATIVE_EXCHANGE_FRAMING = (
 )
 """Tokens of a native exchange that do not depend on its texts (framing and roles)."""
 
-
-def _content_text(content: Any) -> str:
-    """Text of a message content: a string, or a list of content parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, Mapping):
-                parts.append(str(part.get("text") or ""))
-            else:
-                parts.append(str(part))
-        return "\n".join(parts)
-    return json.dumps(content, ensure_ascii=False, default=str)
 
 
 _default_counter: TokenCounter | None = None

@@ -22,10 +22,10 @@ from typing import Any
 from twisted.internet import defer
 
 from ai_tools.execution.engine import run_tool_call, skip_tool_call
-from ai_tools.execution.history import FALLBACK_RESULT_PREFIX
 from ai_tools.execution.outcome import OutcomeKind, ToolCallOutcome
 from ai_tools.execution.reasons import TerminationReason
 from ai_tools.execution.results import CLIPPED_KEY, clip_arguments, clip_text
+from ai_tools.history_format import FALLBACK_RESULT_PREFIX
 from ai_tools.llm.events import ToolCall
 from ai_tools.loop.advisory import inject_token_advisory
 from ai_tools.loop.state import EVENT_TEXT_BYTES, LoopRun

@@ -32,9 +32,9 @@ from ai_tools.execution.results import (
     clip_arguments,
     clip_text,
 )
+from ai_tools.history_format import fallback_tool_calls
 from ai_tools.json_encoding import model_json
 from ai_tools.llm.tokens import CHARS_PER_TOKEN
-from ai_tools.store.history_repair import fallback_tool_calls
 
 __all__ = ["MIN_CLIP_BYTES", "TRUNCATION_PREFIX", "FitResult", "fit_messages"]
 

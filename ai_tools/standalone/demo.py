@@ -201,7 +201,7 @@ class StepPrinter:
 def _result_lookup(service: Any, name: str) -> ResultOf:
     """Finds a call's result in the history: a ``tool`` message answering its id, or (fallback
     tool calling, where results are user messages) the latest result of that tool."""
-    from ai_tools.llm.messages import FALLBACK_RESULT_PREFIX, is_fallback_result
+    from ai_tools.history_format import fallback_result_parts
 
     def decoded(content: Any) -> Any:
         try:
@@ -210,12 +210,12 @@ def _result_lookup(service: Any, name: str) -> ResultOf:
             return content
 
     def result_of(call_id: str, tool: str) -> Any:
-        heading = f"{FALLBACK_RESULT_PREFIX}{tool}]"
         for message in reversed(service.get(name).history.messages):
             if message.get("role") == "tool" and message.get("tool_call_id") == call_id:
                 return decoded(message.get("content"))
-            if is_fallback_result(message) and message["content"].startswith(heading):
-                return decoded(message["content"][len(heading):].strip())
+            fallback = fallback_result_parts(message)
+            if fallback is not None and fallback[0] == tool:
+                return decoded(fallback[1].strip())
         return None
 
     return result_of

@@ -19,9 +19,10 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from ai_tools.errors import NotFound
+from ai_tools.history_format import repair_state
 from ai_tools.interfaces import IHeardLog, ISharedWorldStore, IStore, IWorldStore
 from ai_tools.store.clock import SecondsClock, now_seconds
-from ai_tools.store.history_repair import log_repair, repair_state
+from ai_tools.store.history_repair import log_repair
 from ai_tools.store.memory_world import MemoryWorldRows
 from ai_tools.store.serialization import (
     check_content,

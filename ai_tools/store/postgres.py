@@ -45,12 +45,13 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ai_tools.errors import AIToolsError, ConfigError
+from ai_tools.history_format import RepairReport
 from ai_tools.interfaces import ISharedWorldStore, IStore, IWorldStore
 from ai_tools.store import postgres_statements as sql
 from ai_tools.store import postgres_traces as pg_traces
 from ai_tools.store import postgres_world as world_sql
 from ai_tools.store.clock import SecondsClock, now_seconds
-from ai_tools.store.history_repair import RepairReport, log_repair
+from ai_tools.store.history_repair import log_repair
 from ai_tools.store.postgres_schema import migrate
 from ai_tools.store.serialization import (
     check_content,

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ai_tools.errors import LeaseLost, NotFound
-from ai_tools.store.history_repair import RepairReport, repair_state
+from ai_tools.history_format import RepairReport, repair_state
 from ai_tools.store.postgres_schema import SEARCH_CONFIG
 from ai_tools.store.serialization import RECORD_FIELDS, record_dict
 

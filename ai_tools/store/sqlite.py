@@ -38,9 +38,10 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ai_tools.errors import NotFound
+from ai_tools.history_format import RepairReport, repair_state
 from ai_tools.interfaces import IHeardLog, IStore, IWorldStore
 from ai_tools.store.clock import SecondsClock, now_seconds
-from ai_tools.store.history_repair import RepairReport, log_repair, repair_state
+from ai_tools.store.history_repair import log_repair
 from ai_tools.store.schema import WORLD_TABLES, Migration, migrate
 from ai_tools.store.serialization import (
     RECORD_FIELDS,

@@ -24,8 +24,9 @@ from zope.interface import implementer
 
 from ai_tools.contrib.evennia.lookup import all_assistant_scripts, get_assistant_script
 from ai_tools.errors import NotFound
+from ai_tools.history_format import repair_state
 from ai_tools.interfaces import IStore
-from ai_tools.store.history_repair import log_repair, repair_state
+from ai_tools.store.history_repair import log_repair
 from ai_tools.store.serialization import check_name, check_state
 
 log = Logger()
