@@ -38,6 +38,7 @@ from twisted.web.client import HTTPConnectionPool
 from twisted.web.iweb import IAgent
 from zope.interface import implementer
 
+from ai_tools.default_reactor import global_reactor
 from ai_tools.errors import LLMError, LLMRequestError
 from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.breaker import CircuitBreaker
@@ -90,9 +91,7 @@ class OpenAIChatClient:
     def __attrs_post_init__(self) -> None:
         # The defaults that need the other fields (object.__setattr__: the fields are frozen).
         if self.reactor is None:
-            from twisted.internet import reactor
-
-            object.__setattr__(self, "reactor", reactor)
+            object.__setattr__(self, "reactor", global_reactor())
         if self.breaker is None:
             object.__setattr__(self, "breaker", CircuitBreaker(
                 self.reactor,

@@ -51,6 +51,7 @@ from twisted.protocols.policies import WrappingFactory
 from twisted.web import server as web_server
 from twisted.web.resource import Resource
 
+from ai_tools.default_reactor import global_reactor, or_global_reactor
 from ai_tools.llm.profile import ModelProfile
 from ai_tools.llm.server_kinds import SERVER_KINDS, ServerKind
 
@@ -983,10 +984,7 @@ def start_test_server(
     ``server_kind`` (:class:`~ai_tools.llm.server_kinds.ServerKind`) makes it answer
     metadata requests and overlong prompts as llama.cpp, Ollama, vLLM... do.
     """
-    if reactor is None:
-        from twisted.internet import reactor as global_reactor
-
-        reactor = global_reactor
+    reactor = or_global_reactor(reactor)
     try:
         model = ScriptedModel.build(script, model_name)
     except (TypeError, ValueError) as e:
@@ -1015,10 +1013,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     [--server-kind KIND --context-window N [--slots N]]``."""
     import argparse
 
-    from twisted.internet import reactor as global_reactor
     from twisted.logger import globalLogBeginner, textFileLogObserver
 
-    reactor: Any = global_reactor
+    reactor: Any = global_reactor()
     parser = argparse.ArgumentParser(
         prog="python -m ai_tools.testing",
         description="Serve a scripted OpenAI-compatible model from a scenario file.",

@@ -38,6 +38,7 @@ from twisted.internet import defer
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
+from ai_tools.default_reactor import global_reactor
 from ai_tools.errors import ConfigError, NotFound, ServiceNotRunning
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.execution.reasons import TerminationReason
@@ -286,9 +287,7 @@ class AssistantService(MultiService):
     def clock(self) -> Any:
         """The reactor (or the clock given to the constructor)."""
         if self._clock is None:
-            from twisted.internet import reactor
-
-            self._clock = reactor
+            self._clock = global_reactor()
         return self._clock
 
     @property

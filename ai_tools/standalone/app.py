@@ -36,6 +36,7 @@ from twisted.internet import defer, error
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
+from ai_tools.default_reactor import global_reactor
 from ai_tools.errors import AIToolsError
 from ai_tools.settings import near_name
 from ai_tools.standalone.config import Config, ModelSpec, split_endpoint
@@ -172,9 +173,7 @@ class StandaloneService(MultiService):
     def reactor(self) -> Any:
         """The reactor everything runs on."""
         if self._reactor is None:
-            from twisted.internet import reactor
-
-            self._reactor = reactor
+            self._reactor = global_reactor()
         return self._reactor
 
     # -- start -------------------------------------------------------------------------

@@ -65,6 +65,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from ai_tools.default_reactor import or_global_reactor
 from ai_tools.errors import ConfigError, NotFound
 from ai_tools.standalone.file_modes import (
     check_directories,
@@ -791,9 +792,7 @@ class ConsoleSession(manhole_ssh.TerminalSession):
         # What the client sends (stdin) is ignored; closing the session closes nothing else.
         # (Twisted 24.11 fails to close the channel of a protocol without a transport.)
         proto.makeConnection(_Pipe(write=lambda data: None, close=lambda: None))
-        clock = self.reactor
-        if clock is None:
-            from twisted.internet import reactor as clock
+        clock = or_global_reactor(self.reactor)
         clock.callLater(0, run_statement, dict(self.namespace), source, proto)
 
 

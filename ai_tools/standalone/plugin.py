@@ -46,6 +46,7 @@ from twisted.logger import (
 from twisted.python import usage
 from twisted.python.logfile import LogFile
 
+from ai_tools.default_reactor import global_reactor
 from ai_tools.errors import ConfigError
 from ai_tools.settings import SETTINGS, near_name, setting
 from ai_tools.standalone.config import Config, Overrides, load_config
@@ -193,9 +194,7 @@ def _log_stream(server_options: Any) -> Any:
     if not signal.getsignal(signal.SIGUSR1):  # SIGUSR1 rotates the log, as under twistd
 
         def rotate(signum: int, frame: Any) -> None:
-            from twisted.internet import reactor
-
-            reactor.callFromThread(log_file.rotate)
+            global_reactor().callFromThread(log_file.rotate)
 
         signal.signal(signal.SIGUSR1, rotate)
     return log_file
@@ -203,9 +202,7 @@ def _log_stream(server_options: Any) -> Any:
 
 def _exit_on_fatal(message: str) -> None:
     """Start-up failed under twistd: stop the reactor; the process exits with status 1."""
-    from twisted.internet import reactor as global_reactor
-
-    reactor: Any = global_reactor
+    reactor: Any = global_reactor()
 
     def exit_with_status() -> None:
         sys.stdout.flush()

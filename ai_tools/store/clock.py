@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Protocol, cast
+from typing import Protocol
+
+from ai_tools.default_reactor import or_global_reactor
 
 
 class SecondsClock(Protocol):
@@ -13,8 +15,4 @@ class SecondsClock(Protocol):
 
 def now_seconds(clock: SecondsClock | None) -> float:
     """``clock.seconds()``; without a clock, the global reactor's (looked up only now)."""
-    if clock is None:
-        from twisted.internet import reactor
-
-        clock = cast(SecondsClock, reactor)
-    return float(clock.seconds())
+    return float(or_global_reactor(clock).seconds())

@@ -29,6 +29,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from ai_tools.default_reactor import global_reactor
+
 APPLICATION_NAME = "ai_tools listen"
 """How the listening connection shows in ``pg_stat_activity``."""
 
@@ -84,9 +86,7 @@ class NotificationListener:
         if not self.channel.isidentifier():
             raise ValueError(f"channel must be a plain identifier, not {self.channel!r}")
         if self.reactor is None:
-            from twisted.internet import reactor
-
-            self.reactor = reactor
+            self.reactor = global_reactor()
 
     def start(self) -> None:
         """Connect and listen (in the background); reconnects until :meth:`stop`."""

@@ -63,6 +63,7 @@ from twisted.python.failure import Failure
 from twisted.web import server
 from twisted.web.resource import Resource
 
+from ai_tools.default_reactor import global_reactor
 from ai_tools.errors import ConfigError, NotFound, PermissionDenied
 from ai_tools.failure_lines import RepeatedFailure
 from ai_tools.web.body import (
@@ -271,9 +272,7 @@ class ApiResource(Resource):
     def clock(self) -> Any:
         """The reactor (or clock) for timers."""
         if self._clock is None:
-            from twisted.internet import reactor
-
-            self._clock = reactor
+            self._clock = global_reactor()
         return self._clock
 
     @property

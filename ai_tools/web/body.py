@@ -18,6 +18,7 @@ from typing import Any
 from twisted.logger import Logger
 from twisted.web import server
 
+from ai_tools.default_reactor import or_global_reactor
 from ai_tools.web.errors import ApiError, json_type, raw_error_answer
 
 __all__ = ["DEFAULT_MAX_BODY", "LimitedRequest", "body_size", "check_content_type",
@@ -103,9 +104,7 @@ class LimitedRequest(server.Request):
         if transport is None:
             return
         transport.write(raw_error_answer(413, _too_large_message(limit)))
-        clock: Any = getattr(getattr(self.channel, "site", None), "clock", None)
-        if clock is None:
-            from twisted.internet import reactor as clock
+        clock: Any = or_global_reactor(getattr(getattr(self.channel, "site", None), "clock", None))
         self._linger = clock.callLater(LINGER_SECONDS, self._close)
 
     def _close(self) -> None:

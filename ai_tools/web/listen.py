@@ -16,6 +16,7 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ai_tools.default_reactor import or_global_reactor
 from ai_tools.errors import ConfigError
 
 __all__ = ["ListeningService", "binds_locally", "endpoint_interface", "split_endpoint"]
@@ -114,11 +115,7 @@ class ListeningService(Service):
         self._waiters: list[defer.Deferred[IListeningPort]] = []
 
     def _endpoint(self) -> Any:
-        reactor = self._reactor
-        if reactor is None:
-            from twisted.internet import reactor as global_reactor
-
-            reactor = global_reactor
+        reactor = or_global_reactor(self._reactor)
         try:
             return serverFromString(reactor, self.description)
         except (ValueError, TypeError, KeyError) as exc:

@@ -33,7 +33,7 @@ import json
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import attrs
 from twisted.internet import defer, threads
@@ -42,6 +42,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from ai_tools.default_reactor import or_global_reactor
 from ai_tools.errors import AIToolsError, ConfigError, NotFound, PermissionDenied
 from ai_tools.failure_lines import RepeatedFailure
 from ai_tools.interfaces import IHeardLog, IWorld
@@ -503,11 +504,7 @@ class SandboxWorld:
     def _off_reactor(self, work: Callable[..., Any], *args: Any) -> defer.Deferred[Any]:
         """``work(*args)`` (blocking, touching nothing of the world) in the reactor's
         thread pool; at once when the clock has none (a ``task.Clock`` in tests)."""
-        clock = self.clock
-        if clock is None:
-            from twisted.internet import reactor
-
-            clock = cast(_Clock, reactor)
+        clock = or_global_reactor(self.clock)
         if IReactorThreads.providedBy(clock):
             threaded: Any = clock
             return threads.deferToThreadPool(threaded, threaded.getThreadPool(), work, *args)
@@ -554,11 +551,7 @@ class SandboxWorld:
     # ------------------------------------------------------------------
 
     def _now(self) -> float:
-        clock = self.clock
-        if clock is None:
-            from twisted.internet import reactor
-
-            clock = cast(_Clock, reactor)
+        clock = or_global_reactor(self.clock)
         return float(clock.seconds())
 
     def _write(

@@ -45,6 +45,7 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ai_tools.default_reactor import global_reactor
 from ai_tools.errors import WorldConflict
 from ai_tools.store.serialization import WORLD_SECTIONS
 from ai_tools.world.messages import WorldMessage
@@ -215,9 +216,7 @@ class SharedWorld(SandboxWorld):
     def _reactor(self) -> Any:
         if self.clock is not None and hasattr(self.clock, "callLater"):
             return self.clock
-        from twisted.internet import reactor
-
-        return reactor
+        return global_reactor()
 
     def stop(self) -> None:
         """Stop following the database (the store stays open); harmless twice."""

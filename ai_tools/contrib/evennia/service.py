@@ -32,6 +32,7 @@ from ai_tools.contrib.evennia.conf import ai_setting
 from ai_tools.contrib.evennia.lookup import all_assistant_scripts, get_assistant_script
 from ai_tools.contrib.evennia.store import ScriptStore
 from ai_tools.contrib.evennia.world import EvenniaWorld
+from ai_tools.default_reactor import global_reactor
 from ai_tools.service.service import AssistantService
 
 log = Logger()
@@ -139,9 +140,7 @@ class EvenniaAssistantHost(MultiService):
     def clock(self) -> Any:
         """The reactor (or the clock given to the constructor)."""
         if self._clock is None:
-            from twisted.internet import reactor
-
-            self._clock = reactor
+            self._clock = global_reactor()
         return self._clock
 
     def startService(self) -> None:
