@@ -52,6 +52,7 @@ from twisted.web import server as web_server
 from twisted.web.resource import Resource
 
 from ai_tools.default_reactor import global_reactor, or_global_reactor
+from ai_tools.history_format import is_fallback_result
 from ai_tools.llm.profile import ModelProfile
 from ai_tools.llm.server_kinds import SERVER_KINDS, ServerKind
 
@@ -398,7 +399,7 @@ def last_user_message(messages: Any) -> str | None:
         content = message.get("content")
         if role != "user" or not isinstance(content, str):
             return None
-        if content.startswith("[TOOL RESULT"):
+        if is_fallback_result(message):
             return None
         return content
     return None

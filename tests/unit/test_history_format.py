@@ -108,3 +108,12 @@ def test_the_parser_and_the_counter_read_a_list_of_parts_alike() -> None:
     as_parts = counter.count_message({"role": "user", "content": PARTS})
     as_text = counter.count_message({"role": "user", "content": "Hello, world"})
     assert as_parts == as_text
+
+
+@pytest.mark.parametrize("answer", [WITH_SPACE, WITHOUT_SPACE])
+def test_the_scripted_model_does_not_take_a_result_for_a_player_line(
+        answer: dict[str, Any]) -> None:
+    from ai_tools.llm.scripted import last_user_message
+
+    assert last_user_message([{"role": "user", "content": "hello"}]) == "hello"
+    assert last_user_message([{"role": "user", "content": "hello"}, answer]) is None
