@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import attrs
 from twisted.application.service import MultiService
@@ -238,8 +238,22 @@ class AssistantService(MultiService):
         """Who decides which assistants this process runs when several workers share
         them (:class:`~ai_tools.service.leases.LeaseManager`): told ``stopping()`` when
         ticking stops, ``stopped()`` (releasing its leases) once every state is saved."""
+        self.tool_sources: Any = None
+        """Tools from elsewhere for each loop: an :class:`~ai_tools.mcp.servers.McpClientService`
+        (or None), asked by :meth:`registry_for` for the servers an assistant may use."""
 
     # -- shared resources (the AssistantHost protocol) ----------------------------
+
+    def registry_for(self, assistant: Assistant) -> ToolRegistry:
+        """The tools a loop of ``assistant`` starts with, and keeps to its end.
+
+        The registry, plus the tools of the MCP servers its ``mcp_servers``
+        names that are ready now (:attr:`tool_sources`).
+        """
+        sources, servers = self.tool_sources, assistant.config.mcp_servers
+        if sources is None or not servers:
+            return self.registry
+        return cast(ToolRegistry, sources.registry_for(self.registry, servers))
 
     @property
     def clock(self) -> Any:
