@@ -22,6 +22,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ai_tools.errors import AIToolsError
 from ai_tools.mcp.jsonrpc import (
     LATEST_PROTOCOL_VERSION,
     METHOD_NOT_FOUND,
@@ -57,11 +58,11 @@ changed since does not touch ``tools/list`` and ``tools/call`` (results without
 ProgressCallback = Callable[[dict[str, Any]], None]
 
 
-class ServerGone(ConnectionError):
-    """The server went away (process ended, connection lost) with requests open.
+class ServerGone(AIToolsError, ConnectionError):
+    """The server went away (process ended, connection lost) or is not connected.
 
     A ``ConnectionError``: the engine retries a call that failed this way,
-    once the server is back.
+    once the server is back; an ``AIToolsError``: the model reads its message.
     """
 
 
@@ -116,7 +117,7 @@ class McpSession:
 
     def connect(self, deadline: float, clock: Any) -> defer.Deferred[McpSession]:
         """Start the transport and ``initialize``, within ``deadline`` seconds."""
-        d = self.transport.start(self._received, self._connection_lost)
+        d: defer.Deferred[Any] = self.transport.start(self._received, self._connection_lost)
         d.addCallback(lambda _: self._initialize())
         d.addTimeout(deadline, clock)
         return d
@@ -306,12 +307,14 @@ class McpSession:
                      level=params.get("level", "info"), data=str(params.get("data"))[:500])
 
     def _connection_lost(self, reason: Failure) -> None:
+        """The connection ended: its owner hears first (and starts a restart), then
+        the calls in flight fail (and their retries find the restart under way)."""
         self.closed = True
-        self._fail_all(ServerGone(f"MCP server {self.name} went away: "
-                                  f"{reason.getErrorMessage()}"))
         callbacks, self._lost = self._lost, []
         for callback in callbacks:
             callback(reason)
+        self._fail_all(ServerGone(f"MCP server {self.name} went away: "
+                                  f"{reason.getErrorMessage()}"))
 
     def _fail_all(self, error: Exception) -> None:
         pending, self._pending = self._pending, {}
@@ -325,7 +328,7 @@ class McpSession:
         return len(self._pending)
 
 
-def describe_error(error: BaseException) -> str:
+def describe_error(error: BaseException | None) -> str:
     """An MCP failure as a sentence the model can read."""
     if isinstance(error, JSONRPCError):
         return f"the MCP server answered with an error: {error.message} (code {error.code})"

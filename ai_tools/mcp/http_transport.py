@@ -21,12 +21,13 @@ The transport owns its ``HTTPConnectionPool`` and closes it in :meth:`close`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet import defer, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.client import Agent, HTTPConnectionPool
+from twisted.web.http_headers import Headers
 
 from ai_tools.llm.body import BodyReader
 from ai_tools.llm.sse import SSELineTooLong, SSEParser
@@ -88,7 +89,7 @@ class HttpTransport:
         self._max = max_message_bytes
         self._pool = HTTPConnectionPool(reactor, persistent=True)
         self._pool.maxPersistentPerHost = 4
-        self._http = treq.client.HTTPClient(Agent(reactor, pool=self._pool))
+        self._http = treq.client.HTTPClient(cast(Any, Agent(reactor, pool=self._pool)))
         self._deliver: Callable[[Message], None] | None = None
         self.resumes = 0
         """Streams resumed with ``Last-Event-ID`` (for tests and the status)."""
@@ -105,13 +106,15 @@ class HttpTransport:
         """The session's protocol version, sent in a header from now on."""
         self.protocol_version = version
 
-    def _headers(self, accept: str) -> dict[str, list[str]]:
-        headers = {k: [v] for k, v in self.headers.items()}
-        headers["Accept"] = [accept]
+    def _headers(self, accept: str) -> Headers:
+        headers = Headers()
+        for name, value in self.headers.items():
+            headers.setRawHeaders(name, [value])
+        headers.setRawHeaders("Accept", [accept])
         if self.session_id is not None:
-            headers["Mcp-Session-Id"] = [self.session_id]
+            headers.setRawHeaders("Mcp-Session-Id", [self.session_id])
         if self.protocol_version is not None:
-            headers["MCP-Protocol-Version"] = [self.protocol_version]
+            headers.setRawHeaders("MCP-Protocol-Version", [self.protocol_version])
         return headers
 
     def send(self, message: Message) -> defer.Deferred[None]:
@@ -123,7 +126,7 @@ class HttpTransport:
 
     async def _post(self, message: Message) -> None:
         headers = self._headers(_ACCEPT)
-        headers["Content-Type"] = ["application/json"]
+        headers.setRawHeaders("Content-Type", ["application/json"])
         had_session = self.session_id is not None
         response = await self._http.request(
             "POST", self.url, data=encode_message(message), headers=headers,
@@ -188,7 +191,7 @@ class HttpTransport:
             wait = (parser.retry_ms if parser.retry_ms is not None else _DEFAULT_RETRY_MS) / 1000
             await task.deferLater(self._reactor, wait, lambda: None)
             headers = self._headers("text/event-stream")
-            headers["Last-Event-ID"] = [last_id]
+            headers.setRawHeaders("Last-Event-ID", [last_id])
             resumed = await self._http.request("GET", self.url, headers=headers,
                                                timeout=self.request_timeout, unbuffered=True)
             self.resumes += 1

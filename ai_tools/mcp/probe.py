@@ -37,7 +37,8 @@ def sample_arguments(schema: dict[str, Any]) -> dict[str, Any]:
     properties = schema.get("properties") or {}
     arguments: dict[str, Any] = {}
     for name in schema.get("required") or []:
-        spec = properties.get(name) if isinstance(properties.get(name), dict) else {}
+        found = properties.get(name)
+        spec: dict[str, Any] = found if isinstance(found, dict) else {}
         if "default" in spec:
             arguments[name] = spec["default"]
         elif isinstance(spec.get("enum"), list) and spec["enum"]:

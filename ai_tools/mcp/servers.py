@@ -102,7 +102,8 @@ class McpServerConnection:
             return
         session = self.session = McpSession(transport, name=self.name,
                                             on_tools_changed=self._tools_changed)
-        d = self._connecting = session.connect(self.config.init_timeout, self._reactor)
+        d: defer.Deferred[Any] = session.connect(self.config.init_timeout, self._reactor)
+        self._connecting = d
         d.addCallback(lambda _: session.list_tools(self.config.max_tools))
         d.addCallback(self._ready, session)
         d.addErrback(self._attempt_failed, session)
@@ -220,7 +221,7 @@ class McpServerConnection:
         session = self.session
         assert session is not None
         self.state = CONNECTING
-        d = session.connect(self.config.init_timeout, self._reactor)
+        d: defer.Deferred[Any] = session.connect(self.config.init_timeout, self._reactor)
         d.addCallback(lambda _: session.list_tools(self.config.max_tools))
 
         def done(listed: list[dict[str, Any]]) -> None:

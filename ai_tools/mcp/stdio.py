@@ -25,8 +25,7 @@ from twisted.internet import defer, error, protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ai_tools.mcp.jsonrpc import JSONRPCError, LineSplitter, Message, decode_message, \
-    encode_message
+from ai_tools.mcp.jsonrpc import JSONRPCError, LineSplitter, Message, decode_message, encode_message
 
 __all__ = ["INHERITED_VARIABLES", "StdioTransport"]
 
