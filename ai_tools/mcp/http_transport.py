@@ -91,6 +91,7 @@ class HttpTransport:
         self._pool.maxPersistentPerHost = 4
         self._http = treq.client.HTTPClient(cast(Any, Agent(reactor, pool=self._pool)))
         self._deliver: Callable[[Message], None] | None = None
+        self._open: set[defer.Deferred[None]] = set()
         self.resumes = 0
         """Streams resumed with ``Last-Event-ID`` (for tests and the status)."""
 
@@ -120,9 +121,18 @@ class HttpTransport:
     def send(self, message: Message) -> defer.Deferred[None]:
         """POST one message; fires when its exchange is over (a request's answer delivered).
 
-        Cancelling it aborts the exchange (a killed call frees its connection).
+        Cancelling it aborts the exchange (a killed call frees its connection);
+        :meth:`close` aborts every exchange still open.
         """
-        return defer.ensureDeferred(self._post(message))
+        d = defer.ensureDeferred(self._post(message))
+        if not d.called:
+            self._open.add(d)
+            d.addBoth(self._exchange_over, d)
+        return d
+
+    def _exchange_over(self, result: Any, d: defer.Deferred[None]) -> Any:
+        self._open.discard(d)
+        return result
 
     async def _post(self, message: Message) -> None:
         headers = self._headers(_ACCEPT)
@@ -233,6 +243,8 @@ class HttpTransport:
         return defer.ensureDeferred(self._close())
 
     async def _close(self) -> None:
+        for exchange in list(self._open):
+            exchange.cancel()
         if self.session_id is not None:
             try:
                 response = await self._http.request(

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from twisted.application.service import Service
-from twisted.internet import defer
+from twisted.internet import defer, error
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -82,6 +82,7 @@ class McpServerConnection:
         self._failures = 0
         self._next_attempt: Any = None
         self._connecting: defer.Deferred[Any] | None = None
+        self._waiting_for_session: list[defer.Deferred[None]] = []
         self._running = False
 
     # ---- lifecycle
@@ -196,6 +197,9 @@ class McpServerConnection:
         initialised again and the call sent once more.
         """
         session = self.session
+        if self._waiting_for_session:  # a new session is being initialised: wait for it
+            return self._reinitialise().addCallback(
+                lambda _: self.call(remote_name, arguments, actor))
         if session is None or self.state != READY:
             return defer.fail(ServerGone(
                 f"MCP server {self.name} is not available ({self.state}"
@@ -209,15 +213,35 @@ class McpServerConnection:
     def _call_failed(self, failure: Failure, remote_name: str, arguments: dict[str, Any],
                      actor: Actor | None) -> Any:
         if failure.check(SessionExpired) and self._running:
-            log.info("MCP server {server}: session expired; initialising a new one",
-                     server=self.name)
             return self._reinitialise().addCallback(
                 lambda _: self.call(remote_name, arguments, actor))
         if failure.check(JSONRPCError):
             return {"success": False, "error": describe_error(failure.value)}
+        if failure.check(error.ConnectError) and self.session is not None:
+            # an HTTP server we cannot reach: withhold its tools until it answers again
+            self._lost(self.session, failure)
+            self.session.close()
         return failure
 
-    def _reinitialise(self) -> defer.Deferred[Any]:
+    def _reinitialise(self) -> defer.Deferred[None]:
+        """A new session after a 404: one, for all the calls that met it at once."""
+        waiter: defer.Deferred[None] = defer.Deferred()
+        self._waiting_for_session.append(waiter)
+        if len(self._waiting_for_session) == 1:
+            log.info("MCP server {server}: session expired; initialising a new one",
+                     server=self.name)
+            self._new_session().addBoth(self._session_renewed)
+        return waiter
+
+    def _session_renewed(self, result: Any) -> None:
+        waiters, self._waiting_for_session = self._waiting_for_session, []
+        for waiter in waiters:
+            if isinstance(result, Failure):
+                waiter.errback(result)
+            else:
+                waiter.callback(None)
+
+    def _new_session(self) -> defer.Deferred[Any]:
         session = self.session
         assert session is not None
         self.state = CONNECTING

@@ -110,6 +110,12 @@ async def test_stdio_tools_results_and_progress(tmp_path: Path) -> None:
         result = await session.call_tool("slow", {"seconds": 0.2}, on_progress=seen.append)
         assert [p["progress"] for p in seen] == [0, 1, 2, 3]
         assert result["content"][0]["text"] == "slept 0.2"
+        # the server adds a tool and says so: the new list is read
+        before = connection.tools_version
+        assert (await connection.call("grow", {}))["content"] == "grown"
+        await wait_for(lambda: connection.tools_version > before, "the changed list read")
+        assert "extra" in {t.name for t in connection.tools}
+        assert (await connection.call("extra", {}))["content"] == "extra!"
     finally:
         await connection.stop()
 

@@ -53,6 +53,8 @@ class FakeServer:
             "tools/call": lambda r: {"content": [{"type": "text", "text": "ok"}]},
         }
         self.negotiated_version: str | None = None
+        self.refuse_calls: Exception | None = None
+        """Fail the sending of every ``tools/call`` with this (until ``initialize``)."""
 
     def start(self, deliver: Callable[[Message], None],
               lost: Callable[[Failure], None]) -> defer.Deferred[None]:
@@ -66,6 +68,11 @@ class FakeServer:
         if self.closed:
             return defer.fail(ConnectionError("closed"))
         self.sent.append(message)
+        if isinstance(message, Request) and message.method == "initialize":
+            self.refuse_calls = None
+        if isinstance(message, Request) and message.method == "tools/call" \
+                and self.refuse_calls is not None:
+            return defer.fail(self.refuse_calls)
         if isinstance(message, Request):
             handler = self.handlers.get(message.method)
             if handler is None:

@@ -118,6 +118,44 @@ def test_each_loop_keeps_the_tools_it_started_with() -> None:
     assert stopped.called
 
 
+def test_a_forgotten_session_is_initialised_again_once_for_all_calls() -> None:
+    from ai_tools.mcp.http_transport import SessionExpired
+
+    clock, servers = task.Clock(), Servers()
+    conn = connection(servers, clock)
+    server = servers.last
+    server.refuse_calls = SessionExpired("HTTP 404")
+    answer_init = server.handlers["initialize"]
+    init: defer.Deferred[dict[str, Any]] = defer.Deferred()
+    server.handlers["initialize"] = lambda r: init
+    results: list[Any] = []
+    for text in ("a", "b"):
+        conn.call("echo", {"text": text}).addBoth(results.append)
+    assert results == [] and conn.state == "connecting"
+    init.callback(answer_init(server.requests("initialize")[-1]))  # type: ignore[arg-type]
+    assert results == [{"success": True, "content": "ok"}] * 2
+    assert len(server.requests("initialize")) == 2  # the first session, then one more
+    assert len(server.requests("tools/call")) == 3 and conn.ready  # a (404), then a and b
+
+
+def test_an_unreachable_http_server_has_its_tools_withheld_until_it_answers() -> None:
+    from twisted.internet.error import ConnectionRefusedError
+
+    clock, servers = task.Clock(), Servers()
+    base = ToolRegistry()
+    service = McpClientService([CONFIG], clock, base=base, transport_factory=servers)
+    service.startService()
+    conn = service.connections["fx"]
+    servers.last.refuse_calls = ConnectionRefusedError("nobody listens")
+    failed: list[Any] = []
+    conn.call("echo", {"text": "x"}).addErrback(failed.append)
+    assert failed[0].check(ConnectionRefusedError)
+    assert conn.state == "restarting"
+    assert service.registry_for(base, ["fx"]) is base
+    clock.advance(1.0)
+    assert conn.ready and "echo" in service.registry_for(base, ["fx"])
+
+
 # -- through the engine --------------------------------------------------------------
 
 
