@@ -8,6 +8,7 @@ import { LiveLog } from "./live.js";
 import { LatencyChart } from "./chart.js";
 import { Speaker } from "./speak.js";
 import { Manager } from "./manage.js";
+import { refreshMcp } from "./mcp.js";
 
 const page = {
   statuses: new Map(),
@@ -110,6 +111,7 @@ async function refresh() {
   manager.statuses(answer.assistants);
   renderAssistants();
   renderFacts();
+  refreshMcp();
 }
 
 let refreshSoon = null;
