@@ -10,6 +10,11 @@ means the server forgot the session: :class:`SessionExpired`, and the
 connection (:mod:`ai_tools.mcp.servers`) initialises a new one and sends the
 call again.
 
+After ``initialize`` we also open the stream a server may use for messages of
+its own (a ``GET``; ``tools/list_changed`` sent outside any call arrives
+there), reopened with ``Last-Event-ID`` after its ``retry`` when it ends; a
+server that offers none (``405``) is not asked again.
+
 Resumption: when a stream ends before the answer it was opened for, we wait
 the stream's last ``retry:`` (milliseconds; 1 s when it gave none) and open a
 ``GET`` with ``Last-Event-ID``, as often as :attr:`HttpTransport.max_resumes`.
@@ -92,6 +97,7 @@ class HttpTransport:
         self._http = treq.client.HTTPClient(cast(Any, Agent(reactor, pool=self._pool)))
         self._deliver: Callable[[Message], None] | None = None
         self._open: set[defer.Deferred[None]] = set()
+        self._listener: defer.Deferred[None] | None = None
         self.resumes = 0
         """Streams resumed with ``Last-Event-ID`` (for tests and the status)."""
 
@@ -99,13 +105,42 @@ class HttpTransport:
               lost: Callable[[Failure], None]) -> defer.Deferred[None]:
         """Nothing to open: HTTP connects per request.  A new session starts blank."""
         self._deliver = deliver
+        self._stop_listening()
         self.session_id = None
         self.protocol_version = None
         return defer.succeed(None)
 
     def negotiated(self, version: str) -> None:
-        """The session's protocol version, sent in a header from now on."""
+        """The session is initialised: its version goes in a header from now on, and we
+        listen for the server's own messages."""
         self.protocol_version = version
+        self._stop_listening()
+        listener = self._listener = defer.ensureDeferred(self._listen())
+        listener.addErrback(lambda f: None if f.check(defer.CancelledError) else log.info(
+            "MCP server {server}: its event stream ended: {error}", server=self.name,
+            error=f.getErrorMessage()))
+
+    def _stop_listening(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None and not listener.called:
+            listener.cancel()
+
+    async def _listen(self) -> None:
+        """Read the server's own stream (``GET``) for as long as the session lasts."""
+        parser = SSEParser(max_line_bytes=self._max)
+        while True:
+            headers = self._headers("text/event-stream")
+            if parser.last_event_id is not None:
+                headers.setRawHeaders("Last-Event-ID", [parser.last_event_id])
+            response = await self._http.request("GET", self.url, headers=headers,
+                                                 timeout=self.request_timeout, unbuffered=True)
+            content_type = (_header(response, b"content-type") or "").lower()
+            if response.code != 200 or not content_type.startswith("text/event-stream"):
+                await self._discard(response)
+                return  # the server offers no stream of its own (405) or refuses it
+            await self._read_events(response, parser, None)
+            wait = (parser.retry_ms if parser.retry_ms is not None else _DEFAULT_RETRY_MS) / 1000
+            await task.deferLater(self._reactor, wait, lambda: None)
 
     def _headers(self, accept: str) -> Headers:
         headers = Headers()
@@ -243,6 +278,7 @@ class HttpTransport:
         return defer.ensureDeferred(self._close())
 
     async def _close(self) -> None:
+        self._stop_listening()
         for exchange in list(self._open):
             exchange.cancel()
         if self.session_id is not None:

@@ -212,6 +212,11 @@ async def test_http_session_resumption_and_a_new_session_after_a_404() -> None:
         # the server closes the stream before answering: we resume it (Last-Event-ID)
         assert (await connection.call("polled", {}))["content"] == "answered after a resumption"
         assert transport.resumes >= 1
+        # a list change the server sends on its own stream (GET) is heard
+        before = connection.tools_version
+        assert (await connection.call("grow", {}))["content"] == "grown"
+        await wait_for(lambda: connection.tools_version > before, "the changed list read")
+        assert "extra" in {t.name for t in connection.tools}
         # the server restarts and forgets our session: 404, a new session, the call again
         process.terminate()
         process.wait(10)
