@@ -267,6 +267,8 @@ class HttpTransport:
             await reader.finished
         except SSELineTooLong as e:
             raise JSONRPCError(-32700, f"MCP server {self.name}: {e}") from None
+        except defer.CancelledError:
+            raise  # we stopped reading: no resumption
         except Exception as e:  # the stream was cut: resumable like a clean end
             log.info("MCP server {server}: stream cut ({error})", server=self.name,
                      error=str(e))
