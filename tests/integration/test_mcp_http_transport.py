@@ -101,7 +101,7 @@ async def test_headers_session_and_token() -> None:
 async def one_answer(answer: Answer, session_id: str | None = None,
                      max_bytes: int = 4096) -> tuple[Any, HttpTransport]:
     """Send one request to a server answering it with ``answer``: the failure (or result)."""
-    site, url, port = await serve([answer])
+    _, url, port = await serve([answer])
     transport = HttpTransport(url, reactor=reactor(), max_message_bytes=max_bytes)
     got: list[Message] = []
     await transport.start(got.append, lambda f: None)
