@@ -3,6 +3,7 @@ through the engine's one path (validation, timeout, retry, kill) on ``task.Clock
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import attrs
@@ -281,3 +282,38 @@ def test_progress_becomes_an_event_of_the_assistant() -> None:
     assert events == [("pip", {"type": "tool_progress", "server": "fx", "tool": "echo",
                                "tool_call_id": "call_1", "progress": 1, "total": 4,
                                "message": "rolling"})]
+
+
+def test_a_hostile_servers_tools_still_fit_the_window() -> None:
+    """Forty tools of nearly the largest schema and description a server may send: the
+    loop's request keeps within the prompt's share of an 8,192-token window (the
+    trimmed-list rule), and the model is still called."""
+    from ai_tools.llm.tokens import TokenCounter
+    from ai_tools.loop import ContextMeter, TerminationReason, execute_react_loop
+    from ai_tools.loop.request import PROMPT_SHARE
+    from tests.unit.react_fakes import SayTool, ScriptedLLM, make_ctx, text
+
+    schema = {"type": "object", "properties": {
+        f"p{i}": {"type": "string", "description": "words " * 40} for i in range(50)}}
+    hostile = [listed(f"t{i}", inputSchema=schema, description="z " * 600) for i in range(40)]
+    clock, servers = task.Clock(), Servers(tools=hostile)
+    base = ToolRegistry([SayTool])
+    service = McpClientService([CONFIG], clock, base=base, transport_factory=servers)
+    service.startService()
+    registry = service.registry_for(base, ["fx"])
+    assert len(registry) == 41
+
+    def no_tiktoken(name: str) -> Any:
+        raise RuntimeError("no tiktoken here")
+
+    counter = TokenCounter(loader=no_tiktoken)
+    llm = ScriptedLLM([text("hello")], context_window=8192)
+    ctx = make_ctx(llm, registry=registry, meter=ContextMeter(counter),
+                   pending_events=[{"type": "say", "from": "bob", "text": "hi"}])
+    assert execute_react_loop(ctx).result.termination_reason == TerminationReason.COMPLETED
+    (request,) = llm.requests
+    sent = counter.count_text(request["messages"][0]["content"] + "\n"
+                              + json.dumps(request["tools"], ensure_ascii=False))
+    assert sent <= 8192 * 0.8 * PROMPT_SHARE * 1.05
+    names = [t["function"]["name"] for t in request["tools"]]
+    assert names[0] == "say" and len(names) < 41
