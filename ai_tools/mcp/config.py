@@ -1,7 +1,7 @@
 """``[mcp.servers.NAME]``: the MCP servers whose tools assistants may use.
 
 One table per server, in the service's config file (and, as a dict of the
-same tables, in an Evennia game's ``AI_TOOLS_MCP_SERVERS`` setting)::
+same tables, in an Evennia game's settings: see the contrib's README)::
 
     [mcp.servers.memory]                 # a stdio server: a child process of ours
     command = "npx"
