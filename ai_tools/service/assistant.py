@@ -153,7 +153,8 @@ def _to_exit_tools(value: Any) -> tuple[ExitTool, ...]:
 
 
 def _to_names(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, list | tuple) \
+    # any sequence: a list from TOML or JSON, an Evennia attribute's saved list
+    if isinstance(value, str) or not isinstance(value, Sequence) \
             or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"assistant.mcp_servers must be a list of server names, not {value!r}")
     return tuple(value)

@@ -4,6 +4,7 @@ assistants may use, kept connected beside the AssistantService on the game's rea
 from __future__ import annotations
 
 from django.test import override_settings
+from evennia.utils.test_resources import EvenniaCommandTestMixin
 from twisted.internet import task
 
 from ai_tools.contrib.evennia.service import EvenniaAssistantHost, build_service
@@ -53,3 +54,19 @@ class TestMcpSettings(ContribTestBase):
         with self.assertRaises(ConfigError) as caught:
             self.host()
         self.assertIn("AI_TOOLS_MCP_SERVERS.dice.url", str(caught.exception))
+
+
+class TestMcpConfigCommand(ContribTestBase, EvenniaCommandTestMixin):
+    """``aiassistant/config NAME mcp_servers = [...]`` names declared servers only."""
+
+    @override_settings(AI_TOOLS_MCP_SERVERS=MISSING)
+    def test_a_declared_server_is_set_and_an_undeclared_one_refused(self) -> None:
+        from ai_tools.contrib.evennia.commands import CmdAIAssistant
+
+        script = self.attach_script("ada")
+        self.call(CmdAIAssistant(), '/config ada mcp_servers = ["dice"]',
+                  "ada: mcp_servers =")
+        self.assertEqual(list(script.assistant_config()["mcp_servers"]), ["dice"])
+        self.call(CmdAIAssistant(), '/config ada mcp_servers = ["memory"]',
+                  "Not changed: no MCP server 'memory'")
+        self.assertEqual(list(script.assistant_config()["mcp_servers"]), ["dice"])
