@@ -103,11 +103,16 @@ class McpServerConnection:
             return
         session = self.session = McpSession(transport, name=self.name,
                                             on_tools_changed=self._tools_changed)
-        d: defer.Deferred[Any] = session.connect(self.config.init_timeout, self._reactor)
-        self._connecting = d
-        d.addCallback(lambda _: session.list_tools(self.config.max_tools))
+        d = self._connecting = self._initialised_tools(session)
         d.addCallback(self._ready, session)
         d.addErrback(self._attempt_failed, session)
+
+    def _initialised_tools(self, session: McpSession) -> defer.Deferred[Any]:
+        """Connect, initialise and list the tools, all within ``init_timeout``."""
+        d: defer.Deferred[Any] = session.connect(self.config.init_timeout, self._reactor)
+        d.addCallback(lambda _: session.list_tools(self.config.max_tools))
+        d.addTimeout(self.config.init_timeout, self._reactor)
+        return d
 
     def _ready(self, listed: list[dict[str, Any]], session: McpSession) -> None:
         self._connecting = None
@@ -125,7 +130,8 @@ class McpServerConnection:
         if not self._running:
             return
         if failure.check(defer.CancelledError, defer.TimeoutError):
-            message = f"no answer to initialize within {self.config.init_timeout:g}s"
+            message = (f"no answer to initialize and tools/list within "
+                       f"{self.config.init_timeout:g}s")
         else:
             message = describe_error(failure.value)
         self.error = message
@@ -177,6 +183,7 @@ class McpServerConnection:
         if session is None or self.state != READY:
             return
         d = session.list_tools(self.config.max_tools)
+        d.addTimeout(self.config.init_timeout, self._reactor)
         d.addCallback(self._set_tools)
         d.addErrback(lambda f: log.warn("MCP server {server}: listing its changed tools "
                                         "failed: {error}", server=self.name,
@@ -245,8 +252,7 @@ class McpServerConnection:
         session = self.session
         assert session is not None
         self.state = CONNECTING
-        d: defer.Deferred[Any] = session.connect(self.config.init_timeout, self._reactor)
-        d.addCallback(lambda _: session.list_tools(self.config.max_tools))
+        d = self._initialised_tools(session)
 
         def done(listed: list[dict[str, Any]]) -> None:
             self._set_tools(listed)

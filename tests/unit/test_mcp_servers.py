@@ -317,3 +317,21 @@ def test_a_hostile_servers_tools_still_fit_the_window() -> None:
     assert sent <= 8192 * 0.8 * PROMPT_SHARE * 1.05
     names = [t["function"]["name"] for t in request["tools"]]
     assert names[0] == "say" and len(names) < 41
+
+
+class MuteLists(Servers):
+    """Servers that answer initialize and never tools/list."""
+
+    def __call__(self, config: McpServerConfig, reactor: Any) -> FakeServer:
+        server = super().__call__(config, reactor)
+        server.handlers["tools/list"] = lambda r: None
+        return server
+
+
+def test_listing_the_tools_has_the_same_deadline_as_initialize() -> None:
+    clock, servers = task.Clock(), MuteLists()
+    conn = connection(servers, clock)
+    assert conn.state == "connecting" and servers.last.requests("tools/list")
+    clock.advance(2.0)
+    assert conn.state == "failed" and "tools/list within 2s" in str(conn.error)
+    assert servers.last.closed
