@@ -307,6 +307,8 @@ class McpClientService(Service):
                  = make_transport) -> None:
         self.setName("mcp-client")
         self.base = base
+        self.declared = frozenset(config.name for config in servers)
+        """Every server of the configuration, those not ``enabled`` included."""
         self.connections: dict[str, McpServerConnection] = {}
         for config in servers:
             if not config.enabled:

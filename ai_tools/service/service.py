@@ -662,10 +662,17 @@ class AssistantService(MultiService):
         return changed
 
     def _check_model(self, config: AssistantConfig) -> None:
+        """The model profile and the MCP servers an assistant names exist."""
         if config.model not in self._llms:
             known = ", ".join(sorted(self._llms)) or "none configured"
             raise ConfigError(f"assistant {config.name!r}: unknown model {config.model!r} "
                               f"(known: {known})")
+        declared: frozenset[str] = getattr(self.tool_sources, "declared", frozenset())
+        unknown = [n for n in config.mcp_servers if n not in declared]
+        if unknown:
+            known = ", ".join(sorted(declared)) or "none configured"
+            raise ConfigError(f"assistant {config.name!r}: unknown MCP server(s) "
+                              f"{', '.join(map(repr, unknown))} (known: {known})")
 
     # -- control ---------------------------------------------------------------------
 

@@ -335,3 +335,23 @@ def test_listing_the_tools_has_the_same_deadline_as_initialize() -> None:
     clock.advance(2.0)
     assert conn.state == "failed" and "tools/list within 2s" in str(conn.error)
     assert servers.last.closed
+
+
+def test_an_assistant_gets_the_servers_it_names_and_no_undeclared_one() -> None:
+    from ai_tools.errors import ConfigError
+    from tests.unit.service_fakes import add, make_service
+
+    clock, service, _ = make_service(registry=ToolRegistry([EchoTool]))
+    servers = Servers(tools=[listed("roll")])
+    mcp = McpClientService([CONFIG], clock, base=service.registry, transport_factory=servers)
+    mcp.startService()
+    service.tool_sources = mcp
+    pip = add(service, clock, name="pip", mcp_servers=["fx"])
+    ada = add(service, clock, name="ada")
+    assert "roll" in service.registry_for(pip)
+    assert service.registry_for(ada) is service.registry
+    refused: list[Any] = []
+    service.add_assistant({"name": "bo", "character_id": "char:bo", "mcp_servers": ["dice"]}
+                          ).addErrback(refused.append)
+    assert refused[0].check(ConfigError)
+    assert "unknown MCP server(s) 'dice' (known: fx)" in str(refused[0].value)
