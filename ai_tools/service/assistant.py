@@ -157,6 +157,14 @@ def _to_exit_tools(value: Any) -> tuple[ExitTool, ...]:
     return tuple(tools)
 
 
+def _to_names(value: Any) -> tuple[str, ...]:
+    # any sequence: a list from TOML or JSON, an Evennia attribute's saved list
+    if isinstance(value, str) or not isinstance(value, Sequence) \
+            or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"assistant.mcp_servers must be a list of server names, not {value!r}")
+    return tuple(value)
+
+
 def _frozen_mapping(value: Any) -> Any:
     return dict(value) if isinstance(value, Mapping) else value
 
@@ -237,6 +245,8 @@ class AssistantConfig:
     """Subscribe the character in the world: what it hears becomes pending events."""
     enabled: bool = attrs.field(default=True, validator=_bool)
     """Initial state for a new assistant (a saved state keeps its own)."""
+    mcp_servers: tuple[str, ...] = attrs.field(default=(), converter=_to_names)
+    """The ``[mcp.servers.NAME]`` whose tools it may use (none unless named)."""
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str = "assistant") -> AssistantConfig:
@@ -290,6 +300,9 @@ class AssistantHost(Protocol):
     @property
     def registry(self) -> ToolRegistry:
         """The tool registry."""
+
+    def registry_for(self, assistant: Assistant) -> ToolRegistry:
+        """The tools a loop of ``assistant`` starts with (the registry, MCP servers' tools)."""
 
     @property
     def cache(self) -> Any:

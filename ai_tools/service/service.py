@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import attrs
 from twisted.application.service import MultiService
@@ -279,8 +279,22 @@ class AssistantService(MultiService):
         """Who decides which assistants this process runs when several workers share
         them (:class:`~ai_tools.service.leases.LeaseManager`): told ``stopping()`` when
         ticking stops, ``stopped()`` (releasing its leases) once every state is saved."""
+        self.tool_sources: Any = None
+        """Tools from elsewhere for each loop: an :class:`~ai_tools.mcp.servers.McpClientService`
+        (or None), asked by :meth:`registry_for` for the servers an assistant may use."""
 
     # -- shared resources (the AssistantHost protocol) ----------------------------
+
+    def registry_for(self, assistant: Assistant) -> ToolRegistry:
+        """The tools a loop of ``assistant`` starts with, and keeps to its end.
+
+        The registry, plus the tools of the MCP servers its ``mcp_servers``
+        names that are ready now (:attr:`tool_sources`).
+        """
+        sources, servers = self.tool_sources, assistant.config.mcp_servers
+        if sources is None or not servers:
+            return self.registry
+        return cast(ToolRegistry, sources.registry_for(self.registry, servers))
 
     @property
     def clock(self) -> Any:
@@ -741,10 +755,17 @@ class AssistantService(MultiService):
                                   f"seconds (the service's min_tick_rate), not {rate!r}")
 
     def _check_model(self, config: AssistantConfig) -> None:
+        """The model profile and the MCP servers an assistant names exist."""
         if config.model not in self._llms:
             known = ", ".join(sorted(self._llms)) or "none configured"
             raise ConfigError(f"assistant {config.name!r}: unknown model {config.model!r} "
                               f"(known: {known})")
+        declared: frozenset[str] = getattr(self.tool_sources, "declared", frozenset())
+        unknown = [n for n in config.mcp_servers if n not in declared]
+        if unknown:
+            known = ", ".join(sorted(declared)) or "none configured"
+            raise ConfigError(f"assistant {config.name!r}: unknown MCP server(s) "
+                              f"{', '.join(map(repr, unknown))} (known: {known})")
 
     # -- control ---------------------------------------------------------------------
 

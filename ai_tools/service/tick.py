@@ -497,7 +497,7 @@ def _loop_context(assistant: Assistant, host: AssistantHost, context_type: str, 
         assistant_name=assistant.name,
         actor=Actor(assistant.config.character_id, world=host.world, store=host.store,
                     assistant=assistant),  # type: ignore[arg-type]
-        registry=host.registry,
+        registry=host.registry_for(assistant),  # fixed for the loop (MCP servers' tools too)
         llm=host.llm_for(assistant.config.model),
         history=assistant.history,
         clock=host.clock,

@@ -158,6 +158,8 @@ class StandaloneService(MultiService):
         self.world: Any = None
         self.store: Any = None
         self.registry: Any = None
+        self.mcp_client: Any = None
+        """The :class:`~ai_tools.mcp.servers.McpClientService` (None without MCP servers)."""
         self.clients: dict[str, Any] = {}
         self.scripted: dict[str, Any] = {}
         self.listeners: dict[str, IService] = {}
@@ -343,6 +345,7 @@ class StandaloneService(MultiService):
             min_tick_rate=settings.min_tick_rate, max_assistants=settings.max_assistants,
         )
         self.assistants = service
+        self._start_mcp_client(service)
         service.setServiceParent(self)
         yield service.when_ready()
         if self.config.store.backend == "postgres":
@@ -351,6 +354,22 @@ class StandaloneService(MultiService):
         else:
             # the config file seeds, the store keeps; the last change wins (see roster)
             yield start_assistants(service, self.config.assistants)
+
+    def _start_mcp_client(self, service: Any) -> None:
+        """The MCP servers of ``[mcp.servers]``, connected before the assistants tick.
+
+        A child of this service started before the assistants' (so stopped after
+        them: no loop is left calling a server that is gone); each loop gets the
+        tools of the servers its assistant names (``mcp_servers``) that are ready.
+        """
+        if not self.config.mcp_servers:
+            return
+        from ai_tools.mcp.servers import McpClientService
+
+        self.mcp_client = McpClientService(self.config.mcp_servers, self.reactor,
+                                           base=self.registry)
+        self.mcp_client.setServiceParent(self)
+        service.tool_sources = self.mcp_client
 
     def _share_assistants(self, service: Any) -> defer.Deferred[None]:
         """With PostgreSQL this process is one worker of several: it runs the assistants

@@ -17,6 +17,8 @@ tables (every one optional; ``examples/assistant.toml`` shows them all)::
                    allowed_hosts, and the limits of ``ai_tools.web.limits.HttpLimits``
     [manhole]      enabled, listen, authorized_keys, password_file, host_key
     [workers]      name, lease_ttl, lease_interval, api_hosts (postgres)
+    [mcp.servers.NAME]  an MCP server whose tools assistants naming it in
+                   ``mcp_servers`` may use (:mod:`ai_tools.mcp.config`)
 
 The deployment settings of :mod:`ai_tools.settings` (model server, database,
 listeners, log level...) can also be given as ``twistd`` flags and
@@ -47,6 +49,7 @@ import attrs
 from ai_tools.errors import ConfigError
 from ai_tools.llm.profile import ModelProfile
 from ai_tools.numbers import is_number
+from ai_tools.mcp.config import McpServerConfig, parse_servers
 from ai_tools.service.assistant import AssistantConfig
 from ai_tools.settings import environment_warnings, near_name, setting
 from ai_tools.standalone.overrides import Overlay, Overrides, apply_overrides
@@ -236,6 +239,8 @@ class Config:
     http: HttpConfig = HttpConfig()
     manhole: ManholeConfig = ManholeConfig()
     workers: WorkersConfig = WorkersConfig()
+    mcp_servers: tuple[McpServerConfig, ...] = ()
+    """``[mcp.servers.NAME]``: the MCP servers assistants may use."""
     warnings: tuple[str, ...] = ()
     """Things worth saying at start-up (an ``AI_TOOLS_…`` variable that is no setting)."""
 
@@ -827,7 +832,9 @@ def _manhole(table: _Table, store: StoreConfig) -> ManholeConfig:
 
 # -- the file -------------------------------------------------------------------------
 
-_SECTIONS = ("service", "store", "world", "models", "assistants", "http", "manhole", "workers")
+_SECTIONS = ("service", "store", "world", "models", "assistants", "http", "manhole", "workers",
+             "mcp")
+_MCP_KEYS = ("servers",)
 
 
 def parse_config(
@@ -868,8 +875,10 @@ def _parse(data: Mapping[str, Any], source: str, base: Path, overrides: Override
     store = _store(table("store"), overlay)
     world = _world(table("world"))
     models = _models(document.get("models"), base, origins)
+    mcp_servers = _mcp_servers(table("mcp"))
     assistants = _assistants(document.get("assistants", []), models, registry)
     _check_assistant_bounds(assistants, service)
+    _check_mcp_names(assistants, mcp_servers)
     http = _http(table("http"))
     manhole = _manhole(table("manhole"), store)
     workers = _workers(table("workers"), store)
@@ -878,7 +887,26 @@ def _parse(data: Mapping[str, Any], source: str, base: Path, overrides: Override
         raise ConfigError("http.listen and manhole.listen name the same endpoint")
     return Config(source=source, service=service, store=store, world=world, models=models,
                   assistants=assistants, http=http, manhole=manhole, workers=workers,
-                  warnings=_warnings(document, models, overrides))
+                  mcp_servers=mcp_servers, warnings=_warnings(document, models, overrides))
+
+
+def _mcp_servers(table: _Table) -> tuple[McpServerConfig, ...]:
+    """``[mcp.servers.NAME]`` tables (:mod:`ai_tools.mcp.config`)."""
+    servers = parse_servers(table.get("servers"))
+    table.finish(_MCP_KEYS)
+    return servers
+
+
+def _check_mcp_names(assistants: tuple[AssistantConfig, ...],
+                     servers: tuple[McpServerConfig, ...]) -> None:
+    """Every server an assistant names in ``mcp_servers`` is declared."""
+    declared = {s.name for s in servers}
+    for assistant in assistants:
+        for name in assistant.mcp_servers:
+            if name not in declared:
+                known = ", ".join(sorted(declared)) or "none"
+                raise ConfigError(f"assistants.{assistant.name}.mcp_servers: no MCP server "
+                                  f"{name!r} is declared (declared: {known})")
 
 
 def _assistants(raw: Any, models: Mapping[str, ModelSpec], registry: ToolRegistry
@@ -919,6 +947,11 @@ def _warnings(document: Mapping[str, Any], models: Mapping[str, ModelSpec],
     http = document.get("http")
     if isinstance(http, Mapping) and isinstance(http.get("token_env"), str):
         named.add(http["token_env"])
+    mcp = document.get("mcp")
+    servers = mcp.get("servers") if isinstance(mcp, Mapping) else None
+    for server in servers.values() if isinstance(servers, Mapping) else ():
+        if isinstance(server, Mapping) and isinstance(server.get("bearer_token_env"), str):
+            named.add(server["bearer_token_env"])
     return tuple(environment_warnings(overrides.environ, named))
 
 

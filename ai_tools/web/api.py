@@ -263,6 +263,8 @@ class ApiResource(Resource):
                   "the service's figures in the Prometheus text format"),
             Route("GET", ("events",), self.events,
                   "server-sent events (?assistant=, ?types=; Last-Event-ID replays)"),
+            Route("GET", ("mcp", "servers"), self.mcp_servers,
+                  "the MCP servers assistants use: state, tools (docs/mcp.md)"),
         ]
 
     # -- lifecycle -----------------------------------------------------------------
@@ -718,6 +720,12 @@ class ApiResource(Resource):
     def metrics_page(self, request: Any) -> RawAnswer:
         """``GET /metrics``: the Prometheus text format."""
         return RawAnswer(self.metrics.render(), METRICS_TYPE)
+
+    def mcp_servers(self, request: Any) -> dict[str, Any]:
+        """``GET /mcp/servers``: each configured MCP server, its state and its tools."""
+        sources = getattr(self.service, "tool_sources", None)
+        status = getattr(sources, "status", None)
+        return {"servers": status() if status is not None else []}
 
     def world_characters(self, request: Any) -> dict[str, Any]:
         """``GET /world/characters``."""

@@ -117,6 +117,20 @@ def build_service(reactor: Any = None, **overrides: Any) -> AssistantService:
     return AssistantService(**arguments)
 
 
+def build_mcp_client(service: AssistantService, reactor: Any) -> Any:
+    """The MCP servers of ``AI_TOOLS_MCP_SERVERS`` for ``service``'s assistants (None: none)."""
+    from ai_tools.mcp.config import parse_servers
+
+    servers = parse_servers(ai_setting("AI_TOOLS_MCP_SERVERS"), "AI_TOOLS_MCP_SERVERS")
+    if not servers:
+        return None
+    from ai_tools.mcp.servers import McpClientService
+
+    client = McpClientService(servers, reactor, base=service.registry)
+    service.tool_sources = client
+    return client
+
+
 class EvenniaAssistantHost(MultiService):
     """Keeps an AssistantService in step with the game's AssistantScripts.
 
@@ -131,6 +145,10 @@ class EvenniaAssistantHost(MultiService):
         super().__init__()
         self._clock = clock
         self.service = service if service is not None else build_service(clock)
+        self.mcp_client = build_mcp_client(self.service, self.clock)
+        """The MCP servers' connections (:mod:`ai_tools.mcp.servers`), or None."""
+        if self.mcp_client is not None:
+            self.mcp_client.setServiceParent(self)
         self.service.setServiceParent(self)
         self._synced: defer.Deferred[Any] | None = None
         self._sync_call: Any = None
