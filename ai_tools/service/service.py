@@ -255,21 +255,9 @@ class AssistantService(MultiService):
         self.stop_grace = stop_grace
         self.restore_saved = restore_saved
         self._loop_runner: LoopRunner = loop_runner or execute_react_loop
-        self._assistants: dict[str, Assistant] = {}
-        self._adding: set[str] = set()
-        # A tuple, replaced on change: publishing iterates it without a copy.
-        self._observers: tuple[tuple[Observer, str | None], ...] = ()
-        self._hearing: dict[str, Callable[[], Any]] = {}
-        self._subagents: dict[tuple[str, str], tuple[defer.Deferred[Any], LoopControl]] = {}
-        self._opened: defer.Deferred[None] | None = None
-        self._closed = False
         self._tick_interval = tick_interval
         self._max_concurrent = max_concurrent
-        self._scheduler: TickScheduler | None = None
-        self._writer: StateWriter | None = None
-        self._approvals: ApprovalBoard | None = None
-        self._ready: defer.Deferred[None] | None = None
-        self._observer_errors = itertools.count()
+        self._init_tables()
         self.telemetry = telemetry
         """The OpenTelemetry tracer loops are traced with (None: tracing off; found when
         the service starts, see :func:`~ai_tools.telemetry.telemetry_for`)."""
@@ -282,6 +270,22 @@ class AssistantService(MultiService):
         self.tool_sources: Any = None
         """Tools from elsewhere for each loop: an :class:`~ai_tools.mcp.servers.McpClientService`
         (or None), asked by :meth:`registry_for` for the servers an assistant may use."""
+
+    def _init_tables(self) -> None:
+        """The assistants, observers and sub-agents, empty; the parts made at start, absent."""
+        self._assistants: dict[str, Assistant] = {}
+        self._adding: set[str] = set()
+        # A tuple, replaced on change: publishing iterates it without a copy.
+        self._observers: tuple[tuple[Observer, str | None], ...] = ()
+        self._hearing: dict[str, Callable[[], Any]] = {}
+        self._subagents: dict[tuple[str, str], tuple[defer.Deferred[Any], LoopControl]] = {}
+        self._opened: defer.Deferred[None] | None = None
+        self._closed = False
+        self._scheduler: TickScheduler | None = None
+        self._writer: StateWriter | None = None
+        self._approvals: ApprovalBoard | None = None
+        self._ready: defer.Deferred[None] | None = None
+        self._observer_errors = itertools.count()
 
     # -- shared resources (the AssistantHost protocol) ----------------------------
 
