@@ -151,7 +151,7 @@ def _param(params: Mapping[str, Any], name: str, kind: type, required: bool = Tr
     value = params.get(name)
     if value is None and not required:
         return None
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise JSONRPCError(INVALID_PARAMS, f"params.{name} must be a {kind.__name__}")
     return value
 

@@ -217,12 +217,12 @@ class McpHttpEndpoint:
         if last is not None:
             stream, after = self._resumed(http_session, last)
         else:
-            stream = http_session.standalone
-            if stream is not None and stream.response is not None:
+            standing = http_session.standalone
+            if standing is not None and standing.response is not None:
                 raise ApiError(409, "this session has its GET stream open already")
-            if stream is None:
-                stream = http_session.standalone = self._new_stream(http_session)
-            after = 0
+            if standing is None:
+                standing = http_session.standalone = self._new_stream(http_session)
+            stream, after = standing, 0
         stream.attach(self._response(request), after)
         self._start_timer()
 

@@ -16,7 +16,6 @@ port and writes it to ``--port-file``.  ``make mcp-conformance-server`` runs it.
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import sys
 from collections.abc import Mapping
@@ -31,7 +30,8 @@ from ai_tools.mcp.server_http import McpHttpEndpoint, McpResource
 from ai_tools.web.api import ApiSite
 from ai_tools.web.origin import OriginPolicy
 
-IMAGE = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+IMAGE = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAAB"
+         "JRU5ErkJggg==")
 AUDIO = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA="
 NO_ARGS: dict[str, Any] = {"type": "object", "properties": {}}
 
