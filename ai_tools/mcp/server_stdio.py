@@ -291,12 +291,15 @@ class _StdioProtocol(protocol.Protocol):
 def _endpoint_of(config_path: str) -> tuple[str, str | None]:
     """The ``/mcp`` URL and the token of the service a config file describes."""
     from ai_tools.standalone.config import load_config, split_endpoint
+    from ai_tools.standalone.overrides import Overrides
 
-    config = load_config(config_path)
+    config = load_config(config_path, Overrides(environ=os.environ))  # as twistd reads it
     if config.mcp_serve is None:
         raise SystemExit(f"{config_path}: no [mcp.serve] table: the service does not serve MCP")
     parts = split_endpoint(config.http.endpoint)
     port = parts[1] if len(parts) > 1 else "8080"
+    if port == "0":
+        raise SystemExit(f"{config_path}: the API listens on a port chosen at start; give --url")
     interface = next((p.partition("=")[2] for p in parts if p.startswith("interface=")),
                      "127.0.0.1")
     if interface in ("", "0.0.0.0", "::"):
