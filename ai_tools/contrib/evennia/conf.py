@@ -64,6 +64,9 @@ DEFAULTS: dict[str, Any] = {
     "AI_TOOLS_MAX_PENDING_EVENTS": 50,
     # How many history messages ``aiassistant/history`` shows by default.
     "AI_TOOLS_HISTORY_LINES": 10,
+    # The game's tools as an MCP server (None: off): {"character": "#12", "port": 4010,
+    # "token_env": "...", ...}; see ai_tools.contrib.evennia.mcp_server.
+    "AI_TOOLS_MCP_SERVE": None,
 }
 """Every setting the contrib reads, with its default value."""
 
