@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import secrets
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -67,6 +68,9 @@ HEADER_VERSIONS = frozenset({*SUPPORTED_PROTOCOL_VERSIONS, "2025-03-26"})
 
 _NO_OWNERS: frozenset[str] = frozenset()
 
+MAX_KEPT_STREAMS = 16
+"""Streams of one session kept at once (open, or cut and waiting to be resumed)."""
+
 
 def _accepts(request: Any, *types: bytes) -> bool:
     accept = (request.getHeader(b"accept") or b"").lower()
@@ -83,6 +87,8 @@ class _Stream:
 
     key: int
     limit: int
+    forget: Callable[[], None] = lambda: None
+    """Called once the stream's last event reached a response: nothing to resume."""
     response: EventStream | None = None
     ended: bool = False
     events: deque[tuple[int, bytes]] = attrs.field(factory=deque)
@@ -112,12 +118,14 @@ class _Stream:
         response.on_close(lambda: self._detached(response))
         if self.ended:
             response.close()
+            self.forget()
 
     def finish(self) -> None:
-        """The last event is written: end the response."""
+        """The last event is written: end the response (kept for resumption if cut)."""
         self.ended = True
         if self.response is not None:
             self.response.close()
+            self.forget()
 
     def cut(self) -> None:
         """Close the response now; the client resumes with ``Last-Event-ID``."""
@@ -263,7 +271,7 @@ class McpHttpEndpoint:
     def _end(self, http_session: _HttpSession) -> None:
         self._sessions.pop(http_session.id, None)
         http_session.session.close()
-        for stream in http_session.streams.values():
+        for stream in list(http_session.streams.values()):
             stream.finish()
 
     def _sweep_idle(self) -> None:
@@ -362,8 +370,17 @@ class McpHttpEndpoint:
         return stream, after
 
     def _new_stream(self, http_session: _HttpSession) -> _Stream:
-        stream = _Stream(next(self._stream_keys), self.stream_buffer)
-        http_session.streams[stream.key] = stream
+        """A stream of the session; the oldest cut, ended ones are let go past
+        ``MAX_KEPT_STREAMS`` (each holds at most ``stream_buffer`` bytes)."""
+        key = next(self._stream_keys)
+        streams = http_session.streams
+        stream = _Stream(key, self.stream_buffer, forget=lambda: streams.pop(key, None))
+        streams[key] = stream
+        if len(streams) > MAX_KEPT_STREAMS:
+            for old in [s for s in streams.values() if s.ended and s.response is None]:
+                del streams[old.key]
+                if len(streams) <= MAX_KEPT_STREAMS:
+                    break
         return stream
 
     def _response(self, request: Any) -> EventStream:
@@ -406,7 +423,7 @@ class McpHttpEndpoint:
         now = self.clock.seconds()
         open_streams = 0
         for http_session in list(self._sessions.values()):
-            for stream in http_session.streams.values():
+            for stream in list(http_session.streams.values()):
                 response = stream.response
                 if response is None:
                     continue
