@@ -374,7 +374,10 @@ class McpHttpEndpoint:
         ``MAX_KEPT_STREAMS`` (each holds at most ``stream_buffer`` bytes)."""
         key = next(self._stream_keys)
         streams = http_session.streams
-        stream = _Stream(key, self.stream_buffer, forget=lambda: streams.pop(key, None))
+        def forget() -> None:
+            streams.pop(key, None)
+
+        stream = _Stream(key, self.stream_buffer, forget=forget)
         streams[key] = stream
         if len(streams) > MAX_KEPT_STREAMS:
             for old in [s for s in streams.values() if s.ended and s.response is None]:
