@@ -31,8 +31,10 @@ from typing import Any
 
 import attrs
 from twisted.internet import defer, protocol
+from twisted.internet.interfaces import IHalfCloseableProtocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from ai_tools.llm.sse import SSEParser
 from ai_tools.mcp.jsonrpc import (
@@ -264,7 +266,10 @@ class StdioBridge:
         return pending.addCallback(delete)
 
 
+@implementer(IHalfCloseableProtocol)
 class _StdioProtocol(protocol.Protocol):
+    """stdin to the bridge, its lines to stdout; stdin's end waits for the answers
+    in flight (stdout stays open meanwhile), then ends the session and the process."""
     def __init__(self, bridge_factory: Callable[[Callable[[bytes], None]], StdioBridge],
                  finished: defer.Deferred[None]) -> None:
         self.bridge_factory = bridge_factory
@@ -283,9 +288,23 @@ class _StdioProtocol(protocol.Protocol):
         assert self.bridge is not None
         self.bridge.received(data)
 
-    def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
+    def readConnectionLost(self) -> None:
+        """End of stdin: finish what is in flight, then close stdout."""
         assert self.bridge is not None
-        self.bridge.close().chainDeferred(self.finished)
+        self.bridge.close().addBoth(self._close_stdout)
+
+    def _close_stdout(self, _: Any) -> None:
+        transport: Any = self.transport
+        if transport is not None:
+            transport.loseConnection()
+
+    def writeConnectionLost(self) -> None:
+        """stdout closed by the client: nothing more can be answered."""
+        self._close_stdout(None)
+
+    def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
+        if not self.finished.called:
+            self.finished.callback(None)
 
 
 def _endpoint_of(config_path: str) -> tuple[str, str | None]:

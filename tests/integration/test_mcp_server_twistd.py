@@ -8,21 +8,24 @@ The SDK runs on asyncio, so its client runs in a child process
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_twisted
-from twisted.internet import utils
+from twisted.internet import defer, protocol, utils
 
 from tests.integration.twistd_process import (
     ROOT,
     SCENARIO_MODEL,
     TWISTD,
+    WAIT,
     clean_environment,
     http,
     processes,
+    reactor,
     start_and_wait,
     until,
     write_config,
@@ -143,3 +146,52 @@ async def test_mcp_requests_pass_the_apis_checks(tmp_path: Path, processes: Any,
     gone = await post(http, url, {"jsonrpc": "2.0", "id": 4, "method": "ping"},
                       mcp_session_id=[session])
     assert gone.code == 404
+
+
+class Bridge(protocol.ProcessProtocol):
+    """``python -m ai_tools.mcp.server_stdio``: lines in, lines out, stdin then closed."""
+
+    def __init__(self, lines: list[bytes]) -> None:
+        self.lines = lines
+        self.out = bytearray()
+        self.ended: defer.Deferred[int] = defer.Deferred()
+
+    def connectionMade(self) -> None:
+        for line in self.lines:
+            self.transport.write(line + b"\n")
+        self.transport.closeStdin()
+
+    def outReceived(self, data: bytes) -> None:
+        self.out += data
+
+    def processEnded(self, reason: Any) -> None:
+        self.ended.callback(reason.value.exitCode)
+
+
+async def bridge(*args: str, lines: list[bytes], env: dict[str, str] | None = None
+                 ) -> list[dict[str, Any]]:
+    proc = Bridge(lines)
+    command = [sys.executable, "-m", "ai_tools.mcp.server_stdio", *args]
+    reactor().spawnProcess(proc, sys.executable, command, path=str(ROOT),
+                           env={**clean_environment(), **(env or {})})
+    code = await proc.ended.addTimeout(WAIT, reactor())
+    assert code == 0, proc.out
+    return [json.loads(line) for line in bytes(proc.out).splitlines() if line.strip()]
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_bridge_answers_every_request_even_when_the_service_refuses(
+        tmp_path: Path, processes: Any) -> None:
+    """A wrong token or a service that is down: a JSON-RPC error naming the cause, per
+    request; a line that is no JSON: a parse error; the bridge then ends with stdin."""
+    _, base = await start(tmp_path, processes)
+    init = json.dumps(INIT).encode()
+    answers = await bridge("--url", f"{base}/mcp", "--token-env", "WRONG",
+                           lines=[init, b"{oops"], env={"WRONG": "not-the-token-at-all"})
+    assert answers[0]["id"] is None and answers[0]["error"]["code"] == -32700
+    assert answers[1]["id"] == 1 and "HTTP 401" in answers[1]["error"]["message"]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    answers = await bridge("--url", f"http://127.0.0.1:{closed}/mcp", lines=[init])
+    assert answers[0]["id"] == 1 and "unreachable" in answers[0]["error"]["message"]

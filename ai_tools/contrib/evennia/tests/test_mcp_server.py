@@ -28,39 +28,39 @@ class TestMcpServerInEvennia(ContribTestBase):
         self.service = build_service(self.clock, llm=ScriptedLLM(),
                                      store=ScriptStore(MemoryStore(clock=self.clock)))
 
-    def session(self, character: Any, **options: Any) -> Any:
+    def mcp_session(self, character: Any, **options: Any) -> Any:
         config = McpServeConfig(character=character.dbref, **options)
         server = game_server(config, self.service, self.service.world, self.clock)
         session = server.open_session(lambda message, related: None)
         session.receive(Request(0, "initialize", {"protocolVersion": "2025-11-25"}))
         return session
 
-    def call(self, session: Any, name: str, **arguments: Any) -> dict[str, Any]:
-        answer = session.receive(Request(1, "tools/call", {"name": name,
+    def call(self, session: Any, tool: str, /, **arguments: Any) -> dict[str, Any]:
+        answer = session.receive(Request(1, "tools/call", {"name": tool,
                                                            "arguments": arguments}))
         result: dict[str, Any] = settle(self.clock, answer).result
         return result
 
     def test_a_session_looks_around_as_its_character(self) -> None:
         """inspect_location runs as char1, in room1, through the execution engine."""
-        result = self.call(self.session(self.char1), "inspect_location")
+        result = self.call(self.mcp_session(self.char1), "inspect_location")
         self.assertFalse(result["isError"], result)
         self.assertIn(self.room1.key, json.loads(result["content"][0]["text"])
                       ["location"]["key"])
 
     def test_the_characters_permissions_apply(self) -> None:
         """With dangerous tools allowed, char2 (no rights) is refused what char1 may do."""
-        refused = self.call(self.session(self.char2, allow_dangerous=True), "set_attribute",
+        refused = self.call(self.mcp_session(self.char2, allow_dangerous=True), "set_attribute",
                             object=self.obj1.dbref, name="fuel", value=3)
         self.assertTrue(refused["isError"], refused)
         self.assertIn("permission", refused["content"][0]["text"].lower())
-        allowed = self.call(self.session(self.char1, allow_dangerous=True), "set_attribute",
+        allowed = self.call(self.mcp_session(self.char1, allow_dangerous=True), "set_attribute",
                             object=self.obj1.dbref, name="fuel", value=3)
         self.assertFalse(allowed["isError"], allowed)
         self.assertEqual(self.obj1.db.fuel, 3)
 
     def test_dangerous_tools_are_not_offered_by_default(self) -> None:
-        session = self.session(self.char1)
+        session = self.mcp_session(self.char1)
         listed = session.receive(Request(2, "tools/list")).result["tools"]
         names = {tool["name"] for tool in listed}
         self.assertIn("inspect_location", names)
