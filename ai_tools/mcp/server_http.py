@@ -211,6 +211,8 @@ class McpHttpEndpoint:
             request.finish()
             return
         self._answer(http_session, message, request)
+        if http_session.session.protocol_version is None:  # a refused initialize
+            self._end(http_session)
 
     def get(self, request: Any) -> None:
         """The session's stream of messages that belong to no request, or a resumed one."""
