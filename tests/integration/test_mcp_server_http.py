@@ -191,3 +191,15 @@ async def test_sessions_are_capped_and_idle_ones_end(mcp: Fixture) -> None:
     too_big = await mcp.post({"jsonrpc": "2.0", "id": 6, "method": "ping",
                               "params": {"pad": "x" * 5000}}, third)
     assert too_big.code == 413
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_refused_initialize_leaves_no_session(mcp: Fixture) -> None:
+    """An initialize without a protocol version is answered -32602 and opens nothing."""
+    answer = await mcp.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}})
+    body = json.loads(await answer.content())
+    assert answer.code == 200 and body["error"]["code"] == -32602
+    assert mcp.endpoint.sessions == 0
+    batch = await mcp.post([{"jsonrpc": "2.0", "id": 1, "method": "ping"}])
+    assert batch.code == 400  # JSON-RPC batches were removed from MCP
+    assert json.loads(await batch.content())["error"]["code"] == -32600
