@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import pytest_twisted
+import treq
 from twisted.internet import defer, protocol, utils
 
 from tests.integration.twistd_process import (
@@ -26,6 +27,7 @@ from tests.integration.twistd_process import (
     http,
     processes,
     reactor,
+    sse_events,
     start_and_wait,
     until,
     write_config,
@@ -74,6 +76,10 @@ async def test_the_sdk_client_acts_as_the_character_over_http_and_stdio(
     """Both transports: the tools with their annotations, a call that speaks in the world
     (Pip, in the room, hears Bob), a dangerous tool refused by the gate."""
     proc, base = await start(tmp_path, processes)
+    stream = await http.get(f"{base}/events?types=tool_call,tool_result", unbuffered=True,
+                            headers={b"authorization": [f"Bearer {TOKEN}".encode()]})
+    chunks: list[bytes] = []
+    stream_done = treq.collect(stream, chunks.append)
     calls = json.dumps([["say", {"message": "a pint, please"}],
                         ["set_attribute", {"target": "char:bob", "key": "k", "value": "v"}]])
     report = await sdk_client("http", "--url", f"{base}/mcp", "--token-env", "MCP_TEST_TOKEN",
@@ -100,8 +106,17 @@ async def test_the_sdk_client_acts_as_the_character_over_http_and_stdio(
                                  "--url", f"{base}/mcp", "--token-env", "MCP_TEST_TOKEN"]))
     assert stdio["results"][0]["isError"] is False
     assert await pip_heard("over stdio")
-    # the audit trail: the engine's log of each call, as for an assistant's own
+    # the audit trail: the engine's log of each call, as for an assistant's own, and the
+    # loop events every observer sees (the event stream here)
     await until(lambda: proc.stdout.count("Function call completed: say") == 2, "the log")
+
+    def audited() -> list[tuple[str, Any]]:
+        return [(kind, data["tool"]) for kind, data in sse_events(b"".join(chunks))
+                if data.get("assistant") == "mcp" and data.get("source") == "mcp"]
+
+    await until(lambda: len(audited()) == 6, "the audit events")
+    assert audited()[:2] == [("tool_call", "say"), ("tool_result", "say")]
+    stream_done.addErrback(lambda _: None)  # the stream ends when the service does
 
 
 @pytest_twisted.ensureDeferred
