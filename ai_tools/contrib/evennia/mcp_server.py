@@ -27,6 +27,7 @@ from typing import Any
 
 from twisted.application.service import MultiService
 from twisted.internet import defer
+from twisted.logger import Logger
 from twisted.web.resource import Resource
 
 from ai_tools.errors import ConfigError
@@ -38,6 +39,8 @@ from ai_tools.web.listen import ListeningService, binds_locally
 from ai_tools.web.origin import OriginPolicy, parse_allowed_hosts
 
 __all__ = ["McpListener", "McpListenerSettings", "mcp_listener", "parse_mcp_setting"]
+
+log = Logger()
 
 SETTING = "AI_TOOLS_MCP_SERVE"
 _LISTENER_KEYS = ("port", "interface", "token_env", "allowed_hosts", "max_body")
@@ -97,6 +100,16 @@ class McpListener(MultiService):
         self.endpoint = endpoint
         self.listening = listening
         listening.setServiceParent(self)
+
+    def startService(self) -> None:
+        """Listen; a port that cannot be had is logged, never a Server that fails to start
+        (the game matters more than its MCP door)."""
+        try:
+            super().startService()
+        except Exception:
+            self.running = False
+            log.failure("ai_tools: the game's MCP server cannot listen on {endpoint}; "
+                        "the game runs without it", endpoint=self.listening.description)
 
     def stopService(self) -> defer.Deferred[None]:
         """End the sessions (their calls are cancelled), then stop listening."""

@@ -85,3 +85,21 @@ class TestMcpServerInEvennia(ContribTestBase):
             listener = serve_mcp(host)
         self.assertIsInstance(listener, McpListener)
         self.assertIn(listener, list(host))
+
+    def test_a_port_in_use_leaves_the_game_running(self) -> None:
+        """The MCP door cannot open: logged; the host (and the Server) start regardless."""
+        import socket
+
+        from ai_tools.contrib.evennia.mcp_server import mcp_listener
+
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen(1)
+            port = taken.getsockname()[1]
+            settings_mcp = parse_mcp_setting({"character": self.char1.dbref, "port": port})
+            assert settings_mcp is not None
+            from twisted.internet import reactor
+
+            listener = mcp_listener(self.service, settings_mcp, reactor)
+            listener.startService()
+            self.assertFalse(listener.running)
