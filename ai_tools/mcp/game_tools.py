@@ -23,9 +23,11 @@ import attrs
 from ai_tools.execution.engine import ExecutionContext, ExecutionState, execute_tool_call
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.execution.outcome import ToolCallOutcome
+from ai_tools.execution.results import CLIPPED_KEY, clip_arguments, clip_text
 from ai_tools.json_encoding import model_json
 from ai_tools.llm.events import ToolCall
 from ai_tools.loop.config import GatePolicy
+from ai_tools.loop.state import EVENT_TEXT_BYTES
 from ai_tools.mcp.jsonrpc import INVALID_PARAMS, JSONRPCError
 from ai_tools.mcp.serve_config import McpServeConfig
 from ai_tools.mcp.server import McpServer, RequestContext, ServerFeatures, ServerInfo
@@ -55,6 +57,15 @@ def annotations_for(tool: Tool) -> dict[str, Any]:
         "idempotentHint": read_only,
         "openWorldHint": False,
     }
+
+
+def _event_arguments(call: ToolCall) -> dict[str, Any]:
+    """The call's arguments for the ``tool_call`` event, clipped as the loop's events are."""
+    try:
+        clipped = clip_arguments(call.arguments_json, EVENT_TEXT_BYTES)
+    except (TypeError, ValueError, RecursionError):  # not plain JSON: the engine refuses it
+        return {CLIPPED_KEY: "[arguments that are not plain JSON]"}
+    return dict(call.arguments) if clipped is None else clipped
 
 
 def _output_schema(tool: Tool) -> dict[str, Any] | None:
@@ -114,8 +125,9 @@ class GameTools:
         call = ToolCall(id=f"mcp_{context.session.number}_{self._calls}", name=name,
                         arguments=arguments)
         client = context.session.client_info.get("name")
-        self._emit("tool_call", tool=name, tool_call_id=call.id, arguments=arguments,
-                   category=tool.category.value, source="mcp", client=client)
+        self._emit("tool_call", tool=name, tool_call_id=call.id,
+                   arguments=_event_arguments(call), category=tool.category.value,
+                   source="mcp", client=client)
         context.progress(0, None, f"running {name}")
         actor = Actor(self.actor.character_id, world=self.actor.world, store=self.actor.store)
         execution = ExecutionContext(registry=self.registry, actor=actor, history=self.history,
@@ -132,7 +144,8 @@ class GameTools:
         self._emit("tool_result", tool=tool.name, tool_call_id=outcome.tool_call_id,
                    status=str(outcome.status), success=outcome.success,
                    duration_ms=outcome.duration_ms, from_cache=outcome.from_cache,
-                   error=error if isinstance(error, str) else None, source="mcp")
+                   error=clip_text(error, EVENT_TEXT_BYTES) if isinstance(error, str) else None,
+                   source="mcp")
         self._trim_history()
         text = None
         if outcome.history_entries:

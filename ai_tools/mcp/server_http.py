@@ -211,8 +211,15 @@ class McpHttpEndpoint:
             request.finish()
             return
         self._answer(http_session, message, request)
-        if http_session.session.protocol_version is None:  # a refused initialize
+        if message.method != "initialize":
+            return
+        mcp_session = http_session.session
+        if mcp_session.protocol_version is None:  # a refused initialize
             self._end(http_session)
+            return
+        log.info("MCP session {id} opened by {client} (protocol {version})",
+                 id=http_session.id[:8], client=mcp_session.client_info.get("name", "?"),
+                 version=mcp_session.protocol_version)
 
     def get(self, request: Any) -> None:
         """The session's stream of messages that belong to no request, or a resumed one."""
@@ -271,7 +278,9 @@ class McpHttpEndpoint:
         return http_session
 
     def _end(self, http_session: _HttpSession) -> None:
-        self._sessions.pop(http_session.id, None)
+        if self._sessions.pop(http_session.id, None) is not None and \
+                http_session.session.protocol_version is not None:
+            log.info("MCP session {id} ended", id=http_session.id[:8])
         http_session.session.close()
         for stream in list(http_session.streams.values()):
             stream.finish()

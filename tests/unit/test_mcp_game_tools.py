@@ -192,3 +192,11 @@ def test_serve_table_values() -> None:
     assert config.allowed_categories() == {ToolCategory.SAFE_CHAIN}
     assert parse_serve_table({"serve": {"character": "c", "enabled": False}}) is None
     assert parse_serve_table({"servers": {}}) is None
+
+
+def test_the_audit_event_clips_large_arguments() -> None:
+    """An MCP client's huge arguments reach observers clipped, as a model's do."""
+    session, _, events, _ = setup()
+    call(session, 30, "look", {"pad": "x" * 20000})
+    arguments = events[0][1]["arguments"]
+    assert len(str(arguments)) < 4096 and "_clipped" in arguments
