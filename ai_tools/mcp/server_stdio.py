@@ -343,6 +343,23 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _log_warnings_to_stderr() -> None:
+    """Warnings and errors to stderr (MCP clients show a server's stderr; stdout is the
+    protocol's)."""
+    from twisted.logger import (
+        FilteringLogObserver,
+        LogLevel,
+        LogLevelFilterPredicate,
+        globalLogBeginner,
+        textFileLogObserver,
+    )
+
+    predicate: Any = LogLevelFilterPredicate(defaultLogLevel=LogLevel.warn)
+    observer: Any = textFileLogObserver(sys.stderr)
+    filtered: Any = FilteringLogObserver(observer, [predicate])
+    globalLogBeginner.beginLoggingTo([filtered], redirectStandardIO=False)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Bridge stdio to the service until stdin ends."""
     from twisted.internet import reactor as global_reactor
@@ -352,6 +369,7 @@ def main(argv: list[str] | None = None) -> None:
     reactor: Any = global_reactor
 
     args = _arguments(argv)
+    _log_warnings_to_stderr()
     url, token = _endpoint_of(args.config) if args.config else (args.url, None)
     if args.token_env:
         token = os.environ.get(args.token_env) or None
