@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.runtime
 
 .PHONY: venv test test-core test-evennia postgres-server llama-server chromium lint bench demo run clean
-.PHONY: mcp-everything mcp-conformance-client
+.PHONY: mcp-everything mcp-conformance mcp-conformance-client mcp-conformance-server
 
 $(STAMP): setup.cfg setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,7 +30,7 @@ $(RUNTIME_STAMP): setup.cfg setup.py pyproject.toml
 venv: $(STAMP)
 
 ## The whole suite: the core tests with coverage, then the Evennia contrib tests.
-test: test-core test-evennia
+test: test-core mcp-conformance test-evennia
 
 test-core: $(STAMP) postgres-server llama-server chromium mcp-everything
 	rm -f .coverage .coverage.*
@@ -95,6 +95,15 @@ mcp-conformance-client: $(STAMP) $(MCP_SUITE)
 			--command "$(abspath $(PY)) -m ai_tools.mcp.probe --call-all" \
 			--expected-failures scripts/mcp/conformance-client-expected.yml || exit 1; \
 	done
+
+## The official MCP conformance suite's server scenarios against our MCP server (the "everything"
+## fixture of scripts/mcp/everything_server.py on 127.0.0.1), with the suite and Node 22 above.
+## Fails on a scenario failing that is not in scripts/mcp/conformance-server-expected-failures.yml.
+mcp-conformance-server: $(STAMP) $(MCP_SUITE)
+	sh scripts/mcp/run_conformance_server.sh $(PY) $(MCP_CONFORMANCE)
+
+## Both directions of MCP against the official conformance suite (`make test` runs it).
+mcp-conformance: mcp-conformance-client mcp-conformance-server
 
 ## The Evennia contrib under real Evennia 5.0 (Python 3.11) and 6.1 (Python 3.12), one after
 ## the other, each in its own virtualenv (.venv-evennia-5.0, .venv-evennia-6.1; game dirs in var/).

@@ -390,10 +390,15 @@ class StandaloneService(MultiService):
         return self.leases.start()
 
     def _check_characters(self) -> None:
-        """Every assistant of the config plays a character of the world: else one error."""
+        """Every assistant of the config (and ``[mcp.serve]``) plays a character of the world:
+        else one error."""
         characters = set(self.world.character_ids())
-        for assistant in self.config.assistants:
-            char = assistant.character_id
+        serve = self.config.mcp_serve
+        wanted = [(f"assistants.{a.name}.character_id", a.character_id)
+                  for a in self.config.assistants]
+        if serve is not None:
+            wanted.append(("mcp.serve.character", serve.character))
+        for key, char in wanted:
             if not char or char in characters:
                 continue
             close = near_name(char, characters)
@@ -401,7 +406,7 @@ class StandaloneService(MultiService):
                 ", ..." if len(characters) > _SHOWN else "")
             hint = f"did you mean {close!r}? " if close else ""
             raise AIToolsError(
-                f"assistants.{assistant.name}.character_id: no character {char!r} in the "
+                f"{key}: no character {char!r} in the "
                 f"world {self.world.meta.get('name', 'sandbox')} ({hint}characters: "
                 f"{known or 'none'})")
 
@@ -414,11 +419,12 @@ class StandaloneService(MultiService):
                 log.warn("The HTTP API is not part of this build; not listening on {endpoint}",
                          endpoint=config.http.endpoint)
             else:
+                serve = {"mcp": config.mcp_serve} if config.mcp_serve is not None else {}
                 web = factory(self.assistants, self.world, endpoint=config.http.endpoint,
                               token=config.http.token, max_body=config.http.max_body,
                               allowed_hosts=config.http.allowed_hosts,
                               worker_hosts=config.workers.api_hosts,
-                              limits=config.http.limits)
+                              limits=config.http.limits, **serve)
                 self._add_listener("http", web)
         manhole = config.manhole
         if manhole.enabled:

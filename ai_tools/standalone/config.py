@@ -50,6 +50,7 @@ from ai_tools.errors import ConfigError
 from ai_tools.llm.profile import ModelProfile
 from ai_tools.mcp.config import McpServerConfig, parse_servers
 from ai_tools.numbers import is_number
+from ai_tools.mcp.serve_config import McpServeConfig, parse_serve_table
 from ai_tools.service.assistant import AssistantConfig
 from ai_tools.settings import environment_warnings, near_name, setting
 from ai_tools.standalone.overrides import Overlay, Overrides, apply_overrides
@@ -241,6 +242,8 @@ class Config:
     workers: WorkersConfig = WorkersConfig()
     mcp_servers: tuple[McpServerConfig, ...] = ()
     """``[mcp.servers.NAME]``: the MCP servers assistants may use."""
+    mcp_serve: McpServeConfig | None = None
+    """``[mcp.serve]``: the game's tools as an MCP server at the API's ``/mcp`` (None: off)."""
     warnings: tuple[str, ...] = ()
     """Things worth saying at start-up (an ``AI_TOOLS_…`` variable that is no setting)."""
 
@@ -834,7 +837,7 @@ def _manhole(table: _Table, store: StoreConfig) -> ManholeConfig:
 
 _SECTIONS = ("service", "store", "world", "models", "assistants", "http", "manhole", "workers",
              "mcp")
-_MCP_KEYS = ("servers",)
+_MCP_KEYS = ("servers", "serve")
 
 
 def parse_config(
@@ -882,12 +885,17 @@ def _parse(data: Mapping[str, Any], source: str, base: Path, overrides: Override
     http = _http(table("http"))
     manhole = _manhole(table("manhole"), store)
     workers = _workers(table("workers"), store)
+    mcp_serve = parse_serve_table(document.get("mcp"))
+    if mcp_serve is not None and not http.enabled:
+        raise ConfigError("mcp.serve: the game serves MCP at the HTTP API's /mcp; "
+                          "the HTTP API is disabled")
     if (http.enabled and manhole.enabled and http.endpoint == manhole.endpoint
             and split_endpoint(http.endpoint)[1:2] != ["0"]):
         raise ConfigError("http.listen and manhole.listen name the same endpoint")
     return Config(source=source, service=service, store=store, world=world, models=models,
                   assistants=assistants, http=http, manhole=manhole, workers=workers,
-                  mcp_servers=mcp_servers, warnings=_warnings(document, models, overrides))
+                  mcp_servers=mcp_servers, mcp_serve=mcp_serve,
+                  warnings=_warnings(document, models, overrides))
 
 
 def _mcp_servers(table: _Table) -> tuple[McpServerConfig, ...]:

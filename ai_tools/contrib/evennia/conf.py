@@ -72,6 +72,9 @@ DEFAULTS: dict[str, Any] = {
     # Who may answer a tool call waiting for approval (``aiassistant/approve``,
     # ``/refuse``): an Evennia lock function string, checked against the caller.
     "AI_TOOLS_APPROVAL_LOCK": "perm(aiapprove) or perm(Admin)",
+    # The game's tools as an MCP server (None: off): {"character": "#12", "port": 4010,
+    # "token_env": "...", ...}; see ai_tools.contrib.evennia.mcp_server.
+    "AI_TOOLS_MCP_SERVE": None,
 }
 """Every setting the contrib reads, with its default value."""
 

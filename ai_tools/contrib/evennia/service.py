@@ -316,4 +316,20 @@ def start_plugin_services(server: Any) -> None:
         log.warn("ai_tools: AI_TOOLS_STOP_GRACE is no longer used: a stopping Server never "
                  "waits for loops in flight (they are saved and answered after the restart)")
     host = EvenniaAssistantHost()
+    serve_mcp(host)
     host.setServiceParent(server)
+
+
+def serve_mcp(host: EvenniaAssistantHost) -> Any:
+    """With ``AI_TOOLS_MCP_SERVE`` set, the host also serves the game's tools over MCP
+    (:mod:`ai_tools.contrib.evennia.mcp_server`); returns that listener, or None."""
+    from ai_tools.contrib.evennia.mcp_server import mcp_listener, parse_mcp_setting
+
+    settings_mcp = parse_mcp_setting(ai_setting("AI_TOOLS_MCP_SERVE"))
+    if settings_mcp is None:
+        return None
+    listener = mcp_listener(host.service, settings_mcp, host.clock)
+    listener.setServiceParent(host)
+    log.info("ai_tools: the game's MCP server will listen on {endpoint} as {character}",
+             endpoint=settings_mcp.endpoint, character=settings_mcp.serve.character)
+    return listener
