@@ -29,7 +29,7 @@ $(RUNTIME_STAMP): setup.cfg setup.py pyproject.toml
 
 venv: $(STAMP)
 
-## The whole suite: the core tests with coverage, then the Evennia contrib tests.
+## The whole suite: the core tests with coverage, the MCP conformance suite, then the Evennia contrib tests.
 test: test-core mcp-conformance test-evennia
 
 test-core: $(STAMP) postgres-server llama-server chromium mcp-everything

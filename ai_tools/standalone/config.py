@@ -49,8 +49,8 @@ import attrs
 from ai_tools.errors import ConfigError
 from ai_tools.llm.profile import ModelProfile
 from ai_tools.mcp.config import McpServerConfig, parse_servers
-from ai_tools.numbers import is_number
 from ai_tools.mcp.serve_config import McpServeConfig, parse_serve_table
+from ai_tools.numbers import is_number
 from ai_tools.service.assistant import AssistantConfig
 from ai_tools.settings import environment_warnings, near_name, setting
 from ai_tools.standalone.overrides import Overlay, Overrides, apply_overrides

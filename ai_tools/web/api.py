@@ -982,20 +982,25 @@ def make_web_service(
     if not isinstance(limits, HttpLimits):
         limits = HttpLimits.from_mapping(limits or {}, "http")
     policy = OriginPolicy(allowed_hosts=tuple(allowed_hosts))
-    endpoint_mcp = None
-    if mcp is not None:
-        from ai_tools.mcp.game_tools import game_server
-        from ai_tools.mcp.server_http import McpHttpEndpoint
-
-        the_clock = clock if clock is not None else getattr(service, "clock", None)
-        endpoint_mcp = McpHttpEndpoint(
-            game_server(mcp, service, world, the_clock), the_clock,
-            max_sessions=mcp.max_sessions, session_idle=mcp.session_idle,
-            stream_buffer=limits.stream_buffer, stall_timeout=limits.stream_stall_timeout,
-            max_message_bytes=max_body)
+    endpoint_mcp = (_mcp_endpoint(mcp, service, world, clock, limits, max_body)
+                    if mcp is not None else None)
     resource = ApiResource(service, world, token=token, max_body=max_body, clock=clock,
                            limits=limits, policy=policy, worker_hosts=worker_hosts,
                            mcp=endpoint_mcp)
     site = ApiSite(resource, max_body=max_body, clock=resource.clock, limits=limits)
     reactor = clock if clock is not None and hasattr(clock, "listenTCP") else None
     return WebService(resource, site, endpoint, reactor=reactor)
+
+
+def _mcp_endpoint(mcp: Any, service: Any, world: Any, clock: Any, limits: HttpLimits,
+                  max_body: int) -> Any:
+    """The game's tools as an MCP server at ``/mcp`` (:mod:`ai_tools.mcp.server_http`)."""
+    from ai_tools.mcp.game_tools import game_server
+    from ai_tools.mcp.server_http import McpHttpEndpoint
+
+    the_clock = clock if clock is not None else getattr(service, "clock", None)
+    return McpHttpEndpoint(
+        game_server(mcp, service, world, the_clock), the_clock,
+        max_sessions=mcp.max_sessions, session_idle=mcp.session_idle,
+        stream_buffer=limits.stream_buffer, stall_timeout=limits.stream_stall_timeout,
+        max_message_bytes=max_body)
