@@ -38,6 +38,7 @@ from ai_tools.llm.events import ChatResponse
 from ai_tools.loop import LoopConfig, LoopContext, execute_react_loop
 from ai_tools.tools.base import Actor, Tool
 from ai_tools.tools.registry import ToolRegistry
+from benchmarks import deployed_log
 
 ITERATIONS_PER_LOOP = 10
 BLOCK = 10
@@ -99,6 +100,11 @@ def _noop_event(event: dict[str, Any]) -> None:
     pass
 
 
+def _unobserved() -> bool:
+    """The loop's observers as the service hands them: its fan-out, nobody subscribed."""
+    return False
+
+
 def _checkpoint(progress: Any) -> None:
     pass
 
@@ -116,7 +122,7 @@ def ours_block(clock: task.Clock, registry: ToolRegistry, model: InstantModel
                 assistant_name="bench", actor=actor, registry=registry, llm=llm,
                 history=ConversationHistory(), clock=clock,
                 system_prompt="You are a benchmark.",
-                on_event=_noop_event, checkpoint=_checkpoint,
+                on_event=_noop_event, observed=_unobserved, checkpoint=_checkpoint,
             )
             d = execute_react_loop(ctx, config)
             result: Any = d.result  # the model and the tool answer synchronously
@@ -194,6 +200,22 @@ def log_events_block() -> Callable[[], None]:
                      tool_call_id="call_0", assistant="char:bench")
 
     return run
+
+
+def _counted(side: str) -> Any:
+    def make() -> tuple[Callable[[], None], int]:
+        deployed_log.begin()
+        clock = task.Clock()
+        registry = ToolRegistry([LookTool])
+        model = InstantModel()
+        runs = {"bare": lambda: bare_block(model), "ours": lambda: ours_block(
+            clock, registry, model), "engine": lambda: engine_block(clock, registry)}
+        return runs[side](), BLOCK * ITERATIONS_PER_LOOP
+    return make
+
+
+COUNTED = {side: _counted(side) for side in ("bare", "ours", "engine")}
+"""The sides ``benchmarks.instructions`` counts (one run: BLOCK loops)."""
 
 
 def main() -> None:

@@ -46,7 +46,6 @@ from typing import Any, Protocol
 
 import attrs
 from twisted.internet import defer, task
-from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ai_tools.errors import AIToolsError
@@ -58,6 +57,7 @@ from ai_tools.execution.reasons import TerminationReason
 from ai_tools.execution.results import DEFAULT_MAX_RESULT_BYTES, MIN_MAX_RESULT_BYTES, shape_result
 from ai_tools.json_encoding import model_json
 from ai_tools.llm.events import ToolCall
+from ai_tools.log_gate import GatedLogger
 from ai_tools.retry import DEFAULT_RETRY_POLICY, RetryPolicy, is_retryable_error
 from ai_tools.tools.base import Actor, Tool, ToolCategory
 from ai_tools.tools.registry import ToolRegistry
@@ -73,7 +73,7 @@ __all__ = [
     "skip_tool_call",
 ]
 
-log = Logger()
+log = GatedLogger()
 
 PARAMETER_WARNINGS_KEY = "_parameter_warnings"
 """Added to a result whose call had parameters dropped or changed by validation."""
@@ -309,7 +309,7 @@ class _ToolCallRun:
             return
         call = self.call
         assert call is not None
-        log.info("Assistant decision: {tool} - {reasoning}", tool=call.name,
+        log.debug("Assistant decision: {tool} - {reasoning}", tool=call.name,
                  reasoning=call.reasoning or "", tool_call_id=call.id,
                  arguments=call.arguments, assistant=ctx.cache_namespace)
         tool = self.tool = ctx.registry.get_tool(call.name)
@@ -486,7 +486,7 @@ class _ToolCallRun:
         if shaped.not_serialisable:
             status, success = CallStatus.INVALID_RESULT, False
         duration_ms = self._elapsed_ms()
-        log.info("Function call completed: {name} ({ms}ms)", name=tool.name,
+        log.debug("Function call completed: {name} ({ms}ms)", name=tool.name,
                  ms=round(duration_ms), success=success, status=status,
                  attempts=self.attempts, from_cache=from_cache, tool_call_id=call.id,
                  assistant=self.ctx.cache_namespace)

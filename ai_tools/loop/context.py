@@ -110,7 +110,13 @@ class LoopContext:
     reflection: bool = False
     """Reflection run: reflection prompt, history left untouched."""
     on_event: Callable[[dict[str, Any]], None] | None = None
-    """Observer of loop events (iteration, tool_call, signal, termination)."""
+    """Observer of loop events (iteration, model_request, tool_call, tool_result,
+    text_delta, signal, termination): where tracing, a console or an event stream
+    attaches.  None: no event is built."""
+    observed: Callable[[], bool] | None = None
+    """Whether ``on_event`` has anyone behind it now, asked before each event is
+    built (None: always).  A service hands every loop its fan-out of observers and
+    says here whether any is subscribed, so an unwatched loop builds no event."""
     stop_check: Callable[[], bool] | None = None
     """Extra stop condition polled between steps (e.g. an emergency stop flag)."""
     control: LoopControl = attrs.field(factory=LoopControl)

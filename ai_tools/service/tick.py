@@ -567,6 +567,7 @@ def _run_loop(
     ctx = _loop_context(assistant, host, context_type, mode=mode, reflection=reflection)
     ctx.control = control
     ctx.on_event = functools.partial(host.publish, assistant.name)
+    ctx.observed = functools.partial(host.observed, assistant.name)
     if not reflection:
         ctx.checkpoint = functools.partial(_checkpoint_after, tick, control)
     try:
