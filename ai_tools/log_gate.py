@@ -111,7 +111,7 @@ class GatedLogger(Logger):
 
     def _publish(self, level: Any, format: str | None, event: dict[str, Any]) -> None:
         """Complete the event with the documented ``log_*`` keys and hand it on."""
-        observer = self.observer
+        observer: Any = self.observer
         if _armed and observer is globalLogPublisher \
                 and not _armed[0].keeps(level, self.namespace):
             return
