@@ -59,7 +59,7 @@ def per_iteration(bench: str, side: str, blocks: int = 10) -> float | None:
 
 def report(bench: str, sides: list[tuple[str, str]], baseline: str, blocks: int = 10
            ) -> dict[str, float]:
-    """Print instructions per iteration of each ``(side, label)``, and its ratio to the baseline side."""
+    """Print instructions per iteration of each ``(side, label)``, and ratio to the baseline."""
     counts: dict[str, float] = {}
     for side, _ in sides:
         count = per_iteration(bench, side, blocks)
