@@ -45,6 +45,7 @@ __all__ = ["GatedLogger", "LevelGate", "arm", "armed", "disarm"]
 
 _RANK = {level: rank for rank, level in enumerate(LogLevel.iterconstants())}
 """Each level's rank, lowest first (the order ``LogLevel`` defines)."""
+_DEBUG, _INFO = LogLevel.debug, LogLevel.info
 
 
 class LevelGate(LogLevelFilterPredicate):
@@ -103,11 +104,11 @@ class GatedLogger(Logger):
 
     def debug(self, format: str | None = None, **kwargs: object) -> None:
         """Emit at ``debug``: under ``info`` (the service's default), nothing is built."""
-        self._publish(LogLevel.debug, format, kwargs)
+        self._publish(_DEBUG, format, kwargs)
 
     def info(self, format: str | None = None, **kwargs: object) -> None:
         """Emit at ``info`` (the fields taken as they came: no second keyword packing)."""
-        self._publish(LogLevel.info, format, kwargs)
+        self._publish(_INFO, format, kwargs)
 
     def _publish(self, level: Any, format: str | None, event: dict[str, Any]) -> None:
         """Complete the event with the documented ``log_*`` keys and hand it on."""

@@ -181,10 +181,11 @@ def engine_block(clock: task.Clock, registry: ToolRegistry) -> Callable[[], None
 
 
 def log_events_block() -> Callable[[], None]:
-    """The two log events every tool call must emit (DESIGN §4), alone: a diagnostic.
+    """The two log events every tool call emits (DESIGN §4), alone: a diagnostic.
 
-    Emitted with the engine's own logger (same namespace, same observers) and the
-    fields the engine gives them, as many times as the engine side makes calls.
+    Emitted with the engine's own logger (same namespace, same observers), at
+    the engine's level (debug) and with the fields the engine gives them, as
+    many times as the engine side makes calls.
     """
     from ai_tools.execution import engine as execution
 
@@ -193,11 +194,28 @@ def log_events_block() -> Callable[[], None]:
 
     def run() -> None:
         for _ in range(BLOCK * ITERATIONS_PER_LOOP):
-            log.info("Assistant decision: {tool} - {reasoning}", tool="look", reasoning="",
-                     tool_call_id="call_0", arguments=arguments, assistant="char:bench")
-            log.info("Function call completed: {name} ({ms}ms)", name="look", ms=0,
-                     success=True, status="success", attempts=1, from_cache=False,
-                     tool_call_id="call_0", assistant="char:bench")
+            log.debug("Assistant decision: {tool} - {reasoning}", tool="look", reasoning="",
+                      tool_call_id="call_0", arguments=arguments, assistant="char:bench")
+            log.debug("Function call completed: {name} ({ms}ms)", name="look", ms=0,
+                      success=True, status="success", attempts=1, from_cache=False,
+                      tool_call_id="call_0", assistant="char:bench")
+
+    return run
+
+
+def loop_line_block() -> Callable[[], None]:
+    """The loop's one info line (its end), alone, once per loop: a diagnostic."""
+    from ai_tools.loop import run as loop_run
+
+    log = loop_run.log
+
+    def run() -> None:
+        for _ in range(BLOCK):
+            log.info("ReAct loop of {assistant} ended: {reason} after {iterations} "
+                     "iteration(s), {calls} tool call(s) ({failed} failed){tools}",
+                     assistant="bench", reason="max_iterations", iterations=10, calls=10,
+                     failed=0, tools=": look look look look look look look look +2",
+                     error=None, events_returned=0, duration_ms=0.0)
 
     return run
 
@@ -209,12 +227,14 @@ def _counted(side: str) -> Any:
         registry = ToolRegistry([LookTool])
         model = InstantModel()
         runs = {"bare": lambda: bare_block(model), "ours": lambda: ours_block(
-            clock, registry, model), "engine": lambda: engine_block(clock, registry)}
+            clock, registry, model), "engine": lambda: engine_block(clock, registry),
+            "call_logs": log_events_block, "loop_line": loop_line_block}
         return runs[side](), BLOCK * ITERATIONS_PER_LOOP
     return make
 
 
-COUNTED = {side: _counted(side) for side in ("bare", "ours", "engine")}
+COUNTED = {side: _counted(side)
+           for side in ("bare", "ours", "engine", "call_logs", "loop_line")}
 """The sides ``benchmarks.instructions`` counts (one run: BLOCK loops)."""
 
 

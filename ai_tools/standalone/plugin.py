@@ -40,7 +40,6 @@ from twisted.logger import (
     ILogObserver,
     LegacyLogObserverWrapper,
     LogLevel,
-    textFileLogObserver,
 )
 from twisted.python import usage
 from twisted.python.logfile import LogFile
@@ -48,6 +47,7 @@ from twisted.python.logfile import LogFile
 from ai_tools.errors import ConfigError
 from ai_tools.log_gate import LevelGate, arm
 from ai_tools.settings import SETTINGS, near_name, setting
+from ai_tools.standalone.log_file import classic_text_observer
 from ai_tools.standalone.config import Config, Overrides, load_config
 
 __all__ = ["Options", "makeService", "service_log_observer"]
@@ -188,7 +188,7 @@ def service_log_observer(level: str, server_options: Any, gate: LevelGate | None
         stream = _log_stream(server_options)
         if stream is None:
             return None
-        base = textFileLogObserver(stream)
+        base = classic_text_observer(stream)  # textFileLogObserver's lines, cheaply
     predicate = gate or LevelGate(LogLevel.levelWithName(level))
     return FilteringLogObserver(base, [cast(Any, predicate)])
 
