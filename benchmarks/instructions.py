@@ -5,7 +5,8 @@ do not.  A benchmark module names the sides it can count in ``COUNTED``: a
 function returning ``(run, iterations)``, where one ``run()`` makes
 ``iterations`` iterations of that side.  :func:`per_iteration` runs this module
 under ``valgrind --tool=cachegrind --cache-sim=no`` twice — ``run()`` once to
-warm up then 0 times, and once to warm up then ``blocks`` times — and divides
+warm up then 0 times, and once to warm up then ``blocks`` times (what the
+warm-up left alive frozen out of the collector's way, ``gc.freeze``) — and divides
 the difference of the two ``I refs`` totals by the iterations made, so the
 interpreter's start-up, the imports and the warm-up cancel out.
 
@@ -15,6 +16,7 @@ under valgrind (that is what :func:`per_iteration` does).
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import re
@@ -80,6 +82,10 @@ def _main(bench: str, side: str, blocks: int) -> None:
     module = importlib.import_module(f"benchmarks.bench_{bench}")
     run, _ = module.COUNTED[side]()
     run()
+    # A full collection of everything imported would land in one run but not the
+    # other: what was alive after the warm-up is left out of the collector's work.
+    gc.collect()
+    gc.freeze()
     for _ in range(blocks):
         run()
 
