@@ -82,8 +82,8 @@ class LoopTally:
 
     def progress(self) -> LoopProgress:
         """The record handed to the checkpoint."""
-        return LoopProgress(self.iteration, tuple(self.results), tuple(self.signals),
-                            "\n".join(self.texts), self.budget)
+        return LoopProgress(self.iteration, self.results, self.signals, self.texts,
+                            self.budget)
 
 
 @attrs.define(eq=False)

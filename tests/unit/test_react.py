@@ -951,3 +951,17 @@ def test_a_stop_while_a_tool_runs_is_seen_by_the_engine(with_check: bool) -> Non
     assert result.termination_reason == TerminationReason.STOPPED_BY_USER
     assert not [m for m in ctx.history.messages if m["role"] == "tool"]
     assert len(llm.requests) == 1
+
+
+def test_progress_is_the_moment_it_was_handed_over() -> None:
+    """A checkpoint that keeps its progress and reads it later reads that moment's."""
+    kept: list[LoopProgress] = []
+    llm = ScriptedLLM([answer(call("look", {}, "c1"), content="first"),
+                       answer(call("look", {}, "c2"), content="second"), text("done")])
+    result = run(make_ctx(llm, checkpoint=kept.append))
+    assert [p.iteration for p in kept] == [1, 2, 3]
+    assert [len(p.results) for p in kept] == [1, 2, 2] and len(result.results) == 2
+    assert kept[0].results[0]["tool_call_id"] == "c1" and kept[0].text == "first"
+    assert kept[1].text == "first\nsecond" and kept[1].signals == ()
+    assert kept[2].text == result.text
+    assert LoopProgress(3, (), (), "plain", None).text == "plain"
