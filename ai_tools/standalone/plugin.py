@@ -47,8 +47,8 @@ from twisted.python.logfile import LogFile
 from ai_tools.errors import ConfigError
 from ai_tools.log_gate import LevelGate, arm
 from ai_tools.settings import SETTINGS, near_name, setting
-from ai_tools.standalone.log_file import classic_text_observer
 from ai_tools.standalone.config import Config, Overrides, load_config
+from ai_tools.standalone.log_file import classic_text_observer
 
 __all__ = ["Options", "makeService", "service_log_observer"]
 
