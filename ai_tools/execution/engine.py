@@ -46,6 +46,7 @@ from typing import Any, Protocol
 
 import attrs
 from twisted.internet import defer, task
+from twisted.logger import LogLevel
 from twisted.python.failure import Failure
 
 from ai_tools.errors import AIToolsError
@@ -80,6 +81,7 @@ PARAMETER_WARNINGS_KEY = "_parameter_warnings"
 
 _HISTORY, _ABORT, _RESTART = OutcomeKind.HISTORY, OutcomeKind.ABORT, OutcomeKind.RESTART
 _STOPPED = TerminationReason.STOPPED_BY_USER
+_DEBUG = LogLevel.debug
 
 
 class ToolGate(Protocol):
@@ -309,9 +311,10 @@ class _ToolCallRun:
             return
         call = self.call
         assert call is not None
-        log.debug("Assistant decision: {tool} - {reasoning}", tool=call.name,
-                 reasoning=call.reasoning or "", tool_call_id=call.id,
-                 arguments=call.arguments, assistant=ctx.cache_namespace)
+        if log.wants(_DEBUG):  # (the service logs at info: no event is built)
+            log.debug("Assistant decision: {tool} - {reasoning}", tool=call.name,
+                      reasoning=call.reasoning or "", tool_call_id=call.id,
+                      arguments=call.arguments, assistant=ctx.cache_namespace)
         tool = self.tool = ctx.registry.get_tool(call.name)
         if tool is None:
             valid = ctx.allowed_tool_names()
@@ -486,10 +489,11 @@ class _ToolCallRun:
         if shaped.not_serialisable:
             status, success = CallStatus.INVALID_RESULT, False
         duration_ms = self._elapsed_ms()
-        log.debug("Function call completed: {name} ({ms}ms)", name=tool.name,
-                 ms=round(duration_ms), success=success, status=status,
-                 attempts=self.attempts, from_cache=from_cache, tool_call_id=call.id,
-                 assistant=self.ctx.cache_namespace)
+        if log.wants(_DEBUG):
+            log.debug("Function call completed: {name} ({ms}ms)", name=tool.name,
+                      ms=round(duration_ms), success=success, status=status,
+                      attempts=self.attempts, from_cache=from_cache, tool_call_id=call.id,
+                      assistant=self.ctx.cache_namespace)
         self._update_current(status, success, duration_ms)
         self._record(status, shaped.result, shaped.content, from_cache, duration_ms)
 

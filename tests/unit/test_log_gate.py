@@ -91,3 +91,14 @@ def test_a_descriptor_logger_stays_gated() -> None:
 
     assert isinstance(Owner().log, GatedLogger)
     assert Owner().log.namespace.endswith("Owner")
+
+
+def test_wants_answers_before_anything_is_built() -> None:
+    log = GatedLogger(namespace="ai_tools.test")
+    assert log.wants(LogLevel.debug)  # unarmed: everything is wanted
+    arm(LevelGate(LogLevel.info))
+    try:
+        assert not log.wants(LogLevel.debug) and log.wants(LogLevel.info)
+        assert GatedLogger(observer=lambda e: None).wants(LogLevel.debug)
+    finally:
+        disarm()
