@@ -39,6 +39,7 @@ from typing import Any
 
 import jsonschema
 from twisted.internet import defer, task
+from twisted.logger import LogLevel
 
 from ai_tools.execution.cache import ToolCache, cache_key
 from ai_tools.execution.calls import parse_tool_call
@@ -154,12 +155,14 @@ def inline_steps() -> Callable[[int, int], None]:
     def run(start: int, stop: int) -> None:
         for tool_call in calls[start:stop]:
             call = parse_tool_call(tool_call)
-            log.debug("Assistant decision: {tool} - {reasoning}", tool=call.name,
-                     reasoning=call.reasoning)
+            if log.wants(LogLevel.debug):  # as the engine asks
+                log.debug("Assistant decision: {tool} - {reasoning}", tool=call.name,
+                          reasoning=call.reasoning)
             validation = tool.validate_parameters(dict(call.arguments))
             result = validate_tool_result(tool.execute(ctx.actor, **validation.cleaned_params))
             shaped = shape_result(result, tool.name)
-            log.debug("Function call completed: {name} ({ms}ms)", name=tool.name, ms=0)
+            if log.wants(LogLevel.debug):
+                log.debug("Function call completed: {name} ({ms}ms)", name=tool.name, ms=0)
             entries = ctx.history.add_tool_exchange(call, shaped.content, native=True)
             d: defer.Deferred[ToolCallOutcome] = defer.Deferred()
             d.addCallback(sink.append)

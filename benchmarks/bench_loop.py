@@ -36,6 +36,7 @@ from typing import Any
 
 import jsonschema
 from twisted.internet import defer, task
+from twisted.logger import LogLevel
 from zope.interface import implementer
 
 from ai_tools.execution.engine import ExecutionContext, execute_tool_call
@@ -205,11 +206,14 @@ def log_events_block() -> Callable[[], None]:
 
     def run() -> None:
         for _ in range(BLOCK * ITERATIONS_PER_LOOP):
-            log.debug("Assistant decision: {tool} - {reasoning}", tool="look", reasoning="",
-                      tool_call_id="call_0", arguments=arguments, assistant="char:bench")
-            log.debug("Function call completed: {name} ({ms}ms)", name="look", ms=0,
-                      success=True, status="success", attempts=1, from_cache=False,
-                      tool_call_id="call_0", assistant="char:bench")
+            if log.wants(LogLevel.debug):  # as the engine asks
+                log.debug("Assistant decision: {tool} - {reasoning}", tool="look",
+                          reasoning="", tool_call_id="call_0", arguments=arguments,
+                          assistant="char:bench")
+            if log.wants(LogLevel.debug):
+                log.debug("Function call completed: {name} ({ms}ms)", name="look", ms=0,
+                          success=True, status="success", attempts=1, from_cache=False,
+                          tool_call_id="call_0", assistant="char:bench")
 
     return run
 
