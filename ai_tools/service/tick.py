@@ -567,7 +567,8 @@ def _run_loop(
     ctx = _loop_context(assistant, host, context_type, mode=mode, reflection=reflection)
     ctx.control = control
     ctx.on_event = functools.partial(host.publish, assistant.name)
-    ctx.observed = functools.partial(host.observed, assistant.name)
+    observed = getattr(host, "observed", None)  # (a host of before it: every event is built)
+    ctx.observed = None if observed is None else functools.partial(observed, assistant.name)
     if not reflection:
         ctx.checkpoint = functools.partial(_checkpoint_after, tick, control)
     try:
