@@ -22,9 +22,10 @@ from ai_tools.log_gate import LevelGate, arm
 from ai_tools.standalone.config import ServiceSettings
 from ai_tools.standalone.plugin import service_log_observer
 
-__all__ = ["begin"]
+__all__ = ["begin", "log_file"]
 
 _begun: list[str] = []
+_files: list[str] = []
 
 
 def begin(level: str | None = None) -> str:
@@ -35,9 +36,15 @@ def begin(level: str | None = None) -> str:
     folder = tempfile.mkdtemp(prefix="ai-tools-bench-log-")
     atexit.register(shutil.rmtree, folder, True)
     gate = LevelGate(LogLevel.levelWithName(level))
-    observer = service_log_observer(level, {"logfile": os.path.join(folder, "twistd.log")},
-                                    gate)
+    path = os.path.join(folder, "twistd.log")
+    observer = service_log_observer(level, {"logfile": path}, gate)
     globalLogBeginner.beginLoggingTo([observer], discardBuffer=True, redirectStandardIO=False)
     arm(gate)  # as the twistd plugin does once its observer is the process's log
     _begun.append(level)
+    _files.append(path)
     return level
+
+
+def log_file() -> str | None:
+    """The log file this process writes since :func:`begin` (None before)."""
+    return _files[0] if _files else None
