@@ -102,8 +102,9 @@ class GatedLogger(Logger):
         event's fields under the service's default level (an event's keyword
         fields alone cost about 5 k instructions).
         """
-        return (not _armed or self.observer is not globalLogPublisher
-                or _armed[0].keeps(level, self.namespace))
+        if not _armed or self.observer is not globalLogPublisher:
+            return True
+        return _armed[0].keeps(level, self.namespace)
 
     def emit(self, level: Any, format: str | None = None, **kwargs: object) -> None:
         """Emit at ``level`` unless the gate drops it (an invalid level: the stock path)."""

@@ -186,8 +186,8 @@ class _ToolCallRun:
     """The state of one tool call while it is in flight; one method per step."""
 
     __slots__ = ("assistant_content", "attempts", "call", "ctx", "finished", "key", "killed",
-                 "outcome", "outcome_d", "params", "raw", "started", "tool", "waiting",
-                 "warnings")
+                 "logged", "outcome", "outcome_d", "params", "raw", "started", "tool",
+                 "waiting", "warnings")
 
     def __init__(self, context: ExecutionContext, tool_call: Any,
                  assistant_content: str | None) -> None:
@@ -207,6 +207,8 @@ class _ToolCallRun:
         self.warnings: list[str] = []
         self.key: str | None = None
         self.attempts = 0
+        self.logged = False
+        """Whether this call's debug lines are kept (the log gate is asked once a call)."""
 
     # ---- plumbing
 
@@ -311,7 +313,8 @@ class _ToolCallRun:
             return
         call = self.call
         assert call is not None
-        if log.wants(_DEBUG):  # (the service logs at info: no event is built)
+        self.logged = log.wants(_DEBUG)  # (the service logs at info: no event is built)
+        if self.logged:
             log.debug("Assistant decision: {tool} - {reasoning}", tool=call.name,
                       reasoning=call.reasoning or "", tool_call_id=call.id,
                       arguments=call.arguments, assistant=ctx.cache_namespace)
@@ -489,7 +492,7 @@ class _ToolCallRun:
         if shaped.not_serialisable:
             status, success = CallStatus.INVALID_RESULT, False
         duration_ms = self._elapsed_ms()
-        if log.wants(_DEBUG):
+        if self.logged:
             log.debug("Function call completed: {name} ({ms}ms)", name=tool.name,
                       ms=round(duration_ms), success=success, status=status,
                       attempts=self.attempts, from_cache=from_cache, tool_call_id=call.id,
