@@ -206,11 +206,12 @@ def log_events_block() -> Callable[[], None]:
 
     def run() -> None:
         for _ in range(BLOCK * ITERATIONS_PER_LOOP):
-            if log.wants(LogLevel.debug):  # as the engine asks
+            logged = log.wants(LogLevel.debug)  # as the engine asks: once a call
+            if logged:
                 log.debug("Assistant decision: {tool} - {reasoning}", tool="look",
                           reasoning="", tool_call_id="call_0", arguments=arguments,
                           assistant="char:bench")
-            if log.wants(LogLevel.debug):
+            if logged:
                 log.debug("Function call completed: {name} ({ms}ms)", name="look", ms=0,
                           success=True, status="success", attempts=1, from_cache=False,
                           tool_call_id="call_0", assistant="char:bench")
