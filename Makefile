@@ -126,8 +126,19 @@ docs: $(STAMP)
 ## Benchmarks: ratios measured side by side in one run (figures in the docs of each part).
 ## One by name: `make bench BENCH=scale` (workers on PostgreSQL; a quicker run with
 ## BENCH_SCALE_ASSISTANTS=100, see benchmarks/bench_scale.py).
-bench: $(STAMP) postgres-server llama-server
+bench: $(STAMP) postgres-server llama-server valgrind
 	$(PY) -m benchmarks $(BENCH)
+
+## valgrind (Debian's package) counts the instructions `make bench` prints next to its CPU
+## ratios (benchmarks/instructions.py); installed when missing and we are root, as in CI.
+.PHONY: valgrind
+valgrind:
+	@if command -v valgrind >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y valgrind; \
+	else \
+		echo "valgrind is missing: install it (Debian: apt-get install valgrind)" >&2; exit 1; \
+	fi
 
 ## The main job: the service with Pip the innkeeper, a player talking to her, each loop
 ## step printed; the scripted stand-in model unless AI_TOOLS_LLM_URL and AI_TOOLS_LLM_MODEL

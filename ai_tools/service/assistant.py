@@ -336,6 +336,9 @@ class AssistantHost(Protocol):
     def publish(self, name: str, event: dict[str, Any]) -> None:
         """Hand a loop/tick event of assistant ``name`` to the observers."""
 
+    def observed(self, name: str) -> bool:
+        """Whether an event of assistant ``name`` would reach an observer now."""
+
     def mode_changed(self, assistant: Assistant) -> None:
         """The assistant fell asleep or woke up (its tick rate changed)."""
 

@@ -28,6 +28,7 @@ The control API (all by assistant name): :meth:`~AssistantService.add_assistant`
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
@@ -380,6 +381,17 @@ class AssistantService(MultiService):
             except Exception:
                 log.failure("Observer {observer!r} failed on a {kind} event of {assistant}",
                             observer=observer, kind=event.get("type"), assistant=name)
+
+    def observed(self, name: str) -> bool:
+        """Whether an event of assistant ``name`` would reach an observer now.
+
+        Loops ask before building each event (``LoopContext.observed``): with no
+        observer subscribed (a console, an event stream, tracing), none is built.
+        """
+        for _, only in self._observers:
+            if only is None or only == name:
+                return True
+        return False
 
     def mode_changed(self, assistant: Assistant) -> None:
         """Apply the new tick rate; an assistant that woke with events runs soon."""
@@ -1065,6 +1077,7 @@ class AssistantService(MultiService):
             system_prompt=_SUBAGENT_PERSONA.format(name=name),
             pending_events=[{"type": "task", "from": name, "text": task}],
             on_event=lambda e: self.publish(name, {**e, "subagent": task_id}),
+            observed=functools.partial(self.observed, name),
             stop_check=lambda: assistant.emergency_stopped,
             control=control,
             execution_options={"approval": self.approvals.hook(assistant)},

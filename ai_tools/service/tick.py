@@ -570,6 +570,8 @@ def _run_loop(
     ctx = _loop_context(assistant, host, context_type, mode=mode, reflection=reflection)
     ctx.control = control
     ctx.on_event = functools.partial(host.publish, assistant.name)
+    observed = getattr(host, "observed", None)  # (a host of before it: every event is built)
+    ctx.observed = None if observed is None else functools.partial(observed, assistant.name)
     tracer = trace_loop(ctx, getattr(host, "telemetry", None), attributes={
         TICK: tick.number, CONTEXT_TYPE: context_type, REFLECTION: reflection})
     assistant.tracer = tracer
