@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+from twisted.logger import Logger
 
 from ai_tools.execution.engine import ExecutionContext, ExecutionState, execute_tool_call
 from ai_tools.execution.history import ConversationHistory
@@ -37,6 +38,8 @@ from ai_tools.tools.registry import ToolRegistry
 __all__ = ["GameTools", "annotations_for", "game_server", "game_tools", "mcp_tool"]
 
 Publish = Callable[[str, dict[str, Any]], None]
+
+log = Logger()
 
 
 def annotations_for(tool: Tool) -> dict[str, Any]:
@@ -146,6 +149,11 @@ class GameTools:
                    duration_ms=outcome.duration_ms, from_cache=outcome.from_cache,
                    error=clip_text(error, EVENT_TEXT_BYTES) if isinstance(error, str) else None,
                    source="mcp")
+        # The audit line of an MCP call, at info: a call from outside has no loop whose one
+        # line would tell it (the engine's per-call lines are at debug).
+        log.info("MCP call: {tool} by {server} as {character}: {status} in {ms:.0f} ms",
+                 tool=tool.name, server=self.name, character=self.actor.character_id,
+                 status=str(outcome.status), ms=outcome.duration_ms)
         self._trim_history()
         text = None
         if outcome.history_entries:

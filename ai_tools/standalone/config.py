@@ -878,14 +878,13 @@ def _parse(data: Mapping[str, Any], source: str, base: Path, overrides: Override
     store = _store(table("store"), overlay)
     world = _world(table("world"))
     models = _models(document.get("models"), base, origins)
-    mcp_servers = _mcp_servers(table("mcp"))
+    mcp_servers, mcp_serve = _mcp(table("mcp"))
     assistants = _assistants(document.get("assistants", []), models, registry)
     _check_assistant_bounds(assistants, service)
     _check_mcp_names(assistants, mcp_servers)
     http = _http(table("http"))
     manhole = _manhole(table("manhole"), store)
     workers = _workers(table("workers"), store)
-    mcp_serve = parse_serve_table(document.get("mcp"))
     if mcp_serve is not None and not http.enabled:
         raise ConfigError("mcp.serve: the game serves MCP at the HTTP API's /mcp; "
                           "the HTTP API is disabled")
@@ -898,11 +897,14 @@ def _parse(data: Mapping[str, Any], source: str, base: Path, overrides: Override
                   warnings=_warnings(document, models, overrides))
 
 
-def _mcp_servers(table: _Table) -> tuple[McpServerConfig, ...]:
-    """``[mcp.servers.NAME]`` tables (:mod:`ai_tools.mcp.config`)."""
+def _mcp(table: _Table) -> tuple[tuple[McpServerConfig, ...], McpServeConfig | None]:
+    """``[mcp]``: the servers assistants use (``[mcp.servers.NAME]``,
+    :mod:`ai_tools.mcp.config`) and the game served over MCP (``[mcp.serve]``,
+    :mod:`ai_tools.mcp.serve_config`)."""
     servers = parse_servers(table.get("servers"))
+    serve = parse_serve_table({"serve": table.get("serve")})
     table.finish(_MCP_KEYS)
-    return servers
+    return servers, serve
 
 
 def _check_mcp_names(assistants: tuple[AssistantConfig, ...],

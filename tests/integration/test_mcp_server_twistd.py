@@ -106,9 +106,9 @@ async def test_the_sdk_client_acts_as_the_character_over_http_and_stdio(
                                  "--url", f"{base}/mcp", "--token-env", "MCP_TEST_TOKEN"]))
     assert stdio["results"][0]["isError"] is False
     assert await pip_heard("over stdio")
-    # the audit trail: the engine's log of each call, as for an assistant's own, and the
-    # loop events every observer sees (the event stream here)
-    await until(lambda: proc.stdout.count("Function call completed: say") == 2, "the log")
+    # the audit trail: one info line per MCP call in the service's log, and the
+    # events every observer sees (the event stream here)
+    await until(lambda: proc.stdout.count("MCP call: say by mcp as ") == 2, "the log")
 
     def audited() -> list[tuple[str, Any]]:
         return [(kind, data["tool"]) for kind, data in sse_events(b"".join(chunks))
