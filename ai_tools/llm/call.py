@@ -229,10 +229,12 @@ class ModelCall:
     def exchange_failed(self, error: BaseException | Failure) -> None:
         """The attempt failed: retry it, or end the call with ``error``."""
         exchange, self._exchange = self._exchange, None
+        exc = error.value if isinstance(error, Failure) else error
+        if isinstance(exc, LLMInterrupted) and not self._draining:
+            self._channel.server.interrupted()  # (counting this call's slot, still held)
         self._release_slot()
         if self._draining:
             return
-        exc = error.value if isinstance(error, Failure) else error
         if isinstance(exc, defer.CancelledError):
             for breaker in self._breakers():
                 breaker.release_probe()
@@ -249,7 +251,6 @@ class ModelCall:
         """Count the failure against the breakers it concerns; True to try again."""
         produced = exchange is not None and exchange.produced
         if isinstance(exc, LLMInterrupted):
-            self._channel.server.interrupted()
             for breaker in self._breakers():
                 breaker.release_probe()  # the server works: nobody's failure
             return not produced

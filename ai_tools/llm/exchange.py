@@ -175,14 +175,15 @@ class Exchange:
     def detach(self) -> bool:
         """Leave the answer to the server that computes it anyway: the caller hears no
         more of it, and the connection stays open (so the slot stays taken) until the
-        answer ends, at most the profile's total time more.  False (and nothing done)
+        answer ends, at most ``DRAIN_LIMIT`` seconds more (or the profile's total
+        time, if longer).  False (and nothing done)
         on a server that stops when its client leaves: cancel it instead."""
         if not self._keeps or self._done or self._detached:
             return False
         self._detached = True
         self._on_event = None
         self._stop_timer()
-        limit = self._channel.profile.timeouts.total or DRAIN_LIMIT
+        limit = max(self._channel.profile.timeouts.total or 0.0, DRAIN_LIMIT)
         self._timer = self._channel.clock.callLater(limit, self._expire, "drain")
         return True
 
@@ -211,7 +212,7 @@ class Exchange:
             return deadline_passed(profile, self._partial())
         if self._expired == "drain":
             return LLMTimeout(f"{profile.chat_url}: an answer given up on did not end within "
-                              f"{profile.timeouts.total or DRAIN_LIMIT:g}s more")
+                              f"{max(profile.timeouts.total or 0.0, DRAIN_LIMIT):g}s more")
         if self._expired == "headers":
             return LLMTimeout(
                 f"no response from {profile.chat_url} within {profile.timeouts.headers:g}s"
