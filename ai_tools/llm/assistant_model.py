@@ -78,7 +78,7 @@ class AssistantModel:
         extra_body: Mapping[str, Any] | None = None,
     ) -> defer.Deferred[ChatResponse]:
         """The client's ``complete``, as this assistant's call."""
-        return self.client.complete(messages, tools, tool_choice, stream, on_event,  # type: ignore[no-any-return]
+        return self.client.complete(messages, tools, tool_choice, stream, on_event,
                                     extra_body=extra_body, party=self.name,
                                     breaker=self.breaker)
 

@@ -4,7 +4,8 @@ An :class:`~ai_tools.llm.client.OpenAIChatClient` builds one
 :class:`ModelChannel`; each :class:`~ai_tools.llm.call.ModelCall` and its
 :class:`~ai_tools.llm.exchange.Exchange` attempts use only its public names:
 the profile and clock, the model server (its slots and fair queue, its
-breaker), the circuit breaker of the client's own calls, the retry rules, :meth:`ModelChannel.send`, the answer limits and the redactor.
+breaker), the circuit breaker of the client's own calls, the retry rules,
+:meth:`ModelChannel.send`, the answer limits and the redactor.
 """
 
 from __future__ import annotations

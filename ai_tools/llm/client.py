@@ -49,8 +49,8 @@ from ai_tools.llm.channel import ModelChannel
 from ai_tools.llm.consumer import EventCallback
 from ai_tools.llm.events import ChatResponse
 from ai_tools.llm.profile import ModelProfile, default_max_tokens
-from ai_tools.llm.transport import http_client, pooled_agent
 from ai_tools.llm.server import ModelServer
+from ai_tools.llm.transport import http_client, pooled_agent
 from ai_tools.llm.window import ServerFacts, discover_window
 from ai_tools.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 

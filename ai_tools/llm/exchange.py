@@ -61,7 +61,6 @@ from ai_tools.llm.redaction import Redactor
 from ai_tools.llm.sse import SSELineTooLong
 from ai_tools.llm.stream import StreamProtocolError
 
-
 DRAIN_LIMIT = 600.0
 """Seconds an answer given up on may still take, without a total deadline to go by."""
 

@@ -124,7 +124,8 @@ class Fault:
 
     Build them with the class methods: :meth:`rate_limited`, :meth:`server_error`,
     :meth:`http_error`, :meth:`html_error`, :meth:`reset`, :meth:`malformed_json`,
-    :meth:`truncated_stream`, :meth:`interrupted`, :meth:`stall`, :meth:`keep_alive`, :meth:`stream_error`.
+    :meth:`truncated_stream`, :meth:`interrupted`, :meth:`stall`, :meth:`keep_alive`,
+    :meth:`stream_error`.
     ``after_chunks`` applies to stream faults: that many chunks are sent first.
     """
 

@@ -29,7 +29,7 @@ from twisted.logger import Logger
 from ai_tools.llm.breaker import CircuitBreaker
 from ai_tools.llm.profile import ModelProfile
 
-__all__ = ["KEEPS_COMPUTING", "FairSlots", "ModelServer", "server_key"]
+__all__ = ["KEEPS_COMPUTING", "FairSlots", "ModelServer", "ModelServers", "server_key"]
 
 log = Logger(namespace="ai_tools.llm.server")
 
@@ -195,3 +195,22 @@ class ModelServer:
                 "waiting": slots.waiting, "waiting_by_assistant": slots.waiting_by_party(),
                 "oldest_wait_s": round(slots.oldest_wait(), 3),
                 "breaker": self.breaker.state.value}
+
+
+class ModelServers:
+    """The model servers of one service, one per server (see :func:`server_key`): the
+    clients of profiles pointed at one server share its slots, queue and breaker."""
+
+    def __init__(self, clock: Any = None) -> None:
+        if clock is None:
+            from twisted.internet import reactor as clock
+        self._clock = clock
+        self._servers: dict[str, ModelServer] = {}
+
+    def for_profile(self, profile: ModelProfile) -> ModelServer:
+        """The server ``profile`` talks to (built from it the first time)."""
+        key = server_key(profile)
+        server = self._servers.get(key)
+        if server is None:
+            server = self._servers[key] = ModelServer(profile, self._clock)
+        return server

@@ -182,13 +182,16 @@ class LoopRun:
                         assistant=self.ctx.assistant_name, kind=kind)
 
     def model_requested(self, started: float, status: str, error: str | None = None,
-                        usage: Mapping[str, Any] | None = None, attempts: int = 1) -> None:
+                        usage: Mapping[str, Any] | None = None, attempts: int = 1,
+                        queued: float = 0.0) -> None:
         """Publish one ``model_request`` event: what was asked of whom, how long, what came.
 
         ``status`` is ``ok``, ``cancelled`` or the termination reason of the
         failure (``llm_error``, ``llm_unavailable``...); the token counts are
         the server's (None when it gave none); ``attempts`` the HTTP requests
-        the call took (its retries included; 0 when the breaker refused it).
+        the call took (its retries included; 0 when the breaker refused it);
+        ``queued`` the seconds it waited in the client's queue for a slot of the
+        model server (inside ``latency_ms``, and also given apart as ``queued_ms``).
         """
         if self.ctx.on_event is None:
             return
@@ -201,7 +204,7 @@ class LoopRun:
                   latency_ms=round((self.ctx.clock.seconds() - started) * 1000.0, 3),
                   prompt_tokens=usage.get("prompt_tokens"),
                   completion_tokens=usage.get("completion_tokens"), status=status,
-                  attempts=attempts,
+                  attempts=attempts, queued_ms=round(queued * 1000.0, 3),
                   error=None if error is None else clip_text(error, EVENT_TEXT_BYTES))
 
     def on_llm_event(self, event: Any) -> None:

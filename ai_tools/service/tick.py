@@ -49,7 +49,7 @@ from ai_tools.loop.prompts import format_events
 from ai_tools.loop.request import measure_context
 from ai_tools.loop.result import LoopResult
 from ai_tools.loop.usage import ContextUsage
-from ai_tools.service.assistant import AWAKE, SLEEP
+from ai_tools.service.assistant import AWAKE, SLEEP, assistant_model
 from ai_tools.service.episodes import EPISODES, episode_record
 from ai_tools.service.patterns import (
     ExecutionPattern,
@@ -242,6 +242,9 @@ def at_tick(assistant: Assistant, host: AssistantHost) -> defer.Deferred[TickRes
             return defer.succeed(TickResult(
                 assistant=assistant.name, tick=assistant.tick_number, status=IDLE,
                 mode=assistant.mode, started_at=now))
+        if _model_refused(assistant, host):
+            _release(assistant)
+            return defer.succeed(_skipped(assistant, host, "model_unavailable"))
         tick = _Tick(assistant, host, assistant.tick_number, now)
         d = _run(tick)
     except Exception:
@@ -254,6 +257,25 @@ def at_tick(assistant: Assistant, host: AssistantHost) -> defer.Deferred[TickRes
 
     d.addBoth(_tick_ended, tick)
     return d
+
+
+def _model_refused(assistant: Assistant, host: AssistantHost) -> bool:
+    """Whether a breaker (the assistant's or its model server's) would refuse the model
+    call now: the tick is then skipped, its events left pending, with no loop, no model
+    request and no line of log.  Only the change is told: one ``model_state`` event
+    (``unavailable`` with the reason, later ``available``) and one log line each way."""
+    llm = assistant_model(host, assistant.name, assistant.config.model)
+    ask = getattr(llm, "refusal", None)
+    refusal = ask() if callable(ask) else None
+    if (refusal is not None) == assistant.model_refused:
+        return assistant.model_refused
+    assistant.model_refused = refusal is not None
+    state = "unavailable" if refusal is not None else "available"
+    log.info("Assistant {assistant}: model {state}{why}", assistant=assistant.name,
+             state=state, why=f" ({refusal}); its ticks wait" if refusal is not None else "")
+    host.publish(assistant.name, {"type": "model_state", "state": state,
+                                  "error": None if refusal is None else str(refusal)})
+    return assistant.model_refused
 
 
 def _tick_ended(result: Any, tick: _Tick) -> Any:
@@ -496,7 +518,7 @@ def _loop_context(assistant: Assistant, host: AssistantHost, context_type: str, 
         actor=Actor(assistant.config.character_id, world=host.world, store=host.store,
                     assistant=assistant),  # type: ignore[arg-type]
         registry=host.registry,
-        llm=host.llm_for(assistant.config.model),
+        llm=assistant_model(host, assistant.name, assistant.config.model),
         history=assistant.history,
         clock=host.clock,
         cache=host.cache,

