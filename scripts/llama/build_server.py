@@ -15,7 +15,8 @@ From a fresh clone it:
    pip would refuse it by name);
 2. builds only the ``llama-server`` target with CMake, *portable*
    (``-DGGML_NATIVE=OFF``: no instructions of this CPU baked in), statically
-   linked, without libcurl, tests or examples, with at most two compile jobs
+   linked, without libcurl, tests, examples or the web UI (whose assets the
+   build would otherwise try to download), with at most two compile jobs
    (``AI_TOOLS_LLAMA_JOBS``; the machines running the suite are shared);
 3. keeps the binary as ``llama-server`` in the cache (``.cache/llama/`` or
    ``AI_TOOLS_LLAMA_CACHE``), with a stamp of the source and flags it was
@@ -49,7 +50,9 @@ SOURCE_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e4
 CMAKE_FLAGS = ["-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=OFF", "-DBUILD_SHARED_LIBS=OFF",
                "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
                "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=ON",
-               "-DLLAMA_BUILD_TOOLS=ON", "-DGGML_OPENMP=OFF"]
+               "-DLLAMA_BUILD_TOOLS=ON", "-DGGML_OPENMP=OFF",
+               # no web UI: its assets would be fetched from outside the package index
+               "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF"]
 BINARY = prepare.CACHE / "llama-server"
 STAMP = prepare.CACHE / "llama-server.built-from"
 JOBS = os.environ.get("AI_TOOLS_LLAMA_JOBS", "2")
