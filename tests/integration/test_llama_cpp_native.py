@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-
 import pytest
 import pytest_twisted
 from twisted.internet import defer, task
