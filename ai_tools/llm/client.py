@@ -151,6 +151,13 @@ class OpenAIChatClient:
         return self._channel.reply_cap_field
 
     @property
+    def status_at_end_default(self) -> bool:
+        """Whether loops on this server put their per-step status after the history by
+        default (its prompt cache then keeps the conversation between steps): where the
+        server's chat template is known to take a system message there."""
+        return self._channel.server.takes_status_at_end()
+
+    @property
     def context_window_source(self) -> str:
         """Where :attr:`context_window` comes from, in words (for status pages and logs)."""
         return self._channel.window.source
@@ -176,7 +183,7 @@ class OpenAIChatClient:
     def _discovered(self, found: Any, facts: ServerFacts) -> None:
         channel = self._channel
         kind = self.profile.server_kind or facts.kind
-        channel.server.learn(kind, facts.slots)
+        channel.server.learn(kind, facts.slots, facts.chat_template)
         if kind == "llama-cpp-python" and self.profile.tool_choice == "auto":
             channel.whole_tool_answers("llama-cpp-python cannot stream a tool call the "
                                        "model chose")

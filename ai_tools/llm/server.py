@@ -150,15 +150,20 @@ class ModelServer:
         self.slots_source = ("the configured server_slots" if profile.server_slots
                              else "max_concurrency (the server told none)")
         self.kind: str | None = None
+        self.chat_template: str | None = None
         self.breaker = CircuitBreaker(clock, failure_threshold=profile.breaker_threshold,
                                       cooldown=profile.breaker_cooldown,
                                       name=f"model server {self.key}")
 
-    def learn(self, kind: str | None, slots: int | None) -> None:
-        """What discovery found: the server's kind and how many requests it serves at once
-        (a configured ``server_slots`` wins; logged when the slots change)."""
+    def learn(self, kind: str | None, slots: int | None,
+              chat_template: str | None = None) -> None:
+        """What discovery found: the server's kind, how many requests it serves at once
+        (a configured ``server_slots`` wins; logged when the slots change) and its chat
+        template (llama.cpp's)."""
         if kind is not None:
             self.kind = kind
+        if chat_template is not None:
+            self.chat_template = chat_template
         if slots is None and kind in KEEPS_COMPUTING:
             slots = 1  # llama-cpp-python serves one request at a time
         if slots is None or self.configured_slots:
@@ -182,6 +187,20 @@ class ModelServer:
         log.info("Model server {key}: {slots} request(s) at once ({source})", key=self.key,
                  slots=slots, source=source)
         self.slots.set_capacity(slots)
+
+    def takes_status_at_end(self) -> bool:
+        """Whether the loop's status goes after the history by default on this server: a
+        local server with a prompt cache whose chat template takes a system message
+        after the first.  llama-cpp-python: yes (its chat formats render every role in
+        place; the interoperability test checks it).  llama.cpp: when its template
+        (``/props``) raises no error (the templates that refuse roles out of order --
+        Mistral's, Gemma's -- call ``raise_exception``); ChatML and Llama 3 templates
+        do not.  Elsewhere: no (set ``status_at_end`` to choose)."""
+        if self.kind == "llama-cpp-python":
+            return True
+        if self.kind == "llama.cpp":
+            return self.chat_template is not None and "raise_exception" not in self.chat_template
+        return False
 
     def keeps_computing(self, streaming: bool) -> bool:
         """Whether a request left by its client still occupies the server to its end."""

@@ -293,6 +293,8 @@ class ServerFacts:
 
     kind: str | None = None
     slots: int | None = None
+    chat_template: str | None = None
+    """llama.cpp's ``/props`` ``chat_template`` (the one the server formats prompts with)."""
 
     def take(self, probe: Probe, data: Any) -> None:
         """Read what ``probe``'s answer ``data`` tells of the server."""
@@ -300,6 +302,8 @@ class ServerFacts:
                 "total_slots" in data or "default_generation_settings" in data):
             self.kind = "llama.cpp"
             self.slots = _positive(data.get("total_slots"))
+            template = data.get("chat_template")
+            self.chat_template = template if isinstance(template, str) else None
         elif probe.read is read_vllm and self.kind is None:
             entries = _listed(data, "data", "")
             if entries and all(e.get("owned_by") == "me" and "permissions" in e

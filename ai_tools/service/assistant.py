@@ -125,6 +125,11 @@ def _str(instance: Any, attribute: Any, value: Any) -> None:
         raise ConfigError(f"assistant.{attribute.name} must be a string, not {value!r}")
 
 
+def _optional_bool(instance: Any, attribute: Any, value: Any) -> None:
+    if value is not None:
+        _bool(instance, attribute, value)
+
+
 def _bool(instance: Any, attribute: Any, value: Any) -> None:
     if not isinstance(value, bool):
         raise ConfigError(f"assistant.{attribute.name} must be true or false, not {value!r}")
@@ -203,8 +208,10 @@ class AssistantConfig:
     native_tools: bool | None = attrs.field(default=None, validator=_optional_bool)
     """Native tool calling; None: as the model profile says (native by default)."""
     stream: bool | None = attrs.field(default=None, validator=_optional_bool)
-    status_at_end: bool = attrs.field(default=False, validator=_bool)
-    """The loop's status after the history, for prompt caches (see ``LoopConfig``)."""
+    status_at_end: bool | None = attrs.field(default=None, validator=_optional_bool)
+    """The loop's status after the history, for prompt caches (see ``LoopConfig``); None:
+    the model server's default (on where its chat template takes it, see
+    ``ModelServer.takes_status_at_end``)."""
     consecutive_error_cap: int = attrs.field(default=5, validator=_positive_int)
     max_history: int = attrs.field(default=200, validator=_positive_int)
     """Messages kept; older ones are truncated after each tick."""

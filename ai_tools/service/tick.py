@@ -504,9 +504,17 @@ def _loop_config(assistant: Assistant, pattern: ExecutionPattern | None) -> Loop
         native_tools=config.native_tools,
         stream=config.stream,
         context_window=config.context_window,
-        status_at_end=config.status_at_end,
+        status_at_end=_status_at_end(assistant),
         **by_pattern,
     )
+
+
+def _status_at_end(assistant: Assistant) -> bool:
+    """The assistant's ``status_at_end``, else its model server's default."""
+    chosen = assistant.config.status_at_end
+    if chosen is not None:
+        return chosen
+    return bool(getattr(assistant.llm, "status_at_end_default", False))
 
 
 def _loop_context(assistant: Assistant, host: AssistantHost, context_type: str, *,

@@ -98,6 +98,7 @@ async def test_streams_in_company_are_not_interrupted(server: LlamaServer,
     client = clients(server)
     await client.learn_context_window()
     assert client.server.kind == "llama-cpp-python" and client.server.slots.capacity == 1
+    assert client.status_at_end_default  # its chat formats take the status at the end
     before = len(server.requests())
     calls = [client.for_assistant(name).complete(ask(f"Greet {name}."), stream=True)
              for name in ("ada", "bob", "cy")]

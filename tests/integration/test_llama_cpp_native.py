@@ -124,3 +124,11 @@ async def test_streamed_auto_tool_choice_is_served_streamed(client: OpenAIChatCl
     assert client.status()["stream_tool_answers"] is True
 
 
+
+
+@pytest_twisted.ensureDeferred
+async def test_status_at_end_is_its_default(client: OpenAIChatClient) -> None:
+    """Its ``/props`` template (ChatML) takes a system message after the history."""
+    await client.learn_context_window()
+    assert client.server is not None and client.server.chat_template
+    assert client.status_at_end_default is True

@@ -306,3 +306,16 @@ def test_a_tick_a_breaker_refuses_makes_no_events_but_one_state_change() -> None
     states = [e["state"] for e in events if e["type"] == "model_state"]
     assert states == ["unavailable", "available"] and len(resource.requests) == 2
     assert not ada.pending_events and not ada.model_refused
+
+
+def test_status_at_end_is_the_default_where_the_template_takes_it() -> None:
+    clock = Clock()
+    profile = ModelProfile(base_url="http://h:1/v1", model="m")
+    for kind, template, expected in (
+            ("llama-cpp-python", None, True),
+            ("llama.cpp", "{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}", True),
+            ("llama.cpp", "{{ raise_exception('roles must alternate') }}", False),
+            ("llama.cpp", None, False), ("vllm", None, False), (None, None, False)):
+        server = ModelServer(profile, clock)
+        server.learn(kind, None, template)
+        assert server.takes_status_at_end() is expected, (kind, template)
