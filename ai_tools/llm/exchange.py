@@ -410,6 +410,9 @@ class Exchange:
         if isinstance(e, LLMError):
             return e
         consumer = self._consumer
+        if consumer is not None and consumer.empty and not consumer.assembler.finished:
+            return LLMEmptyStream(f"the stream from {url} ended before its first chunk "
+                                  f"({describe_failure(e)})")
         if consumer is not None and consumer.assembler.finished \
                 and consumer.assembler.finish_reason is None:
             return LLMInterrupted(f"{url} interrupted the stream ([DONE] without its final "

@@ -319,3 +319,15 @@ def test_status_at_end_is_the_default_where_the_template_takes_it() -> None:
         server = ModelServer(profile, clock)
         server.learn(kind, None, template)
         assert server.takes_status_at_end() is expected, (kind, template)
+
+
+def test_a_stream_with_tools_cut_before_its_first_chunk_is_a_refusal() -> None:
+    """The server may end the refused stream uncleanly (the connection closed mid-body,
+    as llama-cpp-python sometimes does): still a refusal, not "lost mid-stream"."""
+    h = Harness([Fault.truncated_stream(after_chunks=0), Turn(tool_calls=[("look", {})])],
+                discover_window=False)
+    answer = h.run(h.client.complete(ask("x"), tools=[{"type": "function", "function": {
+        "name": "look", "parameters": {"type": "object", "properties": {}}}}]))
+    assert answer.tool_calls and answer.attempts == 2
+    assert [r.body["stream"] for r in h.requests] == [True, False]
+    assert h.client.status()["stream_tool_answers"] is False
