@@ -125,11 +125,6 @@ def _str(instance: Any, attribute: Any, value: Any) -> None:
         raise ConfigError(f"assistant.{attribute.name} must be a string, not {value!r}")
 
 
-def _optional_bool(instance: Any, attribute: Any, value: Any) -> None:
-    if value is not None:
-        _bool(instance, attribute, value)
-
-
 def _bool(instance: Any, attribute: Any, value: Any) -> None:
     if not isinstance(value, bool):
         raise ConfigError(f"assistant.{attribute.name} must be true or false, not {value!r}")
