@@ -18,7 +18,7 @@ from typing import Any, Literal, cast
 import attrs
 import treq
 from twisted.internet import defer
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 from twisted.web.http_headers import Headers
 
@@ -271,13 +271,13 @@ class ModelChannel:
             headers[name.encode("latin-1")] = [str(value).encode("latin-1", "replace")]
         return headers
 
-    def whole_tool_answers(self, why: str) -> None:
+    def whole_tool_answers(self, why: str, level: LogLevel = LogLevel.warn) -> None:
         """Ask for whole answers whenever tools are offered, from now on, for every call
-        of this profile (logged once)."""
+        of this profile (logged once, at ``level``)."""
         if self.stream_tools:
             self.stream_tools = False
-            self.log.warn("Model {label}: {why}; asking for whole answers whenever tools are "
-                          "offered", label=self.profile.label, why=why)
+            self.log.emit(level, "Model {label}: {why}; asking for whole answers whenever "
+                          "tools are offered", label=self.profile.label, why=why)
 
     # -- the retry rules -------------------------------------------------------------------
 

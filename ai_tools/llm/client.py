@@ -35,6 +35,7 @@ from typing import Any
 
 import attrs
 from twisted.internet import defer
+from twisted.logger import LogLevel
 from twisted.python.failure import Failure
 from twisted.web.client import HTTPConnectionPool
 from twisted.web.iweb import IAgent
@@ -186,7 +187,7 @@ class OpenAIChatClient:
         channel.server.learn(kind, facts.slots, facts.chat_template)
         if kind == "llama-cpp-python" and self.profile.tool_choice == "auto":
             channel.whole_tool_answers("llama-cpp-python cannot stream a tool call the "
-                                       "model chose")
+                                       "model chose", LogLevel.info)
         window = channel.window
         if isinstance(found, Failure):
             self._channel.log.warn(

@@ -302,6 +302,8 @@ def test_a_tick_a_breaker_refuses_makes_no_events_but_one_state_change() -> None
     assert [e["type"] for e in events] == ["model_state"]
     assert events[0]["state"] == "unavailable" and "unavailable" in events[0]["error"]
     assert ada.model_refused and ada.pending_events and len(resource.requests) == 1
+    shown = service.stats()["model_servers"]["default"]
+    assert shown["breaker"] == "open" and shown["slots"] == 8 and shown["waiting"] == 0
     run_for(10)  # the cooldown is over: the next tick runs
     states = [e["state"] for e in events if e["type"] == "model_state"]
     assert states == ["unavailable", "available"] and len(resource.requests) == 2
