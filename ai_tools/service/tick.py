@@ -423,7 +423,7 @@ def _history_budget(assistant: Assistant, usage: ContextUsage) -> HistoryBudget 
 def _compact(tick: _Tick, usage: ContextUsage) -> Any:
     assistant, host = tick.assistant, tick.host
     config = assistant.config.compaction
-    llm = host.llm_for(assistant.config.model)
+    llm = assistant_model(host, assistant.name, assistant.config.model)
     try:
         result = yield compact_history(assistant.history, llm, config,
                                        budget=_history_budget(assistant, usage))
@@ -478,7 +478,7 @@ def _select_pattern(tick: _Tick, context_type: str) -> Any:
 def _assess_and_select(tick: _Tick, context_type: str) -> Any:
     assistant, host = tick.assistant, tick.host
     config = assistant.execution_config
-    llm = host.llm_for(assistant.config.model)
+    llm = assistant_model(host, assistant.name, assistant.config.model)
     assessment = yield assess_task(llm, assistant.persona,
                                    format_events(assistant.pending_events))
     assistant.count("assessments")
