@@ -3,9 +3,9 @@
 The run of issue 27, repeatable: llama-cpp-python's server (``make llama-server``:
 SmolLM2-135M, one thread, its defaults, ``interrupt_requests`` on) and the
 standalone service with ``examples/assistant.toml`` (two assistants, Pip and
-Mason) pointed at it.  Every ``AI_TOOLS_COMPANY_EVERY`` seconds (40) Bob speaks
-to Pip and Alice pages Mason, for ``AI_TOOLS_COMPANY_SECONDS`` (600); then the
-service gets ``AI_TOOLS_COMPANY_GRACE`` seconds (180) to finish.  Printed at the
+Mason) pointed at it.  Every ``COMPANY_RUN_EVERY`` seconds (40) Bob speaks
+to Pip and Alice pages Mason, for ``COMPANY_RUN_SECONDS`` (600); then the
+service gets ``COMPANY_RUN_GRACE`` seconds (180) to finish.  Printed at the
 end: messages sent, events still pending, the model requests by outcome, the
 time they waited in the client's queue and spent at the server, and the chat
 requests the server's own access log counts (each sent once?).
@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import prepare  # noqa: E402
 
-EVERY = float(os.environ.get("AI_TOOLS_COMPANY_EVERY", "40"))
-SECONDS = float(os.environ.get("AI_TOOLS_COMPANY_SECONDS", "600"))
-GRACE = float(os.environ.get("AI_TOOLS_COMPANY_GRACE", "180"))
+EVERY = float(os.environ.get("COMPANY_RUN_EVERY", "40"))
+SECONDS = float(os.environ.get("COMPANY_RUN_SECONDS", "600"))
+GRACE = float(os.environ.get("COMPANY_RUN_GRACE", "180"))
 
 
 def free_port() -> int:
