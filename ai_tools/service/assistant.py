@@ -66,6 +66,15 @@ _MAX_SUBAGENT_RECORDS = 20
 _DIRECT_KINDS = frozenset({"whisper", "page", "tell", "direct"})
 
 
+def assistant_model(host: Any, name: str, model: str) -> Any:
+    """The model client assistant ``name`` calls: the profile ``model``'s client as that
+    assistant uses it (its turn in the server's queue, its own breaker:
+    ``for_assistant``), or the client itself when it has no such view (a test's)."""
+    client = host.llm_for(model)
+    view = getattr(client, "for_assistant", None)
+    return view(name) if callable(view) else client
+
+
 class SleepRefused(AIToolsError):
     """Going to sleep was refused: the assistant has done nothing since it woke."""
 
@@ -223,8 +232,10 @@ class AssistantConfig:
     native_tools: bool | None = attrs.field(default=None, validator=_optional_bool)
     """Native tool calling; None: as the model profile says (native by default)."""
     stream: bool | None = attrs.field(default=None, validator=_optional_bool)
-    status_at_end: bool = attrs.field(default=False, validator=_bool)
-    """The loop's status after the history, for prompt caches (see ``LoopConfig``)."""
+    status_at_end: bool | None = attrs.field(default=None, validator=_optional_bool)
+    """The loop's status after the history, for prompt caches (see ``LoopConfig``); None:
+    the model server's default (on where its chat template takes it, see
+    ``ModelServer.takes_status_at_end``)."""
     consecutive_error_cap: int = attrs.field(default=5, validator=_positive_int)
     max_history: int = attrs.field(default=200, validator=_positive_int)
     """Messages kept; older ones are truncated after each tick."""
@@ -431,6 +442,9 @@ class Assistant:
     unavailable_said: bool = False
     """Whether ``unavailable_line`` was said since the pending events were last answered."""
     # Runtime only (never persisted):
+    model_refused: bool = False
+    """Whether its last tick was skipped because a breaker refused its model (the
+    change is published once, as a ``model_state`` event, not at every tick)."""
     ticking: bool = False
     """The tick guard: True while a tick runs (released in ``finally``)."""
     control: LoopControl | None = None
@@ -460,10 +474,11 @@ class Assistant:
 
     @property
     def llm(self) -> Any:
-        """The assistant's model client (None without a host)."""
+        """The assistant's model client (None without a host): its own view of the
+        profile's client (see :func:`assistant_model`)."""
         if self.host is None:
             return None
-        return self.host.llm_for(self.config.model)
+        return assistant_model(self.host, self.name, self.config.model)
 
     @property
     def execution_config(self) -> Mapping[str, Any]:

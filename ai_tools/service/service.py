@@ -52,7 +52,7 @@ from ai_tools.loop import (
     execute_react_loop,
 )
 from ai_tools.service.approvals import ApprovalBoard
-from ai_tools.service.assistant import AWAKE, Assistant, AssistantConfig
+from ai_tools.service.assistant import AWAKE, Assistant, AssistantConfig, assistant_model
 from ai_tools.service.scheduling import Clock, TickScheduler
 from ai_tools.service.state_writer import StateWriter
 from ai_tools.service.tick import TickResult, at_tick
@@ -914,6 +914,8 @@ class AssistantService(MultiService):
             "states_written": writer.states_written if writer else 0,
             "state_write_failures": writer.failures if writer else 0,
             "models": sorted(self._llms),
+            "model_servers": {name: client.status() for name, client in sorted(
+                self._llms.items()) if callable(getattr(client, "status", None))},
             "store": _store_health(self.store),
         }
 
@@ -1068,7 +1070,7 @@ class AssistantService(MultiService):
             actor=Actor(assistant.config.character_id, world=self.world, store=self.store,
                         assistant=assistant),  # type: ignore[arg-type]
             registry=self.registry,
-            llm=self.llm_for(assistant.config.model),
+            llm=assistant_model(self, assistant.name, assistant.config.model),
             history=ConversationHistory(),
             clock=self.clock,
             cache=self.cache,

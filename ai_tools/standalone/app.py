@@ -255,7 +255,9 @@ class StandaloneService(MultiService):
     def _start_models(self) -> Any:
         from ai_tools.llm.client import OpenAIChatClient
         from ai_tools.llm.profile import ModelProfile
+        from ai_tools.llm.server import ModelServers
 
+        servers = ModelServers(self.reactor)  # profiles of one server share its slots
         for name, spec in self.config.models.items():
             if spec.scripted:
                 server = yield self._start_scripted(spec)
@@ -273,7 +275,8 @@ class StandaloneService(MultiService):
                 profile = spec.profile
                 log.info("Model profile {name}: {model} at {url}", name=name,
                          model=profile.model, url=profile.base_url)
-            client = self.clients[name] = OpenAIChatClient(profile, reactor=self.reactor)
+            client = self.clients[name] = OpenAIChatClient(
+                profile, reactor=self.reactor, server=servers.for_profile(profile))
             # the model's window, from its server when it tells it (logged with its source);
             # never fails, and a slow server does not hold the start (its first call waits)
             client.learn_context_window()

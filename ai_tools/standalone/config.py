@@ -93,6 +93,7 @@ _PROFILE_TYPES: dict[str, type | tuple[type, ...]] = {
     "retry_after_cap": (int, float), "breaker_threshold": int,
     "breaker_cooldown": (int, float), "repetition": dict, "log_requests": bool,
     "prices": dict,
+    "server_slots": int, "server_kind": str,
 }
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", dict: "a table",
                float: "a number", list: "a list"}

@@ -54,13 +54,16 @@ def build_llms(reactor: Any = None) -> dict[str, Any]:
     """Model clients from ``AI_TOOLS_LLM`` (called ``default``) and ``AI_TOOLS_LLMS``."""
     from ai_tools.llm.client import OpenAIChatClient
     from ai_tools.llm.profile import ModelProfile
+    from ai_tools.llm.server import ModelServers
 
     tables = {"default": ai_setting("AI_TOOLS_LLM")}
     tables.update(ai_setting("AI_TOOLS_LLMS") or {})
     clients = {}
+    servers = ModelServers(reactor)  # profiles of one server share its slots and queue
     for name, table in tables.items():
         profile = ModelProfile.from_mapping({"name": name, **dict(table)}, f"AI_TOOLS_LLMS[{name}]")
-        clients[name] = OpenAIChatClient(profile, reactor=reactor)
+        clients[name] = OpenAIChatClient(profile, reactor=reactor,
+                                         server=servers.for_profile(profile))
     return clients
 
 
