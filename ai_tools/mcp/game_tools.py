@@ -104,6 +104,9 @@ class GameTools:
     cache: Any = None
     publish: Publish | None = None
     history_limit: int = 200
+    halted: Callable[[], bool] | None = None
+    """Whether the operator stopped everything (an emergency stop of every assistant):
+    then no MCP call runs either, as no assistant's would (None: never)."""
     history: ConversationHistory = attrs.field(factory=ConversationHistory)
     state: ExecutionState = attrs.field(factory=ExecutionState)
     _calls: int = attrs.field(default=0, init=False)
@@ -124,6 +127,13 @@ class GameTools:
         tool = self.registry.get_tool(name)
         if tool is None or getattr(tool, "needs_assistant", False):
             raise JSONRPCError(INVALID_PARAMS, f"Unknown tool: {name}")
+        if self.halted is not None and self.halted():
+            log.info("MCP call: {tool} by {server} refused: emergency stop", tool=name,
+                     server=self.name)
+            return {"content": [{"type": "text", "text": model_json({
+                "success": False, "status": "emergency_stopped",
+                "error": "the operator stopped everything (emergency stop); no tool runs "
+                         "until it is cleared"})}], "isError": True}
         self._calls += 1
         call = ToolCall(id=f"mcp_{context.session.number}_{self._calls}", name=name,
                         arguments=arguments)
@@ -178,13 +188,15 @@ class GameTools:
 
 
 def game_tools(config: McpServeConfig, registry: ToolRegistry, *, world: Any, store: Any,
-               clock: Any, cache: Any = None, publish: Publish | None = None) -> GameTools:
-    """The game's tools for ``[mcp.serve]``: its character, gate and audit name."""
+               clock: Any, cache: Any = None, publish: Publish | None = None,
+               halted: Callable[[], bool] | None = None) -> GameTools:
+    """The game's tools for ``[mcp.serve]``: its character, gate and audit name;
+    ``halted`` says whether an emergency stop of everything holds."""
     gate = GatePolicy(allowed_categories=config.allowed_categories(),
                       allowed_names=config.tools)
     return GameTools(registry=registry, actor=Actor(config.character, world=world, store=store),
                      clock=clock, gate=gate, name=config.name, cache=cache, publish=publish,
-                     history_limit=config.history_limit)
+                     history_limit=config.history_limit, halted=halted)
 
 
 def game_server(config: McpServeConfig, service: Any, world: Any, clock: Any) -> McpServer:
@@ -193,7 +205,8 @@ def game_server(config: McpServeConfig, service: Any, world: Any, clock: Any) ->
     from ai_tools import __version__
 
     tools = game_tools(config, service.registry, world=world, store=service.store,
-                       clock=clock, cache=service.cache, publish=service.publish)
+                       clock=clock, cache=service.cache, publish=service.publish,
+                       halted=lambda: bool(getattr(service, "everything_stopped", False)))
     instructions = (f"You act in a game world as the character {config.character!r}, with its "
                     "permissions. Read the tools' descriptions; destructiveHint marks tools "
                     "that change the world for good.")

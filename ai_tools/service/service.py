@@ -287,6 +287,10 @@ class AssistantService(MultiService):
         self._approvals: ApprovalBoard | None = None
         self._ready: defer.Deferred[None] | None = None
         self._observer_errors = itertools.count()
+        self.everything_stopped = False
+        """An emergency stop of every assistant holds (until cleared for all): callers
+        from outside the loops (MCP sessions) run no tool either.  Not saved: each
+        assistant's own stop is."""
 
     # -- shared resources (the AssistantHost protocol) ----------------------------
 
@@ -866,6 +870,8 @@ class AssistantService(MultiService):
         Returns the names stopped.  Persisted, so it survives a restart.
         """
         names = [name] if name is not None else list(self._assistants)
+        if name is None:
+            self.everything_stopped = True
         for n in names:
             assistant = self.get(n)
             assistant.emergency_stopped = True
@@ -879,6 +885,8 @@ class AssistantService(MultiService):
         """Let emergency-stopped assistants tick again; returns the names cleared."""
         names = [name] if name is not None else [
             n for n, a in self._assistants.items() if a.emergency_stopped]
+        if name is None:
+            self.everything_stopped = False
         for n in names:
             assistant = self.get(n)
             assistant.emergency_stopped = False

@@ -74,12 +74,14 @@ class Sleep(Tool):
         return {"success": True}
 
 
-def setup(config: McpServeConfig | None = None) -> tuple[Any, Any, list[Any], list[Any]]:
+def setup(config: McpServeConfig | None = None, halted: Any = None
+          ) -> tuple[Any, Any, list[Any], list[Any]]:
     clock = task.Clock()
     registry = ToolRegistry([Look, Count, Demolish, Wait, Sleep])
     events: list[Any] = []
     tools = game_tools(config or McpServeConfig(character="char:mason"), registry, world=None,
-                       store=None, clock=clock, publish=lambda name, e: events.append((name, e)))
+                       store=None, clock=clock, publish=lambda name, e: events.append((name, e)),
+                       halted=halted)
     sent: list[Any] = []
     server = McpServer(ServerFeatures(tools=tools), clock)
     session = server.open_session(lambda m, related: sent.append(m))
@@ -200,3 +202,27 @@ def test_the_audit_event_clips_large_arguments() -> None:
     call(session, 30, "look", {"pad": "x" * 20000})
     arguments = events[0][1]["arguments"]
     assert len(str(arguments)) < 4096 and "_clipped" in arguments
+
+
+def test_an_emergency_stop_of_everything_stops_mcp_calls_too() -> None:
+    """While the operator has stopped every assistant, an MCP call runs no tool (as no
+    assistant's would) and says why; once cleared, calls run again."""
+    stopped = [True]
+    session, tools, events, _ = setup(halted=lambda: stopped[0])
+    refused = call(session, 1, "look")
+    assert refused.result["isError"] is True
+    assert "emergency_stopped" in refused.result["content"][0]["text"]
+    assert tools.history.messages == [] and events == []
+    stopped[0] = False
+    assert call(session, 2, "look").result["isError"] is False
+
+
+def test_the_service_says_when_everything_is_stopped() -> None:
+    """Only an emergency stop of all assistants (not of one) sets the service's flag."""
+    from ai_tools.service import AssistantService
+
+    service = AssistantService()
+    service.emergency_stop(None, "test")
+    assert service.everything_stopped
+    service.clear_emergency_stop(None)
+    assert not service.everything_stopped
