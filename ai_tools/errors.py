@@ -58,6 +58,8 @@ class LLMError(AIToolsError):
     attempts = 0
     """HTTP requests the failed call sent (set by the model client; 0 when none was,
     e.g. refused by an open circuit breaker)."""
+    queued = 0.0
+    """Seconds the call waited in the client's queue for a slot of the server."""
 
     def __init__(self, message: str, partial_text: str = "") -> None:
         super().__init__(message)
@@ -113,6 +115,16 @@ class LLMServerError(LLMError):
 
 class LLMConnectionError(LLMError):
     """The model server could not be reached, or dropped the connection."""
+
+    reached = True
+    """False when no answer came at all (refused, reset, unreachable): the server's
+    own breaker counts those."""
+
+
+class LLMInterrupted(LLMConnectionError):
+    """The server ended a stream early for another request: ``[DONE]`` without the final
+    chunk, then the connection closed (llama-cpp-python's ``interrupt_requests``, when a
+    second request waits for its one slot)."""
 
 
 class LLMTimeout(LLMError):

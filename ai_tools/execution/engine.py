@@ -51,7 +51,7 @@ from typing import Any, Protocol
 
 import attrs
 from twisted.internet import defer, task
-from twisted.logger import Logger
+from twisted.logger import LogLevel
 from twisted.python.failure import Failure
 
 from ai_tools.errors import AIToolsError
@@ -64,6 +64,7 @@ from ai_tools.execution.reasons import TerminationReason
 from ai_tools.execution.results import DEFAULT_MAX_RESULT_BYTES, MIN_MAX_RESULT_BYTES, shape_result
 from ai_tools.json_encoding import model_json
 from ai_tools.llm.events import ToolCall
+from ai_tools.log_gate import GatedLogger
 from ai_tools.retry import DEFAULT_RETRY_POLICY, RetryPolicy, is_retryable_error
 from ai_tools.tools.base import Actor, Tool, ToolCategory
 from ai_tools.tools.registry import ToolRegistry
@@ -79,13 +80,14 @@ __all__ = [
     "skip_tool_call",
 ]
 
-log = Logger()
+log = GatedLogger()
 
 PARAMETER_WARNINGS_KEY = "_parameter_warnings"
 """Added to a result whose call had parameters dropped or changed by validation."""
 
 _HISTORY, _ABORT, _RESTART = OutcomeKind.HISTORY, OutcomeKind.ABORT, OutcomeKind.RESTART
 _STOPPED = TerminationReason.STOPPED_BY_USER
+_DEBUG = LogLevel.debug
 
 
 class ToolGate(Protocol):
@@ -193,8 +195,8 @@ class _ToolCallRun:
     """The state of one tool call while it is in flight; one method per step."""
 
     __slots__ = ("approved", "assistant_content", "attempts", "call", "ctx", "finished", "key",
-                 "killed", "outcome", "outcome_d", "params", "raw", "same_answer", "started",
-                 "tool", "waiting", "warnings")
+                 "killed", "logged", "outcome", "outcome_d", "params", "raw", "same_answer",
+                 "started", "tool", "waiting", "warnings")
 
     def __init__(self, context: ExecutionContext, tool_call: Any,
                  assistant_content: str | None, same_answer: bool = False) -> None:
@@ -216,6 +218,8 @@ class _ToolCallRun:
         self.key: str | None = None
         self.attempts = 0
         self.approved = False
+        self.logged = False
+        """Whether this call's debug lines are kept (the log gate is asked once a call)."""
 
     # ---- plumbing
 
@@ -320,9 +324,11 @@ class _ToolCallRun:
             return
         call = self.call
         assert call is not None
-        log.info("Assistant decision: {tool} - {reasoning}", tool=call.name,
-                 reasoning=call.reasoning or "", tool_call_id=call.id,
-                 arguments=call.arguments, assistant=ctx.cache_namespace)
+        self.logged = log.wants(_DEBUG)  # (the service logs at info: no event is built)
+        if self.logged:
+            log.debug("Assistant decision: {tool} - {reasoning}", tool=call.name,
+                      reasoning=call.reasoning or "", tool_call_id=call.id,
+                      arguments=call.arguments, assistant=ctx.cache_namespace)
         tool = self.tool = ctx.registry.get_tool(call.name)
         if tool is None:
             valid = ctx.allowed_tool_names()
@@ -527,10 +533,11 @@ class _ToolCallRun:
         if success and not from_cache:
             self._after_success(tool, result)
         duration_ms = self._elapsed_ms()
-        log.info("Function call completed: {name} ({ms}ms)", name=tool.name,
-                 ms=round(duration_ms), success=success, status=status,
-                 attempts=self.attempts, from_cache=from_cache, tool_call_id=call.id,
-                 assistant=self.ctx.cache_namespace)
+        if self.logged:
+            log.debug("Function call completed: {name} ({ms}ms)", name=tool.name,
+                      ms=round(duration_ms), success=success, status=status,
+                      attempts=self.attempts, from_cache=from_cache, tool_call_id=call.id,
+                      assistant=self.ctx.cache_namespace)
         self._update_current(status, success, duration_ms)
         self._record(status, shaped.result, shaped.content, from_cache, duration_ms)
 

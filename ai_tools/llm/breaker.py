@@ -56,6 +56,19 @@ class CircuitBreaker:
             if remaining > 0:
                 raise self._unavailable(remaining)
 
+    def refusal(self) -> LLMUnavailable | None:
+        """The error an attempt would meet now (open and cooling down, or half-open with
+        its one probe out), else None; changes nothing."""
+        if self.state is BreakerState.CLOSED:
+            return None
+        assert self.opened_at is not None
+        remaining = self.opened_at + self.cooldown - self.clock.seconds()
+        if self.state is BreakerState.OPEN and remaining > 0:
+            return self._unavailable(remaining)
+        if self.state is BreakerState.HALF_OPEN and self._probe_in_flight:
+            return self._unavailable(0.0)
+        return None
+
     def before_attempt(self) -> None:
         """Let an attempt through, or raise LLMUnavailable while the circuit is open."""
         if self.state is BreakerState.CLOSED:

@@ -1,11 +1,21 @@
 """One :meth:`~ai_tools.llm.client.OpenAIChatClient.complete` call: slots, attempts, retries.
 
 A :class:`ModelCall` runs :class:`~ai_tools.llm.exchange.Exchange` attempts,
-each holding one of the client's concurrency slots while it runs (a call
-waiting to retry holds none), asks the circuit breaker before each, retries
-what the channel's rules allow after a back-off (honouring ``Retry-After``),
-and fires :attr:`ModelCall.result` once.  The whole call, waits for a slot
-and back-offs included, ends by the profile's total deadline.  It is written
+each holding one of the server's slots while it runs (a call waiting to
+retry holds none; the slots are handed out in turns between assistants, see
+:mod:`ai_tools.llm.server`), asks the breakers (its assistant's and the
+server's) before each, retries what the channel's rules allow after a
+back-off (honouring ``Retry-After``), and fires :attr:`ModelCall.result`
+once.  The call's deadlines run while it is out at the server, never while
+it waits in the queue (bounded by ``timeouts.queue``): the total deadline
+starts when its first request is sent.
+
+A request is never sent twice while the server may still compute it: on a
+server known to compute a whole answer its client left (llama-cpp-python),
+a call that gives up keeps the slot, and the connection, until the server is
+done (:meth:`Exchange.detach`); a stream the server interrupted for another
+request (:class:`~ai_tools.errors.LLMInterrupted`) teaches that the server
+serves fewer at once, and goes back to the queue.  It is written
 with callbacks, not as a coroutine: a coroutine, its Deferred and the Deferred
 it awaits are a dozen objects that every garbage collection walks while the
 request waits for its answer, and a service has a thousand such requests in
@@ -13,7 +23,7 @@ flight.
 
 Cancelling :attr:`ModelCall.result` stops the call wherever it is (waiting
 for a slot, in an attempt, or in a back-off wait) and fails it with
-``CancelledError``.
+``CancelledError`` (the connection closed, unless the server computes on).
 """
 
 from __future__ import annotations
@@ -24,11 +34,19 @@ import attrs
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from ai_tools.errors import LLMEmptyStream, LLMError, LLMRequestError, LLMUnavailable
+from ai_tools.errors import (
+    LLMEmptyStream,
+    LLMError,
+    LLMInterrupted,
+    LLMRequestError,
+    LLMTimeout,
+    LLMUnavailable,
+)
+from ai_tools.llm.breaker import CircuitBreaker
 from ai_tools.llm.channel import ModelChannel
 from ai_tools.llm.consumer import EventCallback
 from ai_tools.llm.events import AttemptCallback, ChatResponse, RequestAttempt
-from ai_tools.llm.exchange import Exchange, at_deadline, deadline_passed
+from ai_tools.llm.exchange import Exchange
 from ai_tools.llm.window import reply_room_in_error
 
 
@@ -44,19 +62,28 @@ class RequestBuilder(Protocol):
 
 
 class ModelCall:
-    """One request to the model, retried as the channel's rules say."""
+    """One request to the model, retried as the channel's rules say.
+
+    ``party`` is whom the call is for (an assistant's name): the server's queue
+    serves the parties in turns.  ``breaker`` is the caller's own breaker (the
+    assistant's, else the client's); the server's breaker is asked too.
+    """
 
     __slots__ = (
         "_attempt",
         "_body",
+        "_breaker",
         "_channel",
         "_deadline",
+        "_draining",
         "_ended",
         "_exchange",
         "_has_slot",
         "_last_error",
         "_on_attempt",
         "_on_event",
+        "_party",
+        "_queued",
         "_rebuilt",
         "_request",
         "_slot",
@@ -69,6 +96,7 @@ class ModelCall:
     def __init__(
         self, channel: ModelChannel, body: bytes, streaming: bool, on_event: EventCallback | None,
         request: RequestBuilder | None = None, on_attempt: AttemptCallback | None = None,
+        *, party: str | None = None, breaker: CircuitBreaker | None = None,
     ) -> None:
         self._channel = channel
         self._body = body
@@ -79,61 +107,76 @@ class ModelCall:
         self._on_event = on_event
         self._on_attempt = on_attempt
         self._last_error: str | None = None
+        self._party = party
+        self._breaker = breaker
         self._attempt = 0
+        self._queued = 0.0
         self._ended = False
+        self._draining = False
         self._has_slot = False
         self._deadline: float | None = None
         self._exchange: Exchange | None = None
         self._slot: defer.Deferred[Any] | None = None
-        self._timer: Any = None  # the deadline while waiting for a slot, or the back-off
+        self._timer: Any = None  # the queue's deadline, or the back-off
         self.result: defer.Deferred[ChatResponse] = defer.Deferred(self._cancel)
 
+    def _breakers(self) -> tuple[CircuitBreaker, ...]:
+        server = self._channel.server.breaker
+        return (server,) if self._breaker is None else (self._breaker, server)
+
     def start(self) -> None:
-        """Check the breaker (fail fast, without waiting for a slot), then ask for a slot."""
-        channel = self._channel
+        """Check the breakers (fail fast, without waiting for a slot), then queue."""
         try:
-            channel.breaker.check()
+            for breaker in self._breakers():
+                breaker.check()
         except BaseException:
             self._end(Failure())
             return
-        channel.calls.add(self)
-        total = channel.profile.timeouts.total
-        if total is not None:
-            self._deadline = channel.clock.seconds() + total
+        self._channel.calls.add(self)
         self._wait_for_slot()
 
     # -- a slot, then an attempt ------------------------------------------------------------
 
     def _wait_for_slot(self) -> None:
         self._timer = None
-        slot = self._channel.slots.acquire()
+        slot = self._channel.server.slots.acquire(self._party)
         if not slot.called:
             self._slot = slot
-            if self._deadline is not None:
-                self._timer = at_deadline(self._channel.clock, self._deadline,
-                                          self._no_slot_in_time)
+            limit = self._channel.profile.timeouts.queue
+            if limit is not None:
+                self._timer = self._channel.clock.callLater(limit, self._no_slot_in_time)
         slot.addCallbacks(self._got_slot, self._no_slot)
 
     def _no_slot_in_time(self) -> None:
         self._timer = None
-        profile = self._channel.profile
-        self._end(deadline_passed(
-            profile, why=f" (all {profile.max_concurrency} request slots stayed busy)"
-        ))
+        channel = self._channel
+        slots = channel.server.slots
+        self._end(LLMTimeout(
+            f"{channel.profile.chat_url}: waited {channel.profile.timeouts.queue:g}s in the "
+            f"queue for one of the server's {slots.capacity} slot(s) ({slots.waiting} "
+            "request(s) waiting); nothing was sent"))
 
-    def _got_slot(self, _: object) -> None:
+    def _got_slot(self, waited: float) -> None:
         self._slot = None
         self._stop_timer()
         self._has_slot = True
         if self._ended:  # cancelled while the slot was being handed over
             self._release_slot()
             return
+        clock, total = self._channel.clock, self._channel.profile.timeouts.total
+        self._queued += waited
+        if self._deadline is not None:
+            self._deadline += waited  # the deadlines run while a request is out, not queued
+        elif total is not None:
+            self._deadline = clock.seconds() + total
         self._attempt += 1
-        try:
-            self._channel.breaker.before_attempt()
-        except BaseException:
-            self._end(Failure())
+        if not self._pass_breakers():
             return
+        request = self._request
+        if self._streaming and request is not None and request.offers_tools \
+                and not self._channel.stream_tools:  # the server refused one meanwhile
+            self._streaming = False
+            self._body = request.build(False)
         exchange = self._exchange = Exchange(self, self._channel, self._on_event, self._deadline)
         exchange.start(self._body, self._streaming,
                        None if self._on_attempt is None else self._attempt_headers())
@@ -150,6 +193,22 @@ class ModelCall:
             return None
         return event.headers or None
 
+    def _pass_breakers(self) -> bool:
+        """Let the attempt through every breaker, or end the call (releasing the probes
+        already let through)."""
+        passed: list[CircuitBreaker] = []
+        for breaker in self._breakers():
+            try:
+                breaker.before_attempt()
+            except BaseException:
+                for earlier in passed:
+                    earlier.release_probe()
+                self._attempt -= 1  # nothing was sent
+                self._end(Failure())
+                return False
+            passed.append(breaker)
+        return True
+
     def _no_slot(self, failure: Failure) -> None:
         self._slot = None
         self._end(failure)
@@ -158,45 +217,85 @@ class ModelCall:
 
     def exchange_succeeded(self, response: ChatResponse) -> None:
         """The attempt got an answer."""
-        if self._unstreamed:  # whole, after a stream that broke: ask whole from now on
-            channel = self._channel
-            if channel.stream_tools:
-                channel.stream_tools = False
-                channel.log.warn(
-                    "Model {label}: a streamed answer offering tools ended before its first "
-                    "chunk and the same request unstreamed was answered; asking for whole "
-                    "answers whenever tools are offered", label=channel.profile.label)
         self._exchange = None
         self._release_slot()
-        self._channel.breaker.record_success()
+        if self._draining:  # the answer nobody waits for any more
+            return
+        if self._unstreamed:  # asked whole after a stream closed unanswered: it works
+            self._channel.whole_tool_answers("a streamed request offering tools was closed "
+                                             "unanswered, and the same request whole was "
+                                             "answered")
+        for breaker in self._breakers():
+            breaker.record_success()
         self._end(response)
+
+    def exchange_abandoned(self, error: LLMError) -> None:
+        """The call's time ran out while the server, which keeps computing an answer its
+        client left, still works on it: end the call now, and keep the slot (and the
+        connection) until the server is done (see :meth:`Exchange.detach`)."""
+        self._draining = True
+        self._exchange = None
+        if self._breaker is not None:
+            self._breaker.record_failure()
+        self._channel.log.warn(
+            "Model {label}: gave up on a request ({error}); the server computes it to its "
+            "end, so it keeps its slot until then: nothing is sent in its place",
+            label=self._channel.profile.label, error=str(error))
+        self._end(error)
 
     def exchange_failed(self, error: BaseException | Failure) -> None:
         """The attempt failed: retry it, or end the call with ``error``."""
         exchange, self._exchange = self._exchange, None
-        self._release_slot()
-        breaker = self._channel.breaker
         exc = error.value if isinstance(error, Failure) else error
+        if isinstance(exc, LLMInterrupted) and not self._draining:
+            self._channel.server.interrupted()  # (counting this call's slot, still held)
+        self._release_slot()
+        if self._draining:
+            return
         if isinstance(exc, defer.CancelledError):
-            breaker.release_probe()
+            for breaker in self._breakers():
+                breaker.release_probe()
         elif isinstance(exc, LLMError) and not isinstance(exc, LLMUnavailable):
             if self._changed_request(exc, exchange):
-                if self._unstreamed:  # the server may close the connection the stream used
-                    self._channel.drop_idle_connections().addBoth(
-                        lambda _: None if self._ended else self._wait_for_slot())
-                else:
-                    self._timer = self._channel.clock.callLater(0, self._wait_for_slot)
+                self._send_again()
                 return
-            verdict = self._channel.verdict(exc)
-            if verdict == "success":
-                breaker.record_success()
-            else:
-                breaker.record_failure()
-                if verdict == "retry" and not (exchange is not None and exchange.produced):
-                    self._last_error = type(exc).__name__
-                    self._retry_later(exc, error)
-                    return
+            if self._judge(exc, exchange):
+                self._last_error = type(exc).__name__  # (the next attempt's retry_of)
+                self._retry_later(exc, error)
+                return
         self._end(error)
+
+    def _judge(self, exc: LLMError, exchange: Exchange | None) -> bool:
+        """Count the failure against the breakers it concerns; True to try again."""
+        produced = exchange is not None and exchange.produced
+        if isinstance(exc, LLMInterrupted):
+            for breaker in self._breakers():
+                breaker.release_probe()  # the server works: nobody's failure
+            return not produced
+        verdict = self._channel.verdict(exc)
+        if verdict == "success":
+            for breaker in self._breakers():
+                breaker.record_success()
+            return False
+        own, server = self._breaker, self._channel.server.breaker
+        if own is not None:
+            own.record_failure()
+        if self._channel.server_failed(exc) or own is None:
+            server.record_failure()
+        else:
+            server.release_probe()
+        return verdict == "retry" and not produced
+
+    def _send_again(self) -> None:
+        """Send the rebuilt request at once (through the queue again)."""
+        for breaker in self._breakers():
+            breaker.release_probe()
+        if not self._streaming and self._request is not None and self._request.offers_tools:
+            # the server may close the connection the refused stream used
+            self._channel.drop_idle_connections().addBoth(
+                lambda _: None if self._ended else self._wait_for_slot())
+        else:
+            self._timer = self._channel.clock.callLater(0, self._wait_for_slot)
 
     def _changed_request(self, exc: LLMError, exchange: Exchange | None) -> bool:
         """Whether the failure taught the client something that changes the request, which
@@ -204,10 +303,11 @@ class ModelCall:
 
         * a context-overflow 400 naming a smaller window than the one in use: the
           request's default ``max_tokens`` shrinks with it;
-        * a streamed answer with tools that ended before its first chunk (or a
-          connection closed cleanly without an answer): it is asked for whole, and if
-          that is answered, requests offering tools are sent unstreamed from now on
-          (logged once).
+        * a streamed answer with tools that ended before its first chunk: the server
+          refuses to stream them, so requests offering tools ask for whole answers from
+          now on, for every call of the profile (logged once), and this one is asked
+          again whole (a connection closed cleanly without an answer, which a stale
+          pooled connection may also be, switches once the whole answer came).
         """
         request, channel = self._request, self._channel
         if request is None or self._rebuilt or (exchange is not None and exchange.produced):
@@ -217,7 +317,11 @@ class ModelCall:
                 return False
         elif isinstance(exc, LLMEmptyStream) and self._streaming and request.offers_tools:
             self._streaming = False
-            self._unstreamed = True
+            if exc.reached:  # an answer that ended before its first chunk: a refusal
+                channel.whole_tool_answers("a streamed answer offering tools was refused "
+                                           "(it ended before its first chunk)")
+            else:  # a closed connection may be a stale one: switch once whole works
+                self._unstreamed = True
         else:
             return False
         body = request.build(self._streaming)
@@ -253,7 +357,14 @@ class ModelCall:
             slot, self._slot = self._slot, None
             slot.cancel()
         elif self._exchange is not None:
-            self._exchange.cancel()
+            exchange = self._exchange
+            if exchange.detach():  # the server computes it anyway: keep the slot till then
+                self._draining = True
+                self._exchange = None
+                for breaker in self._breakers():
+                    breaker.release_probe()
+            else:
+                exchange.cancel()
         if not self._ended:
             self._end(Failure(defer.CancelledError()))
 
@@ -267,7 +378,7 @@ class ModelCall:
     def _release_slot(self) -> None:
         if self._has_slot:
             self._has_slot = False
-            self._channel.slots.release()
+            self._channel.server.slots.release()
 
     def _end(self, outcome: ChatResponse | Failure | BaseException) -> None:
         if self._ended:
@@ -277,15 +388,18 @@ class ModelCall:
         if self._slot is not None:
             slot, self._slot = self._slot, None
             slot.cancel()
-        self._release_slot()
+        if not self._draining:
+            self._release_slot()
         self._channel.calls.discard(self)
         if isinstance(outcome, Failure | BaseException):
             error = outcome.value if isinstance(outcome, Failure) else outcome
             if isinstance(error, LLMError):
                 error.attempts = self._attempt
+                error.queued = self._queued
             self.result.errback(outcome)
-        elif self._attempt != 1:
-            self.result.callback(attrs.evolve(outcome, attempts=self._attempt))
+        elif self._attempt != 1 or self._queued:
+            self.result.callback(attrs.evolve(outcome, attempts=self._attempt,
+                                              queued=self._queued))
         else:
             self.result.callback(outcome)
 

@@ -3,8 +3,9 @@
 An :class:`~ai_tools.llm.client.OpenAIChatClient` builds one
 :class:`ModelChannel`; each :class:`~ai_tools.llm.call.ModelCall` and its
 :class:`~ai_tools.llm.exchange.Exchange` attempts use only its public names:
-the profile and clock, the concurrency slots, the circuit breaker, the
-retry rules, :meth:`ModelChannel.send`, the answer limits and the redactor.
+the profile and clock, the model server (its slots and fair queue, its
+breaker), the circuit breaker of the client's own calls, the retry rules,
+:meth:`ModelChannel.send`, the answer limits and the redactor.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Literal, cast
 import attrs
 import treq
 from twisted.internet import defer
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 from twisted.web.http_headers import Headers
 
@@ -35,6 +36,7 @@ from ai_tools.llm.breaker import CircuitBreaker
 from ai_tools.llm.http_errors import describe_failure, redact_headers
 from ai_tools.llm.profile import AnswerLimits, ModelProfile
 from ai_tools.llm.redaction import Redactor
+from ai_tools.llm.server import ModelServer
 from ai_tools.llm.transport import prepared_url
 from ai_tools.llm.window import PROBE_BODY_BYTES, PROBE_TIMEOUT, ContextWindow, Probe
 from ai_tools.retry import RetryPolicy, is_retryable_error
@@ -74,7 +76,7 @@ class ModelChannel:
         "profile",
         "reply_cap_field",
         "retry_policy",
-        "slots",
+        "server",
         "stream_tools",
         "url",
         "wall_clock",
@@ -93,21 +95,26 @@ class ModelChannel:
         rand: Callable[[], float],
         wall_clock: Callable[[], float],
         pool: Any = None,
+        server: ModelServer | None = None,
     ) -> None:
         self.profile = profile
         self.clock = clock
         self.breaker = breaker
         self.retry_policy = retry_policy
         self.wall_clock = wall_clock
-        self.slots = defer.DeferredSemaphore(profile.max_concurrency)
+        self.server = ModelServer(profile, clock) if server is None else server
+        """The server's slots, fair queue, kind and breaker (shared by its clients)."""
+        if profile.server_kind is not None:
+            self.server.learn(profile.server_kind, None)
         self.calls: set[Any] = set()
         self.url = prepared_url(profile.chat_url)
         self._pool = pool
         self.window = ContextWindow.for_profile(profile)
-        self.stream_tools = True
-        """False once a streamed answer with tools came back empty (llama-cpp-python
-        cannot stream a call the model chose): requests offering tools then ask for
-        whole answers."""
+        self.stream_tools = self.server.kind != "llama-cpp-python"
+        """False once a streamed answer with tools was refused (ended before its first
+        chunk: llama-cpp-python cannot stream a call the model chose), or from the start
+        on a server known to refuse them: requests offering tools then ask for whole
+        answers."""
         self.reply_cap_field = "max_tokens"
         """The body field of the reply cap: ``max_completion_tokens`` once the server
         refused ``max_tokens`` for it (OpenAI's reasoning models: o-series, gpt-5)."""
@@ -265,6 +272,14 @@ class ModelChannel:
             headers[name.encode("latin-1")] = [str(value).encode("latin-1", "replace")]
         return headers
 
+    def whole_tool_answers(self, why: str, level: LogLevel = LogLevel.warn) -> None:
+        """Ask for whole answers whenever tools are offered, from now on, for every call
+        of this profile (logged once, at ``level``)."""
+        if self.stream_tools:
+            self.stream_tools = False
+            self.log.emit(level, "Model {label}: {why}; asking for whole answers whenever "
+                          "tools are offered", label=self.profile.label, why=why)
+
     # -- the retry rules -------------------------------------------------------------------
 
     def verdict(self, error: LLMError) -> Verdict:
@@ -276,6 +291,13 @@ class ModelChannel:
         if isinstance(error, LLMProtocolError):
             return "fail"
         return "retry" if is_retryable_error(error) else "fail"
+
+    def server_failed(self, error: LLMError) -> bool:
+        """Whether ``error`` says the server itself is down (its breaker counts it), not
+        that one request of one assistant failed: no connection, 5xx, 429."""
+        if isinstance(error, LLMConnectionError):
+            return not error.reached
+        return isinstance(error, LLMServerError) and error.status is not None
 
     def retry_delay(self, error: LLMError, attempt: int) -> float:
         """Seconds to wait after failed attempt ``attempt``: ``Retry-After`` (capped), else

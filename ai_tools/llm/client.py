@@ -9,8 +9,10 @@ transport.
 
 Each :meth:`OpenAIChatClient.complete` is a :class:`~ai_tools.llm.call.ModelCall`
 running :class:`~ai_tools.llm.exchange.Exchange` attempts over the client's
-:class:`~ai_tools.llm.channel.ModelChannel`.  The client caps concurrent
-requests with a ``DeferredSemaphore``, streams answers through a byte-level
+:class:`~ai_tools.llm.channel.ModelChannel`.  The client never sends its
+server more requests than it serves at once (:mod:`ai_tools.llm.server`: the
+slots learned from the server, the rest waiting in a queue fair between
+assistants, see :meth:`OpenAIChatClient.for_assistant`), streams answers through a byte-level
 SSE parser into semantic events (text deltas, the final message, done), retries 429, 5xx and
 connection failures with the shared :class:`~ai_tools.retry.RetryPolicy`
 (honouring ``Retry-After``), fails at once with a clear message on 400, 401,
@@ -33,6 +35,7 @@ from typing import Any, ClassVar
 
 import attrs
 from twisted.internet import defer
+from twisted.logger import LogLevel
 from twisted.python.failure import Failure
 from twisted.web.client import HTTPConnectionPool
 from twisted.web.iweb import IAgent
@@ -41,14 +44,16 @@ from zope.interface import implementer
 from ai_tools.default_reactor import global_reactor
 from ai_tools.errors import LLMError, LLMRequestError
 from ai_tools.interfaces import ILLMClient
-from ai_tools.llm.breaker import CircuitBreaker
+from ai_tools.llm.assistant_model import AssistantModel
+from ai_tools.llm.breaker import BreakerState, CircuitBreaker
 from ai_tools.llm.call import ModelCall
 from ai_tools.llm.channel import ModelChannel
 from ai_tools.llm.consumer import EventCallback
 from ai_tools.llm.events import AttemptCallback, ChatResponse
 from ai_tools.llm.profile import ModelProfile, default_max_tokens
+from ai_tools.llm.server import ModelServer
 from ai_tools.llm.transport import http_client, pooled_agent
-from ai_tools.llm.window import discover_window
+from ai_tools.llm.window import ServerFacts, discover_window
 from ai_tools.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -83,10 +88,14 @@ class OpenAIChatClient:
                                             on_setattr=attrs.setters.frozen)
     wall_clock: Callable[[], float] = attrs.field(default=time.time,
                                                   on_setattr=attrs.setters.frozen)
+    server: ModelServer | None = attrs.field(default=None, on_setattr=attrs.setters.frozen)
+    """The model server, shared with the other clients pointed there (one of its own
+    when None): its slots, its fair queue, its breaker."""
     _pool: HTTPConnectionPool | None = attrs.field(default=None, init=False)
     _discovery: list[defer.Deferred[int]] | None = attrs.field(default=None, init=False)
     _channel: ModelChannel = attrs.field(init=False)
     _closed: bool = attrs.field(default=False, init=False)
+    _assistants: dict[str, AssistantModel] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         # The defaults that need the other fields (object.__setattr__: the fields are frozen).
@@ -115,7 +124,10 @@ class OpenAIChatClient:
             rand=self.rand,
             wall_clock=self.wall_clock,
             pool=self._pool,
+            server=self.server,
         )
+        if self.server is None:
+            object.__setattr__(self, "server", self._channel.server)
 
     def __repr__(self) -> str:
         # Never show environ: it may hold the API key.
@@ -142,6 +154,13 @@ class OpenAIChatClient:
         return self._channel.reply_cap_field
 
     @property
+    def status_at_end_default(self) -> bool:
+        """Whether loops on this server put their per-step status after the history by
+        default (its prompt cache then keeps the conversation between steps): where the
+        server's chat template is known to take a system message there."""
+        return self._channel.server.takes_status_at_end()
+
+    @property
     def context_window_source(self) -> str:
         """Where :attr:`context_window` comes from, in words (for status pages and logs)."""
         return self._channel.window.source
@@ -159,13 +178,18 @@ class OpenAIChatClient:
             self._discovery.append(waiter)
         else:
             self._discovery = [waiter]
-            discover_window(self.profile, self._channel.fetch).addBoth(self._discovered)
+            facts = ServerFacts()
+            discover_window(self.profile, self._channel.fetch, facts).addBoth(
+                self._discovered, facts)
         return waiter
 
-    def _discovered(self, found: Any) -> None:
+    def _discovered(self, found: Any, facts: ServerFacts) -> None:
         window = self._channel.window
-        if isinstance(found, Failure) and self._closed:
-            pass  # closed meanwhile (the service stopping): the failure is ours, not the server's
+        closed_meanwhile = isinstance(found, Failure) and self._closed
+        if not closed_meanwhile:  # (the service stopping: the failure is ours, not the server's)
+            self._learn_server(facts)
+        if closed_meanwhile:
+            pass
         elif isinstance(found, Failure):
             self._channel.log.warn(
                 "Model {label}: could not ask the server for its context window ({error}); "
@@ -181,6 +205,38 @@ class OpenAIChatClient:
         for waiter in waiters:
             waiter.callback(window.tokens)
 
+    def _learn_server(self, facts: ServerFacts) -> None:
+        """What the server told of itself (its kind, slots, chat template), kept."""
+        channel = self._channel
+        kind = self.profile.server_kind or facts.kind
+        channel.server.learn(kind, facts.slots, facts.chat_template)
+        if kind == "llama-cpp-python" and self.profile.tool_choice == "auto":
+            channel.whole_tool_answers("llama-cpp-python cannot stream a tool call the "
+                                       "model chose", LogLevel.info)
+
+    def for_assistant(self, name: str) -> AssistantModel:
+        """This client as assistant ``name`` uses it: its calls take their turn in the
+        server's queue as that assistant's, behind a breaker of its own (one
+        assistant's failing requests never close the server to the others)."""
+        view = self._assistants.get(name)
+        if view is None:
+            view = self._assistants[name] = AssistantModel(self, name, CircuitBreaker(
+                self.reactor, failure_threshold=self.profile.breaker_threshold,
+                cooldown=self.profile.breaker_cooldown,
+                name=f"{self.profile.label} for {name}"))
+        return view
+
+    def status(self) -> dict[str, Any]:
+        """The client as status pages show it: the window, the server's slots and queue,
+        the breakers that are not closed."""
+        open_breakers = {name: view.breaker.state.value
+                         for name, view in sorted(self._assistants.items())
+                         if view.breaker.state is not BreakerState.CLOSED}
+        return {"profile": self.profile.label, "context_window": self.context_window,
+                "context_window_source": self.context_window_source,
+                "stream_tool_answers": self._channel.stream_tools,
+                **self._channel.server.status(), "assistant_breakers": open_breakers}
+
     def complete(
         self,
         messages: Sequence[Mapping[str, Any]],
@@ -191,6 +247,8 @@ class OpenAIChatClient:
         *,
         extra_body: Mapping[str, Any] | None = None,
         on_attempt: AttemptCallback | None = None,
+        party: str | None = None,
+        breaker: CircuitBreaker | None = None,
     ) -> defer.Deferred[ChatResponse]:
         """Ask the model; fires with a :class:`ChatResponse`.
 
@@ -204,25 +262,30 @@ class OpenAIChatClient:
         ``max_tokens`` comes from it.  ``on_attempt`` is told of each HTTP attempt
         before it is sent and may add headers to it
         (:class:`~ai_tools.llm.events.RequestAttempt`; tracing uses it).
+        ``party`` and ``breaker`` are the assistant's
+        (see :meth:`for_assistant`): whose turn the call takes in the server's queue,
+        and the breaker of its own besides the server's (the client's by default).
         """
         if self._closed:
             return defer.fail(LLMError(f"model client for {self.profile.label} is closed"))
         request = _Request(self, messages, tools, tool_choice, extra_body)
         streaming = self.profile.stream if stream is None else bool(stream)
+        owner = (party, self.breaker if breaker is None else breaker)
         if self._channel.window.settled:
-            return self._start(request, streaming, on_event, on_attempt)
+            return self._start(request, streaming, on_event, owner, on_attempt)
         inner: list[defer.Deferred[Any]] = [self.learn_context_window()]
         result: defer.Deferred[ChatResponse] = defer.Deferred(lambda _: inner[0].cancel())
 
         def learned(_: object) -> None:
             if not result.called:
-                inner[0] = self._start(request, streaming, on_event, on_attempt)
+                inner[0] = self._start(request, streaming, on_event, owner, on_attempt)
                 inner[0].chainDeferred(result)
 
         inner[0].addCallbacks(learned, lambda _: None)
         return result
 
     def _start(self, request: _Request, streaming: bool, on_event: EventCallback | None,
+               owner: tuple[str | None, CircuitBreaker | None],
                on_attempt: AttemptCallback | None = None) -> defer.Deferred[ChatResponse]:
         if request.offers_tools and not self._channel.stream_tools:
             streaming = False
@@ -230,7 +293,8 @@ class OpenAIChatClient:
             body = request.build(streaming)
         except (TypeError, ValueError) as e:
             return defer.fail(LLMRequestError(f"cannot encode the request: {e}"))
-        call = ModelCall(self._channel, body, streaming, on_event, request, on_attempt)
+        call = ModelCall(self._channel, body, streaming, on_event, request, on_attempt,
+                         party=owner[0], breaker=owner[1])
         call.start()
         return call.result
 

@@ -186,6 +186,8 @@ class ChatResponse:
     message: Mapping[str, Any] = attrs.field(factory=dict)
     attempts: int = 1
     """HTTP requests the call sent to get this answer (retries included)."""
+    queued: float = 0.0
+    """Seconds the call waited in the client's queue for one of the server's slots."""
 
     @property
     def text(self) -> str:

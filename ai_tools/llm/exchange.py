@@ -17,7 +17,11 @@ the body reader's idle and progress timer replaces the headers timer once
 the headers are in).
 
 :meth:`Exchange.cancel` aborts the connection and reports ``CancelledError``;
-a deadline that passes reports :class:`~ai_tools.errors.LLMTimeout`.
+a deadline that passes reports :class:`~ai_tools.errors.LLMTimeout`.  On a
+server that computes a whole answer to its end after its client has left
+(llama-cpp-python), closing the connection frees nothing: there the call's
+end *detaches* the exchange instead (:meth:`Exchange.detach`), which keeps
+the connection and the slot until the server is done.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from ai_tools.errors import (
     LLMConnectionError,
     LLMEmptyStream,
     LLMError,
+    LLMInterrupted,
     LLMProtocolError,
     LLMServerError,
     LLMTimeout,
@@ -56,6 +61,9 @@ from ai_tools.llm.profile import ModelProfile
 from ai_tools.llm.redaction import Redactor
 from ai_tools.llm.sse import SSELineTooLong
 from ai_tools.llm.stream import StreamProtocolError
+
+DRAIN_LIMIT = 600.0
+"""Seconds an answer given up on may still take, without a total deadline to go by."""
 
 
 def at_deadline(clock: Any, deadline: float, expire: Any, *args: Any) -> Any:
@@ -85,8 +93,10 @@ class Exchange:
         "_channel",
         "_consumer",
         "_deadline",
+        "_detached",
         "_done",
         "_expired",
+        "_keeps",
         "_on_event",
         "_owner",
         "_parts",
@@ -110,6 +120,8 @@ class Exchange:
         self._deadline = deadline
         self._done = False
         self._cancelled = False
+        self._detached = False
+        self._keeps = False
         self._expired: str | None = None
         self._timer: Any = None
         self._pending: defer.Deferred[Any] | None = None
@@ -133,7 +145,10 @@ class Exchange:
             profile = channel.profile
             self._consumer = StreamConsumer(self._on_event, profile.repetition,
                                             channel.answer_limits(), self._redactor)
-        headers = channel.profile.timeouts.headers
+        # A server that computes a whole answer its client left gets no headers deadline:
+        # giving up early would not free it, only the call's total time ends the wait.
+        self._keeps = channel.server.keeps_computing(streaming)
+        headers = None if self._keeps else channel.profile.timeouts.headers
         deadline = self._deadline
         if headers is not None and (deadline is None or clock.seconds() + headers < deadline):
             self._timer = clock.callLater(headers, self._expire, "headers")
@@ -158,8 +173,26 @@ class Exchange:
             self._pending.cancel()
         self._fail(defer.CancelledError())
 
+    def detach(self) -> bool:
+        """Leave the answer to the server that computes it anyway: the caller hears no
+        more of it, and the connection stays open (so the slot stays taken) until the
+        answer ends, at most ``DRAIN_LIMIT`` seconds more (or the profile's total
+        time, if longer).  False (and nothing done)
+        on a server that stops when its client leaves: cancel it instead."""
+        if not self._keeps or self._done or self._detached:
+            return False
+        self._detached = True
+        self._on_event = None
+        self._stop_timer()
+        limit = max(self._channel.profile.timeouts.total or 0.0, DRAIN_LIMIT)
+        self._timer = self._channel.clock.callLater(limit, self._expire, "drain")
+        return True
+
     def _expire(self, phase: str) -> None:
         self._timer = None
+        if phase == "total" and self.detach():
+            self._owner.exchange_abandoned(deadline_passed(self._channel.profile))
+            return
         self._expired = phase
         if self._pending is not None:
             self._pending.cancel()
@@ -178,6 +211,9 @@ class Exchange:
         profile = self._channel.profile
         if self._expired == "total":
             return deadline_passed(profile, self._partial())
+        if self._expired == "drain":
+            return LLMTimeout(f"{profile.chat_url}: an answer given up on did not end within "
+                              f"{max(profile.timeouts.total or 0.0, DRAIN_LIMIT):g}s more")
         if self._expired == "headers":
             return LLMTimeout(
                 f"no response from {profile.chat_url} within {profile.timeouts.headers:g}s"
@@ -228,11 +264,13 @@ class Exchange:
             elif self._consumer is not None and _closed_without_answer(failure):
                 error = LLMEmptyStream(f"{self._channel.profile.chat_url} closed the "
                                        "connection without answering a streamed request")
+                error.reached = False
             else:
                 reason = describe_failure(cast(BaseException, failure.value))
                 error = LLMConnectionError(
                     f"could not reach {self._channel.profile.chat_url}: {reason}"
                 )
+                error.reached = False
         self._fail(error)
 
     def _got_response(self, response: Any) -> None:
@@ -258,7 +296,8 @@ class Exchange:
     def _read(self, sink: Any, done: Any, failed: Any, description: str = "response body",
               **bounds: Any) -> BodyReader:
         reader = BodyReader(self._channel.clock, sink, self._channel.profile.timeouts.idle,
-                            description, arm_on_connect=False, deadline=self._deadline,
+                            description, arm_on_connect=False,
+                            deadline=None if self._detached else self._deadline,
                             **bounds)
         self._reader = reader
         self._pending = reader.finished
@@ -372,7 +411,16 @@ class Exchange:
             return LLMProtocolError(f"{url}: {e}", partial)
         if isinstance(e, LLMError):
             return e
-        where = "mid-stream" if self._consumer is not None else "while reading the answer"
+        consumer = self._consumer
+        if consumer is not None and consumer.empty and not consumer.assembler.finished:
+            return LLMEmptyStream(f"the stream from {url} ended before its first chunk "
+                                  f"({describe_failure(e)})")
+        if consumer is not None and consumer.assembler.finished \
+                and consumer.assembler.finish_reason is None:
+            return LLMInterrupted(f"{url} interrupted the stream ([DONE] without its final "
+                                  f"chunk, then {describe_failure(e)}): it was serving "
+                                  "another request", partial)
+        where = "mid-stream" if consumer is not None else "while reading the answer"
         return LLMConnectionError(f"connection to {url} lost {where}: {describe_failure(e)}",
                                   partial)
 

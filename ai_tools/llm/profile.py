@@ -29,6 +29,8 @@ ENV_TOOL_CHOICE = "AI_TOOLS_LLM_TOOL_CHOICE"
 ENV_MAX_TOKENS = "AI_TOOLS_LLM_MAX_TOKENS"
 
 TOOL_CALLING_MODES = ("native", "fallback")
+KNOWN_SERVER_KINDS = ("openai", "llama.cpp", "llama-cpp-python", "ollama", "vllm", "lmstudio")
+"""The kinds of server ``server_kind`` may name (the scripted server plays each)."""
 TOOL_CHOICES = ("auto", "required", "none")
 
 MAX_TOKENS_SHARE = 4
@@ -70,8 +72,9 @@ class Timeouts:
     longest silence allowed between two body chunks; ``progress`` the longest
     time a stream may go without an event (SSE comments such as
     ``: keep-alive`` are bytes but not progress); ``total`` bounds the whole
-    call end to end: the wait for a concurrency slot, every attempt and the
-    waits between attempts.
+    call from its first request sent: every attempt and the waits between
+    attempts (not the wait in the client's own queue for one of the server's
+    slots); ``queue`` bounds each wait in that queue.
     """
 
     connect: float = attrs.field(default=10.0, validator=_seconds_or_none)
@@ -79,6 +82,7 @@ class Timeouts:
     idle: float | None = attrs.field(default=60.0, validator=_seconds_or_none)
     progress: float | None = attrs.field(default=300.0, validator=_seconds_or_none)
     total: float | None = attrs.field(default=600.0, validator=_seconds_or_none)
+    queue: float | None = attrs.field(default=900.0, validator=_seconds_or_none)
 
 
 @attrs.frozen
@@ -188,6 +192,11 @@ class ModelProfile:
     discover_window: bool = True
     prices: Prices | None = None
     """Per million input and output tokens (None: no cost is shown)."""
+    server_slots: int | None = None
+    """Requests the server serves at once, fixed (None: learned from the server, else
+    ``max_concurrency``); the rest wait in the client's queue."""
+    server_kind: str | None = None
+    """What the server is (one of ``server_kinds.SERVER_KINDS``; None: learned)."""
 
     def __attrs_post_init__(self) -> None:
         if not self.model:
@@ -203,6 +212,7 @@ class ModelProfile:
                 f"model profile: 'tool_calling' must be one of {TOOL_CALLING_MODES}, "
                 f"got {self.tool_calling!r}"
             )
+        self._check_server()
         if self.context_window is not None and self.context_window < 1:
             raise ConfigError("model profile: 'context_window' must be a positive integer")
         if self.tool_choice is not None and self.tool_choice not in TOOL_CHOICES:
@@ -220,6 +230,16 @@ class ModelProfile:
                 raise ConfigError(f"model profile: '{field}' must be a table")
         if self.prices is not None and not isinstance(self.prices, Prices):
             raise ConfigError("model profile: 'prices' must be a table (input, output)")
+
+    def _check_server(self) -> None:
+        """What the profile says of the server itself: its slots and its kind."""
+        if self.server_slots is not None and (isinstance(self.server_slots, bool) or not
+                                              isinstance(self.server_slots, int)
+                                              or self.server_slots < 1):
+            raise ConfigError("model profile: 'server_slots' must be a positive integer")
+        if self.server_kind is not None and self.server_kind not in KNOWN_SERVER_KINDS:
+            raise ConfigError(f"model profile: 'server_kind' must be one of "
+                              f"{', '.join(KNOWN_SERVER_KINDS)}, got {self.server_kind!r}")
 
     @property
     def chat_url(self) -> str:

@@ -113,6 +113,7 @@ FAULT_KINDS = (
     "reset",
     "malformed_json",
     "truncate",
+    "interrupt",
     "stall",
     "keep_alive",
     "stream_error",
@@ -125,7 +126,8 @@ class Fault:
 
     Build them with the class methods: :meth:`rate_limited`, :meth:`server_error`,
     :meth:`http_error`, :meth:`html_error`, :meth:`reset`, :meth:`malformed_json`,
-    :meth:`truncated_stream`, :meth:`stall`, :meth:`keep_alive`, :meth:`stream_error`.
+    :meth:`truncated_stream`, :meth:`interrupted`, :meth:`stall`, :meth:`keep_alive`,
+    :meth:`stream_error`.
     ``after_chunks`` applies to stream faults: that many chunks are sent first.
     """
 
@@ -185,6 +187,13 @@ class Fault:
         return cls("truncate", after_chunks=after_chunks)
 
     @classmethod
+    def interrupted(cls, after_chunks: int = 2, latency: float = 0.0) -> Fault:
+        """Stream ``after_chunks`` chunks, then ``data: [DONE]`` without the final chunk,
+        then close the connection mid-body: llama-cpp-python's ``interrupt_requests``
+        ending a stream because another request waits."""
+        return cls("interrupt", after_chunks=after_chunks, latency=latency)
+
+    @classmethod
     def stall(cls, after_chunks: int = 0) -> Fault:
         """Send headers and ``after_chunks`` chunks, then go silent (connection kept open)."""
         return cls("stall", after_chunks=after_chunks)
@@ -213,6 +222,7 @@ class Fault:
             "reset": cls.reset,
             "malformed_json": cls.malformed_json,
             "truncated_stream": cls.truncated_stream,
+            "interrupted": cls.interrupted,
             "stall": cls.stall,
             "keep_alive": cls.keep_alive,
             "stream_error": cls.stream_error,
@@ -818,7 +828,8 @@ class ScriptedModelResource(Resource):
     def _stream(self, request: Any, body: Mapping[str, Any], turn: Turn) -> None:
         chunks = self._stream_chunks(body, turn)
         fault = turn.fault
-        if fault is not None and fault.kind in ("truncate", "stall", "keep_alive", "stream_error"):
+        if fault is not None and fault.kind in ("truncate", "interrupt", "stall", "keep_alive",
+                                                "stream_error"):
             chunks = chunks[: fault.after_chunks]
         if fault is not None and fault.kind == "malformed_json":
             chunks = [*chunks[:1], b"data: {\"choices\": [{\"delta\": {\"content\": \"x\"\n\n"]
@@ -846,7 +857,10 @@ class ScriptedModelResource(Resource):
     def _stream_end(self, request: Any, fault: Fault | None) -> None:
         """What follows the last chunk: the end, or the turn's fault."""
         kind = fault.kind if fault is not None else None
-        if kind == "truncate":
+        if kind == "interrupt":
+            request.write(b"data: [DONE]\n\n")
+            request.channel.transport.loseConnection()
+        elif kind == "truncate":
             request.channel.transport.loseConnection()
         elif kind == "stall":
             return  # silence; the connection stays open until someone closes it

@@ -30,9 +30,11 @@ from typing import Any
 
 import attrs
 
+from ai_tools.llm.profile import KNOWN_SERVER_KINDS
+
 __all__ = ["SERVER_KINDS", "ServerKind"]
 
-SERVER_KINDS = ("openai", "llama.cpp", "llama-cpp-python", "ollama", "vllm", "lmstudio")
+SERVER_KINDS = KNOWN_SERVER_KINDS
 
 Answer = tuple[int, dict[str, Any]]
 

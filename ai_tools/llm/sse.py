@@ -54,6 +54,7 @@ class SSEParser:
         "_pending",
         "_pending_size",
         "_skip_lf",
+        "retry_ms",
     )
 
     def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
@@ -65,6 +66,13 @@ class SSEParser:
         self._data: list[str] = []
         self._event = ""
         self._last_id: str | None = None
+        self.retry_ms: int | None = None
+        """The last ``retry:`` field (milliseconds), for callers that reconnect."""
+
+    @property
+    def last_event_id(self) -> str | None:
+        """The last ``id:`` field seen (an event without data may set it)."""
+        return self._last_id
 
     def feed(self, chunk: bytes, dispatch: Dispatch) -> None:
         """Parse ``chunk``, dispatching the events it completes.
@@ -165,4 +173,6 @@ class SSEParser:
             self._event = value
         elif field == "id" and "\x00" not in value:
             self._last_id = value
-        # "retry" and unknown fields are ignored: reconnection is ours to decide.
+        elif field == "retry" and value.isascii() and value.isdigit() and len(value) <= 9:
+            self.retry_ms = int(value)  # MCP's Streamable HTTP reconnects by it
+        # Unknown fields are ignored.

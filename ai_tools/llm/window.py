@@ -43,7 +43,7 @@ from twisted.logger import Logger
 from ai_tools.llm.profile import ModelProfile
 from ai_tools.llm.tokens import DEFAULT_CONTEXT_WINDOW, known_context_window
 
-__all__ = ["ContextWindow", "discover_window", "reply_room_in_error", "server_root",
+__all__ = ["ContextWindow", "ServerFacts", "discover_window", "reply_room_in_error", "server_root",
            "window_in_error"]
 
 log = Logger(namespace="ai_tools.llm.window")
@@ -286,10 +286,39 @@ Fetch = Callable[[Probe], "defer.Deferred[tuple[int, bytes]]"]
 """Sends a probe; fires with (status, body) or fails when the server cannot be reached."""
 
 
+@attrs.define
+class ServerFacts:
+    """What the metadata answers tell besides the window: the server's kind (when its
+    answers show it) and how many requests it serves at once (llama.cpp's slots)."""
+
+    kind: str | None = None
+    slots: int | None = None
+    chat_template: str | None = None
+    """llama.cpp's ``/props`` ``chat_template`` (the one the server formats prompts with)."""
+
+    def take(self, probe: Probe, data: Any) -> None:
+        """Read what ``probe``'s answer ``data`` tells of the server."""
+        if probe.read is read_llama_cpp and isinstance(data, Mapping) and (
+                "total_slots" in data or "default_generation_settings" in data):
+            self.kind = "llama.cpp"
+            self.slots = _positive(data.get("total_slots"))
+            template = data.get("chat_template")
+            self.chat_template = template if isinstance(template, str) else None
+        elif probe.read is read_vllm and self.kind is None:
+            entries = _listed(data, "data", "")
+            if entries and all(e.get("owned_by") == "me" and "permissions" in e
+                               for e in entries):
+                self.kind = "llama-cpp-python"  # its /v1/models, and nothing else has it
+            elif entries and any("max_model_len" in e for e in entries):
+                self.kind = "vllm"
+
+
 @defer.inlineCallbacks
-def discover_window(profile: ModelProfile, fetch: Fetch) -> Any:
+def discover_window(profile: ModelProfile, fetch: Fetch,
+                    facts: ServerFacts | None = None) -> Any:
     """Ask the server for its window; fires with ``(tokens, source)``, ``None`` when the
-    server answered but told no window, or fails when it could not be reached."""
+    server answered but told no window, or fails when it could not be reached.  What the
+    answers tell of the server on the way goes into ``facts``."""
     model = profile.model
     for probe in probes(profile):
         status, raw = yield fetch(probe)
@@ -299,6 +328,8 @@ def discover_window(profile: ModelProfile, fetch: Fetch) -> Any:
             data = json.loads(raw)
         except (ValueError, RecursionError):
             continue
+        if facts is not None:
+            facts.take(probe, data)
         found = probe.read(data, model)
         if found is not None:
             return found

@@ -47,8 +47,9 @@ def run_calls(run: LoopRun, calls: Sequence[ToolCall], content: str | None
             _skip(run, calls[index:] if call.name != run.config.noop_tool
                   else calls[index + 1:], why, content, recorded)
             return
-        run.emit("tool_call", tool=call.name, tool_call_id=call.id,
-                 arguments=_event_arguments(call), category=_category(run, call.name))
+        if run.listening():
+            run.emit("tool_call", tool=call.name, tool_call_id=call.id,
+                     arguments=_event_arguments(call), category=_category(run, call.name))
         answer = run_tool_call(run.execution, call, assistant_content=content,
                                same_answer=recorded)
         if isinstance(answer, defer.Deferred):
@@ -162,7 +163,7 @@ def _record(run: LoopRun, outcome: ToolCallOutcome, skipped: bool = False) -> No
     if skipped:
         entry["skipped"] = True
     run.tally.results.append(entry)
-    if run.ctx.on_event is not None:
+    if run.listening():
         error = outcome.result.get("error")
         run.emit("tool_result", tool=entry["tool"], tool_call_id=entry["tool_call_id"],
                  status=outcome.status, success=entry["success"], skipped=skipped,

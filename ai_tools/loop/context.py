@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -64,15 +64,47 @@ class LoopControl:
         self._in_flight = None
 
 
-@attrs.frozen
 class LoopProgress:
-    """What the loop has done so far; handed to the checkpoint after each iteration."""
+    """What the loop has done so far; handed to the checkpoint after each iteration.
 
-    iteration: int
-    results: tuple[dict[str, Any], ...]
-    signals: tuple[dict[str, Any], ...]
-    text: str
-    tool_budget_remaining: int | None
+    ``results``, ``signals`` and ``text`` are what the loop had at that moment,
+    made when first read: a checkpoint that persists its assistant without
+    looking (the service's) copies nothing.  (The loop's lists only grow, so
+    their first items at hand-over are the moment's.)
+    """
+
+    __slots__ = ("_results", "_signals", "_texts", "iteration", "tool_budget_remaining")
+
+    def __init__(self, iteration: int, results: Sequence[dict[str, Any]],
+                 signals: Sequence[dict[str, Any]], text: str | Sequence[str],
+                 tool_budget_remaining: int | None) -> None:
+        self.iteration = iteration
+        self.tool_budget_remaining = tool_budget_remaining
+        self._results = (results, len(results))
+        self._signals = (signals, len(signals))
+        self._texts = (text, 1 if isinstance(text, str) else len(text))
+
+    @property
+    def results(self) -> tuple[dict[str, Any], ...]:
+        """The tool call records so far (``LoopResult.results``)."""
+        items, count = self._results
+        return tuple(items[:count])
+
+    @property
+    def signals(self) -> tuple[dict[str, Any], ...]:
+        """The exit-tool signals so far."""
+        items, count = self._signals
+        return tuple(items[:count])
+
+    @property
+    def text(self) -> str:
+        """The model's text so far, its parts joined by new lines."""
+        text, count = self._texts
+        return text if isinstance(text, str) else "\n".join(text[:count])
+
+    def __repr__(self) -> str:
+        return (f"LoopProgress(iteration={self.iteration}, results={len(self.results)}, "
+                f"tool_budget_remaining={self.tool_budget_remaining})")
 
 
 SystemPromptProvider = Callable[[], "str | defer.Deferred[str]"]
@@ -111,11 +143,17 @@ class LoopContext:
     reflection: bool = False
     """Reflection run: reflection prompt, history left untouched."""
     on_event: Callable[[dict[str, Any]], None] | None = None
-    """Observer of loop events (iteration, tool_call, signal, termination)."""
+    """Observer of loop events (iteration, model_request, tool_call, tool_result,
+    text_delta, signal, termination): where tracing, a console or an event stream
+    attaches.  None: no event is built."""
     on_request: AttemptCallback | None = None
     """Observer of each HTTP attempt of the loop's model requests, which may add headers
     to it (tracing: the W3C ``traceparent``); given only to model clients that take it
     (``observes_attempts``).  None, the default: nothing is asked."""
+    observed: Callable[[], bool] | None = None
+    """Whether ``on_event`` has anyone behind it now, asked before each event is
+    built (None: always).  A service hands every loop its fan-out of observers and
+    says here whether any is subscribed, so an unwatched loop builds no event."""
     stop_check: Callable[[], bool] | None = None
     """Extra stop condition polled between steps (e.g. an emergency stop flag)."""
     control: LoopControl = attrs.field(factory=LoopControl)

@@ -22,13 +22,13 @@ from collections.abc import Generator
 from typing import Any
 
 from twisted.internet import defer
-from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ai_tools.errors import LLMError
 from ai_tools.execution.reasons import TerminationReason
 from ai_tools.llm.events import ChatResponse, ToolCall
 from ai_tools.llm.parsing import ParsedCalls, parse_tool_calls
+from ai_tools.log_gate import GatedLogger
 from ai_tools.loop.advisory import (
     AdvisoryLevel,
     LoopContinuation,
@@ -45,7 +45,7 @@ from ai_tools.loop.state import LoopRun
 
 __all__ = ["execute_react_loop"]
 
-log = Logger()
+log = GatedLogger()
 
 _Steps = Generator[defer.Deferred[Any], Any, Any]
 """A step that may wait: a plain generator the loop runs with ``yield from``."""
@@ -130,8 +130,9 @@ def _check_continuation(run: LoopRun) -> LoopContinuation | None:
             tally.end(TerminationReason.CRITICAL_TOKENS, _critical_message(run, continuation))
         return None
     tally.iteration += 1
-    run.emit("iteration", max_iterations=run.max_iterations, usage_percent=round(pct, 1),
-             continuation=continuation.reason, tool_budget_remaining=tally.budget)
+    if run.listening():
+        run.emit("iteration", max_iterations=run.max_iterations, usage_percent=round(pct, 1),
+                 continuation=continuation.reason, tool_budget_remaining=tally.budget)
     return continuation
 
 
@@ -196,7 +197,7 @@ def _call_model(run: LoopRun, plan: RequestPlan, messages: list[dict[str, Any]])
     except LLMError as e:
         reason = _llm_reason(e)
         run.model_requested(started, str(reason), str(e) or type(e).__name__,
-                            attempts=e.attempts)
+                            attempts=e.attempts, queued=e.queued)
         tally.usage["requests"] += e.attempts  # failed HTTP requests count too
         tally.add_text(e.partial_text or "".join(tally.deltas))
         tally.end(reason, str(e) or type(e).__name__)
@@ -226,7 +227,7 @@ def _take_answer(run: LoopRun, response: Any, started: float) -> ChatResponse | 
         tally.end(TerminationReason.LLM_ERROR, error)
         return None
     run.model_requested(started, "ok", usage=response.usage, attempts=response.attempts,
-                        response=response)
+                        response=response, queued=response.queued)
     tally.add_usage(response.usage, response.attempts)
     tally.finish_reason = response.finish_reason
     if run.delivery is not None:
@@ -337,7 +338,29 @@ def _finish(run: LoopRun) -> LoopResult:
              success=result.success, iterations=result.iterations,
              signals=len(result.signals), duration_ms=result.duration_ms,
              events_returned=returned)
-    log.info("ReAct loop of {assistant} ended: {reason} after {iterations} iteration(s)",
-             assistant=run.ctx.assistant_name, reason=str(result.termination_reason),
-             iterations=result.iterations, error=result.error, events_returned=returned)
+    _log_end(run, result)
     return result
+
+
+_NAMED_TOOLS = 8
+"""Tool names the loop's end line lists before it only counts the rest."""
+
+
+def _log_end(run: LoopRun, result: LoopResult) -> None:
+    """The loop's one info line: how it ended and the tool calls it made.
+
+    Each call's own lines (the decision, the completion with its duration) are
+    debug: a service at ``info`` builds none of them (``ai_tools.log_gate``),
+    and ``log_level = "debug"`` shows them.
+    """
+    calls = result.results
+    names = [str(entry.get("tool")) for entry in calls[:_NAMED_TOOLS]]
+    if len(calls) > _NAMED_TOOLS:
+        names.append(f"+{len(calls) - _NAMED_TOOLS}")
+    log.info("ReAct loop of {assistant} ended: {reason} after {iterations} iteration(s), "
+             "{calls} tool call(s) ({failed} failed){tools}",
+             assistant=run.ctx.assistant_name, reason=str(result.termination_reason),
+             iterations=result.iterations, calls=len(calls),
+             failed=len(calls) - result.success_count,
+             tools=f": {' '.join(names)}" if names else "", error=result.error,
+             events_returned=result.events_returned, duration_ms=result.duration_ms)

@@ -10,13 +10,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-from twisted.logger import Logger
 
 from ai_tools.execution.engine import ExecutionContext, ExecutionState
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.execution.reasons import TerminationReason
 from ai_tools.execution.results import clip_text
 from ai_tools.llm.events import ChatResponse, TextDelta
+from ai_tools.log_gate import GatedLogger
 from ai_tools.loop.config import LoopConfig, use_native_tools
 from ai_tools.loop.context import LoopContext, LoopProgress
 from ai_tools.loop.events import EventDelivery
@@ -26,7 +26,7 @@ from ai_tools.loop.usage import ContextMeter, context_window
 
 __all__ = ["EVENT_TEXT_BYTES", "LoopRun", "LoopTally"]
 
-log = Logger()
+log = GatedLogger()
 
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
@@ -82,8 +82,8 @@ class LoopTally:
 
     def progress(self) -> LoopProgress:
         """The record handed to the checkpoint."""
-        return LoopProgress(self.iteration, tuple(self.results), tuple(self.signals),
-                            "\n".join(self.texts), self.budget)
+        return LoopProgress(self.iteration, self.results, self.signals, self.texts,
+                            self.budget)
 
 
 @attrs.define(eq=False)
@@ -169,11 +169,23 @@ class LoopRun:
         """Keep the model's text in the history, clipped to the one entry limit."""
         self.history.add_assistant(content, self.execution.max_result_bytes)
 
+    def listening(self) -> bool:
+        """Whether a loop event would reach an observer now (none is built otherwise)."""
+        ctx = self.ctx
+        if ctx.on_event is None:
+            return False
+        observed = ctx.observed
+        return observed is None or observed()
+
     def emit(self, kind: str, **fields: Any) -> None:
-        """Publish one loop event to the observer; its errors are logged, never raised."""
-        observer = self.ctx.on_event
-        if observer is None:
+        """Publish one loop event to the observer; its errors are logged, never raised.
+
+        Callers whose fields cost something to make ask :meth:`listening` first.
+        """
+        if not self.listening():
             return
+        observer = self.ctx.on_event
+        assert observer is not None
         try:
             observer({"type": kind, "assistant": self.ctx.assistant_name,
                       "iteration": self.tally.iteration, **fields})
@@ -183,7 +195,7 @@ class LoopRun:
 
     def model_requested(self, started: float, status: str, error: str | None = None,
                         usage: Mapping[str, Any] | None = None, attempts: int = 1,
-                        response: ChatResponse | None = None) -> None:
+                        response: ChatResponse | None = None, queued: float = 0.0) -> None:
         """Publish one ``model_request`` event: what was asked of whom, how long, what came.
 
         ``status`` is ``ok``, ``cancelled`` or the termination reason of the
@@ -191,8 +203,10 @@ class LoopRun:
         the server's (None when it gave none); ``attempts`` the HTTP requests
         the call took (its retries included; 0 when the breaker refused it);
         ``response_model`` and ``finish_reason`` are the answer's (None without one).
+        ``queued`` the seconds it waited in the client's queue for a slot of the
+        model server (inside ``latency_ms``, and also given apart as ``queued_ms``).
         """
-        if self.ctx.on_event is None:
+        if not self.listening():
             return
         if self.model_names is None:
             llm = self.ctx.llm
@@ -203,7 +217,7 @@ class LoopRun:
                   latency_ms=round((self.ctx.clock.seconds() - started) * 1000.0, 3),
                   prompt_tokens=usage.get("prompt_tokens"),
                   completion_tokens=usage.get("completion_tokens"), status=status,
-                  attempts=attempts,
+                  attempts=attempts, queued_ms=round(queued * 1000.0, 3),
                   error=None if error is None else clip_text(error, EVENT_TEXT_BYTES),
                   response_model=(response.model or None) if response is not None else None,
                   finish_reason=response.finish_reason if response is not None else None)

@@ -66,6 +66,15 @@ _MAX_SUBAGENT_RECORDS = 20
 _DIRECT_KINDS = frozenset({"whisper", "page", "tell", "direct"})
 
 
+def assistant_model(host: Any, name: str, model: str) -> Any:
+    """The model client assistant ``name`` calls: the profile ``model``'s client as that
+    assistant uses it (its turn in the server's queue, its own breaker:
+    ``for_assistant``), or the client itself when it has no such view (a test's)."""
+    client = host.llm_for(model)
+    view = getattr(client, "for_assistant", None)
+    return view(name) if callable(view) else client
+
+
 class SleepRefused(AIToolsError):
     """Going to sleep was refused: the assistant has done nothing since it woke."""
 
@@ -157,6 +166,14 @@ def _to_exit_tools(value: Any) -> tuple[ExitTool, ...]:
     return tuple(tools)
 
 
+def _to_names(value: Any) -> tuple[str, ...]:
+    # any sequence: a list from TOML or JSON, an Evennia attribute's saved list
+    if isinstance(value, str) or not isinstance(value, Sequence) \
+            or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"assistant.mcp_servers must be a list of server names, not {value!r}")
+    return tuple(value)
+
+
 def _frozen_mapping(value: Any) -> Any:
     return dict(value) if isinstance(value, Mapping) else value
 
@@ -215,8 +232,10 @@ class AssistantConfig:
     native_tools: bool | None = attrs.field(default=None, validator=_optional_bool)
     """Native tool calling; None: as the model profile says (native by default)."""
     stream: bool | None = attrs.field(default=None, validator=_optional_bool)
-    status_at_end: bool = attrs.field(default=False, validator=_bool)
-    """The loop's status after the history, for prompt caches (see ``LoopConfig``)."""
+    status_at_end: bool | None = attrs.field(default=None, validator=_optional_bool)
+    """The loop's status after the history, for prompt caches (see ``LoopConfig``); None:
+    the model server's default (on where its chat template takes it, see
+    ``ModelServer.takes_status_at_end``)."""
     consecutive_error_cap: int = attrs.field(default=5, validator=_positive_int)
     max_history: int = attrs.field(default=200, validator=_positive_int)
     """Messages kept; older ones are truncated after each tick."""
@@ -237,6 +256,8 @@ class AssistantConfig:
     """Subscribe the character in the world: what it hears becomes pending events."""
     enabled: bool = attrs.field(default=True, validator=_bool)
     """Initial state for a new assistant (a saved state keeps its own)."""
+    mcp_servers: tuple[str, ...] = attrs.field(default=(), converter=_to_names)
+    """The ``[mcp.servers.NAME]`` whose tools it may use (none unless named)."""
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str = "assistant") -> AssistantConfig:
@@ -291,6 +312,9 @@ class AssistantHost(Protocol):
     def registry(self) -> ToolRegistry:
         """The tool registry."""
 
+    def registry_for(self, assistant: Assistant) -> ToolRegistry:
+        """The tools a loop of ``assistant`` starts with (the registry, MCP servers' tools)."""
+
     @property
     def cache(self) -> Any:
         """The shared ``ToolCache`` (or None)."""
@@ -322,6 +346,9 @@ class AssistantHost(Protocol):
 
     def publish(self, name: str, event: dict[str, Any]) -> None:
         """Hand a loop/tick event of assistant ``name`` to the observers."""
+
+    def observed(self, name: str) -> bool:
+        """Whether an event of assistant ``name`` would reach an observer now."""
 
     def mode_changed(self, assistant: Assistant) -> None:
         """The assistant fell asleep or woke up (its tick rate changed)."""
@@ -415,6 +442,9 @@ class Assistant:
     unavailable_said: bool = False
     """Whether ``unavailable_line`` was said since the pending events were last answered."""
     # Runtime only (never persisted):
+    model_refused: bool = False
+    """Whether its last tick was skipped because a breaker refused its model (the
+    change is published once, as a ``model_state`` event, not at every tick)."""
     ticking: bool = False
     """The tick guard: True while a tick runs (released in ``finally``)."""
     control: LoopControl | None = None
@@ -444,10 +474,11 @@ class Assistant:
 
     @property
     def llm(self) -> Any:
-        """The assistant's model client (None without a host)."""
+        """The assistant's model client (None without a host): its own view of the
+        profile's client (see :func:`assistant_model`)."""
         if self.host is None:
             return None
-        return self.host.llm_for(self.config.model)
+        return assistant_model(self.host, self.name, self.config.model)
 
     @property
     def execution_config(self) -> Mapping[str, Any]:

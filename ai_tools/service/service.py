@@ -28,9 +28,10 @@ The control API (all by assistant name): :meth:`~AssistantService.add_assistant`
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import attrs
 from twisted.application.service import MultiService
@@ -52,7 +53,7 @@ from ai_tools.loop import (
     execute_react_loop,
 )
 from ai_tools.service.approvals import ApprovalBoard
-from ai_tools.service.assistant import AWAKE, Assistant, AssistantConfig
+from ai_tools.service.assistant import AWAKE, Assistant, AssistantConfig, assistant_model
 from ai_tools.service.scheduling import Clock, TickScheduler
 from ai_tools.service.state_writer import StateWriter
 from ai_tools.service.tick import TickResult, at_tick
@@ -256,21 +257,9 @@ class AssistantService(MultiService):
         self.stop_grace = stop_grace
         self.restore_saved = restore_saved
         self._loop_runner: LoopRunner = loop_runner or execute_react_loop
-        self._assistants: dict[str, Assistant] = {}
-        self._adding: set[str] = set()
-        # A tuple, replaced on change: publishing iterates it without a copy.
-        self._observers: tuple[tuple[Observer, str | None], ...] = ()
-        self._hearing: dict[str, Callable[[], Any]] = {}
-        self._subagents: dict[tuple[str, str], tuple[defer.Deferred[Any], LoopControl]] = {}
-        self._opened: defer.Deferred[None] | None = None
-        self._closed = False
         self._tick_interval = tick_interval
         self._max_concurrent = max_concurrent
-        self._scheduler: TickScheduler | None = None
-        self._writer: StateWriter | None = None
-        self._approvals: ApprovalBoard | None = None
-        self._ready: defer.Deferred[None] | None = None
-        self._observer_errors = itertools.count()
+        self._init_tables()
         self.telemetry = telemetry
         """The OpenTelemetry tracer loops are traced with (None: tracing off; found when
         the service starts, see :func:`~ai_tools.telemetry.telemetry_for`)."""
@@ -280,8 +269,42 @@ class AssistantService(MultiService):
         """Who decides which assistants this process runs when several workers share
         them (:class:`~ai_tools.service.leases.LeaseManager`): told ``stopping()`` when
         ticking stops, ``stopped()`` (releasing its leases) once every state is saved."""
+        self.tool_sources: Any = None
+        """Tools from elsewhere for each loop: an :class:`~ai_tools.mcp.servers.McpClientService`
+        (or None), asked by :meth:`registry_for` for the servers an assistant may use."""
+
+    def _init_tables(self) -> None:
+        """The assistants, observers and sub-agents, empty; the parts made at start, absent."""
+        self._assistants: dict[str, Assistant] = {}
+        self._adding: set[str] = set()
+        # A tuple, replaced on change: publishing iterates it without a copy.
+        self._observers: tuple[tuple[Observer, str | None], ...] = ()
+        self._hearing: dict[str, Callable[[], Any]] = {}
+        self._subagents: dict[tuple[str, str], tuple[defer.Deferred[Any], LoopControl]] = {}
+        self._opened: defer.Deferred[None] | None = None
+        self._closed = False
+        self._scheduler: TickScheduler | None = None
+        self._writer: StateWriter | None = None
+        self._approvals: ApprovalBoard | None = None
+        self._ready: defer.Deferred[None] | None = None
+        self._observer_errors = itertools.count()
+        self.everything_stopped = False
+        """An emergency stop of every assistant holds (until cleared for all): callers
+        from outside the loops (MCP sessions) run no tool either.  Not saved: each
+        assistant's own stop is."""
 
     # -- shared resources (the AssistantHost protocol) ----------------------------
+
+    def registry_for(self, assistant: Assistant) -> ToolRegistry:
+        """The tools a loop of ``assistant`` starts with, and keeps to its end.
+
+        The registry, plus the tools of the MCP servers its ``mcp_servers``
+        names that are ready now (:attr:`tool_sources`).
+        """
+        sources, servers = self.tool_sources, assistant.config.mcp_servers
+        if sources is None or not servers:
+            return self.registry
+        return cast(ToolRegistry, sources.registry_for(self.registry, servers))
 
     @property
     def clock(self) -> Any:
@@ -361,6 +384,17 @@ class AssistantService(MultiService):
             except Exception:
                 log.failure("Observer {observer!r} failed on a {kind} event of {assistant}",
                             observer=observer, kind=event.get("type"), assistant=name)
+
+    def observed(self, name: str) -> bool:
+        """Whether an event of assistant ``name`` would reach an observer now.
+
+        Loops ask before building each event (``LoopContext.observed``): with no
+        observer subscribed (a console, an event stream, tracing), none is built.
+        """
+        for _, only in self._observers:
+            if only is None or only == name:
+                return True
+        return False
 
     def mode_changed(self, assistant: Assistant) -> None:
         """Apply the new tick rate; an assistant that woke with events runs soon."""
@@ -740,10 +774,17 @@ class AssistantService(MultiService):
                                   f"seconds (the service's min_tick_rate), not {rate!r}")
 
     def _check_model(self, config: AssistantConfig) -> None:
+        """The model profile and the MCP servers an assistant names exist."""
         if config.model not in self._llms:
             known = ", ".join(sorted(self._llms)) or "none configured"
             raise ConfigError(f"assistant {config.name!r}: unknown model {config.model!r} "
                               f"(known: {known})")
+        declared: frozenset[str] = getattr(self.tool_sources, "declared", frozenset())
+        unknown = [n for n in config.mcp_servers if n not in declared]
+        if unknown:
+            known = ", ".join(sorted(declared)) or "none configured"
+            raise ConfigError(f"assistant {config.name!r}: unknown MCP server(s) "
+                              f"{', '.join(map(repr, unknown))} (known: {known})")
 
     # -- control ---------------------------------------------------------------------
 
@@ -828,6 +869,8 @@ class AssistantService(MultiService):
         Returns the names stopped.  Persisted, so it survives a restart.
         """
         names = [name] if name is not None else list(self._assistants)
+        if name is None:
+            self.everything_stopped = True
         for n in names:
             assistant = self.get(n)
             assistant.emergency_stopped = True
@@ -841,6 +884,8 @@ class AssistantService(MultiService):
         """Let emergency-stopped assistants tick again; returns the names cleared."""
         names = [name] if name is not None else [
             n for n, a in self._assistants.items() if a.emergency_stopped]
+        if name is None:
+            self.everything_stopped = False
         for n in names:
             assistant = self.get(n)
             assistant.emergency_stopped = False
@@ -876,6 +921,8 @@ class AssistantService(MultiService):
             "states_written": writer.states_written if writer else 0,
             "state_write_failures": writer.failures if writer else 0,
             "models": sorted(self._llms),
+            "model_servers": {name: client.status() for name, client in sorted(
+                self._llms.items()) if callable(getattr(client, "status", None))},
             "store": _store_health(self.store),
         }
 
@@ -1030,7 +1077,7 @@ class AssistantService(MultiService):
             actor=Actor(assistant.config.character_id, world=self.world, store=self.store,
                         assistant=assistant),  # type: ignore[arg-type]
             registry=self.registry,
-            llm=self.llm_for(assistant.config.model),
+            llm=assistant_model(self, assistant.name, assistant.config.model),
             history=ConversationHistory(),
             clock=self.clock,
             cache=self.cache,
@@ -1039,6 +1086,7 @@ class AssistantService(MultiService):
             system_prompt=_SUBAGENT_PERSONA.format(name=name),
             pending_events=[{"type": "task", "from": name, "text": task}],
             on_event=lambda e: self.publish(name, {**e, "subagent": task_id}),
+            observed=functools.partial(self.observed, name),
             stop_check=lambda: assistant.emergency_stopped,
             control=control,
             execution_options={"approval": self.approvals.hook(assistant)},

@@ -49,7 +49,7 @@ from ai_tools.loop.prompts import format_events
 from ai_tools.loop.request import measure_context
 from ai_tools.loop.result import LoopResult
 from ai_tools.loop.usage import ContextUsage
-from ai_tools.service.assistant import AWAKE, SLEEP
+from ai_tools.service.assistant import AWAKE, SLEEP, assistant_model
 from ai_tools.service.episodes import EPISODES, episode_record
 from ai_tools.service.patterns import (
     ExecutionPattern,
@@ -244,6 +244,9 @@ def at_tick(assistant: Assistant, host: AssistantHost) -> defer.Deferred[TickRes
             return defer.succeed(TickResult(
                 assistant=assistant.name, tick=assistant.tick_number, status=IDLE,
                 mode=assistant.mode, started_at=now))
+        if _model_refused(assistant, host):
+            _release(assistant)
+            return defer.succeed(_skipped(assistant, host, "model_unavailable"))
         tick = _Tick(assistant, host, assistant.tick_number, now)
         d = _run(tick)
     except Exception:
@@ -256,6 +259,25 @@ def at_tick(assistant: Assistant, host: AssistantHost) -> defer.Deferred[TickRes
 
     d.addBoth(_tick_ended, tick)
     return d
+
+
+def _model_refused(assistant: Assistant, host: AssistantHost) -> bool:
+    """Whether a breaker (the assistant's or its model server's) would refuse the model
+    call now: the tick is then skipped, its events left pending, with no loop, no model
+    request and no line of log.  Only the change is told: one ``model_state`` event
+    (``unavailable`` with the reason, later ``available``) and one log line each way."""
+    llm = assistant_model(host, assistant.name, assistant.config.model)
+    ask = getattr(llm, "refusal", None)
+    refusal = ask() if callable(ask) else None
+    if (refusal is not None) == assistant.model_refused:
+        return assistant.model_refused
+    assistant.model_refused = refusal is not None
+    state = "unavailable" if refusal is not None else "available"
+    log.info("Assistant {assistant}: model {state}{why}", assistant=assistant.name,
+             state=state, why=f" ({refusal}); its ticks wait" if refusal is not None else "")
+    host.publish(assistant.name, {"type": "model_state", "state": state,
+                                  "error": None if refusal is None else str(refusal)})
+    return assistant.model_refused
 
 
 def _tick_ended(result: Any, tick: _Tick) -> Any:
@@ -403,7 +425,7 @@ def _history_budget(assistant: Assistant, usage: ContextUsage) -> HistoryBudget 
 def _compact(tick: _Tick, usage: ContextUsage) -> Any:
     assistant, host = tick.assistant, tick.host
     config = assistant.config.compaction
-    llm = host.llm_for(assistant.config.model)
+    llm = assistant_model(host, assistant.name, assistant.config.model)
     try:
         result = yield compact_history(assistant.history, llm, config,
                                        budget=_history_budget(assistant, usage))
@@ -458,7 +480,7 @@ def _select_pattern(tick: _Tick, context_type: str) -> Any:
 def _assess_and_select(tick: _Tick, context_type: str) -> Any:
     assistant, host = tick.assistant, tick.host
     config = assistant.execution_config
-    llm = host.llm_for(assistant.config.model)
+    llm = assistant_model(host, assistant.name, assistant.config.model)
     assessment = yield assess_task(llm, assistant.persona,
                                    format_events(assistant.pending_events))
     assistant.count("assessments")
@@ -484,9 +506,17 @@ def _loop_config(assistant: Assistant, pattern: ExecutionPattern | None) -> Loop
         native_tools=config.native_tools,
         stream=config.stream,
         context_window=config.context_window,
-        status_at_end=config.status_at_end,
+        status_at_end=_status_at_end(assistant),
         **by_pattern,
     )
+
+
+def _status_at_end(assistant: Assistant) -> bool:
+    """The assistant's ``status_at_end``, else its model server's default."""
+    chosen = assistant.config.status_at_end
+    if chosen is not None:
+        return chosen
+    return bool(getattr(assistant.llm, "status_at_end_default", False))
 
 
 def _loop_context(assistant: Assistant, host: AssistantHost, context_type: str, *,
@@ -497,8 +527,8 @@ def _loop_context(assistant: Assistant, host: AssistantHost, context_type: str, 
         assistant_name=assistant.name,
         actor=Actor(assistant.config.character_id, world=host.world, store=host.store,
                     assistant=assistant),  # type: ignore[arg-type]
-        registry=host.registry,
-        llm=host.llm_for(assistant.config.model),
+        registry=host.registry_for(assistant),  # fixed for the loop (MCP servers' tools too)
+        llm=assistant_model(host, assistant.name, assistant.config.model),
         history=assistant.history,
         clock=host.clock,
         cache=host.cache,
@@ -570,6 +600,8 @@ def _run_loop(
     ctx = _loop_context(assistant, host, context_type, mode=mode, reflection=reflection)
     ctx.control = control
     ctx.on_event = functools.partial(host.publish, assistant.name)
+    observed = getattr(host, "observed", None)  # (a host of before it: every event is built)
+    ctx.observed = None if observed is None else functools.partial(observed, assistant.name)
     tracer = trace_loop(ctx, getattr(host, "telemetry", None), attributes={
         TICK: tick.number, CONTEXT_TYPE: context_type, REFLECTION: reflection})
     assistant.tracer = tracer

@@ -159,6 +159,8 @@ class StandaloneService(MultiService):
         self.world: Any = None
         self.store: Any = None
         self.registry: Any = None
+        self.mcp_client: Any = None
+        """The :class:`~ai_tools.mcp.servers.McpClientService` (None without MCP servers)."""
         self.clients: dict[str, Any] = {}
         self.scripted: dict[str, Any] = {}
         self.listeners: dict[str, IService] = {}
@@ -252,7 +254,9 @@ class StandaloneService(MultiService):
     def _start_models(self) -> Any:
         from ai_tools.llm.client import OpenAIChatClient
         from ai_tools.llm.profile import ModelProfile
+        from ai_tools.llm.server import ModelServers
 
+        servers = ModelServers(self.reactor)  # profiles of one server share its slots
         for name, spec in self.config.models.items():
             if spec.scripted:
                 server = yield self._start_scripted(spec)
@@ -270,7 +274,8 @@ class StandaloneService(MultiService):
                 profile = spec.profile
                 log.info("Model profile {name}: {model} at {url}", name=name,
                          model=profile.model, url=profile.base_url)
-            client = self.clients[name] = OpenAIChatClient(profile, reactor=self.reactor)
+            client = self.clients[name] = OpenAIChatClient(
+                profile, reactor=self.reactor, server=servers.for_profile(profile))
             # the model's window, from its server when it tells it (logged with its source);
             # never fails, and a slow server does not hold the start (its first call waits)
             client.learn_context_window()
@@ -342,6 +347,7 @@ class StandaloneService(MultiService):
             min_tick_rate=settings.min_tick_rate, max_assistants=settings.max_assistants,
         )
         self.assistants = service
+        self._start_mcp_client(service)
         service.setServiceParent(self)
         yield service.when_ready()
         if self.config.store.backend == "postgres":
@@ -350,6 +356,22 @@ class StandaloneService(MultiService):
         else:
             # the config file seeds, the store keeps; the last change wins (see roster)
             yield start_assistants(service, self.config.assistants)
+
+    def _start_mcp_client(self, service: Any) -> None:
+        """The MCP servers of ``[mcp.servers]``, connected before the assistants tick.
+
+        A child of this service started before the assistants' (so stopped after
+        them: no loop is left calling a server that is gone); each loop gets the
+        tools of the servers its assistant names (``mcp_servers``) that are ready.
+        """
+        if not self.config.mcp_servers:
+            return
+        from ai_tools.mcp.servers import McpClientService
+
+        self.mcp_client = McpClientService(self.config.mcp_servers, self.reactor,
+                                           base=self.registry)
+        self.mcp_client.setServiceParent(self)
+        service.tool_sources = self.mcp_client
 
     def _share_assistants(self, service: Any) -> defer.Deferred[None]:
         """With PostgreSQL this process is one worker of several: it runs the assistants
@@ -370,10 +392,15 @@ class StandaloneService(MultiService):
         return self.leases.start()
 
     def _check_characters(self) -> None:
-        """Every assistant of the config plays a character of the world: else one error."""
+        """Every assistant of the config (and ``[mcp.serve]``) plays a character of the world:
+        else one error."""
         characters = set(self.world.character_ids())
-        for assistant in self.config.assistants:
-            char = assistant.character_id
+        serve = self.config.mcp_serve
+        wanted = [(f"assistants.{a.name}.character_id", a.character_id)
+                  for a in self.config.assistants]
+        if serve is not None:
+            wanted.append(("mcp.serve.character", serve.character))
+        for key, char in wanted:
             if not char or char in characters:
                 continue
             close = near_name(char, characters)
@@ -381,7 +408,7 @@ class StandaloneService(MultiService):
                 ", ..." if len(characters) > _SHOWN else "")
             hint = f"did you mean {close!r}? " if close else ""
             raise AIToolsError(
-                f"assistants.{assistant.name}.character_id: no character {char!r} in the "
+                f"{key}: no character {char!r} in the "
                 f"world {self.world.meta.get('name', 'sandbox')} ({hint}characters: "
                 f"{known or 'none'})")
 
@@ -394,11 +421,12 @@ class StandaloneService(MultiService):
                 log.warn("The HTTP API is not part of this build; not listening on {endpoint}",
                          endpoint=config.http.endpoint)
             else:
+                serve = {"mcp": config.mcp_serve} if config.mcp_serve is not None else {}
                 web = factory(self.assistants, self.world, endpoint=config.http.endpoint,
                               token=config.http.token, max_body=config.http.max_body,
                               allowed_hosts=config.http.allowed_hosts,
                               worker_hosts=config.workers.api_hosts,
-                              limits=config.http.limits)
+                              limits=config.http.limits, **serve)
                 self._add_listener("http", web)
         manhole = config.manhole
         if manhole.enabled:

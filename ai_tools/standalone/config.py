@@ -17,6 +17,8 @@ tables (every one optional; ``examples/assistant.toml`` shows them all)::
                    allowed_hosts, and the limits of ``ai_tools.web.limits.HttpLimits``
     [manhole]      enabled, listen, authorized_keys, password_file, host_key
     [workers]      name, lease_ttl, lease_interval, api_hosts (postgres)
+    [mcp.servers.NAME]  an MCP server whose tools assistants naming it in
+                   ``mcp_servers`` may use (:mod:`ai_tools.mcp.config`)
 
 The deployment settings of :mod:`ai_tools.settings` (model server, database,
 listeners, log level...) can also be given as ``twistd`` flags and
@@ -46,6 +48,8 @@ import attrs
 
 from ai_tools.errors import ConfigError
 from ai_tools.llm.profile import ModelProfile
+from ai_tools.mcp.config import McpServerConfig, parse_servers
+from ai_tools.mcp.serve_config import McpServeConfig, parse_serve_table
 from ai_tools.numbers import is_number
 from ai_tools.service.assistant import AssistantConfig
 from ai_tools.settings import environment_warnings, near_name, setting
@@ -89,6 +93,7 @@ _PROFILE_TYPES: dict[str, type | tuple[type, ...]] = {
     "retry_after_cap": (int, float), "breaker_threshold": int,
     "breaker_cooldown": (int, float), "repetition": dict, "log_requests": bool,
     "prices": dict,
+    "server_slots": int, "server_kind": str,
 }
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", dict: "a table",
                float: "a number", list: "a list"}
@@ -236,6 +241,10 @@ class Config:
     http: HttpConfig = HttpConfig()
     manhole: ManholeConfig = ManholeConfig()
     workers: WorkersConfig = WorkersConfig()
+    mcp_servers: tuple[McpServerConfig, ...] = ()
+    """``[mcp.servers.NAME]``: the MCP servers assistants may use."""
+    mcp_serve: McpServeConfig | None = None
+    """``[mcp.serve]``: the game's tools as an MCP server at the API's ``/mcp`` (None: off)."""
     warnings: tuple[str, ...] = ()
     """Things worth saying at start-up (an ``AI_TOOLS_…`` variable that is no setting)."""
 
@@ -827,7 +836,9 @@ def _manhole(table: _Table, store: StoreConfig) -> ManholeConfig:
 
 # -- the file -------------------------------------------------------------------------
 
-_SECTIONS = ("service", "store", "world", "models", "assistants", "http", "manhole", "workers")
+_SECTIONS = ("service", "store", "world", "models", "assistants", "http", "manhole", "workers",
+             "mcp")
+_MCP_KEYS = ("servers", "serve")
 
 
 def parse_config(
@@ -868,17 +879,45 @@ def _parse(data: Mapping[str, Any], source: str, base: Path, overrides: Override
     store = _store(table("store"), overlay)
     world = _world(table("world"))
     models = _models(document.get("models"), base, origins)
+    mcp_servers, mcp_serve = _mcp(table("mcp"))
     assistants = _assistants(document.get("assistants", []), models, registry)
     _check_assistant_bounds(assistants, service)
+    _check_mcp_names(assistants, mcp_servers)
     http = _http(table("http"))
     manhole = _manhole(table("manhole"), store)
     workers = _workers(table("workers"), store)
+    if mcp_serve is not None and not http.enabled:
+        raise ConfigError("mcp.serve: the game serves MCP at the HTTP API's /mcp; "
+                          "the HTTP API is disabled")
     if (http.enabled and manhole.enabled and http.endpoint == manhole.endpoint
             and split_endpoint(http.endpoint)[1:2] != ["0"]):
         raise ConfigError("http.listen and manhole.listen name the same endpoint")
     return Config(source=source, service=service, store=store, world=world, models=models,
                   assistants=assistants, http=http, manhole=manhole, workers=workers,
+                  mcp_servers=mcp_servers, mcp_serve=mcp_serve,
                   warnings=_warnings(document, models, overrides))
+
+
+def _mcp(table: _Table) -> tuple[tuple[McpServerConfig, ...], McpServeConfig | None]:
+    """``[mcp]``: the servers assistants use (``[mcp.servers.NAME]``,
+    :mod:`ai_tools.mcp.config`) and the game served over MCP (``[mcp.serve]``,
+    :mod:`ai_tools.mcp.serve_config`)."""
+    servers = parse_servers(table.get("servers"))
+    serve = parse_serve_table({"serve": table.get("serve")})
+    table.finish(_MCP_KEYS)
+    return servers, serve
+
+
+def _check_mcp_names(assistants: tuple[AssistantConfig, ...],
+                     servers: tuple[McpServerConfig, ...]) -> None:
+    """Every server an assistant names in ``mcp_servers`` is declared."""
+    declared = {s.name for s in servers}
+    for assistant in assistants:
+        for name in assistant.mcp_servers:
+            if name not in declared:
+                known = ", ".join(sorted(declared)) or "none"
+                raise ConfigError(f"assistants.{assistant.name}.mcp_servers: no MCP server "
+                                  f"{name!r} is declared (declared: {known})")
 
 
 def _assistants(raw: Any, models: Mapping[str, ModelSpec], registry: ToolRegistry
@@ -919,6 +958,11 @@ def _warnings(document: Mapping[str, Any], models: Mapping[str, ModelSpec],
     http = document.get("http")
     if isinstance(http, Mapping) and isinstance(http.get("token_env"), str):
         named.add(http["token_env"])
+    mcp = document.get("mcp")
+    servers = mcp.get("servers") if isinstance(mcp, Mapping) else None
+    for server in servers.values() if isinstance(servers, Mapping) else ():
+        if isinstance(server, Mapping) and isinstance(server.get("bearer_token_env"), str):
+            named.add(server["bearer_token_env"])
     return tuple(environment_warnings(overrides.environ, named))
 
 

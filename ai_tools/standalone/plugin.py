@@ -40,18 +40,18 @@ from twisted.logger import (
     ILogObserver,
     LegacyLogObserverWrapper,
     LogLevel,
-    LogLevelFilterPredicate,
-    textFileLogObserver,
 )
 from twisted.python import usage
 from twisted.python.logfile import LogFile
 
 from ai_tools.default_reactor import global_reactor
 from ai_tools.errors import ConfigError
+from ai_tools.log_gate import LevelGate, arm
 from ai_tools.settings import SETTINGS, near_name, setting
 from ai_tools.standalone.config import Config, Overrides, load_config
+from ai_tools.standalone.log_file import classic_text_observer
 
-__all__ = ["Options", "makeService"]
+__all__ = ["Options", "makeService", "service_log_observer"]
 
 EXIT_STARTUP_FAILED = 1
 PROGRAM = "twistd ai-assistant"
@@ -149,15 +149,25 @@ class _Root(MultiService):
         self.server_options = server_options
 
     def setServiceParent(self, parent: Any) -> None:
-        """Give the twistd application our filtered log observer, then join it."""
-        observer = _filtered_observer(self.level, self.server_options)
+        """Give the twistd application our filtered log observer, then join it.
+
+        Its filter is then the process's only log observer: armed as the level
+        gate (:mod:`ai_tools.log_gate`), events it would drop are never built.
+        """
+        gate = LevelGate(LogLevel.levelWithName(self.level))
+        observer = service_log_observer(self.level, self.server_options, gate)
         if observer is not None and hasattr(parent, "setComponent"):
             parent.setComponent(ILogObserver, observer)
+            arm(gate)
         super().setServiceParent(parent)
 
 
-def _filtered_observer(level: str, server_options: Any) -> Any:
+def service_log_observer(level: str, server_options: Any, gate: LevelGate | None = None
+                         ) -> Any:
     """The log destination twistd's options name, behind a ``--log-level`` filter.
+
+    The filter is ``gate`` (a :class:`~ai_tools.log_gate.LevelGate` for ``level``
+    when None), which whoever installs the observer may arm.
 
     Built from public parts, as twistd documents its options: ``--syslog``
     (with ``--prefix``) logs to syslog; ``--logfile PATH`` to that file,
@@ -179,8 +189,8 @@ def _filtered_observer(level: str, server_options: Any) -> Any:
         stream = _log_stream(server_options)
         if stream is None:
             return None
-        base = textFileLogObserver(stream)
-    predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.levelWithName(level))
+        base = classic_text_observer(stream)  # textFileLogObserver's lines, cheaply
+    predicate = gate or LevelGate(LogLevel.levelWithName(level))
     return FilteringLogObserver(base, [cast(Any, predicate)])
 
 

@@ -151,6 +151,7 @@ def trace_loop(ctx: Any, telemetry: Telemetry | None, *, parent: Any = None,
                                    then=ctx.on_event, task_id=task_id,
                                    attributes=attributes)
     ctx.on_event = tracer
+    ctx.observed = None  # the tracer listens: every event is built
     ctx.on_request = tracer.on_request
     return tracer
 

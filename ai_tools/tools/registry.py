@@ -57,6 +57,22 @@ class ToolRegistry:
         self._version += 1
         return tool
 
+    def with_tools(self, tools: Iterable[Tool]) -> ToolRegistry:
+        """A new registry of this one's tools and ``tools`` (instances another registry checked).
+
+        What a loop starts with when tools come from elsewhere too (an MCP
+        server's, :mod:`ai_tools.mcp.servers`): this registry is left as it is;
+        a name of ``tools`` already here, or twice in ``tools``, is refused.
+        """
+        view = ToolRegistry()
+        view._tools = dict(self._tools)
+        for tool in tools:
+            if tool.name in view._tools:
+                raise ToolRegistrationError(f"a tool named {tool.name!r} is already registered")
+            view._tools[tool.name] = tool
+        view._version = self._version
+        return view
+
     def unregister(self, name: str) -> None:
         """Remove a tool (no error if absent)."""
         if self._tools.pop(name, None) is not None:

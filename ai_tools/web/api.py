@@ -27,6 +27,7 @@ Endpoints (see ``docs/http-api.md`` for each with a curl example)::
     GET    /characters/{id}/heard?limit=&after= what a character heard
     GET    /events?assistant=&types=          server-sent events (Last-Event-ID replays)
     GET    /metrics                           the Prometheus text format
+    POST, GET, DELETE /mcp                    MCP (Streamable HTTP) when [mcp.serve] is set
 
 Every error is a JSON object ``{"error", "status", "field"?}`` with its
 status code; the service goes on serving.  Every request passes, in order:
@@ -177,8 +178,11 @@ class ApiResource(Resource):
         policy: OriginPolicy | None = None,
         forwarder: Forwarder | None = None,
         worker_hosts: Sequence[str] = (),
+        mcp: Any = None,
     ) -> None:
         super().__init__()
+        self.mcp = mcp
+        """The :class:`~ai_tools.mcp.server_http.McpHttpEndpoint` of ``/mcp`` (None: no MCP)."""
         self.service = service
         self.world = world
         self._token = token.encode("utf-8") if token is not None else None
@@ -264,7 +268,18 @@ class ApiResource(Resource):
                   "the service's figures in the Prometheus text format"),
             Route("GET", ("events",), self.events,
                   "server-sent events (?assistant=, ?types=; Last-Event-ID replays)"),
+            Route("GET", ("mcp", "servers"), self.mcp_servers,
+                  "the MCP servers assistants use: state, tools (docs/mcp.md)"),
+            *self._mcp_routes(),
         ]
+
+    def _mcp_routes(self) -> list[Route]:
+        if self.mcp is None:
+            return []
+        return [Route(method, ("mcp",), self.mcp_endpoint, f"MCP (Streamable HTTP): {what}")
+                for method, what in (("POST", "one JSON-RPC message"),
+                                     ("GET", "the session's event stream"),
+                                     ("DELETE", "end the session"))]
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -335,6 +350,8 @@ class ApiResource(Resource):
         if self._remove_traces is not None:
             self._remove_traces()
             self._remove_traces = None
+        if self.mcp is not None:
+            self.mcp.close()
         if self._forwarder is None:
             return defer.succeed(None)
         return self._forwarder.close()
@@ -714,9 +731,20 @@ class ApiResource(Resource):
         return self._everywhere(request, "/emergency-stop/clear",
                                 self.operator.clear_emergency_stop(None), "cleared")
 
+    def mcp_endpoint(self, request: Any) -> object:
+        """``POST``/``GET``/``DELETE /mcp``: answered by the MCP endpoint itself."""
+        self.mcp.render(request)
+        return STREAMING
+
     def metrics_page(self, request: Any) -> RawAnswer:
         """``GET /metrics``: the Prometheus text format."""
         return RawAnswer(self.metrics.render(), METRICS_TYPE)
+
+    def mcp_servers(self, request: Any) -> dict[str, Any]:
+        """``GET /mcp/servers``: each configured MCP server, its state and its tools."""
+        sources = getattr(self.service, "tool_sources", None)
+        status = getattr(sources, "status", None)
+        return {"servers": status() if status is not None else []}
 
     def world_characters(self, request: Any) -> dict[str, Any]:
         """``GET /world/characters``."""
@@ -920,6 +948,7 @@ def make_web_service(
     limits: HttpLimits | Mapping[str, Any] | None = None,
     allowed_hosts: Sequence[str] = (),
     worker_hosts: Sequence[str] = (),
+    mcp: Any = None,
 ) -> WebService:
     """The HTTP API of ``service`` (and ``world``) listening on ``endpoint`` (strports).
 
@@ -935,7 +964,9 @@ def make_web_service(
     names this service has besides localhost and its address (``name`` or
     ``name:port``: a reverse proxy, a tunnel).  ``worker_hosts``: with
     several workers, the only hosts another worker's API address may name
-    (empty: any; see :mod:`~ai_tools.web.worker_auth`).  ``clock`` is the reactor
+    (empty: any; see :mod:`~ai_tools.web.worker_auth`).  ``mcp`` (an
+    :class:`~ai_tools.mcp.serve_config.McpServeConfig`) serves the game's tools
+    over MCP at ``/mcp``, behind the same checks.  ``clock`` is the reactor
     (default: the global one).  Raises ConfigError for a bad combination.
     """
     if token is not None and (not isinstance(token, str) or not token.strip()):
@@ -950,8 +981,25 @@ def make_web_service(
     if not isinstance(limits, HttpLimits):
         limits = HttpLimits.from_mapping(limits or {}, "http")
     policy = OriginPolicy(allowed_hosts=tuple(allowed_hosts))
+    endpoint_mcp = (_mcp_endpoint(mcp, service, world, clock, limits, max_body)
+                    if mcp is not None else None)
     resource = ApiResource(service, world, token=token, max_body=max_body, clock=clock,
-                           limits=limits, policy=policy, worker_hosts=worker_hosts)
+                           limits=limits, policy=policy, worker_hosts=worker_hosts,
+                           mcp=endpoint_mcp)
     site = ApiSite(resource, max_body=max_body, clock=resource.clock, limits=limits)
     reactor = clock if clock is not None and hasattr(clock, "listenTCP") else None
     return WebService(resource, site, endpoint, reactor=reactor)
+
+
+def _mcp_endpoint(mcp: Any, service: Any, world: Any, clock: Any, limits: HttpLimits,
+                  max_body: int) -> Any:
+    """The game's tools as an MCP server at ``/mcp`` (:mod:`ai_tools.mcp.server_http`)."""
+    from ai_tools.mcp.game_tools import game_server
+    from ai_tools.mcp.server_http import McpHttpEndpoint
+
+    the_clock = clock if clock is not None else getattr(service, "clock", None)
+    return McpHttpEndpoint(
+        game_server(mcp, service, world, the_clock), the_clock,
+        max_sessions=mcp.max_sessions, session_idle=mcp.session_idle,
+        stream_buffer=limits.stream_buffer, stall_timeout=limits.stream_stall_timeout,
+        max_message_bytes=max_body)

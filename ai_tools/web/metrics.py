@@ -3,9 +3,12 @@
 :class:`Metrics` observes the service's events from the moment the API
 starts — ``tick`` (ticks by status and reason), ``tool_result`` (tool calls
 by tool and status), ``model_request`` (requests, latency and tokens by
-model profile) — and the state writer's batches (store write latency and
-failures).  Gauges are read when scraped: pending events per assistant, each
-profile's circuit breaker, assistants, ticks in flight, event streams.
+model profile; refusals by an open breaker apart; the wait in the model
+client's queue apart) — and the state writer's batches (store write latency
+and failures).  Gauges are read when scraped: pending events per assistant,
+each profile's model server (its breaker, slots, requests out and waiting),
+the assistants whose model a breaker refuses, assistants, ticks in flight,
+event streams.
 Counters start at zero when the process starts, as Prometheus expects.
 
 Every label value comes from this service's own configuration or code (a
@@ -25,6 +28,7 @@ __all__ = ["CONTENT_TYPE", "Histogram", "Metrics"]
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 
 MODEL_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+QUEUE_BUCKETS = (0.0, 0.1, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0)
 """Model request latency buckets, seconds (a local model's answer takes seconds)."""
 STORE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 """Store write (one grouped transaction) buckets, seconds."""
@@ -43,6 +47,13 @@ def _labels(labels: Labels, extra: str = "") -> str:
     if extra:
         parts.append(extra)
     return "{" + ",".join(parts) + "}" if parts else ""
+
+
+def _seconds(milliseconds: Any) -> float | None:
+    """A ``…_ms`` event field in seconds (None when it is not a number)."""
+    if isinstance(milliseconds, int | float) and not isinstance(milliseconds, bool):
+        return max(0.0, milliseconds / 1000.0)
+    return None
 
 
 def _number(value: float) -> str:
@@ -97,6 +108,8 @@ class Metrics:
         self.ticks: Counter[Labels] = Counter()
         self.tool_calls: Counter[Labels] = Counter()
         self.model_requests: Counter[Labels] = Counter()
+        self.model_refusals: Counter[Labels] = Counter()
+        self.queue_seconds = Histogram(QUEUE_BUCKETS)
         self.model_attempts: Counter[Labels] = Counter()
         self.model_tokens: Counter[Labels] = Counter()
         self.model_seconds = Histogram(MODEL_BUCKETS)
@@ -135,14 +148,29 @@ class Metrics:
             self._model_request(event)
 
     def _model_request(self, event: Mapping[str, Any]) -> None:
+        """A request sent counts as a request, its time at the server in the latency
+        histogram and its time in the client's queue in the queue's; one that sent
+        nothing (a breaker refused it, or it was cancelled in the queue) is a refusal
+        or a cancellation only."""
         profile = self._profile(event)
-        self.model_requests[(("profile", profile), ("status", str(event.get("status"))))] += 1
-        attempts = event.get("attempts")
-        if isinstance(attempts, int) and not isinstance(attempts, bool) and attempts > 0:
-            self.model_attempts[(("profile", profile),)] += attempts
-        latency = event.get("latency_ms")
-        if isinstance(latency, int | float) and not isinstance(latency, bool):
-            self.model_seconds.observe((("profile", profile),), latency / 1000.0)
+        labels: Labels = (("profile", profile),)
+        attempts = event.get("attempts", 1)  # (events of older versions have none)
+        if not isinstance(attempts, int) or isinstance(attempts, bool):
+            attempts = 0
+        sent = attempts > 0
+        status = str(event.get("status"))
+        if not sent and status == "llm_unavailable":
+            self.model_refusals[labels] += 1
+            return
+        self.model_requests[(("profile", profile), ("status", status))] += 1
+        queued = _seconds(event.get("queued_ms"))
+        if queued is not None and (sent or queued > 0):
+            self.queue_seconds.observe(labels, queued)
+        if sent:
+            self.model_attempts[labels] += attempts
+            latency = _seconds(event.get("latency_ms"))
+            if latency is not None:
+                self.model_seconds.observe(labels, max(0.0, latency - (queued or 0.0)))
         for kind in ("prompt", "completion"):
             tokens = event.get(f"{kind}_tokens")
             if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0:
@@ -171,13 +199,20 @@ class Metrics:
                       "and status.", self.tool_calls)
         self._counter(lines, "ai_tools_model_requests_total", "Model requests (a client's "
                       "retries inside one), by profile and status.", self.model_requests)
+        self._counter(lines, "ai_tools_model_refusals_total", "Model requests an open "
+                      "circuit breaker refused (nothing sent), by profile.",
+                      self.model_refusals)
         self._counter(lines, "ai_tools_model_http_requests_total", "HTTP requests sent to "
                       "the model servers (every attempt, retries included), by profile.",
                       self.model_attempts)
         self._counter(lines, "ai_tools_model_tokens_total", "Tokens the model servers "
                       "counted, by profile and kind (prompt, completion).", self.model_tokens)
-        self._histogram(lines, "ai_tools_model_request_seconds", "Model request latency.",
+        self._histogram(lines, "ai_tools_model_request_seconds", "Model request latency "
+                        "at the server (requests sent; the queue's wait left out).",
                         self.model_seconds)
+        self._histogram(lines, "ai_tools_model_queue_seconds", "Time model requests "
+                        "waited in the client's queue for a slot of the model server.",
+                        self.queue_seconds)
         self._histogram(lines, "ai_tools_store_write_seconds", "Assistant state writes (one "
                         "grouped transaction each).", self.store_seconds)
         self._gauges(lines)
@@ -215,6 +250,7 @@ class Metrics:
                    "profile: 1 for the state it is in.", "gauge")
         for profile, client in sorted(service.llms.items()):
             lines.extend(self._breaker(profile, client))
+        self._model_servers(lines, service)
         stats = service.stats()
         for name, help_text, value in (
                 ("ai_tools_assistants", "Assistants hosted.", stats["assistants"]),
@@ -224,8 +260,31 @@ class Metrics:
             lines.append(f"{name} {_number(value)}")
 
     @staticmethod
+    def _model_servers(lines: list[str], service: Any) -> None:
+        """The slots and the queue of each profile's model server, and the assistants
+        whose model a breaker refuses (their ticks wait)."""
+        statuses = {profile: client.status() for profile, client in sorted(
+            service.llms.items()) if callable(getattr(client, "status", None))}
+        for name, key, help_text in (
+                ("ai_tools_model_slots", "slots", "Requests each profile's model server "
+                 "serves at once (learned or configured)."),
+                ("ai_tools_model_in_flight", "in_flight", "Requests out at each profile's "
+                 "model server."),
+                ("ai_tools_model_queue_waiting", "waiting", "Requests waiting in the "
+                 "client's queue for a slot of each profile's model server.")):
+            Metrics._head(lines, name, help_text, "gauge")
+            lines.extend(f"{name}{_labels((('profile', profile),))} {_number(status[key])}"
+                         for profile, status in statuses.items())
+        Metrics._head(lines, "ai_tools_assistant_model_refused", "1 while a breaker refuses "
+                      "the assistant's model (its ticks wait).", "gauge")
+        lines.extend(f"ai_tools_assistant_model_refused{_labels((('assistant', name),))} "
+                     f"{int(bool(getattr(assistant, 'model_refused', False)))}"
+                     for name, assistant in sorted(service.assistants.items()))
+
+    @staticmethod
     def _breaker(profile: str, client: Any) -> Iterable[str]:
-        breaker = getattr(client, "breaker", None)
+        server = getattr(client, "server", None)
+        breaker = getattr(server, "breaker", None) or getattr(client, "breaker", None)
         state = getattr(getattr(breaker, "state", None), "value", None)
         if state is None:
             return

@@ -12,7 +12,8 @@
    free ports) plus one deliberately broken tool, and runs ``evennia start``;
 3. logs in a builder and a player over telnet; the builder creates the
    assistants Ada (here) and Bob (in another room) with ``aiassistant/create``;
-4. checks, each as a named check: the player says hello and reads Ada's
+4. checks, each as a named check: an MCP client acts as the builder's character through
+   the game's MCP server (``AI_TOOLS_MCP_SERVE``); the player says hello and reads Ada's
    in-world answer; ``aiassistant/status`` shows the loop's result; a player
    without builder rights asking for a DANGEROUS tool is gated; a command Ada's
    character may not run reaches the model as ``permission_denied``; a tool
@@ -48,7 +49,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from e2e_support import WAIT, Checks, Game, Player, alive, login_when_up, pause, say
+from e2e_support import (
+    WAIT,
+    Checks,
+    Game,
+    Player,
+    alive,
+    free_ports,
+    login_when_up,
+    pause,
+    say,
+)
 from twisted.internet import defer, task
 
 from ai_tools.llm.scripted import last_user_message
@@ -180,6 +191,8 @@ AI_TOOLS_ASSISTANT_DEFAULTS = {{
 }}
 AI_TOOLS_SERVICE_TICK = 0.25
 AI_TOOLS_EXTRA_TOOLS = ["world.ai_faults.BoomTool"]
+# The game's tools as an MCP server, acting as the superuser's character (#1).
+AI_TOOLS_MCP_SERVE = {{"character": "#1", "port": {mcp}}}
 """
 
 CMDSET_HOOK = "        # any commands you add below will overload the default ones.\n"
@@ -215,6 +228,7 @@ class Scenario:
         self.idle_restarts: list[float] = []
         self.in_flight: list[tuple[str, float]] = []
         """How long each restart with a call in flight took (reloads, then restarts)."""
+        self.mcp_port = 0
         self.pending: tuple[Any, int, int] = (None, 0, 0)
         """The cut-off model request, the server log's size then, the player's mark."""
 
@@ -228,8 +242,10 @@ class Scenario:
         settings = game.dir / "server" / "conf" / "settings.py"
         text = settings.read_text()
         marker = "try:\n    from server.conf.secret_settings import *"
+        self.mcp_port = free_ports(1)[0]
         extra = SETTINGS.format(
-            telnet=game.telnet_port, amp=game.amp_port, llm_url=self.model.url
+            telnet=game.telnet_port, amp=game.amp_port, llm_url=self.model.url,
+            mcp=self.mcp_port,
         )
         settings.write_text(text.replace(marker, extra + "\n" + marker))
         cmdsets = game.dir / "commands" / "default_cmdsets.py"
@@ -380,6 +396,28 @@ class Scenario:
         await builder.command("@tel Cellar", r"Cellar", "teleport to the cellar")
         await builder.command("aiassistant/create Bob", r"Assistant Bob is running", "Bob running")
         await builder.command("@tel #2", r"Limbo", "back to Limbo")
+
+    async def mcp_client_looks(self) -> None:
+        """An MCP client (JSON-RPC over HTTP) acts as the builder's character: it sees Limbo."""
+        import treq
+
+        url = f"http://127.0.0.1:{self.mcp_port}/mcp"
+        headers = {"Content-Type": "application/json",
+                   "Accept": "application/json, text/event-stream"}
+        opened = await treq.post(url, json.dumps({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "e2e"}}}).encode(), headers=headers, timeout=WAIT)
+        assert opened.code == 200, (opened.code, await opened.text())
+        await opened.content()
+        session = opened.headers.getRawHeaders("mcp-session-id")[0]
+        looked = await treq.post(url, json.dumps({
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "inspect_location", "arguments": {}}}).encode(),
+            headers={**headers, "Mcp-Session-Id": session}, timeout=WAIT)
+        answer = json.loads(await looked.content())
+        text = answer["result"]["content"][0]["text"]
+        assert not answer["result"]["isError"] and "Limbo" in text, answer
 
     async def player_talks(self) -> None:
         """A new player says hello and reads Ada's answer."""
@@ -631,6 +669,8 @@ class Scenario:
         if not await check("builder creates assistants with aiassistant/create",
                            self.builder_creates_assistants):
             return
+        await check("an MCP client acts as the builder's character (AI_TOOLS_MCP_SERVE)",
+                    self.mcp_client_looks)
         await check("a player says hello and reads the NPC's reply", self.player_talks)
         await check("the builder sees the loop's result in aiassistant/status",
                     self.builder_status)

@@ -35,8 +35,9 @@ START_WAIT = 60.0
 class Service:
     """The twistd process: its base URL, its token, and JSON calls to its API."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, config: Path | None = None) -> None:
         self.directory = directory
+        self.config = config or ROOT / "examples" / "assistant.toml"
         self.token = secrets.token_urlsafe(24)
         self.token_file = directory / "api-token"
         self.token_file.write_text(self.token)
@@ -52,7 +53,7 @@ class Service:
                if not k.startswith(("LLM_", "AI_TOOLS_", "COVERAGE_PROCESS"))}
         env["PYTHONUNBUFFERED"] = "1"
         args = [str(TWISTD), "-n", "--pidfile=", "ai-assistant",
-                "--config", str(ROOT / "examples" / "assistant.toml"),
+                "--config", str(self.config),
                 "--http", listen, "--http-token-file", str(self.token_file),
                 "--db", str(self.directory / "assistants.sqlite"), "--tick-interval", "0.2"]
         with self.log.open("wb") as out:

@@ -7,14 +7,14 @@ from pathlib import Path
 
 from tests.browser.chromium import Browser, Page
 from tests.browser.conftest import Service, sign_in
-from tests.browser.test_console import SOUP, screenshot
+from tests.browser.test_console import SOUP, choose, screenshot
 
 
 def pips_loop(page: Page) -> None:
     """Bob asks Pip about the soup; her loop ends and its trace is listed."""
     page.click("#assistants li[data-assistant='pip'] button")
     page.wait_for("document.querySelector('#detail-title').textContent === 'pip'", "Pip's panel")
-    page.fill("#character", "char:bob")
+    choose(page, "#character", "char:bob")
     page.fill("#text", SOUP)
     page.click("#speak-form button[type=submit]")
     page.wait_for("/loop ended/.test(document.querySelector('#live').textContent)",

@@ -176,3 +176,62 @@ async def start_servers(prepared: tuple[Path, Path],
         await stop_all()
         raise
     return servers, stop_all
+
+
+# -- llama.cpp's own llama-server ----------------------------------------------------------------
+
+
+def require_llama_cpp_server() -> tuple[Path, Path]:
+    """llama.cpp's ``llama-server`` binary (``make llama-cpp-server``) and the model; skip
+    (or fail, when required) if either is missing."""
+    spec = importlib.util.spec_from_file_location(
+        "llama_build_server", ROOT / "scripts" / "llama" / "build_server.py")
+    assert spec is not None and spec.loader is not None
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    _, model = _prepared_paths()
+    missing = [str(p) for p in (build.BINARY, model) if not p.exists()]
+    if missing:
+        why = (f"llama.cpp's llama-server is not built ({', '.join(missing)} missing): run "
+               "`make llama-server llama-cpp-server` (once; about 10 minutes of CPU)")
+        if os.environ.get("AI_TOOLS_LLAMA_REQUIRED") or os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    return build.BINARY, model
+
+
+_NATIVE_LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
+
+
+class LlamaCppServer(LlamaServer):
+    """One llama.cpp ``llama-server`` process (its log says where it listens)."""
+
+    def _keep(self, data: bytes) -> None:
+        self.output += data
+        if len(self.output) > OUTPUT_LIMIT:
+            del self.output[: len(self.output) - OUTPUT_LIMIT]
+        if self.port is None:
+            match = _NATIVE_LISTENING.search(self.text)
+            if match is not None:
+                self.port = int(match.group(1))
+
+    def chat_requests(self) -> int:
+        """Chat completions the server computed (its log line per slot released)."""
+        return len(re.findall(r"release: id +\d+ \| task", self.text))
+
+
+async def start_llama_cpp_server(prepared: tuple[Path, Path], name: str, n_ctx: int,
+                                 options: Sequence[str] = ()) -> LlamaCppServer:
+    """Start ``llama-server`` on a port of 127.0.0.1 it picks itself, one thread."""
+    binary, model = prepared
+    server = LlamaCppServer(name, n_ctx)
+    args = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", "0",
+            "-c", str(n_ctx), "-t", "1", "-tb", "1", "--alias", MODEL_ALIAS, *options]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
+    reactor().spawnProcess(server, args[0], args, env=env, path=str(ROOT))
+    try:
+        await server.wait_listening()
+    except BaseException:
+        await server.stop()
+        raise
+    return server

@@ -361,18 +361,25 @@ async def test_streamed_auto_tool_call_is_asked_again_whole(
     "auto"``, the profile's default): it answers 200 and ends the stream at once,
     without ``[DONE]`` (checked on the raw stream).
 
-    The client asks again for the whole answer at once, gets the call, and from
-    then on asks for whole answers when tools are offered.  The prompt is one for
-    which the model (greedy) picks the tool.
+    The client knows this server by its ``/v1/models`` and never streams a request
+    offering tools to it (no prompt evaluated for a refusal).  A client that does not
+    ask (``discover_window = false``) learns it at the first refusal: it asks again for
+    the whole answer at once, and from then on for whole answers whenever tools are
+    offered.  The prompt is one for which the model (greedy) picks the tool.
     """
     server = servers["native"]
-    client = clients(server)
     messages = [{"role": "system", "content": "You act through tools."},
                 {"role": "user", "content": "Look at the sky."}]
     chunks, _, done = sse_chunks(await raw_stream(server, {
         "messages": messages, "tools": [LOOK], "tool_choice": "auto", "temperature": 0,
         "max_tokens": 32}))
     assert chunks == [] and not done
+    knowing = clients(server)
+    before = len(server.requests())
+    response = await knowing.complete(messages, tools=[LOOK], stream=True)
+    assert [c.name for c in response.tool_calls] == ["look"] and response.attempts == 1
+    assert chats(server, before) == [("POST", "/v1/chat/completions", 200)]
+    client = clients(server, discover_window=False)
     before = len(server.requests())
     response = await client.complete(messages, tools=[LOOK], stream=True)
     assert [c.name for c in response.tool_calls] == ["look"] and response.attempts == 2

@@ -10,6 +10,7 @@ from twisted.application.service import IService, IServiceCollection
 from twisted.logger import ILogObserver, LogLevel
 from twisted.scripts.twistd import ServerOptions
 
+from ai_tools import log_gate
 from ai_tools.errors import ConfigError
 from ai_tools.standalone import plugin
 from ai_tools.standalone.app import StandaloneService, describe_failure
@@ -111,6 +112,13 @@ class FakeApplication:
 
 
 @pytest.fixture(autouse=True)
+def keep_log_gate() -> Any:
+    """Installing the service's log arms the process's level gate: lift it after."""
+    yield
+    log_gate.disarm()
+
+
+@pytest.fixture(autouse=True)
 def keep_sigusr1() -> Any:
     """twistd's log file observer installs a SIGUSR1 handler (log rotation): put it back."""
     import signal
@@ -140,6 +148,9 @@ def test_log_level_filters_twistd_observer(tmp_path: Path, level: str, shown: Lo
     root.setServiceParent(application)
     observer = application.components[ILogObserver]
     assert ILogObserver.providedBy(observer)
+    gate = log_gate.armed()  # the filter is the process's log now: events it drops are not built
+    assert gate is not None and gate.keeps(shown, "test")
+    assert hidden is None or not gate.keeps(hidden, "test")
     base = {"log_namespace": "test", "log_time": 0.0, "log_system": "-"}
     observer({**base, "log_level": shown, "log_format": "shown line"})
     if hidden is not None:
@@ -151,15 +162,15 @@ def test_log_level_filters_twistd_observer(tmp_path: Path, level: str, shown: Lo
 
 def test_a_user_logger_is_left_alone() -> None:
     server = twistd_options("--logger", "twisted.logger.textFileLogObserver")
-    assert plugin._filtered_observer("warn", server) is None
-    assert plugin._filtered_observer("warn", None) is None
+    assert plugin.service_log_observer("warn", server) is None
+    assert plugin.service_log_observer("warn", None) is None
     # twistd itself refuses a daemon logging to standard output
-    assert plugin._filtered_observer("warn", {"logfile": "-", "nodaemon": False}) is None
+    assert plugin.service_log_observer("warn", {"logfile": "-", "nodaemon": False}) is None
 
 
 def test_in_the_foreground_the_filtered_log_goes_to_standard_output(
         capsys: pytest.CaptureFixture[str]) -> None:
-    observer = plugin._filtered_observer("warn", twistd_options())
+    observer = plugin.service_log_observer("warn", twistd_options())
     base = {"log_namespace": "test", "log_time": 0.0, "log_system": "-"}
     observer({**base, "log_level": LogLevel.error, "log_format": "shown line"})
     observer({**base, "log_level": LogLevel.info, "log_format": "hidden line"})

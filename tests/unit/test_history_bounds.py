@@ -259,12 +259,14 @@ def test_each_model_request_is_an_event_with_its_latency_and_tokens() -> None:
     assert result.termination_reason == TerminationReason.LLM_ERROR
     requests = [e for e in events if e["type"] == "model_request"]
     fields = {"type", "assistant", "iteration", "profile", "model", "latency_ms",
-              "prompt_tokens", "completion_tokens", "status", "error", "attempts"}
+              "prompt_tokens", "completion_tokens", "status", "error", "attempts",
+              "response_model", "finish_reason", "queued_ms"}
     assert [set(e) for e in requests] == [fields, fields]
     assert requests[0] | {} == {"type": "model_request", "assistant": "ada", "iteration": 1,
                                "profile": "local", "model": "scripted", "latency_ms": 250.0,
                                "prompt_tokens": 120, "completion_tokens": 7, "status": "ok",
-                               "error": None, "attempts": 1}
+                               "error": None, "attempts": 1, "response_model": None,
+                               "finish_reason": "tool_calls", "queued_ms": 0.0}
     assert requests[1]["status"] == "llm_error" and requests[1]["iteration"] == 2
     assert requests[1]["error"] == "HTTP 500: the server broke"
     assert requests[1]["prompt_tokens"] is None

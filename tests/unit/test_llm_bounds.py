@@ -170,16 +170,16 @@ def test_slots_are_all_given_back() -> None:
     assert len(h.requests) == before + 1
 
 
-def test_waiting_for_a_slot_ends_at_the_call_deadline() -> None:
-    """A call whose every slot stays busy fails at its total deadline, naming the cause,
-    and leaves no waiter behind."""
+def test_waiting_for_a_slot_ends_at_the_queue_deadline() -> None:
+    """A call whose every slot stays busy fails at its queue deadline (its total deadline
+    has not started: nothing was sent), naming the cause, and leaves no waiter behind."""
     clock = Clock()
     profile = ModelProfile(base_url="http://model.test/v1", model="m", max_concurrency=1,
-                           timeouts=Timeouts(total=30.0))
+                           timeouts=Timeouts(total=10.0, queue=30.0))
     channel = ModelChannel(profile, clock, None, breaker=CircuitBreaker(clock),
                            retry_policy=RetryPolicy(), environ={}, rand=lambda: 0.5,
                            wall_clock=clock.seconds)
-    channel.slots.acquire()  # the only slot, busy
+    channel.server.slots.acquire()  # the only slot, busy
     call = ModelCall(channel, b"{}", False, None)
     call.start()
     failures: list[Any] = []
@@ -188,7 +188,8 @@ def test_waiting_for_a_slot_ends_at_the_call_deadline() -> None:
     assert not failures
     clock.advance(0.5)
     assert failures and failures[0].check(LLMTimeout)
-    assert "slots stayed busy" in str(failures[0].value)
+    assert "in the queue for one of the server's 1 slot(s)" in str(failures[0].value)
+    assert failures[0].value.attempts == 0
     assert channel.calls == set() and clock.getDelayedCalls() == []
-    channel.slots.release()
-    assert channel.slots.tokens == 1 and not channel.slots.waiting
+    channel.server.slots.release()
+    assert channel.server.slots.in_use == 0 and not channel.server.slots.waiting

@@ -173,17 +173,35 @@ def test_an_error_body_in_a_200_is_a_server_error() -> None:
 def test_a_stream_broken_by_tools_is_asked_again_whole_and_remembered(
         logged: list) -> None:  # noqa: F811
     """llama-cpp-python ends a streamed answer with tools under ``tool_choice: "auto"``
-    before its first chunk: the client asks again for a whole answer at once, and from
-    then on asks for whole answers when tools are offered (text answers still stream)."""
-    h = Harness([Turn(tool_calls=[("look", {})]), Turn(tool_calls=[("look", {})]), "text"])
+    before its first chunk: at that first refusal the client asks for whole answers
+    whenever tools are offered, for every call of the profile (text answers still
+    stream), and asks this one again whole at once.  (Here the server is not recognised:
+    the client does not ask it what it is.)"""
+    h = Harness([Turn(tool_calls=[("look", {})]), Turn(tool_calls=[("look", {})]), "text"],
+                discover_window=False, server_slots=1)
     h.resource.server_kind = ServerKind("llama-cpp-python")
-    first = h.run(h.client.complete(USER, tools=TOOLS))
-    assert [c.name for c in first.tool_calls] == ["look"] and first.attempts == 2
-    h.run(h.client.complete(USER, tools=TOOLS))
+    first = h.client.complete(USER, tools=TOOLS)
+    second = h.client.complete(USER, tools=TOOLS)  # queued behind: already whole when sent
+    answers = h.run(defer.gatherResults([first, second]))
+    assert [c.name for c in answers[0].tool_calls] == ["look"] and answers[0].attempts == 2
+    assert answers[1].attempts == 1
     h.run(h.client.complete(USER))
     assert [r.body["stream"] for r in h.requests] == [True, False, False, True]
     warnings = [formatEvent(e) for e in logged if "first chunk" in formatEvent(e)]
     assert len(warnings) == 1 and "whole answers" in warnings[0]
+
+
+def test_a_recognised_llama_cpp_python_never_gets_a_streamed_tool_request(
+        logged: list) -> None:  # noqa: F811
+    """Its ``/v1/models`` shows what the server is: requests offering tools are whole
+    from the first (no prompt evaluated for a refusal), and it serves one at a time."""
+    h = Harness([Turn(tool_calls=[("look", {})]), "text"])
+    h.resource.server_kind = ServerKind("llama-cpp-python")
+    assert h.run(h.client.complete(USER, tools=TOOLS)).attempts == 1
+    h.run(h.client.complete(USER))
+    assert [r.body["stream"] for r in h.requests] == [False, True]
+    assert h.client.server.kind == "llama-cpp-python" and h.client.server.slots.capacity == 1
+    assert any("cannot stream a tool call" in formatEvent(e) for e in logged)
 
 
 class ClosingOnStreams:

@@ -716,6 +716,36 @@ def test_observer_events_and_failures() -> None:
                     "tool_result", "iteration", "model_request", "termination"]
 
 
+def test_an_unobserved_loop_builds_no_event() -> None:
+    """``observed`` is asked before each event: while it says no, nothing is built."""
+    seen: list[str] = []
+    watching = [False]
+    asked: list[bool] = []
+
+    def observed() -> bool:
+        asked.append(watching[0])
+        return watching[0]
+
+    def observer(event: dict[str, Any]) -> None:
+        seen.append(event["type"])
+        watching[0] = event["type"] != "tool_result"  # stop watching after the first call
+
+    llm = ScriptedLLM([answer(call("look", {}, "c1")), answer(call("look", {}, "c2")),
+                       text("bye")])
+    ctx = make_ctx(llm)
+    ctx.on_event, ctx.observed = observer, observed
+    run(ctx)
+    assert seen == [] and asked and not any(asked)
+    watching[0] = True  # a console subscribes: the next loop is seen until the observer leaves
+    llm = ScriptedLLM([answer(call("look", {}, "c3")), answer(call("look", {}, "c4")),
+                       text("bye")])
+    ctx = make_ctx(llm)
+    ctx.on_event, ctx.observed = observer, observed
+    result = run(ctx)
+    assert result.termination_reason == TerminationReason.COMPLETED
+    assert seen == ["iteration", "model_request", "tool_call", "tool_result"]
+
+
 def test_reflection_leaves_history_and_events_alone() -> None:
     """A reflection run uses the reflection prompt and changes nothing it was given."""
     history = ConversationHistory()
@@ -984,3 +1014,17 @@ def test_the_context_measure_counts_calls_joining_an_answer() -> None:
     run(ctx)
     assert meter.history_tokens(ctx.history) == \
         sum(10 * len(m.get("tool_calls") or ()) + 1 for m in ctx.history.messages)
+
+
+def test_progress_is_the_moment_it_was_handed_over() -> None:
+    """A checkpoint that keeps its progress and reads it later reads that moment's."""
+    kept: list[LoopProgress] = []
+    llm = ScriptedLLM([answer(call("look", {}, "c1"), content="first"),
+                       answer(call("look", {}, "c2"), content="second"), text("done")])
+    result = run(make_ctx(llm, checkpoint=kept.append))
+    assert [p.iteration for p in kept] == [1, 2, 3]
+    assert [len(p.results) for p in kept] == [1, 2, 2] and len(result.results) == 2
+    assert kept[0].results[0]["tool_call_id"] == "c1" and kept[0].text == "first"
+    assert kept[1].text == "first\nsecond" and kept[1].signals == ()
+    assert kept[2].text == result.text
+    assert LoopProgress(3, (), (), "plain", None).text == "plain"

@@ -383,11 +383,13 @@ def test_observers_receive_loop_and_tick_events() -> None:
     add(service, clock, name="bob")
     seen: list[dict[str, Any]] = []
     only_bob: list[dict[str, Any]] = []
+    assert not service.observed("ada")  # nobody subscribed: loops build no event
     remove = service.add_observer(seen.append)
-    service.add_observer(only_bob.append, assistant="bob")
+    remove_bob = service.add_observer(only_bob.append, assistant="bob")
+    assert service.observed("ada") and service.observed("bob")
 
     def behaviour(ctx: LoopContext, config: LoopConfig) -> Any:
-        assert ctx.on_event is not None
+        assert ctx.on_event is not None and ctx.observed is not None and ctx.observed()
         ctx.on_event({"type": "tool_result", "tool": "look", "duration_ms": 3.0,
                       "from_cache": True, "success": True})
         return loop_result()
@@ -406,6 +408,9 @@ def test_observers_receive_loop_and_tick_events() -> None:
     settle(clock)
     assert not any(e["assistant"] == "bob" for e in seen)
     assert any(e["type"] == "tick" for e in only_bob)
+    assert not service.observed("ada") and service.observed("bob")
+    remove_bob()
+    assert not service.observed("bob")
 
 
 def test_a_failing_observer_is_logged_and_ticking_goes_on() -> None:

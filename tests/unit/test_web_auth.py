@@ -191,8 +191,8 @@ def test_the_service_listens_on_start_and_stops_cleanly() -> None:
     assert factory is web.site
     listening = result_of(web.when_listening())
     assert listening.getHost().port == 8123
-    # its loop recorder, its metrics and its event streams' one observer
-    assert len(api.service._observers) == before + 3
+    # its loop recorder, its trace recorder, its metrics and its event streams' one observer
+    assert len(api.service._observers) == before + 4
     assert web.resource.policy.port == 8123  # the Host rule learnt the port
     result_of(web.stopService())
     assert len(api.service._observers) == before

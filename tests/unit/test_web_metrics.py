@@ -47,21 +47,28 @@ def test_ticks_tools_and_model_requests_are_counted() -> None:
     # the harness's registry is empty: every tool is "unknown"
     publish("pip", {"type": "tool_result", "tool": "say", "status": "success"})
     publish("pip", {"type": "tool_result", "tool": "x" * 500, "status": "error"})
-    publish("pip", {"type": "model_request", "profile": "default", "latency_ms": 420.0,
-                    "prompt_tokens": 1200, "completion_tokens": 30, "status": "ok"})
+    publish("pip", {"type": "model_request", "profile": "default", "latency_ms": 2420.0,
+                    "prompt_tokens": 1200, "completion_tokens": 30, "status": "ok",
+                    "attempts": 1, "queued_ms": 2000.0})  # 2 s of it in the queue
     publish("pip", {"type": "model_request", "profile": "default", "latency_ms": 3000,
                     "prompt_tokens": None, "completion_tokens": None, "status": "llm_error",
                     "attempts": 3})
     publish("pip", {"type": "model_request", "profile": "default", "status": "llm_unavailable",
-                    "attempts": 0})  # the open breaker sent nothing
+                    "attempts": 0, "latency_ms": 0.5,
+                    "queued_ms": 0.0})  # the open breaker sent nothing
     got = scrape(api)
+    assert got['ai_tools_model_refusals_total{profile="default"}'] == 1
+    assert 'ai_tools_model_requests_total{profile="default",status="llm_unavailable"}' \
+        not in got
+    assert got['ai_tools_model_queue_seconds_count{profile="default"}'] == 1
+    assert got['ai_tools_model_queue_seconds_sum{profile="default"}'] == 2.0
     assert got['ai_tools_ticks_total{status="ran",reason="completed"}'] == 2
     assert got['ai_tools_ticks_total{status="skipped",reason="disabled"}'] == 1
     assert got['ai_tools_tool_calls_total{tool="unknown",status="success"}'] == 1
     assert got['ai_tools_tool_calls_total{tool="unknown",status="error"}'] == 1
     assert got['ai_tools_model_requests_total{profile="default",status="ok"}'] == 1
     assert got['ai_tools_model_requests_total{profile="default",status="llm_error"}'] == 1
-    assert got['ai_tools_model_http_requests_total{profile="default"}'] == 3
+    assert got['ai_tools_model_http_requests_total{profile="default"}'] == 4
     assert got['ai_tools_model_tokens_total{profile="default",kind="prompt"}'] == 1200
     assert got['ai_tools_model_tokens_total{profile="default",kind="completion"}'] == 30
     assert got['ai_tools_model_request_seconds_bucket{profile="default",le="0.5"}'] == 1

@@ -55,8 +55,21 @@ CONFIG_KEYS = (
     "approval",
     "tool_approval",
     "approval_timeout",
+    "mcp_servers",
 )
 """The AssistantConfig fields a builder may set with ``aiassistant/config``."""
+
+
+def _undeclared_mcp_servers(names: Any) -> str | None:
+    """Why ``mcp_servers = names`` names a server ``AI_TOOLS_MCP_SERVERS`` lacks (None: fine)."""
+    from ai_tools.contrib.evennia.conf import ai_setting
+
+    declared = ai_setting("AI_TOOLS_MCP_SERVERS") or {}
+    missing = [n for n in names or () if n not in declared]
+    if not missing:
+        return None
+    return (f"no MCP server {', '.join(map(repr, missing))} in AI_TOOLS_MCP_SERVERS "
+            f"(declared: {', '.join(sorted(declared)) or 'none'})")
 
 
 def _host() -> Any:
@@ -450,6 +463,11 @@ class CmdAIAssistant(MuxCommand):
         except ConfigError as exc:
             script.db.config = old
             self.msg(f"|rNot changed: {exc}|n")
+            return
+        unknown = _undeclared_mcp_servers(value) if key == "mcp_servers" else None
+        if unknown:
+            script.db.config = old
+            self.msg(f"|rNot changed: {unknown}|n")
             return
         shown = "removed" if value is None else f"= {_short(value, 100)}"
         host = _host()

@@ -52,6 +52,11 @@ DEFAULTS: dict[str, Any] = {
     "AI_TOOLS_RECORDS_DB": "server/ai_tools.db3",
     # Extra tool classes to register, as python paths.
     "AI_TOOLS_EXTRA_TOOLS": [],
+    # MCP servers whose tools assistants may use: name -> the table of the standalone
+    # service's [mcp.servers.NAME] (docs/mcp.md), e.g.
+    # {"memory": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-memory"]}}.
+    # An assistant uses the servers its config names in ``mcp_servers``.
+    "AI_TOOLS_MCP_SERVERS": {},
     # Message types an assistant's character hears as events.
     "AI_TOOLS_HEARD_KINDS": ["say", "whisper", "page"],
     # Tick context named by events from speakers without Builder rights (None: none).
@@ -67,6 +72,9 @@ DEFAULTS: dict[str, Any] = {
     # Who may answer a tool call waiting for approval (``aiassistant/approve``,
     # ``/refuse``): an Evennia lock function string, checked against the caller.
     "AI_TOOLS_APPROVAL_LOCK": "perm(aiapprove) or perm(Admin)",
+    # The game's tools as an MCP server (None: off): {"character": "#12", "port": 4010,
+    # "token_env": "...", ...}; see ai_tools.contrib.evennia.mcp_server.
+    "AI_TOOLS_MCP_SERVE": None,
 }
 """Every setting the contrib reads, with its default value."""
 

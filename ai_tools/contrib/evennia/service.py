@@ -55,13 +55,16 @@ def build_llms(reactor: Any = None) -> dict[str, Any]:
     """Model clients from ``AI_TOOLS_LLM`` (called ``default``) and ``AI_TOOLS_LLMS``."""
     from ai_tools.llm.client import OpenAIChatClient
     from ai_tools.llm.profile import ModelProfile
+    from ai_tools.llm.server import ModelServers
 
     tables = {"default": ai_setting("AI_TOOLS_LLM")}
     tables.update(ai_setting("AI_TOOLS_LLMS") or {})
     clients = {}
+    servers = ModelServers(reactor)  # profiles of one server share its slots and queue
     for name, table in tables.items():
         profile = ModelProfile.from_mapping({"name": name, **dict(table)}, f"AI_TOOLS_LLMS[{name}]")
-        clients[name] = OpenAIChatClient(profile, reactor=reactor)
+        clients[name] = OpenAIChatClient(profile, reactor=reactor,
+                                         server=servers.for_profile(profile))
     return clients
 
 
@@ -118,6 +121,20 @@ def build_service(reactor: Any = None, **overrides: Any) -> AssistantService:
     return AssistantService(**arguments)
 
 
+def build_mcp_client(service: AssistantService, reactor: Any) -> Any:
+    """The MCP servers of ``AI_TOOLS_MCP_SERVERS`` for ``service``'s assistants (None: none)."""
+    from ai_tools.mcp.config import parse_servers
+
+    servers = parse_servers(ai_setting("AI_TOOLS_MCP_SERVERS"), "AI_TOOLS_MCP_SERVERS")
+    if not servers:
+        return None
+    from ai_tools.mcp.servers import McpClientService
+
+    client = McpClientService(servers, reactor, base=service.registry)
+    service.tool_sources = client
+    return client
+
+
 class EvenniaAssistantHost(MultiService):
     """Keeps an AssistantService in step with the game's AssistantScripts.
 
@@ -132,6 +149,10 @@ class EvenniaAssistantHost(MultiService):
         super().__init__()
         self._clock = clock
         self.service = service if service is not None else build_service(clock)
+        self.mcp_client = build_mcp_client(self.service, self.clock)
+        """The MCP servers' connections (:mod:`ai_tools.mcp.servers`), or None."""
+        if self.mcp_client is not None:
+            self.mcp_client.setServiceParent(self)
         self.service.setServiceParent(self)
         self._synced: defer.Deferred[Any] | None = None
         self._sync_call: Any = None
@@ -297,4 +318,20 @@ def start_plugin_services(server: Any) -> None:
         log.warn("ai_tools: AI_TOOLS_STOP_GRACE is no longer used: a stopping Server never "
                  "waits for loops in flight (they are saved and answered after the restart)")
     host = EvenniaAssistantHost()
+    serve_mcp(host)
     host.setServiceParent(server)
+
+
+def serve_mcp(host: EvenniaAssistantHost) -> Any:
+    """With ``AI_TOOLS_MCP_SERVE`` set, the host also serves the game's tools over MCP
+    (:mod:`ai_tools.contrib.evennia.mcp_server`); returns that listener, or None."""
+    from ai_tools.contrib.evennia.mcp_server import mcp_listener, parse_mcp_setting
+
+    settings_mcp = parse_mcp_setting(ai_setting("AI_TOOLS_MCP_SERVE"))
+    if settings_mcp is None:
+        return None
+    listener = mcp_listener(host.service, settings_mcp, host.clock)
+    listener.setServiceParent(host)
+    log.info("ai_tools: the game's MCP server will listen on {endpoint} as {character}",
+             endpoint=settings_mcp.endpoint, character=settings_mcp.serve.character)
+    return listener

@@ -10,6 +10,7 @@ import { Speaker } from "./speak.js";
 import { Manager } from "./manage.js";
 import { TraceView } from "./traces.js";
 import { Approvals } from "./approvals.js";
+import { refreshMcp } from "./mcp.js";
 
 const page = {
   statuses: new Map(),
@@ -118,6 +119,7 @@ async function refresh() {
   manager.statuses(answer.assistants, (answer.service || {}).models || []);
   renderAssistants();
   renderFacts();
+  refreshMcp();
 }
 
 let refreshSoon = null;
