@@ -26,6 +26,7 @@ from typing import Any
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from ai_tools.default_reactor import or_global_reactor
 from ai_tools.llm.breaker import CircuitBreaker
 from ai_tools.llm.profile import ModelProfile
 
@@ -221,9 +222,7 @@ class ModelServers:
     clients of profiles pointed at one server share its slots, queue and breaker."""
 
     def __init__(self, clock: Any = None) -> None:
-        if clock is None:
-            from twisted.internet import reactor as clock
-        self._clock = clock
+        self._clock = or_global_reactor(clock)
         self._servers: dict[str, ModelServer] = {}
 
     def for_profile(self, profile: ModelProfile) -> ModelServer:

@@ -36,6 +36,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from ai_tools.default_reactor import global_reactor
 from ai_tools.llm.sse import SSEParser
 from ai_tools.mcp.jsonrpc import (
     INTERNAL_ERROR,
@@ -362,11 +363,10 @@ def _log_warnings_to_stderr() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Bridge stdio to the service until stdin ends."""
-    from twisted.internet import reactor as global_reactor
     from twisted.internet import stdio
     from twisted.web.client import Agent, HTTPConnectionPool
 
-    reactor: Any = global_reactor
+    reactor: Any = global_reactor()
 
     args = _arguments(argv)
     _log_warnings_to_stderr()

@@ -12,6 +12,7 @@ from ai_tools.store.clock import now_seconds
 
 MODULES_WITH_THE_DEFAULT = [
     "ai_tools.contrib.evennia.service", "ai_tools.llm.client", "ai_tools.llm.scripted",
+    "ai_tools.llm.server", "ai_tools.mcp.server_stdio",
     "ai_tools.service.service", "ai_tools.standalone.app",
     "ai_tools.standalone.plugin", "ai_tools.store.clock", "ai_tools.store.postgres_listener",
     "ai_tools.web.api", "ai_tools.web.body", "ai_tools.web.listen", "ai_tools.world.sandbox",
