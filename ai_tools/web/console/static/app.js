@@ -74,6 +74,9 @@ $("#sign-in-form").addEventListener("submit", async (event) => {
 });
 
 $("#sign-out").addEventListener("click", async () => {
+  // The stream first: ended with the session, it would reconnect and be refused (401).
+  if (page.stream) page.stream.close();
+  page.stream = null;
   await call("DELETE", "/session").catch(() => null);
   showSignIn("Signed out.");
 });

@@ -21,8 +21,10 @@ export function openStream({ onEvent, onState, onGap, from = null }) {
   let source = null;
   let lastId = null;
   let failures = 0;
+  let closed = false;
 
   function connect() {
+    if (closed) return; // a reconnection planned before close()
     // After a reload, ask for what came since `from`; EventSource itself sends
     // Last-Event-ID when it reconnects, and the header wins over the query.
     const since = lastId ?? from;
@@ -77,5 +79,10 @@ export function openStream({ onEvent, onState, onGap, from = null }) {
   }
 
   connect();
-  return { close: () => source && source.close() };
+  return {
+    close: () => {
+      closed = true;
+      if (source) source.close();
+    },
+  };
 }
