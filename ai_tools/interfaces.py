@@ -21,8 +21,9 @@ from __future__ import annotations
 from zope.interface import Attribute, Interface
 
 
-class IWorld(Interface):
-    """The world a tool acts on: the sandbox world or a running Evennia game.
+class IWorldObjects(Interface):
+    """The world model: objects, rooms and exits, their attributes and tags,
+    the acting character's rights, and prototypes to spawn.
 
     Object dicts have at least ``id``, ``key``, ``kind`` (``"room"``, ``"exit"``,
     ``"character"``, ``"object"``), ``description`` and ``location`` (an id or
@@ -31,8 +32,6 @@ class IWorld(Interface):
     :class:`ai_tools.errors.PermissionDenied`, a missing object raises
     :class:`ai_tools.errors.NotFound`.
     """
-
-    name = Attribute("Short name of the host, e.g. 'sandbox' or 'evennia'.")
 
     def get_object(obj_id):
         """Return the object dict for ``obj_id``, or None. Value or Deferred."""
@@ -89,6 +88,10 @@ class IWorld(Interface):
         ``attrs``).  Keys that would change identity or rights are refused.
         """
 
+
+class IWorldCommands(Interface):
+    """Running world commands as a character, and the help they answer from."""
+
     def execute_command(char_id, command):
         """Run one world command as ``char_id`` with its own rights.
 
@@ -98,6 +101,14 @@ class IWorld(Interface):
         refusals are reported like a game would, not raised.  An answer
         without ``success`` counts as a success.
         """
+
+    def help_search(query, limit=5):
+        """Search the host's help entries: ``[{"key", "text", "score"}]``."""
+
+
+class IWorldMessages(Interface):
+    """Messages between characters: rooms, whispers and pages, channels, and
+    listening to what one character hears."""
 
     def message_location(char_id, text, kind="say", exclude=(), dedupe_key=None):
         """Deliver ``text`` from ``char_id`` to everyone in its room.
@@ -119,14 +130,22 @@ class IWorld(Interface):
     def list_channels():
         """Return ``[{"key", "description"}]``."""
 
-    def help_search(query, limit=5):
-        """Search the host's help entries: ``[{"key", "text", "score"}]``."""
-
     def subscribe(char_id, listener):
         """Call ``listener(WorldMessage)`` for everything ``char_id`` hears.
 
         Returns a zero-argument callable that unsubscribes.
         """
+
+
+class IWorld(IWorldObjects, IWorldCommands, IWorldMessages):
+    """The world a tool acts on: the sandbox world or a running Evennia game.
+
+    The union of the world's concerns (as Twisted's reactor is the union of
+    ``IReactorTCP``, ``IReactorTime``...): code that needs one concern may ask for
+    its narrower interface; a host declares ``IWorld`` and so provides all three.
+    """
+
+    name = Attribute("Short name of the host, e.g. 'sandbox' or 'evennia'.")
 
 
 class IStore(Interface):

@@ -14,7 +14,7 @@ from twisted.internet import task
 from zope.interface.verify import verifyObject
 
 from ai_tools.errors import NotFound, PermissionDenied
-from ai_tools.interfaces import IWorld
+from ai_tools.interfaces import IWorld, IWorldCommands, IWorldMessages, IWorldObjects
 from ai_tools.store.memory import MemoryStore
 from ai_tools.world.messages import WorldMessage
 from ai_tools.world.sandbox import MAX_VALUE_CHARS, SandboxWorld
@@ -38,6 +38,21 @@ def test_provides_iworld(world: SandboxWorld) -> None:
     """SandboxWorld implements IWorld; its name is 'sandbox'."""
     assert verifyObject(IWorld, world)
     assert world.name == "sandbox"
+
+
+def test_iworld_is_the_union_of_its_concerns(world: SandboxWorld) -> None:
+    """IWorld is the union of IWorldObjects, IWorldCommands and IWorldMessages.
+
+    Every method of IWorld belongs to exactly one concern, and a world that
+    declares IWorld provides (and verifies against) each narrow interface.
+    """
+    concerns = [IWorldObjects, IWorldCommands, IWorldMessages]
+    names = [set(concern.names()) for concern in concerns]
+    assert set().union(*names) | {"name"} == set(IWorld.names(all=True))
+    assert sum(len(n) for n in names) == len(set().union(*names))
+    for concern in concerns:
+        assert IWorld.extends(concern)
+        assert verifyObject(concern, world)
 
 
 def test_get_object(world: SandboxWorld) -> None:
