@@ -148,19 +148,11 @@ class IWorld(IWorldObjects, IWorldCommands, IWorldMessages):
     name = Attribute("Short name of the host, e.g. 'sandbox' or 'evennia'.")
 
 
-class IStore(Interface):
-    """Persistence for assistants: state, history, events, cache and records.
+class IAssistantStates(Interface):
+    """The saved state of each assistant (its history, pending events, mode...).
 
-    Every method returns a Deferred.  The SQLite store runs them on one writer
-    thread through ``twisted.enterprise.adbapi``; the memory store answers at
-    once.  Values are JSON-serialisable.
+    Every method returns a Deferred.
     """
-
-    def open():
-        """Create or migrate the schema. Deferred firing when ready."""
-
-    def close():
-        """Release connections. Deferred."""
 
     def load_assistant(name):
         """Return the saved state dict of assistant ``name`` or None.
@@ -181,6 +173,10 @@ class IStore(Interface):
     def list_assistants():
         """Names of the assistants with saved state."""
 
+
+class ICacheStore(Interface):
+    """The tool cache's persistent scope.  Every method returns a Deferred."""
+
     def cache_get(namespace, key, now):
         """Return the cached value or None (entries with ``expires_at <= now`` are misses)."""
 
@@ -189,6 +185,13 @@ class IStore(Interface):
 
     def cache_invalidate(namespace):
         """Drop every entry of ``namespace``."""
+
+
+class IRecordStore(Interface):
+    """Searchable records: memories, journal entries, episodes, entity notes, goals.
+
+    Every method returns a Deferred.
+    """
 
     def add_record(owner, collection, content, metadata=None, parent_id=None):
         """Add a searchable record (memory, journal entry, episode, entity note, goal).
@@ -211,6 +214,40 @@ class IStore(Interface):
 
     def search_records(owner, collection, query, limit=10):
         """Full-text search, best first; each record carries ``score`` (higher is better)."""
+
+
+class IStore(IAssistantStates, ICacheStore, IRecordStore):
+    """Persistence for assistants: state, history, events, cache and records.
+
+    The union of the stores' concerns (as Twisted's reactor is the union of
+    ``IReactorTCP``, ``IReactorTime``...), plus opening and closing: code that
+    needs one concern may ask for its narrower interface.  Every method returns
+    a Deferred.  The SQLite and PostgreSQL stores run them on store threads
+    through ``twisted.enterprise.adbapi``; the memory store answers at once.
+    Values are JSON-serialisable.
+    """
+
+    def open():
+        """Create or migrate the schema. Deferred firing when ready."""
+
+    def close():
+        """Release connections. Deferred."""
+
+
+class ITraceStore(Interface):
+    """The loop traces a store keeps for the console (:mod:`ai_tools.store.traces`).
+
+    Every method returns a Deferred.
+    """
+
+    def save_trace(trace, keep):
+        """Keep one loop trace, and only the newest ``keep`` of its assistant; its id."""
+
+    def list_traces(search):
+        """The summaries of the newest traces a ``TraceFilter`` asks for, newest first."""
+
+    def get_trace(trace_id):
+        """One stored trace, whole (None: not kept)."""
 
 
 class IWorldStore(Interface):

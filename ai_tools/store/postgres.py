@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import attrs
 from twisted.enterprise import adbapi
@@ -45,17 +45,16 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ai_tools.errors import AIToolsError, ConfigError
-from ai_tools.history_format import RepairReport
 from ai_tools.interfaces import ISharedWorldStore, IStore, IWorldStore
+from ai_tools.json_types import JSONMapping
 from ai_tools.store import postgres_statements as sql
 from ai_tools.store import postgres_traces as pg_traces
 from ai_tools.store import postgres_world as world_sql
 from ai_tools.store.clock import SecondsClock, now_seconds
-from ai_tools.store.history_repair import log_repair
+from ai_tools.store.dialect import POSTGRESQL, SQLDialect
 from ai_tools.store.postgres_schema import migrate
 from ai_tools.store.serialization import (
     check_content,
-    check_expiry,
     check_limit,
     check_metadata,
     check_name,
@@ -63,6 +62,7 @@ from ai_tools.store.serialization import (
     encode_json,
     encode_world_changes,
 )
+from ai_tools.store.sql_parts import AssistantStates, CacheEntries
 from ai_tools.store.text_search import search_pieces
 from ai_tools.store.traces import TraceFilter, trace_row
 
@@ -192,7 +192,7 @@ def _read(conn: Any, fn: Callable[..., T], *args: Any) -> T:
 
 @implementer(IStore, IWorldStore, ISharedWorldStore)
 @attrs.define(eq=False)
-class PostgreSQLStore:
+class PostgreSQLStore(AssistantStates, CacheEntries):
     """IStore, IWorldStore and ISharedWorldStore on a PostgreSQL database.
 
     :param dsn: a libpq connection string or URL, without the password.
@@ -225,6 +225,7 @@ class PostgreSQLStore:
     transactions: int = attrs.field(default=0, init=False)
     """Write transactions committed or attempted (for status and benchmarks)."""
 
+    dialect: ClassVar[SQLDialect] = POSTGRESQL
     _log = Logger()
 
     def _now(self) -> float:
@@ -401,32 +402,11 @@ class PostgreSQLStore:
         """Run ``fn(cursor, *args)`` on a store thread in one write transaction (grouped)."""
         return self._write(fn, *args)
 
-    # -- assistants -------------------------------------------------------
-
-    def load_assistant(self, name: str) -> defer.Deferred[dict[str, Any] | None]:
-        """The saved state of ``name`` with its history repaired, or None."""
-        try:
-            check_name(name, "assistant name")
-        except (TypeError, ValueError) as exc:
-            return defer.fail(exc)
-        return self._query(sql.load_assistant, name).addCallback(self._report_repair, name)
-
-    def _report_repair(
-        self, loaded: tuple[dict[str, Any], RepairReport] | None, name: str
-    ) -> dict[str, Any] | None:
-        if loaded is None:
-            return None
-        state, report = loaded
-        log_repair(name, report)
-        return state
-
-    def save_assistant(self, name: str, state: Mapping[str, Any]) -> defer.Deferred[None]:
-        """Replace the saved state of ``name`` in one transaction."""
-        return self.save_many({name: state})
+    # -- assistants (the rest: ai_tools.store.sql_parts.AssistantStates) ------
 
     def save_many(
         self,
-        states: Mapping[str, Mapping[str, Any]],
+        states: Mapping[str, JSONMapping],
         fence: tuple[str, Mapping[str, int]] | None = None,
         heard: Mapping[str, int] | None = None,
     ) -> defer.Deferred[None]:
@@ -448,40 +428,6 @@ class PostgreSQLStore:
             return defer.fail(exc)
         return self._write(sql.save_states, rows, self._now(), fence,
                            None if heard is None else dict(heard))
-
-    def delete_assistant(self, name: str) -> defer.Deferred[bool]:
-        """Forget ``name``; fires True if it had saved state."""
-        return self._write(sql.delete_assistant, name)
-
-    def list_assistants(self) -> defer.Deferred[list[str]]:
-        """Sorted names of the assistants with saved state."""
-        return self._query(sql.list_assistants)
-
-    # -- persistent cache ---------------------------------------------------
-
-    def cache_get(self, namespace: str, key: str, now: float) -> defer.Deferred[Any]:
-        """The cached value, or None when absent or expired (``expires_at <= now``)."""
-        return self._query(sql.cache_get, namespace, key, now)
-
-    def cache_put(
-        self, namespace: str, key: str, value: Any, expires_at: float | None
-    ) -> defer.Deferred[None]:
-        """Store ``value`` under ``(namespace, key)`` until ``expires_at`` (None: forever)."""
-        try:
-            check_name(namespace, "cache namespace")
-            check_name(key, "cache key")
-            row = (namespace, key, encode_json(value, "cache value"), check_expiry(expires_at))
-        except (TypeError, ValueError) as exc:
-            return defer.fail(exc)
-        return self._write(sql.cache_put, row)
-
-    def cache_invalidate(self, namespace: str) -> defer.Deferred[int]:
-        """Drop every entry of ``namespace``; fires with how many were dropped."""
-        return self._write(sql.cache_invalidate, namespace)
-
-    def cache_purge_expired(self, now: float) -> defer.Deferred[int]:
-        """Drop every expired entry; fires with how many were dropped."""
-        return self._write(sql.cache_purge, now)
 
     # -- records ------------------------------------------------------------
 

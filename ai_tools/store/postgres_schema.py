@@ -38,11 +38,10 @@ from typing import Any
 
 from ai_tools.store.postgres_traces import POSTGRES_TABLE
 from ai_tools.store.schema import Migration, SchemaVersionError
+from ai_tools.store.text_search import SEARCH_CONFIG
 
 __all__ = ["LATEST_VERSION", "MIGRATIONS", "SEARCH_CONFIG", "WORLD_TABLES", "migrate"]
 
-SEARCH_CONFIG = "ai_tools_search"
-"""The text search configuration the records' index and queries use."""
 
 _MIGRATION_LOCK = 0x61695F746F6F6C73  # "ai_tools": the advisory lock key of migrations
 

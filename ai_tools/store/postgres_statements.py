@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ai_tools.errors import LeaseLost, NotFound
-from ai_tools.history_format import RepairReport, repair_state
 from ai_tools.store.postgres_schema import SEARCH_CONFIG
 from ai_tools.store.serialization import RECORD_FIELDS, record_dict
 
@@ -23,15 +22,6 @@ SharedConfig = tuple[dict[str, Any], dict[str, Any] | None, bool]
 _RECORD_COLUMNS = ", ".join(f"r.{field}" for field in RECORD_FIELDS)
 
 # -- assistants -----------------------------------------------------------------------
-
-
-def load_assistant(cursor: Any, name: str) -> tuple[dict[str, Any], RepairReport] | None:
-    """The saved state of ``name`` decoded and repaired, or None."""
-    cursor.execute("SELECT state FROM assistants WHERE name = %s", (name,))
-    row = cursor.fetchone()
-    if row is None:
-        return None
-    return repair_state(json.loads(row[0]))
 
 
 # All rows in one statement (a multi-row VALUES), one round trip for a group.
@@ -108,60 +98,10 @@ def heard_seq(cursor: Any, name: str) -> int | None:
     return None if row is None or row[0] is None else int(row[0])
 
 
-def delete_assistant(cursor: Any, name: str) -> bool:
-    """Forget ``name``; True if it had saved state."""
-    cursor.execute("DELETE FROM assistants WHERE name = %s", (name,))
-    return bool(cursor.rowcount > 0)
-
-
-def list_assistants(cursor: Any) -> list[str]:
-    """Sorted names of the assistants with saved state."""
-    cursor.execute("SELECT name FROM assistants ORDER BY name COLLATE \"C\"")
-    return [row[0] for row in cursor.fetchall()]
-
-
 def assistant_epochs(cursor: Any) -> dict[str, int | None]:
     """The lease epoch each saved state was last written under (None: unfenced)."""
     cursor.execute("SELECT name, epoch FROM assistants")
     return {name: epoch for name, epoch in cursor.fetchall()}
-
-
-# -- cache ----------------------------------------------------------------------------
-
-
-def cache_get(cursor: Any, namespace: str, key: str, now: float) -> Any:
-    """The cached value, or None when absent or expired."""
-    cursor.execute(
-        "SELECT value, expires_at FROM cache_entries WHERE namespace = %s AND key = %s",
-        (namespace, key),
-    )
-    row = cursor.fetchone()
-    if row is None or (row[1] is not None and row[1] <= now):
-        return None
-    return json.loads(row[0])
-
-
-def cache_put(cursor: Any, row: tuple[str, str, str, float | None]) -> None:
-    """Insert or replace one entry."""
-    cursor.execute(
-        "INSERT INTO cache_entries (namespace, key, value, expires_at) VALUES (%s, %s, %s, %s)"
-        " ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value,"
-        " expires_at = excluded.expires_at",
-        row,
-    )
-
-
-def cache_invalidate(cursor: Any, namespace: str) -> int:
-    """Drop a namespace; how many entries went."""
-    cursor.execute("DELETE FROM cache_entries WHERE namespace = %s", (namespace,))
-    return int(cursor.rowcount)
-
-
-def cache_purge(cursor: Any, now: float) -> int:
-    """Drop the expired entries; how many went."""
-    cursor.execute(
-        "DELETE FROM cache_entries WHERE expires_at IS NOT NULL AND expires_at <= %s", (now,))
-    return int(cursor.rowcount)
 
 
 # -- records --------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import attrs
 from twisted.enterprise import adbapi
@@ -38,23 +38,22 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ai_tools.errors import NotFound
-from ai_tools.history_format import RepairReport, repair_state
 from ai_tools.interfaces import IHeardLog, IStore, IWorldStore
+from ai_tools.json_types import JSONMapping
 from ai_tools.store.clock import SecondsClock, now_seconds
-from ai_tools.store.history_repair import log_repair
+from ai_tools.store.dialect import SQLITE, SQLDialect
 from ai_tools.store.schema import WORLD_TABLES, Migration, migrate
 from ai_tools.store.serialization import (
     RECORD_FIELDS,
     check_content,
-    check_expiry,
     check_limit,
     check_metadata,
     check_name,
     check_state,
-    encode_json,
     encode_world_changes,
     record_dict,
 )
+from ai_tools.store.sql_parts import AssistantStates, CacheEntries
 from ai_tools.store.sqlite_file import (
     GONE,
     DatabaseFileError,
@@ -149,7 +148,7 @@ def _read(conn: Any, fn: Callable[..., T], *args: Any) -> T:
 
 @implementer(IStore, IWorldStore, IHeardLog)
 @attrs.define(eq=False)
-class SQLiteStore:
+class SQLiteStore(AssistantStates, CacheEntries):
     """IStore and IWorldStore on one SQLite file (or ``":memory:"``).
 
     :param path: database file; its directory is created if missing.
@@ -183,6 +182,7 @@ class SQLiteStore:
     transactions: int = attrs.field(default=0, init=False)
     """Write transactions committed or attempted (for status and benchmarks)."""
 
+    dialect: ClassVar[SQLDialect] = SQLITE
     _log = Logger()
 
     @synchronous.validator
@@ -411,30 +411,9 @@ class SQLiteStore:
 
         return self._query(check)
 
-    # -- assistants -------------------------------------------------------
+    # -- assistants (the rest: ai_tools.store.sql_parts.AssistantStates) ------
 
-    def load_assistant(self, name: str) -> defer.Deferred[dict[str, Any] | None]:
-        """The saved state of ``name`` with its history repaired, or None."""
-        try:
-            check_name(name, "assistant name")
-        except (TypeError, ValueError) as exc:
-            return defer.fail(exc)
-        return self._query(_load_assistant, name).addCallback(self._report_repair, name)
-
-    def _report_repair(
-        self, loaded: tuple[dict[str, Any], RepairReport] | None, name: str
-    ) -> dict[str, Any] | None:
-        if loaded is None:
-            return None
-        state, report = loaded
-        log_repair(name, report)
-        return state
-
-    def save_assistant(self, name: str, state: Mapping[str, Any]) -> defer.Deferred[None]:
-        """Replace the saved state of ``name`` in one transaction."""
-        return self.save_many({name: state})
-
-    def save_many(self, states: Mapping[str, Mapping[str, Any]]) -> defer.Deferred[None]:
+    def save_many(self, states: Mapping[str, JSONMapping]) -> defer.Deferred[None]:
         """Replace the saved states of several assistants in one transaction."""
         try:
             rows = [
@@ -445,40 +424,7 @@ class SQLiteStore:
             return defer.fail(exc)
         return self._write(_save_states, rows, self._now())
 
-    def delete_assistant(self, name: str) -> defer.Deferred[bool]:
-        """Forget ``name``; fires True if it had saved state."""
-        return self._write(_delete_assistant, name)
-
-    def list_assistants(self) -> defer.Deferred[list[str]]:
-        """Sorted names of the assistants with saved state."""
-        return self._query(_list_assistants)
-
-    # -- persistent cache ---------------------------------------------------
-
-    def cache_get(self, namespace: str, key: str, now: float) -> defer.Deferred[Any]:
-        """The cached value, or None when absent or expired (``expires_at <= now``)."""
-        return self._query(_cache_get, namespace, key, now)
-
-    def cache_put(
-        self, namespace: str, key: str, value: Any, expires_at: float | None
-    ) -> defer.Deferred[None]:
-        """Store ``value`` under ``(namespace, key)`` until ``expires_at`` (None: forever)."""
-        try:
-            check_name(namespace, "cache namespace")
-            check_name(key, "cache key")
-            row = (namespace, key, encode_json(value, "cache value"), check_expiry(expires_at))
-        except (TypeError, ValueError) as exc:
-            return defer.fail(exc)
-        return self._write(_cache_put, row)
-
-    def cache_invalidate(self, namespace: str) -> defer.Deferred[int]:
-        """Drop every entry of ``namespace``; fires with how many were dropped."""
-        return self._write(_cache_invalidate, namespace)
-
-    def cache_purge_expired(self, now: float) -> defer.Deferred[int]:
-        """Drop every expired entry; fires with how many were dropped."""
-        return self._write(_cache_purge, now)
-
+    # -- records ------------------------------------------------------------
     # -- records ------------------------------------------------------------
 
     def add_record(
@@ -633,16 +579,6 @@ def _check_writable(conn: Any) -> None:
             conn.execute("ROLLBACK")
 
 
-def _load_assistant(
-    cursor: sqlite3.Cursor, name: str
-) -> tuple[dict[str, Any], RepairReport] | None:
-    cursor.execute("SELECT state FROM assistants WHERE name = ?", (name,))
-    row = cursor.fetchone()
-    if row is None:
-        return None
-    return repair_state(json.loads(row[0]))
-
-
 def _save_states(cursor: sqlite3.Cursor, rows: list[tuple[str, str]], now: float) -> None:
     cursor.executemany(
         "INSERT INTO assistants (name, state, updated_at) VALUES (?, ?, ?)"
@@ -650,47 +586,6 @@ def _save_states(cursor: sqlite3.Cursor, rows: list[tuple[str, str]], now: float
         " updated_at = excluded.updated_at",
         [(name, state, now) for name, state in rows],
     )
-
-
-def _delete_assistant(cursor: sqlite3.Cursor, name: str) -> bool:
-    cursor.execute("DELETE FROM assistants WHERE name = ?", (name,))
-    return cursor.rowcount > 0
-
-
-def _list_assistants(cursor: sqlite3.Cursor) -> list[str]:
-    cursor.execute("SELECT name FROM assistants ORDER BY name")
-    return [row[0] for row in cursor.fetchall()]
-
-
-def _cache_get(cursor: sqlite3.Cursor, namespace: str, key: str, now: float) -> Any:
-    cursor.execute(
-        "SELECT value, expires_at FROM cache_entries WHERE namespace = ? AND key = ?",
-        (namespace, key),
-    )
-    row = cursor.fetchone()
-    if row is None or (row[1] is not None and row[1] <= now):
-        return None
-    return json.loads(row[0])
-
-
-def _cache_put(cursor: sqlite3.Cursor, row: tuple[str, str, str, float | None]) -> None:
-    cursor.execute(
-        "INSERT OR REPLACE INTO cache_entries (namespace, key, value, expires_at)"
-        " VALUES (?, ?, ?, ?)",
-        row,
-    )
-
-
-def _cache_invalidate(cursor: sqlite3.Cursor, namespace: str) -> int:
-    cursor.execute("DELETE FROM cache_entries WHERE namespace = ?", (namespace,))
-    return cursor.rowcount
-
-
-def _cache_purge(cursor: sqlite3.Cursor, now: float) -> int:
-    cursor.execute(
-        "DELETE FROM cache_entries WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,)
-    )
-    return cursor.rowcount
 
 
 def _fetch_record(cursor: sqlite3.Cursor, record_id: int) -> dict[str, Any] | None:

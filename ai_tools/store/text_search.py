@@ -21,6 +21,10 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+SEARCH_CONFIG = "ai_tools_search"
+"""PostgreSQL's text search configuration the records' index and queries use
+(created by :mod:`ai_tools.store.postgres_schema`)."""
+
 MAX_QUERY_TERMS = 32
 """Words beyond this many are ignored (a query is a handful of keywords)."""
 

@@ -1,0 +1,126 @@
+"""The parts both SQL stores are composed of, one per concern, over one adbapi path.
+
+:class:`~ai_tools.store.sqlite.SQLiteStore` and
+:class:`~ai_tools.store.postgres.PostgreSQLStore` are each their database's
+transaction runner (:class:`SQLRunner`: how a write is grouped and committed,
+how a read sees the writes asked for before it) plus these parts, which check
+and encode the arguments in the reactor thread and hand the shared statements
+(:mod:`ai_tools.store.sql_statements`, :mod:`ai_tools.store.traces`) to the
+runner with the store's :class:`~ai_tools.store.dialect.SQLDialect`.  A part
+holds no state: it is the rules of one concern, written once, as Twisted's
+reactor is composed of mixins for time, threads and descriptors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import ClassVar, TypeVar
+
+from twisted.internet import defer
+from zope.interface import implementer
+
+from ai_tools.history_format import RepairReport
+from ai_tools.interfaces import IAssistantStates, ICacheStore
+from ai_tools.json_types import JSONMapping, JSONObject, JSONValue
+from ai_tools.store import sql_statements as sql
+from ai_tools.store.dialect import SQLDialect
+from ai_tools.store.history_repair import log_repair
+from ai_tools.store.serialization import check_expiry, check_name, encode_json
+
+__all__ = ["AssistantStates", "CacheEntries", "SQLRunner"]
+
+T = TypeVar("T")
+
+
+class SQLRunner:
+    """What a part asks of its store: the dialect, the clock and the transaction runner."""
+
+    __slots__ = ()
+
+    dialect: ClassVar[SQLDialect]
+    """The store's database."""
+
+    def _now(self) -> float:
+        """The time records and states are stamped with (seconds)."""
+        raise NotImplementedError
+
+    def _write(self, fn: Callable[..., T], *args: object) -> defer.Deferred[T]:
+        """Run ``fn(cursor, *args)`` in a grouped write transaction; fires once committed."""
+        raise NotImplementedError
+
+    def _query(self, fn: Callable[..., T], *args: object) -> defer.Deferred[T]:
+        """Run ``fn(cursor, *args)`` as a read that sees every write asked for before it."""
+        raise NotImplementedError
+
+
+@implementer(IAssistantStates)
+class AssistantStates(SQLRunner):
+    """IAssistantStates but ``save_many`` (each database writes states its own way)."""
+
+    __slots__ = ()
+
+    def load_assistant(self, name: str) -> defer.Deferred[JSONObject | None]:
+        """The saved state of ``name`` with its history repaired, or None."""
+        try:
+            check_name(name, "assistant name")
+        except (TypeError, ValueError) as exc:
+            return defer.fail(exc)
+        d = self._query(sql.load_assistant, self.dialect, name)
+        return d.addCallback(_report_repair, name)
+
+    def save_assistant(self, name: str, state: JSONMapping) -> defer.Deferred[None]:
+        """Replace the saved state of ``name`` in one transaction."""
+        return self.save_many({name: state})
+
+    def save_many(self, states: Mapping[str, JSONMapping]) -> defer.Deferred[None]:
+        """Replace the saved states of several assistants in one transaction (all or none)."""
+        raise NotImplementedError
+
+    def delete_assistant(self, name: str) -> defer.Deferred[bool]:
+        """Forget ``name``; fires True if it had saved state."""
+        return self._write(sql.delete_assistant, self.dialect, name)
+
+    def list_assistants(self) -> defer.Deferred[list[str]]:
+        """Sorted names of the assistants with saved state."""
+        return self._query(sql.list_assistants, self.dialect)
+
+
+def _report_repair(loaded: tuple[JSONObject, RepairReport] | None, name: str
+                   ) -> JSONObject | None:
+    """The loaded state, once what its repair changed is logged."""
+    if loaded is None:
+        return None
+    state, report = loaded
+    log_repair(name, report)
+    return state
+
+
+@implementer(ICacheStore)
+class CacheEntries(SQLRunner):
+    """ICacheStore: the persistent cache's entries."""
+
+    __slots__ = ()
+
+    def cache_get(self, namespace: str, key: str, now: float) -> defer.Deferred[JSONValue]:
+        """The cached value, or None when absent or expired (``expires_at <= now``)."""
+        return self._query(sql.cache_get, self.dialect, namespace, key, now)
+
+    def cache_put(
+        self, namespace: str, key: str, value: object, expires_at: float | None
+    ) -> defer.Deferred[None]:
+        """Store ``value`` under ``(namespace, key)`` until ``expires_at`` (None: forever)."""
+        try:
+            check_name(namespace, "cache namespace")
+            check_name(key, "cache key")
+            row = (namespace, key, encode_json(value, "cache value"), check_expiry(expires_at))
+        except (TypeError, ValueError) as exc:
+            return defer.fail(exc)
+        return self._write(sql.cache_put, self.dialect, row)
+
+    def cache_invalidate(self, namespace: str) -> defer.Deferred[int]:
+        """Drop every entry of ``namespace``; fires with how many were dropped."""
+        return self._write(sql.cache_invalidate, self.dialect, namespace)
+
+    def cache_purge_expired(self, now: float) -> defer.Deferred[int]:
+        """Drop every expired entry; fires with how many were dropped."""
+        return self._write(sql.cache_purge, self.dialect, now)
