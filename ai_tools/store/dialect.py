@@ -22,12 +22,15 @@ writes, the shared world's row locks and clock) stays in its own modules.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 
 from ai_tools.store.dbapi import DBCursor
 from ai_tools.store.text_search import SEARCH_CONFIG, fts5_match_expression, search_pieces
 
-__all__ = ["POSTGRESQL", "SQLITE", "SQLDialect", "SearchClause"]
+__all__ = ["POSTGRESQL", "SQLITE", "SQLDialect", "SearchClause", "fts5_clause",
+           "tsquery_clause"]
 
 _CACHED_STATEMENTS = 1024
 """Rewritten statements a dialect keeps (the stores build a few dozen distinct ones)."""
@@ -107,20 +110,24 @@ class PostgreSQLDialect(SQLDialect):
         return int(cursor.fetchone()[0])
 
     def search_clause(self, query: str) -> SearchClause | None:
-        """Each piece of ``query`` a ``phraseto_tsquery`` (its words adjacent), joined by ``||``.
-
-        Through the configuration that indexed the records; nothing in the text
-        can act as an operator, as with the FTS5 query of SQLite.
-        """
+        """The pieces of ``query`` (:func:`~ai_tools.store.text_search.search_pieces`) as
+        phrases (:func:`tsquery_clause`)."""
         pieces = search_pieces(query)
-        if not pieces:
-            return None
-        phrases = " || ".join(
-            f"phraseto_tsquery('{SEARCH_CONFIG}'::regconfig, ?)" for _ in pieces)
-        return SearchClause(
-            source=f"(SELECT {phrases} AS query) q, records r", match="r.search @@ q.query",
-            params=tuple(pieces), rank="ts_rank(r.search, q.query, 1)",
-            best_first="rank DESC", score_sign=1.0)
+        return tsquery_clause(pieces) if pieces else None
+
+
+def tsquery_clause(pieces: Sequence[str]) -> SearchClause:
+    """PostgreSQL's search: each piece a ``phraseto_tsquery`` (its words adjacent), joined by
+    ``||``, through the configuration that indexed the records; ranked by ``ts_rank``.
+
+    Nothing in the text can act as an operator, as with the FTS5 query of SQLite.
+    """
+    phrases = " || ".join(
+        f"phraseto_tsquery('{SEARCH_CONFIG}'::regconfig, ?)" for _ in pieces)
+    return SearchClause(
+        source=f"(SELECT {phrases} AS query) q, records r", match="r.search @@ q.query",
+        params=tuple(pieces), rank="ts_rank(r.search, q.query, 1)",
+        best_first="rank DESC", score_sign=1.0)
 
 
 SQLITE = SQLDialect(name="sqlite")

@@ -54,16 +54,12 @@ from ai_tools.store.clock import SecondsClock, now_seconds
 from ai_tools.store.dialect import POSTGRESQL, SQLDialect
 from ai_tools.store.postgres_schema import migrate
 from ai_tools.store.serialization import (
-    check_content,
-    check_limit,
-    check_metadata,
     check_name,
     check_state,
     encode_json,
     encode_world_changes,
 )
-from ai_tools.store.sql_parts import AssistantStates, CacheEntries
-from ai_tools.store.text_search import search_pieces
+from ai_tools.store.sql_parts import AssistantStates, CacheEntries, Records
 from ai_tools.store.traces import TraceFilter, trace_row
 
 T = TypeVar("T")
@@ -192,7 +188,7 @@ def _read(conn: Any, fn: Callable[..., T], *args: Any) -> T:
 
 @implementer(IStore, IWorldStore, ISharedWorldStore)
 @attrs.define(eq=False)
-class PostgreSQLStore(AssistantStates, CacheEntries):
+class PostgreSQLStore(AssistantStates, CacheEntries, Records):
     """IStore, IWorldStore and ISharedWorldStore on a PostgreSQL database.
 
     :param dsn: a libpq connection string or URL, without the password.
@@ -428,79 +424,6 @@ class PostgreSQLStore(AssistantStates, CacheEntries):
             return defer.fail(exc)
         return self._write(sql.save_states, rows, self._now(), fence,
                            None if heard is None else dict(heard))
-
-    # -- records ------------------------------------------------------------
-
-    def add_record(
-        self,
-        owner: str,
-        collection: str,
-        content: str,
-        metadata: Mapping[str, Any] | None = None,
-        parent_id: int | None = None,
-    ) -> defer.Deferred[dict[str, Any]]:
-        """Add a record; fires with its dict (``NotFound`` if ``parent_id`` is unknown)."""
-        try:
-            check_name(owner, "record owner")
-            check_name(collection, "record collection")
-            row = (owner, collection, check_content(content), check_metadata(metadata))
-        except (TypeError, ValueError) as exc:
-            return defer.fail(exc)
-        return self._write(sql.add_record, row, parent_id, self._now())
-
-    def update_record(
-        self,
-        record_id: int,
-        content: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> defer.Deferred[dict[str, Any] | None]:
-        """Replace the content and/or metadata of a record; None if unknown."""
-        try:
-            new_content = check_content(content) if content is not None else None
-            new_metadata = check_metadata(metadata) if metadata is not None else None
-        except (TypeError, ValueError) as exc:
-            return defer.fail(exc)
-        return self._write(sql.update_record, record_id, new_content, new_metadata, self._now())
-
-    def get_record(self, record_id: int) -> defer.Deferred[dict[str, Any] | None]:
-        """One record dict, or None."""
-        return self._query(sql.get_record, record_id)
-
-    def delete_record(self, record_id: int) -> defer.Deferred[bool]:
-        """Remove a record (its children keep existing, with no parent); True if it existed."""
-        return self._write(sql.delete_record, record_id)
-
-    def list_records(
-        self,
-        owner: str,
-        collection: str | None,
-        limit: int = 20,
-        newest_first: bool = True,
-        parent_id: int | None = None,
-    ) -> defer.Deferred[list[dict[str, Any]]]:
-        """Records of one collection (None: every collection) in time order."""
-        try:
-            check_limit(limit)
-        except ValueError as exc:
-            return defer.fail(exc)
-        return self._query(sql.list_records, owner, collection, limit, newest_first, parent_id)
-
-    def search_records(
-        self, owner: str, collection: str | None, query: str, limit: int = 10
-    ) -> defer.Deferred[list[dict[str, Any]]]:
-        """Full-text search, best first; ``score`` is ``ts_rank`` (higher is better).
-
-        Any word of ``query`` may match; arbitrary text is safe (operators and
-        quotes in it are not interpreted).
-        """
-        try:
-            check_limit(limit)
-        except ValueError as exc:
-            return defer.fail(exc)
-        pieces = search_pieces(query)
-        if not pieces:
-            return defer.succeed([])
-        return self._query(sql.search_records, owner, collection, pieces, limit)
 
     # -- leases (the seam for several workers; docs/scaling.md) ----------------
 

@@ -1,8 +1,9 @@
-"""The PostgreSQL store's statements for assistants, the cache, records and leases.
+"""The statements only the PostgreSQL store has: fenced state writes, leases, workers.
 
 Each function takes a DB-API cursor (``format`` parameters, psycopg2) and runs
 on a store thread inside the transaction the store opened for it; none of them
-touches Twisted.  The world's statements are in
+touches Twisted.  What both SQL stores share is in
+:mod:`ai_tools.store.sql_statements`, the world's statements in
 :mod:`ai_tools.store.postgres_world`.
 """
 
@@ -12,14 +13,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ai_tools.errors import LeaseLost, NotFound
-from ai_tools.store.postgres_schema import SEARCH_CONFIG
-from ai_tools.store.serialization import RECORD_FIELDS, record_dict
+from ai_tools.errors import LeaseLost
+from ai_tools.json_types import JSONObject
+from ai_tools.store import sql_statements as shared
+from ai_tools.store.dialect import POSTGRESQL, tsquery_clause
 
 SharedConfig = tuple[dict[str, Any], dict[str, Any] | None, bool]
 """``(config, file_config, removed)`` of one row of ``assistant_configs``."""
-
-_RECORD_COLUMNS = ", ".join(f"r.{field}" for field in RECORD_FIELDS)
 
 # -- assistants -----------------------------------------------------------------------
 
@@ -104,113 +104,11 @@ def assistant_epochs(cursor: Any) -> dict[str, int | None]:
     return {name: epoch for name, epoch in cursor.fetchall()}
 
 
-# -- records --------------------------------------------------------------------------
-
-
-def _fetch_record(cursor: Any, record_id: int) -> dict[str, Any] | None:
-    cursor.execute(f"SELECT {_RECORD_COLUMNS} FROM records r WHERE r.id = %s", (record_id,))
-    row = cursor.fetchone()
-    return record_dict(row) if row else None
-
-
-def get_record(cursor: Any, record_id: int) -> dict[str, Any] | None:
-    """One record, or None (an id beyond bigint is simply unknown)."""
-    if not -(2**63) <= record_id < 2**63:
-        return None
-    return _fetch_record(cursor, record_id)
-
-
-def add_record(
-    cursor: Any, row: tuple[str, str, str, str], parent_id: int | None, now: float
-) -> dict[str, Any]:
-    """Insert a record (NotFound if ``parent_id`` is unknown); its dict as written."""
-    if parent_id is not None and get_record(cursor, parent_id) is None:
-        raise NotFound(f"parent record {parent_id!r} does not exist")
-    cursor.execute(
-        "INSERT INTO records (owner, collection, content, metadata, parent_id,"
-        " created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
-        (*row, parent_id, now, now),
-    )
-    record_id = int(cursor.fetchone()[0])
-    return record_dict((record_id, *row, parent_id, now, now))
-
-
-def update_record(
-    cursor: Any, record_id: int, content: str | None, metadata: str | None, now: float
-) -> dict[str, Any] | None:
-    """Replace content and/or metadata; the updated dict, or None if unknown."""
-    if get_record(cursor, record_id) is None:
-        return None
-    cursor.execute(
-        "UPDATE records SET content = COALESCE(%s, content), metadata = COALESCE(%s, metadata),"
-        " updated_at = %s WHERE id = %s",
-        (content, metadata, now, record_id),
-    )
-    return _fetch_record(cursor, record_id)
-
-
-def delete_record(cursor: Any, record_id: int) -> bool:
-    """Remove a record (children keep existing without parent); True if it existed."""
-    if get_record(cursor, record_id) is None:
-        return False
-    cursor.execute("DELETE FROM records WHERE id = %s", (record_id,))
-    return bool(cursor.rowcount > 0)
-
-
-def list_records(
-    cursor: Any,
-    owner: str,
-    collection: str | None,
-    limit: int,
-    newest_first: bool,
-    parent_id: int | None,
-) -> list[dict[str, Any]]:
-    """Records of one collection (None: all) in time order."""
-    where = ["r.owner = %s"]
-    params: list[Any] = [owner]
-    if collection is not None:
-        where.append("r.collection = %s")
-        params.append(collection)
-    if parent_id is not None:
-        where.append("r.parent_id = %s")
-        params.append(parent_id)
-    order = "DESC" if newest_first else "ASC"
-    cursor.execute(
-        f"SELECT {_RECORD_COLUMNS} FROM records r WHERE {' AND '.join(where)}"
-        f" ORDER BY r.created_at {order}, r.id {order} LIMIT %s",
-        (*params, limit),
-    )
-    return [record_dict(row) for row in cursor.fetchall()]
-
-
-def search_records(
-    cursor: Any, owner: str, collection: str | None, pieces: Sequence[str], limit: int
-) -> list[dict[str, Any]]:
-    """Full-text search: any piece may match, ranked by ``ts_rank`` (length-normalised).
-
-    Each piece becomes a ``phraseto_tsquery`` (its words, adjacent, through the
-    configuration that indexed the records), joined with ``||``: nothing in
-    the text can act as an operator, as with the FTS5 query of the SQLite store.
-    """
-    phrases = " || ".join(
-        f"phraseto_tsquery('{SEARCH_CONFIG}'::regconfig, %s)" for _ in pieces)
-    where = "r.search @@ q.query AND r.owner = %s"
-    params: list[Any] = [*pieces, owner]
-    if collection is not None:
-        where += " AND r.collection = %s"
-        params.append(collection)
-    cursor.execute(
-        f"SELECT {_RECORD_COLUMNS}, ts_rank(r.search, q.query, 1) AS rank"
-        f" FROM (SELECT {phrases} AS query) q, records r"
-        f" WHERE {where} ORDER BY rank DESC, r.created_at DESC, r.id DESC LIMIT %s",
-        (*params, limit),
-    )
-    results = []
-    for row in cursor.fetchall():
-        record = record_dict(row[:-1])
-        record["score"] = float(row[-1])
-        results.append(record)
-    return results
+def search_records(cursor: Any, owner: str, collection: str | None, pieces: Sequence[str],
+                   limit: int) -> list[JSONObject]:
+    """The records of ``owner`` matching any of ``pieces`` (for tests of the search)."""
+    return shared.search_records(cursor, POSTGRESQL, owner, collection, tsquery_clause(pieces),
+                                 limit)
 
 
 # -- leases ---------------------------------------------------------------------------

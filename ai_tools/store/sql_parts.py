@@ -20,14 +20,21 @@ from twisted.internet import defer
 from zope.interface import implementer
 
 from ai_tools.history_format import RepairReport
-from ai_tools.interfaces import IAssistantStates, ICacheStore
+from ai_tools.interfaces import IAssistantStates, ICacheStore, IRecordStore
 from ai_tools.json_types import JSONMapping, JSONObject, JSONValue
 from ai_tools.store import sql_statements as sql
 from ai_tools.store.dialect import SQLDialect
 from ai_tools.store.history_repair import log_repair
-from ai_tools.store.serialization import check_expiry, check_name, encode_json
+from ai_tools.store.serialization import (
+    check_content,
+    check_expiry,
+    check_limit,
+    check_metadata,
+    check_name,
+    encode_json,
+)
 
-__all__ = ["AssistantStates", "CacheEntries", "SQLRunner"]
+__all__ = ["AssistantStates", "CacheEntries", "Records", "SQLRunner"]
 
 T = TypeVar("T")
 
@@ -124,3 +131,84 @@ class CacheEntries(SQLRunner):
     def cache_purge_expired(self, now: float) -> defer.Deferred[int]:
         """Drop every expired entry; fires with how many were dropped."""
         return self._write(sql.cache_purge, self.dialect, now)
+
+
+@implementer(IRecordStore)
+class Records(SQLRunner):
+    """IRecordStore: searchable records (full-text search as the dialect has it)."""
+
+    __slots__ = ()
+
+    def add_record(
+        self,
+        owner: str,
+        collection: str,
+        content: str,
+        metadata: JSONMapping | None = None,
+        parent_id: int | None = None,
+    ) -> defer.Deferred[JSONObject]:
+        """Add a record; fires with its dict (``NotFound`` if ``parent_id`` is unknown)."""
+        try:
+            check_name(owner, "record owner")
+            check_name(collection, "record collection")
+            row = (owner, collection, check_content(content), check_metadata(metadata))
+        except (TypeError, ValueError) as exc:
+            return defer.fail(exc)
+        return self._write(sql.add_record, self.dialect, row, parent_id, self._now())
+
+    def update_record(
+        self,
+        record_id: int,
+        content: str | None = None,
+        metadata: JSONMapping | None = None,
+    ) -> defer.Deferred[JSONObject | None]:
+        """Replace the content and/or metadata of a record; None if unknown."""
+        try:
+            new_content = check_content(content) if content is not None else None
+            new_metadata = check_metadata(metadata) if metadata is not None else None
+        except (TypeError, ValueError) as exc:
+            return defer.fail(exc)
+        return self._write(sql.update_record, self.dialect, record_id, new_content,
+                           new_metadata, self._now())
+
+    def get_record(self, record_id: int) -> defer.Deferred[JSONObject | None]:
+        """One record dict, or None."""
+        return self._query(sql.get_record, self.dialect, record_id)
+
+    def delete_record(self, record_id: int) -> defer.Deferred[bool]:
+        """Remove a record (its children keep existing, with no parent); True if it existed."""
+        return self._write(sql.delete_record, self.dialect, record_id)
+
+    def list_records(
+        self,
+        owner: str,
+        collection: str | None,
+        limit: int = 20,
+        newest_first: bool = True,
+        parent_id: int | None = None,
+    ) -> defer.Deferred[list[JSONObject]]:
+        """Records of one collection (None: every collection) in time order."""
+        try:
+            check_limit(limit)
+        except ValueError as exc:
+            return defer.fail(exc)
+        return self._query(sql.list_records, self.dialect, owner, collection, limit,
+                           newest_first, parent_id)
+
+    def search_records(
+        self, owner: str, collection: str | None, query: str, limit: int = 10
+    ) -> defer.Deferred[list[JSONObject]]:
+        """Full-text search, best first; ``score`` is higher for a better match.
+
+        SQLite's FTS5 ranks by BM25 (``score`` is ``-bm25()``), PostgreSQL by
+        ``ts_rank``.  Any word of ``query`` may match; arbitrary text is safe
+        (operators and quotes in it are not interpreted).
+        """
+        try:
+            check_limit(limit)
+        except ValueError as exc:
+            return defer.fail(exc)
+        search = self.dialect.search_clause(query)
+        if search is None:
+            return defer.succeed([])
+        return self._query(sql.search_records, self.dialect, owner, collection, search, limit)

@@ -37,23 +37,19 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from ai_tools.errors import NotFound
 from ai_tools.interfaces import IHeardLog, IStore, IWorldStore
-from ai_tools.json_types import JSONMapping
+from ai_tools.json_types import JSONMapping, JSONObject
+from ai_tools.store import sql_statements as sql
 from ai_tools.store.clock import SecondsClock, now_seconds
-from ai_tools.store.dialect import SQLITE, SQLDialect
+from ai_tools.store.dialect import SQLITE, SQLDialect, fts5_clause
 from ai_tools.store.schema import WORLD_TABLES, Migration, migrate
 from ai_tools.store.serialization import (
     RECORD_FIELDS,
-    check_content,
-    check_limit,
-    check_metadata,
     check_name,
     check_state,
     encode_world_changes,
-    record_dict,
 )
-from ai_tools.store.sql_parts import AssistantStates, CacheEntries
+from ai_tools.store.sql_parts import AssistantStates, CacheEntries, Records
 from ai_tools.store.sqlite_file import (
     GONE,
     DatabaseFileError,
@@ -62,7 +58,6 @@ from ai_tools.store.sqlite_file import (
     explain,
     file_problem,
 )
-from ai_tools.store.text_search import fts5_match_expression
 from ai_tools.store.traces import (
     TraceFilter,
     sqlite_get_trace,
@@ -148,7 +143,7 @@ def _read(conn: Any, fn: Callable[..., T], *args: Any) -> T:
 
 @implementer(IStore, IWorldStore, IHeardLog)
 @attrs.define(eq=False)
-class SQLiteStore(AssistantStates, CacheEntries):
+class SQLiteStore(AssistantStates, CacheEntries, Records):
     """IStore and IWorldStore on one SQLite file (or ``":memory:"``).
 
     :param path: database file; its directory is created if missing.
@@ -424,80 +419,6 @@ class SQLiteStore(AssistantStates, CacheEntries):
             return defer.fail(exc)
         return self._write(_save_states, rows, self._now())
 
-    # -- records ------------------------------------------------------------
-    # -- records ------------------------------------------------------------
-
-    def add_record(
-        self,
-        owner: str,
-        collection: str,
-        content: str,
-        metadata: Mapping[str, Any] | None = None,
-        parent_id: int | None = None,
-    ) -> defer.Deferred[dict[str, Any]]:
-        """Add a record; fires with its dict (``NotFound`` if ``parent_id`` is unknown)."""
-        try:
-            check_name(owner, "record owner")
-            check_name(collection, "record collection")
-            row = (owner, collection, check_content(content), check_metadata(metadata))
-        except (TypeError, ValueError) as exc:
-            return defer.fail(exc)
-        return self._write(_add_record, row, parent_id, self._now())
-
-    def update_record(
-        self,
-        record_id: int,
-        content: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> defer.Deferred[dict[str, Any] | None]:
-        """Replace the content and/or metadata of a record; None if unknown."""
-        try:
-            new_content = check_content(content) if content is not None else None
-            new_metadata = check_metadata(metadata) if metadata is not None else None
-        except (TypeError, ValueError) as exc:
-            return defer.fail(exc)
-        return self._write(_update_record, record_id, new_content, new_metadata, self._now())
-
-    def get_record(self, record_id: int) -> defer.Deferred[dict[str, Any] | None]:
-        """One record dict, or None."""
-        return self._query(_get_record, record_id)
-
-    def delete_record(self, record_id: int) -> defer.Deferred[bool]:
-        """Remove a record (its children keep existing, with no parent); True if it existed."""
-        return self._write(_delete_record, record_id)
-
-    def list_records(
-        self,
-        owner: str,
-        collection: str | None,
-        limit: int = 20,
-        newest_first: bool = True,
-        parent_id: int | None = None,
-    ) -> defer.Deferred[list[dict[str, Any]]]:
-        """Records of one collection (None: every collection) in time order."""
-        try:
-            check_limit(limit)
-        except ValueError as exc:
-            return defer.fail(exc)
-        return self._query(_list_records, owner, collection, limit, newest_first, parent_id)
-
-    def search_records(
-        self, owner: str, collection: str | None, query: str, limit: int = 10
-    ) -> defer.Deferred[list[dict[str, Any]]]:
-        """FTS5 search ranked by BM25, best first; ``score`` is ``-bm25()`` (higher is better).
-
-        Any word of ``query`` may match; arbitrary text is safe (operators and
-        quotes in it are not interpreted).
-        """
-        try:
-            check_limit(limit)
-        except ValueError as exc:
-            return defer.fail(exc)
-        expression = fts5_match_expression(query)
-        if expression is None:
-            return defer.succeed([])
-        return self._query(_search_records, owner, collection, expression, limit)
-
     # -- world --------------------------------------------------------------
 
     def load_world(self) -> defer.Deferred[dict[str, Any] | None]:
@@ -588,102 +509,10 @@ def _save_states(cursor: sqlite3.Cursor, rows: list[tuple[str, str]], now: float
     )
 
 
-def _fetch_record(cursor: sqlite3.Cursor, record_id: int) -> dict[str, Any] | None:
-    cursor.execute(f"SELECT {_RECORD_COLUMNS} FROM records r WHERE r.id = ?", (record_id,))
-    row = cursor.fetchone()
-    return record_dict(row) if row else None
-
-
-def _add_record(
-    cursor: sqlite3.Cursor,
-    row: tuple[str, str, str, str],
-    parent_id: int | None,
-    now: float,
-) -> dict[str, Any]:
-    if parent_id is not None:
-        cursor.execute("SELECT 1 FROM records WHERE id = ?", (parent_id,))
-        if cursor.fetchone() is None:
-            raise NotFound(f"parent record {parent_id!r} does not exist")
-    cursor.execute(
-        "INSERT INTO records (owner, collection, content, metadata, parent_id,"
-        " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (*row, parent_id, now, now),
-    )
-    # The row as written (no SELECT back: every tick that answered someone adds one).
-    return record_dict((int(cursor.lastrowid or 0), *row, parent_id, now, now))
-
-
-def _update_record(
-    cursor: sqlite3.Cursor,
-    record_id: int,
-    content: str | None,
-    metadata: str | None,
-    now: float,
-) -> dict[str, Any] | None:
-    if _fetch_record(cursor, record_id) is None:
-        return None
-    if content is not None:
-        cursor.execute("UPDATE records SET content = ? WHERE id = ?", (content, record_id))
-    if metadata is not None:
-        cursor.execute("UPDATE records SET metadata = ? WHERE id = ?", (metadata, record_id))
-    cursor.execute("UPDATE records SET updated_at = ? WHERE id = ?", (now, record_id))
-    return _fetch_record(cursor, record_id)
-
-
-def _get_record(cursor: sqlite3.Cursor, record_id: int) -> dict[str, Any] | None:
-    return _fetch_record(cursor, record_id)
-
-
-def _delete_record(cursor: sqlite3.Cursor, record_id: int) -> bool:
-    cursor.execute("DELETE FROM records WHERE id = ?", (record_id,))
-    return cursor.rowcount > 0
-
-
-def _list_records(
-    cursor: sqlite3.Cursor,
-    owner: str,
-    collection: str | None,
-    limit: int,
-    newest_first: bool,
-    parent_id: int | None,
-) -> list[dict[str, Any]]:
-    where = ["r.owner = ?"]
-    params: list[Any] = [owner]
-    if collection is not None:
-        where.append("r.collection = ?")
-        params.append(collection)
-    if parent_id is not None:
-        where.append("r.parent_id = ?")
-        params.append(parent_id)
-    order = "DESC" if newest_first else "ASC"
-    cursor.execute(
-        f"SELECT {_RECORD_COLUMNS} FROM records r WHERE {' AND '.join(where)}"
-        f" ORDER BY r.created_at {order}, r.id {order} LIMIT ?",
-        (*params, limit),
-    )
-    return [record_dict(row) for row in cursor.fetchall()]
-
-
-def _search_records(
-    cursor: sqlite3.Cursor, owner: str, collection: str | None, expression: str, limit: int
-) -> list[dict[str, Any]]:
-    where = "records_fts MATCH ? AND r.owner = ?"
-    params: list[Any] = [expression, owner]
-    if collection is not None:
-        where += " AND r.collection = ?"
-        params.append(collection)
-    cursor.execute(
-        f"SELECT {_RECORD_COLUMNS}, bm25(records_fts) AS rank"
-        " FROM records_fts JOIN records r ON r.id = records_fts.rowid"
-        f" WHERE {where} ORDER BY rank, r.created_at DESC, r.id DESC LIMIT ?",
-        (*params, limit),
-    )
-    results = []
-    for row in cursor.fetchall():
-        record = record_dict(row[:-1])
-        record["score"] = -float(row[-1])
-        results.append(record)
-    return results
+def _search_records(cursor: sqlite3.Cursor, owner: str, collection: str | None,
+                    expression: str, limit: int) -> list[JSONObject]:
+    """The records of ``owner`` matching the FTS5 ``expression`` (for tests of the search)."""
+    return sql.search_records(cursor, SQLITE, owner, collection, fts5_clause(expression), limit)
 
 
 def _load_world(cursor: sqlite3.Cursor) -> dict[str, Any] | None:
