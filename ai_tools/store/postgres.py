@@ -48,7 +48,6 @@ from ai_tools.errors import AIToolsError, ConfigError
 from ai_tools.interfaces import ISharedWorldStore, IStore, IWorldStore
 from ai_tools.json_types import JSONMapping
 from ai_tools.store import postgres_statements as sql
-from ai_tools.store import postgres_traces as pg_traces
 from ai_tools.store import postgres_world as world_sql
 from ai_tools.store.clock import SecondsClock, now_seconds
 from ai_tools.store.dialect import POSTGRESQL, SQLDialect
@@ -59,8 +58,13 @@ from ai_tools.store.serialization import (
     encode_json,
     encode_world_changes,
 )
-from ai_tools.store.sql_parts import AssistantStates, CacheEntries, Records
-from ai_tools.store.traces import TraceFilter, trace_row
+from ai_tools.store.sql_parts import (
+    AssistantStates,
+    CacheEntries,
+    LoopTraces,
+    Records,
+    WorldRows,
+)
 
 T = TypeVar("T")
 
@@ -188,7 +192,7 @@ def _read(conn: Any, fn: Callable[..., T], *args: Any) -> T:
 
 @implementer(IStore, IWorldStore, ISharedWorldStore)
 @attrs.define(eq=False)
-class PostgreSQLStore(AssistantStates, CacheEntries, Records):
+class PostgreSQLStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows):
     """IStore, IWorldStore and ISharedWorldStore on a PostgreSQL database.
 
     :param dsn: a libpq connection string or URL, without the password.
@@ -505,24 +509,6 @@ class PostgreSQLStore(AssistantStates, CacheEntries, Records):
         """The last world message ``name``'s saved state holds (None: not recorded)."""
         return self._query(sql.heard_seq, name)
 
-    # -- loop traces (ai_tools.store.traces) ---------------------------------------------
-
-    def save_trace(self, trace: Mapping[str, Any], keep: int) -> defer.Deferred[int]:
-        """Keep one loop trace, and only the newest ``keep`` of its assistant; its id."""
-        try:
-            row = trace_row(trace)
-        except (KeyError, TypeError, ValueError) as e:
-            return defer.fail(e)
-        return self._write(pg_traces.save_trace, row, keep)
-
-    def list_traces(self, search: TraceFilter) -> defer.Deferred[list[dict[str, Any]]]:
-        """The summaries of the newest traces ``search`` asks for, newest first."""
-        return self._query(pg_traces.list_traces, search)
-
-    def get_trace(self, trace_id: int) -> defer.Deferred[dict[str, Any] | None]:
-        """One stored trace, whole (None: not kept)."""
-        return self._query(pg_traces.get_trace, trace_id)
-
     def retire_worker(self, worker: str) -> defer.Deferred[int]:
         """``worker`` stops: its leases go at once (epochs kept); how many it held."""
         return self._write(sql.retire_worker, worker)
@@ -532,10 +518,6 @@ class PostgreSQLStore(AssistantStates, CacheEntries, Records):
         return self._query(sql.assistant_writes)
 
     # -- world --------------------------------------------------------------
-
-    def load_world(self) -> defer.Deferred[dict[str, Any] | None]:
-        """The saved world sections, or None when no world was ever written."""
-        return self._query(world_sql.load_world)
 
     def write_world(
         self,

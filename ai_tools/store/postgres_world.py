@@ -221,19 +221,6 @@ def finish_world_changes(cursor: Any, results: Sequence[Any]) -> None:
 # -- reading ----------------------------------------------------------------------------
 
 
-def load_world(cursor: Any) -> dict[str, Any] | None:
-    """IWorldStore.load_world: every section's rows in insertion order, or None."""
-    world: dict[str, Any] = {}
-    for section, (table, _column) in WORLD_TABLES.items():
-        cursor.execute(f"SELECT data FROM {table} ORDER BY ord")
-        world[section] = [json.loads(row[0]) for row in cursor.fetchall()]
-    cursor.execute("SELECT key, value FROM world_meta")
-    world["meta"] = {key: json.loads(value) for key, value in cursor.fetchall()}
-    if not world["meta"] and not any(world[section] for section in WORLD_TABLES):
-        return None
-    return world
-
-
 def _clock(cursor: Any) -> int:
     cursor.execute("SELECT value FROM world_clock")
     return int(cursor.fetchone()[0])

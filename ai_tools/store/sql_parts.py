@@ -20,9 +20,10 @@ from twisted.internet import defer
 from zope.interface import implementer
 
 from ai_tools.history_format import RepairReport
-from ai_tools.interfaces import IAssistantStates, ICacheStore, IRecordStore
+from ai_tools.interfaces import IAssistantStates, ICacheStore, IRecordStore, ITraceStore
 from ai_tools.json_types import JSONMapping, JSONObject, JSONValue
 from ai_tools.store import sql_statements as sql
+from ai_tools.store import traces
 from ai_tools.store.dialect import SQLDialect
 from ai_tools.store.history_repair import log_repair
 from ai_tools.store.serialization import (
@@ -33,8 +34,9 @@ from ai_tools.store.serialization import (
     check_name,
     encode_json,
 )
+from ai_tools.store.traces import TraceFilter, trace_row
 
-__all__ = ["AssistantStates", "CacheEntries", "Records", "SQLRunner"]
+__all__ = ["AssistantStates", "CacheEntries", "LoopTraces", "Records", "SQLRunner", "WorldRows"]
 
 T = TypeVar("T")
 
@@ -212,3 +214,36 @@ class Records(SQLRunner):
         if search is None:
             return defer.succeed([])
         return self._query(sql.search_records, self.dialect, owner, collection, search, limit)
+
+
+@implementer(ITraceStore)
+class LoopTraces(SQLRunner):
+    """ITraceStore: the newest loop traces of each assistant (:mod:`ai_tools.store.traces`)."""
+
+    __slots__ = ()
+
+    def save_trace(self, trace: JSONMapping, keep: int) -> defer.Deferred[int]:
+        """Keep one loop trace, and only the newest ``keep`` of its assistant; its id."""
+        try:
+            row = trace_row(trace)
+        except (KeyError, TypeError, ValueError) as e:
+            return defer.fail(e)
+        return self._write(traces.save_trace, self.dialect, row, keep)
+
+    def list_traces(self, search: TraceFilter) -> defer.Deferred[list[JSONObject]]:
+        """The summaries of the newest traces ``search`` asks for, newest first."""
+        return self._query(traces.list_traces, self.dialect, search)
+
+    def get_trace(self, trace_id: int) -> defer.Deferred[JSONObject | None]:
+        """One stored trace, whole (None: not kept)."""
+        return self._query(traces.get_trace, self.dialect, trace_id)
+
+
+class WorldRows(SQLRunner):
+    """IWorldStore's reading (each database writes the world its own way)."""
+
+    __slots__ = ()
+
+    def load_world(self) -> defer.Deferred[JSONObject | None]:
+        """The saved world sections, or None when no world was ever written."""
+        return self._query(sql.load_world, self.dialect)

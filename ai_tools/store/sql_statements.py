@@ -20,6 +20,7 @@ from ai_tools.history_format import RepairReport, repair_state
 from ai_tools.json_types import JSONObject, JSONValue
 from ai_tools.store.dbapi import DBCursor
 from ai_tools.store.dialect import SearchClause, SQLDialect
+from ai_tools.store.schema import WORLD_TABLES
 from ai_tools.store.serialization import RECORD_FIELDS, record_dict
 
 _RECORD_COLUMNS = ", ".join(f"r.{field}" for field in RECORD_FIELDS)
@@ -204,3 +205,19 @@ def search_records(cursor: DBCursor, dialect: SQLDialect, owner: str, collection
         record["score"] = search.score_sign * float(row[-1])
         results.append(record)
     return results
+
+
+# -- the world's rows -------------------------------------------------------------------
+
+
+def load_world(cursor: DBCursor, dialect: SQLDialect) -> JSONObject | None:
+    """IWorldStore.load_world: every section's rows in insertion order, or None."""
+    world: JSONObject = {}
+    for section, (table, _column) in WORLD_TABLES.items():
+        cursor.execute(f"SELECT data FROM {table} ORDER BY {dialect.insertion_order}")
+        world[section] = [json.loads(row[0]) for row in cursor.fetchall()]
+    cursor.execute("SELECT key, value FROM world_meta")
+    world["meta"] = {key: json.loads(value) for key, value in cursor.fetchall()}
+    if not world["meta"] and not any(world[section] for section in WORLD_TABLES):
+        return None
+    return world

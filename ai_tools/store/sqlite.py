@@ -24,7 +24,6 @@ about the file (disk full, read-only, damaged) reach the callers as a
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
@@ -49,7 +48,13 @@ from ai_tools.store.serialization import (
     check_state,
     encode_world_changes,
 )
-from ai_tools.store.sql_parts import AssistantStates, CacheEntries, Records
+from ai_tools.store.sql_parts import (
+    AssistantStates,
+    CacheEntries,
+    LoopTraces,
+    Records,
+    WorldRows,
+)
 from ai_tools.store.sqlite_file import (
     GONE,
     DatabaseFileError,
@@ -57,13 +62,6 @@ from ai_tools.store.sqlite_file import (
     damaged,
     explain,
     file_problem,
-)
-from ai_tools.store.traces import (
-    TraceFilter,
-    sqlite_get_trace,
-    sqlite_list_traces,
-    sqlite_save_trace,
-    trace_row,
 )
 
 T = TypeVar("T")
@@ -143,7 +141,7 @@ def _read(conn: Any, fn: Callable[..., T], *args: Any) -> T:
 
 @implementer(IStore, IWorldStore, IHeardLog)
 @attrs.define(eq=False)
-class SQLiteStore(AssistantStates, CacheEntries, Records):
+class SQLiteStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows):
     """IStore and IWorldStore on one SQLite file (or ``":memory:"``).
 
     :param path: database file; its directory is created if missing.
@@ -421,10 +419,6 @@ class SQLiteStore(AssistantStates, CacheEntries, Records):
 
     # -- world --------------------------------------------------------------
 
-    def load_world(self) -> defer.Deferred[dict[str, Any] | None]:
-        """The saved world sections, or None when no world was ever written."""
-        return self._query(_load_world)
-
     def write_world(
         self,
         put: Mapping[str, Any] | None = None,
@@ -446,25 +440,6 @@ class SQLiteStore(AssistantStates, CacheEntries, Records):
     def load_heard(self, limit: int) -> defer.Deferred[list[tuple[int, str, str]]]:
         """IHeardLog.load_heard."""
         return self._query(_load_heard, limit)
-
-    # -- loop traces (ai_tools.store.traces) ---------------------------------------------
-
-    def save_trace(self, trace: Mapping[str, Any], keep: int) -> defer.Deferred[int]:
-        """Keep one loop trace, and only the newest ``keep`` of its assistant; its id."""
-        try:
-            row = trace_row(trace)
-        except (KeyError, TypeError, ValueError) as e:
-            return defer.fail(e)
-        return self._write(sqlite_save_trace, row, keep)
-
-    def list_traces(self, search: TraceFilter) -> defer.Deferred[list[dict[str, Any]]]:
-        """The summaries of the newest traces ``search`` asks for, newest first."""
-        return self._query(sqlite_list_traces, search)
-
-    def get_trace(self, trace_id: int) -> defer.Deferred[dict[str, Any] | None]:
-        """One stored trace, whole (None: not kept)."""
-        return self._query(sqlite_get_trace, trace_id)
-
 
 # -- statements (run on the store thread) --------------------------------------
 
@@ -513,18 +488,6 @@ def _search_records(cursor: sqlite3.Cursor, owner: str, collection: str | None,
                     expression: str, limit: int) -> list[JSONObject]:
     """The records of ``owner`` matching the FTS5 ``expression`` (for tests of the search)."""
     return sql.search_records(cursor, SQLITE, owner, collection, fts5_clause(expression), limit)
-
-
-def _load_world(cursor: sqlite3.Cursor) -> dict[str, Any] | None:
-    world: dict[str, Any] = {}
-    for section, (table, _column) in WORLD_TABLES.items():
-        cursor.execute(f"SELECT data FROM {table} ORDER BY rowid")  # insertion order
-        world[section] = [json.loads(row[0]) for row in cursor.fetchall()]
-    cursor.execute("SELECT key, value FROM world_meta")
-    world["meta"] = {key: json.loads(value) for key, value in cursor.fetchall()}
-    if not world["meta"] and not any(world[section] for section in WORLD_TABLES):
-        return None
-    return world
 
 
 def _write_world(

@@ -7,20 +7,25 @@ and durations).  Each store keeps the newest ``keep`` traces per assistant in a 
 (``loop_traces``) with the fields a search filters on beside the JSON, each trace at
 most :data:`TRACE_BYTES` (spans past that are dropped, the trace marked ``truncated``).
 
-The SQL of SQLite is here, PostgreSQL's in :mod:`ai_tools.store.postgres_traces`; the
-row, the filter and the in-memory store's list are shared.
+The row, the filter, the statements both SQL stores run (through their
+:class:`~ai_tools.store.dialect.SQLDialect`) and the in-memory store's list are here;
+the tables are SQLite's (here) and PostgreSQL's (:mod:`ai_tools.store.postgres_traces`).
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
-__all__ = ["TRACE_BYTES", "MemoryTraces", "TraceFilter", "TraceRow", "trace_row"]
+from ai_tools.json_types import JSONObject
+from ai_tools.store.dbapi import DBCursor
+from ai_tools.store.dialect import SQLDialect
+
+__all__ = ["TRACE_BYTES", "MemoryTraces", "TraceFilter", "TraceRow", "get_trace", "list_traces",
+           "save_trace", "trace_row"]
 
 TRACE_BYTES = 64 * 1024
 """Largest stored trace (its JSON, in bytes)."""
@@ -58,21 +63,20 @@ class TraceFilter:
     until: float | None = None
     limit: int = 50
 
-    def where(self, mark: str) -> tuple[str, list[Any]]:
-        """The WHERE clause (``mark`` the driver's placeholder) and its parameters."""
+    def where(self, dialect: SQLDialect) -> tuple[str, list[object]]:
+        """The WHERE clause (``?`` placeholders, ``dialect``'s functions) and its parameters."""
         clauses: list[str] = []
-        params: list[Any] = []
+        params: list[object] = []
         for column, op, value in (("assistant", "=", self.assistant),
                                   ("reason", "=", self.reason),
                                   ("failed", "=", self.failed),
                                   ("ended_at", ">=", self.since),
                                   ("started_at", "<=", self.until)):
             if value is not None:
-                clauses.append(f"{column} {op} {mark}")
+                clauses.append(f"{column} {op} ?")
                 params.append(value)
         if self.tool is not None:
-            clauses.append(f"instr(tools, {mark}) > 0" if mark == "?"
-                           else f"strpos(tools, {mark}) > 0")
+            clauses.append(f"{dialect.contains}(tools, ?) > 0")
             params.append(f"|{self.tool}|")
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
@@ -144,37 +148,42 @@ SQLITE_TABLE = (
 )
 
 
-def sqlite_save_trace(cursor: sqlite3.Cursor, row: TraceRow, keep: int) -> int:
+_INSERT = (
+    "INSERT INTO loop_traces (assistant, started_at, ended_at, reason, failed, tools,"
+    " input_tokens, output_tokens, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_KEEP_NEWEST = (
+    "DELETE FROM loop_traces WHERE assistant = ? AND id NOT IN (SELECT id FROM loop_traces"
+    " WHERE assistant = ? ORDER BY id DESC LIMIT ?)"
+)
+
+
+def save_trace(cursor: DBCursor, dialect: SQLDialect, row: TraceRow, keep: int) -> int:
     """Insert ``row``, keep the newest ``keep`` of its assistant; the new id."""
-    cursor.execute(
-        "INSERT INTO loop_traces (assistant, started_at, ended_at, reason, failed, tools,"
-        " input_tokens, output_tokens, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (row.assistant, row.started_at, row.ended_at, row.reason, int(row.failed), row.tools,
-         row.input_tokens, row.output_tokens, row.data))
-    new_id = int(cursor.lastrowid or 0)
-    cursor.execute(
-        "DELETE FROM loop_traces WHERE assistant = ? AND id NOT IN (SELECT id FROM loop_traces"
-        " WHERE assistant = ? ORDER BY id DESC LIMIT ?)", (row.assistant, row.assistant,
-                                                           max(keep, 0)))
+    new_id = dialect.insert_id(cursor, _INSERT, (
+        row.assistant, row.started_at, row.ended_at, row.reason, row.failed, row.tools,
+        row.input_tokens, row.output_tokens, row.data))
+    cursor.execute(dialect.sql(_KEEP_NEWEST), (row.assistant, row.assistant, max(keep, 0)))
     return new_id
 
 
-def sqlite_list_traces(cursor: sqlite3.Cursor, search: TraceFilter) -> list[dict[str, Any]]:
+def list_traces(cursor: DBCursor, dialect: SQLDialect, search: TraceFilter) -> list[JSONObject]:
     """The summaries of the newest traces ``search`` asks for, newest first."""
-    where, params = search.where("?")
-    cursor.execute(
+    where, params = search.where(dialect)
+    cursor.execute(dialect.sql(
         "SELECT id, assistant, started_at, ended_at, reason, failed, tools, input_tokens,"
-        f" output_tokens FROM loop_traces{where} ORDER BY id DESC LIMIT ?",
+        f" output_tokens FROM loop_traces{where} ORDER BY id DESC LIMIT ?"),
         (*params, search.bounded_limit))
-    return [summary(r[0], TraceRow(r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7], r[8], ""))
+    return [summary(int(r[0]), TraceRow(r[1], r[2], r[3], r[4], bool(r[5]), r[6], int(r[7]),
+                                        int(r[8]), ""))
             for r in cursor.fetchall()]
 
 
-def sqlite_get_trace(cursor: sqlite3.Cursor, trace_id: int) -> dict[str, Any] | None:
+def get_trace(cursor: DBCursor, dialect: SQLDialect, trace_id: int) -> JSONObject | None:
     """One stored trace, whole (None: not kept)."""
-    cursor.execute("SELECT id, data FROM loop_traces WHERE id = ?", (trace_id,))
+    cursor.execute(dialect.sql("SELECT id, data FROM loop_traces WHERE id = ?"), (trace_id,))
     found = cursor.fetchone()
-    return None if found is None else full(found[0], found[1])
+    return None if found is None else full(int(found[0]), found[1])
 
 
 # -- in memory -------------------------------------------------------------------------------
