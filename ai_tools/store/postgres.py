@@ -51,12 +51,11 @@ from ai_tools.store import postgres_statements as sql
 from ai_tools.store import postgres_world as world_sql
 from ai_tools.store.clock import SecondsClock, now_seconds
 from ai_tools.store.dialect import POSTGRESQL, SQLDialect
+from ai_tools.store.postgres_parts import Leases, SharedWorldRows
 from ai_tools.store.postgres_schema import migrate
 from ai_tools.store.serialization import (
     check_name,
     check_state,
-    encode_json,
-    encode_world_changes,
 )
 from ai_tools.store.sql_parts import (
     AssistantStates,
@@ -192,7 +191,8 @@ def _read(conn: Any, fn: Callable[..., T], *args: Any) -> T:
 
 @implementer(IStore, IWorldStore, ISharedWorldStore)
 @attrs.define(eq=False)
-class PostgreSQLStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows):
+class PostgreSQLStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows, Leases,
+                      SharedWorldRows):
     """IStore, IWorldStore and ISharedWorldStore on a PostgreSQL database.
 
     :param dsn: a libpq connection string or URL, without the password.
@@ -428,144 +428,6 @@ class PostgreSQLStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldR
             return defer.fail(exc)
         return self._write(sql.save_states, rows, self._now(), fence,
                            None if heard is None else dict(heard))
-
-    # -- leases (the seam for several workers; docs/scaling.md) ----------------
-
-    def acquire_lease(self, name: str, worker: str, ttl: float) -> defer.Deferred[int | None]:
-        """Take ``name``'s lease for ``ttl`` seconds; its epoch, or None if another holds it."""
-        return self._write(sql.acquire_lease, name, worker, self._now(), ttl)
-
-    def renew_leases(
-        self, worker: str, names: Sequence[str], ttl: float
-    ) -> defer.Deferred[dict[str, int]]:
-        """Extend the leases ``worker`` still holds; ``{name: epoch}`` of those."""
-        return self._write(sql.renew_leases, worker, list(names), self._now(), ttl)
-
-    def release_leases(
-        self, worker: str, names: Sequence[str] | None = None
-    ) -> defer.Deferred[int]:
-        """Let ``worker``'s leases (all, or ``names``) go at once; how many."""
-        return self._write(sql.release_leases, worker,
-                           None if names is None else list(names))
-
-    def list_leases(self) -> defer.Deferred[list[tuple[str, str, int, float]]]:
-        """Every lease as ``(name, worker, epoch, expires_at)``."""
-        return self._query(sql.list_leases)
-
-    def assistant_epochs(self) -> defer.Deferred[dict[str, int | None]]:
-        """The lease epoch each saved state was written under (None: unfenced)."""
-        return self._query(sql.assistant_epochs)
-
-    def lease_round(
-        self, worker: str, names: Sequence[str], ttl: float, keep: float,
-        api_url: str | None = None,
-    ) -> defer.Deferred[tuple[dict[str, int], list[str], dict[str, tuple[str, float]],
-                              dict[str, sql.SharedConfig]]]:
-        """A lease manager's round in one transaction (``postgres_statements.lease_round``).
-
-        ``worker`` is alive for ``ttl`` (its API at ``api_url``), its leases
-        among ``names`` renewed; fires with the renewed ``{name: epoch}``, the
-        live workers, every lease's owner and expiry, and the configurations
-        given over the API.
-        """
-        return self._write(sql.lease_round, check_name(worker, "worker"), list(names),
-                           self._now(), ttl, keep, api_url)
-
-    def assistant_owners(self) -> defer.Deferred[dict[str, tuple[str, str | None]]]:
-        """The live owner of each assistant and where its API answers: ``{name: (worker,
-        api_url)}``; an assistant nobody runs now is not there."""
-        return self._query(sql.assistant_owners, self._now())
-
-    def live_workers(self) -> defer.Deferred[dict[str, str | None]]:
-        """The live workers and their API addresses: ``{worker: api_url}``."""
-        return self._query(sql.live_workers, self._now())
-
-    def shared_configs(self) -> defer.Deferred[dict[str, sql.SharedConfig]]:
-        """The configurations given over the API: ``{name: (config, file_config, removed)}``."""
-        return self._query(sql.shared_configs)
-
-    def put_shared_config(
-        self, name: str, config: Mapping[str, Any], *,
-        file_config: Mapping[str, Any] | None = None, removed: bool = False,
-        create: bool = False,
-    ) -> defer.Deferred[bool]:
-        """Keep the API's word on assistant ``name`` for every worker; whether it was kept.
-
-        ``config`` is its configuration, ``file_config`` the config file's when
-        it names the assistant too, ``removed`` whether it was removed; with
-        ``create``, nothing is written over a row that is not removed.
-        """
-        try:
-            check_name(name, "assistant name")
-            config_text = encode_json(dict(config), "the configuration")
-            file_text = (None if file_config is None
-                         else encode_json(dict(file_config), "the file's configuration"))
-        except (TypeError, ValueError) as exc:
-            return defer.fail(exc)
-        return self._write(sql.put_shared_config, name, config_text, file_text, removed,
-                           self._now(), create)
-
-    def heard_seq(self, name: str) -> defer.Deferred[int | None]:
-        """The last world message ``name``'s saved state holds (None: not recorded)."""
-        return self._query(sql.heard_seq, name)
-
-    def retire_worker(self, worker: str) -> defer.Deferred[int]:
-        """``worker`` stops: its leases go at once (epochs kept); how many it held."""
-        return self._write(sql.retire_worker, worker)
-
-    def assistant_writes(self) -> defer.Deferred[list[tuple[int, str, str, int]]]:
-        """The fenced writes logged, ``(seq, name, worker, epoch)`` (kept ``keep`` seconds)."""
-        return self._query(sql.assistant_writes)
-
-    # -- world --------------------------------------------------------------
-
-    def write_world(
-        self,
-        put: Mapping[str, Any] | None = None,
-        delete: Mapping[str, Sequence[str]] | None = None,
-    ) -> defer.Deferred[None]:
-        """Upsert and delete world rows in one transaction (deletes first)."""
-        d = self.change_world(put, delete)
-        d.addCallback(lambda _: None)
-        return d  # type: ignore[return-value]
-
-    def change_world(
-        self,
-        put: Mapping[str, Any] | None = None,
-        delete: Mapping[str, Sequence[str]] | None = None,
-        *,
-        expect: Mapping[tuple[str, str], int | None] | None = None,
-        touch: Sequence[tuple[str, str]] = (),
-        messages: Sequence[Mapping[str, Any]] = (),
-    ) -> defer.Deferred[dict[str, Any]]:
-        """One shared-world change (see ISharedWorldStore); fires with ``{"clock", "seqs"}``."""
-        try:
-            rows, meta, deletes = encode_world_changes(put, delete)
-            encoded = [(encode_json(dict(m["data"]), "world message"),
-                        [check_name(r, "receiver") for r in m.get("receivers", ())],
-                        m.get("dedupe_key")) for m in messages]
-        except (TypeError, ValueError) as exc:
-            return defer.fail(exc)
-        change = world_sql.WorldChange(rows=rows, meta=meta, deletes=deletes,
-                                       expect=dict(expect or {}), touch=list(touch),
-                                       messages=encoded)
-        d = self._write(world_sql.apply_world_change, change)
-        d.addCallback(world_sql.AppliedChange.outcome)
-        return d  # type: ignore[return-value]
-
-    def load_shared_world(self, log_size: int) -> defer.Deferred[dict[str, Any] | None]:
-        """The world with row versions, the clock and what each character heard last."""
-        return self._query(world_sql.load_shared_world, log_size)
-
-    def world_since(
-        self, clock: int, dirty: Sequence[tuple[str, str]] = (), limit: int = 1000
-    ) -> defer.Deferred[dict[str, Any]]:
-        """What changed after ``clock``: rows, deletions and messages (see ISharedWorldStore)."""
-        return self._snapshot(world_sql.world_since, clock, list(dirty), limit)
-
-    def prune_world_messages(self, keep: int) -> defer.Deferred[int]:
-        """Keep only the newest ``keep`` world messages; how many went."""
-        return self._write(world_sql.prune_messages, keep)
 
     def listen_world(
         self, on_change: Callable[[int], None], on_connect: Callable[[], None]

@@ -30,11 +30,13 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TypedDict
 
 import attrs
 
 from ai_tools.errors import WorldConflict
+from ai_tools.json_types import JSONValue
+from ai_tools.store.dbapi import DBCursor
 from ai_tools.store.postgres_schema import WORLD_TABLES
 
 NOTIFY_CHANNEL = "ai_tools_world"
@@ -55,6 +57,15 @@ _SECTION_ORDER = ("objects", "channels", "prototypes", "help", "meta")
 
 Key = tuple[str, str]
 """A world row: ``(section, key)``."""
+
+
+class ChangeOutcome(TypedDict):
+    """What a committed world change fires with."""
+
+    clock: int
+    """The world clock value of its transaction: the version of the rows it wrote."""
+    seqs: list[int]
+    """The numbers its messages got, in order."""
 
 
 @attrs.frozen
@@ -93,12 +104,12 @@ class AppliedChange:
     clock: int = 0
     seqs: list[int] = attrs.field(factory=list)
 
-    def outcome(self) -> dict[str, Any]:
+    def outcome(self) -> ChangeOutcome:
         """``{"clock", "seqs"}``: the change's version and its messages' numbers."""
         return {"clock": self.clock, "seqs": list(self.seqs)}
 
 
-def apply_world_change(cursor: Any, change: WorldChange) -> AppliedChange:
+def apply_world_change(cursor: DBCursor, change: WorldChange) -> AppliedChange:
     """Check the change's expectations under row locks, then write its rows (step 1, 2)."""
     try:
         _lock_and_check(cursor, change)
@@ -116,7 +127,7 @@ def _sqlstate(exc: BaseException) -> str | None:
     return getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
 
 
-def _lock_and_check(cursor: Any, change: WorldChange) -> None:
+def _lock_and_check(cursor: DBCursor, change: WorldChange) -> None:
     written = change.written()
     wanted = written | set(change.expect)
     conflicts: list[str] = []
@@ -139,7 +150,7 @@ def _lock_and_check(cursor: Any, change: WorldChange) -> None:
         raise WorldConflict(f"changed meanwhile: {', '.join(conflicts[:10])}")
 
 
-def _write_rows(cursor: Any, change: WorldChange) -> set[str]:
+def _write_rows(cursor: DBCursor, change: WorldChange) -> set[str]:
     sections: set[str] = set()
     for section, keys in change.deletes.items():
         if keys:
@@ -180,7 +191,7 @@ def _write_rows(cursor: Any, change: WorldChange) -> set[str]:
     return sections
 
 
-def finish_world_changes(cursor: Any, results: Sequence[Any]) -> None:
+def finish_world_changes(cursor: DBCursor, results: Sequence[object]) -> None:
     """Raise the world clock once for the group's changes; number rows and messages; NOTIFY.
 
     Runs last in the transaction (the clock row stays locked until the
@@ -221,34 +232,34 @@ def finish_world_changes(cursor: Any, results: Sequence[Any]) -> None:
 # -- reading ----------------------------------------------------------------------------
 
 
-def _clock(cursor: Any) -> int:
+def _clock(cursor: DBCursor) -> int:
     cursor.execute("SELECT value FROM world_clock")
     return int(cursor.fetchone()[0])
 
 
-def _versioned_rows(cursor: Any, section: str, where: str, params: Sequence[Any]
-                    ) -> list[tuple[dict[str, Any], int]]:
+def _versioned_rows(cursor: DBCursor, section: str, where: str, params: Sequence[object]
+                    ) -> list[tuple[JSONValue, int]]:
     table, _column = _TABLES[section]
     cursor.execute(f"SELECT data, version FROM {table} WHERE {where} ORDER BY ord", params)
     return [(json.loads(data), int(version)) for data, version in cursor.fetchall()]
 
 
-def _messages(cursor: Any, where: str, params: Sequence[Any],
-              limit: int | None = None) -> list[tuple[int, Any, list[str]]]:
+def _messages(cursor: DBCursor, where: str, params: Sequence[object],
+              limit: int | None = None) -> list[tuple[int, JSONValue, list[str]]]:
     cursor.execute(f"SELECT seq, data, receivers FROM world_messages WHERE {where}"
                    " ORDER BY seq LIMIT %s", (*params, limit))
     return [(int(seq), json.loads(data), list(receivers))
             for seq, data, receivers in cursor.fetchall()]
 
 
-def load_shared_world(cursor: Any, log_size: int) -> dict[str, Any] | None:
+def load_shared_world(cursor: DBCursor, log_size: int) -> dict[str, object] | None:
     """Everything a worker's replica starts from, in one snapshot, or None (no world yet).
 
     ``{"clock", "objects"/"channels"/"prototypes"/"help": [(row, version)],
     "meta": {key: (value, version)}, "messages": [(seq, data, receivers)]}``,
     the messages being what each character heard last (``log_size`` each).
     """
-    world: dict[str, Any] = {"clock": _clock(cursor)}
+    world: dict[str, object] = {"clock": _clock(cursor)}
     for section in WORLD_TABLES:
         world[section] = _versioned_rows(cursor, section, "true", ())
     cursor.execute("SELECT key, value, version FROM world_meta")
@@ -265,8 +276,8 @@ def load_shared_world(cursor: Any, log_size: int) -> dict[str, Any] | None:
 
 
 def world_since(
-    cursor: Any, clock: int, dirty: Iterable[Key], limit: int
-) -> dict[str, Any]:
+    cursor: DBCursor, clock: int, dirty: Iterable[Key], limit: int
+) -> dict[str, object]:
     """What changed after clock value ``clock``, in one snapshot (a REPEATABLE READ read).
 
     At most ``limit`` messages: the answer's ``clock`` is then the last one's
@@ -292,8 +303,9 @@ def world_since(
             "messages": messages, "dirty_rows": _dirty_rows(cursor, dirty)}
 
 
-def _dirty_rows(cursor: Any, dirty: Iterable[Key]) -> dict[Key, tuple[Any, int] | None]:
-    found: dict[Key, tuple[Any, int] | None] = {key: None for key in dirty}
+def _dirty_rows(cursor: DBCursor, dirty: Iterable[Key]
+                ) -> dict[Key, tuple[JSONValue, int] | None]:
+    found: dict[Key, tuple[JSONValue, int] | None] = {key: None for key in dirty}
     for section in _SECTION_ORDER:
         keys = [key for sec, key in found if sec == section]
         if not keys:
@@ -307,7 +319,7 @@ def _dirty_rows(cursor: Any, dirty: Iterable[Key]) -> dict[Key, tuple[Any, int] 
     return found
 
 
-def prune_messages(cursor: Any, keep: int) -> int:
+def prune_messages(cursor: DBCursor, keep: int) -> int:
     """Delete all but the newest ``keep`` messages (and who heard them); how many went."""
     cursor.execute(
         "DELETE FROM world_messages WHERE seq <= (SELECT seq FROM world_messages"
