@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import attrs
 from twisted.enterprise import adbapi
@@ -50,9 +50,11 @@ from ai_tools.json_types import JSONMapping
 from ai_tools.store import postgres_statements as sql
 from ai_tools.store import postgres_world as world_sql
 from ai_tools.store.clock import SecondsClock, now_seconds
+from ai_tools.store.dbapi import DBConnection, DBCursor
 from ai_tools.store.dialect import POSTGRESQL, SQLDialect
 from ai_tools.store.postgres_parts import Leases, SharedWorldRows
 from ai_tools.store.postgres_schema import migrate
+from ai_tools.store.schema import Migration
 from ai_tools.store.serialization import (
     check_name,
     check_state,
@@ -65,12 +67,22 @@ from ai_tools.store.sql_parts import (
     WorldRows,
 )
 
+if TYPE_CHECKING:
+    from ai_tools.store.postgres_listener import NotificationListener
+
 T = TypeVar("T")
 
 PASSWORD_ENV = "AI_TOOLS_DB_PASSWORD"
 PASSWORD_FILE_ENV = "AI_TOOLS_DB_PASSWORD_FILE"
 
-_Op = tuple[Callable[..., Any], tuple[Any, ...]]
+_Op = tuple[Callable[..., object], tuple[object, ...]]
+"""One write of a group: the statement function and its arguments after the cursor."""
+
+
+class _PostgreSQLConnection(DBConnection, Protocol):
+    """A psycopg connection: a DB-API connection that can be put in autocommit mode."""
+
+    autocommit: bool
 
 
 class StoreClosed(RuntimeError):
@@ -129,14 +141,14 @@ def database_password(environ: Mapping[str, str]) -> str | None:
     return password
 
 
-def _rollback_quietly(cursor: Any) -> None:
+def _rollback_quietly(cursor: DBCursor) -> None:
     try:
         cursor.execute("ROLLBACK")  # only a warning when no transaction is open
     except Exception:
         pass  # the connection is gone; adbapi reconnects, the original error stands
 
 
-def _write_group(conn: Any, ops: Sequence[_Op]) -> list[Any]:
+def _write_group(conn: DBConnection, ops: Sequence[_Op]) -> list[object]:
     """Run writes in one transaction (each in a savepoint when several); finish the world.
 
     Returns each write's result, or its Failure.  A single write that raises
@@ -149,7 +161,7 @@ def _write_group(conn: Any, ops: Sequence[_Op]) -> list[Any]:
         try:
             if len(ops) == 1:
                 fn, args = ops[0]
-                results: list[Any] = [fn(cursor, *args)]
+                results: list[object] = [fn(cursor, *args)]
             else:
                 results = [_in_savepoint(cursor, fn, args) for fn, args in ops]
             world_sql.finish_world_changes(cursor, results)
@@ -162,7 +174,9 @@ def _write_group(conn: Any, ops: Sequence[_Op]) -> list[Any]:
         cursor.close()
 
 
-def _in_savepoint(cursor: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+def _in_savepoint(cursor: DBCursor, fn: Callable[..., object], args: tuple[object, ...]
+                  ) -> object:
+    """``fn(cursor, *args)`` in a savepoint: its result, or its Failure (rolled back alone)."""
     cursor.execute("SAVEPOINT write")
     try:
         result = fn(cursor, *args)
@@ -173,7 +187,7 @@ def _in_savepoint(cursor: Any, fn: Callable[..., Any], args: tuple[Any, ...]) ->
     return result
 
 
-def _read(conn: Any, fn: Callable[..., T], *args: Any) -> T:
+def _read(conn: DBConnection, fn: Callable[..., T], *args: object) -> T:
     """Run ``fn(cursor, *args)`` as a read-only snapshot (one consistent view)."""
     cursor = conn.cursor()
     try:
@@ -208,12 +222,13 @@ class PostgreSQLStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldR
     dsn: str
     password: str | None = attrs.field(default=None, repr=False)
     clock: SecondsClock | None = None
-    reactor: Any = None
+    reactor: object = None
+    """Handed to adbapi and the LISTEN connection (default: the global reactor)."""
     pool_size: int = 4
     driver: str = "psycopg2"
     _pool: adbapi.ConnectionPool | None = attrs.field(default=None, init=False)
     schema_version: int = attrs.field(default=0, init=False)
-    _pending: list[tuple[Callable[..., Any], tuple[Any, ...], defer.Deferred[Any]]] = (
+    _pending: list[tuple[Callable[..., object], tuple[object, ...], defer.Deferred[Any]]] = (
         attrs.field(factory=list, init=False))
     """Writes asked for while a write transaction was in flight: the next group."""
     _writing: bool = attrs.field(default=False, init=False)
@@ -221,7 +236,7 @@ class PostgreSQLStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldR
     """Reads waiting for the group the pending writes will form."""
     _current_readers: list[defer.Deferred[None]] = attrs.field(factory=list, init=False)
     """Reads waiting for the group in flight."""
-    _listeners: list[Any] = attrs.field(factory=list, init=False)
+    _listeners: list[NotificationListener] = attrs.field(factory=list, init=False)
     transactions: int = attrs.field(default=0, init=False)
     """Write transactions committed or attempted (for status and benchmarks)."""
 
@@ -245,9 +260,9 @@ class PostgreSQLStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldR
 
     # -- lifecycle --------------------------------------------------------
 
-    def connect_kwargs(self) -> dict[str, Any]:
+    def connect_kwargs(self) -> dict[str, object]:
         """What the driver's ``connect`` gets next to the DSN (the password, when given)."""
-        kwargs: dict[str, Any] = {"application_name": "ai_tools"}
+        kwargs: dict[str, object] = {"application_name": "ai_tools"}
         if self.password is not None:
             kwargs["password"] = self.password
         return kwargs
@@ -260,7 +275,7 @@ class PostgreSQLStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldR
             check_dsn(self.dsn)
         except ConfigError as exc:
             return defer.fail(exc)
-        kwargs: dict[str, Any] = {
+        kwargs: dict[str, object] = {
             "cp_min": 1, "cp_max": max(2, self.pool_size), "cp_reconnect": True,
             "cp_noisy": False, "cp_openfun": _configure, **self.connect_kwargs(),
         }
@@ -277,8 +292,8 @@ class PostgreSQLStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldR
         d.addErrback(self._open_failed)
         return d
 
-    def _migrate(self, conn: Any, now: float) -> int:
-        applied: list[Any] = []
+    def _migrate(self, conn: DBConnection, now: float) -> int:
+        applied: list[Migration] = []
         version = migrate(conn, now, on_applied=applied.append)
         for migration in applied:
             self._log.info("{store}: applied migration {version} ({description})",
@@ -305,7 +320,7 @@ class PostgreSQLStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldR
         d = self._after_writes()
         pool = self._pool
 
-        def shut(result: Any) -> Any:
+        def shut(result: object) -> Failure | None:
             if self._pool is pool:
                 self._pool = None
             pool.close()
@@ -321,10 +336,10 @@ class PostgreSQLStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldR
 
     # -- the writer and readers ---------------------------------------------
 
-    def _closed(self) -> defer.Deferred[Any]:
+    def _closed(self) -> defer.Deferred[T]:
         return defer.fail(StoreClosed(f"{self.label} store is not open"))
 
-    def _write(self, fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+    def _write(self, fn: Callable[..., T], *args: object) -> defer.Deferred[T]:
         """Run ``fn(cursor, *args)`` in a write transaction; fires once committed.
 
         Writes asked for while another write transaction is in flight are
@@ -354,7 +369,7 @@ class PostgreSQLStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldR
         group = self._pool.runWithConnection(_write_group, [(fn, args) for fn, args, _ in ops])
         group.addBoth(self._group_done, waiters, readers)
 
-    def _group_done(self, outcome: Any, waiters: list[defer.Deferred[Any]],
+    def _group_done(self, outcome: list[object] | Failure, waiters: list[defer.Deferred[object]],
                     readers: list[defer.Deferred[None]]) -> None:
         self._writing = False
         self._current_readers = []
@@ -383,7 +398,7 @@ class PostgreSQLStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldR
             wait.callback(None)
         return wait
 
-    def _query(self, fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+    def _query(self, fn: Callable[..., T], *args: object) -> defer.Deferred[T]:
         """A read that sees every write asked for before it."""
         if self._pool is None:
             return self._closed()
@@ -392,13 +407,13 @@ class PostgreSQLStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldR
         d.addCallback(lambda _: pool.runWithConnection(_read, fn, *args))
         return d  # type: ignore[return-value]
 
-    def _snapshot(self, fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+    def _snapshot(self, fn: Callable[..., T], *args: object) -> defer.Deferred[T]:
         """A read of the committed state now, not waiting for this store's writes."""
         if self._pool is None:
             return self._closed()
         return self._pool.runWithConnection(_read, fn, *args)
 
-    def run_in_transaction(self, fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+    def run_in_transaction(self, fn: Callable[..., T], *args: object) -> defer.Deferred[T]:
         """Run ``fn(cursor, *args)`` on a store thread in one write transaction (grouped)."""
         return self._write(fn, *args)
 
@@ -463,6 +478,6 @@ def _clock_value(payload: str) -> int:
         return 0  # not ours: a catch-up finds nothing new
 
 
-def _configure(conn: Any) -> None:
+def _configure(conn: _PostgreSQLConnection) -> None:
     """Per-connection settings: we issue BEGIN/COMMIT ourselves."""
     conn.autocommit = True

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 from twisted.internet import defer, threads
@@ -36,6 +36,33 @@ APPLICATION_NAME = "ai_tools listen"
 
 _KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
                "keepalives_count": 3, "connect_timeout": 10}
+
+
+class _Notify(Protocol):
+    """One notification as psycopg2 hands it over."""
+
+    @property
+    def payload(self) -> str: ...
+
+
+class _ListenConnection(Protocol):
+    """What the listener uses of a psycopg2 connection."""
+
+    notifies: list[_Notify]
+
+    def poll(self) -> object: ...
+
+    def fileno(self) -> int: ...
+
+    def close(self) -> object: ...
+
+
+class _Retry(Protocol):
+    """The pending reconnection (an ``IDelayedCall``)."""
+
+    def active(self) -> bool: ...
+
+    def cancel(self) -> None: ...
 
 
 @implementer(IReadDescriptor)
@@ -64,18 +91,21 @@ class NotificationListener:
     """Calls ``on_notify(payload)`` for each NOTIFY on ``channel`` (a plain identifier)."""
 
     dsn: str
-    connect_kwargs: dict[str, Any] = attrs.field(repr=False)
+    connect_kwargs: dict[str, object] = attrs.field(repr=False)
     channel: str
     on_notify: Callable[[str], None]
     on_connect: Callable[[], None]
     reactor: Any = None
+    """Provides ``IReactorThreads``, ``IReactorFDSet`` and ``IReactorTime`` (default: the
+    global reactor).  No one interface says all three (and mypy reads zope interfaces
+    without their providers), hence no narrower type."""
     retry_delay: float = 0.5
     max_delay: float = 30.0
-    _conn: Any = attrs.field(default=None, init=False)
+    _conn: _ListenConnection | None = attrs.field(default=None, init=False)
     _reader: _SocketReader | None = attrs.field(default=None, init=False)
     _stopped: bool = attrs.field(default=True, init=False)
     _delay: float = attrs.field(default=0.0, init=False)
-    _retry: Any = attrs.field(default=None, init=False)
+    _retry: _Retry | None = attrs.field(default=None, init=False)
     _waiting: list[defer.Deferred[None]] = attrs.field(factory=list, init=False)
     connects: int = attrs.field(default=0, init=False)
     """How many times it started listening (reconnects included)."""
@@ -109,7 +139,7 @@ class NotificationListener:
         d = threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), self._open)
         d.addCallbacks(self._listening, self._failed)
 
-    def _open(self) -> Any:
+    def _open(self) -> _ListenConnection:
         """(In a thread.)  A new autocommit connection that listens on the channel."""
         import psycopg2
 
@@ -124,7 +154,7 @@ class NotificationListener:
             raise
         return conn
 
-    def _listening(self, conn: Any) -> None:
+    def _listening(self, conn: _ListenConnection) -> None:
         if self._stopped:
             conn.close()
             return
@@ -192,7 +222,7 @@ class NotificationListener:
             except Exception:
                 self._log.failure("Closing the LISTEN connection failed")
 
-    def _call(self, fn: Callable[..., None], *args: Any) -> None:
+    def _call(self, fn: Callable[..., None], *args: object) -> None:
         try:
             fn(*args)
         except Exception:

@@ -75,12 +75,13 @@ class StoreClosed(RuntimeError):
     """A store method was called before ``open()`` or after ``close()``."""
 
 
-_Op = tuple[Callable[..., Any], tuple[Any, ...]]
+_Op = tuple[Callable[..., object], tuple[object, ...]]
+"""One write of a group: the statement function and its arguments after the cursor."""
 
 
 def _write_group(
-    conn: Any, ops: Sequence[_Op], guard: DatabaseFileGuard | None = None
-) -> list[Any]:
+    conn: sqlite3.Connection, ops: Sequence[_Op], guard: DatabaseFileGuard | None = None
+) -> list[object]:
     """Run several writes in one BEGIN IMMEDIATE … COMMIT; each one's result or Failure.
 
     First the file is checked (``guard``): a database deleted or moved away
@@ -109,12 +110,13 @@ def _write_group(
         cursor.close()
 
 
-def _run_writes(conn: Any, cursor: Any, ops: Sequence[_Op]) -> list[Any]:
+def _run_writes(conn: sqlite3.Connection, cursor: sqlite3.Cursor, ops: Sequence[_Op]
+                ) -> list[object]:
     """The writes of one transaction: alone, or each in a savepoint (see :func:`_write_group`)."""
     if len(ops) == 1:
         fn, args = ops[0]
         return [fn(cursor, *args)]
-    results: list[Any] = []
+    results: list[object] = []
     for fn, args in ops:
         cursor.execute("SAVEPOINT write")
         try:
@@ -130,7 +132,7 @@ def _run_writes(conn: Any, cursor: Any, ops: Sequence[_Op]) -> list[Any]:
     return results
 
 
-def _read(conn: Any, fn: Callable[..., T], *args: Any) -> T:
+def _read(conn: sqlite3.Connection, fn: Callable[..., T], *args: object) -> T:
     """Run ``fn(cursor, *args)`` outside a write transaction."""
     cursor = conn.cursor()
     try:
@@ -157,7 +159,8 @@ class SQLiteStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows)
 
     path: str
     clock: SecondsClock | None = None
-    reactor: Any = None
+    reactor: object = None
+    """Only handed to adbapi (which needs ``IReactorCore`` and ``IReactorThreads``)."""
     synchronous: str = attrs.field(default="FULL")
     quick_check: bool = True
     _pool: adbapi.ConnectionPool | None = attrs.field(default=None, init=False)
@@ -167,7 +170,7 @@ class SQLiteStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows)
     last_write_error: str | None = attrs.field(default=None, init=False)
     """Why the last write transaction failed; None once one succeeds again."""
     schema_version: int = attrs.field(default=0, init=False)
-    _pending: list[tuple[Callable[..., Any], tuple[Any, ...], defer.Deferred[Any]]] = (
+    _pending: list[tuple[Callable[..., object], tuple[object, ...], defer.Deferred[Any]]] = (
         attrs.field(factory=list, init=False))
     """Writes asked for while a write transaction was in flight: the next group."""
     _writing: int = attrs.field(default=0, init=False)
@@ -179,7 +182,7 @@ class SQLiteStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows)
     _log = Logger()
 
     @synchronous.validator
-    def _check_synchronous(self, _attribute: Any, value: str) -> None:
+    def _check_synchronous(self, _attribute: attrs.Attribute[str], value: str) -> None:
         if value.upper() not in SYNCHRONOUS_MODES:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {value!r}")
 
@@ -204,7 +207,7 @@ class SQLiteStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows)
             except (OSError, DatabaseFileError) as exc:
                 return defer.fail(exc)
             self._guard = guard
-        kwargs: dict[str, Any] = {
+        kwargs: dict[str, object] = {
             "cp_min": 1,
             "cp_max": 1,
             "cp_openfun": self._configure,
@@ -227,7 +230,7 @@ class SQLiteStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows)
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA busy_timeout=30000")
 
-    def _prepare(self, conn: Any, now: float) -> int:
+    def _prepare(self, conn: sqlite3.Connection, now: float) -> int:
         """On the store thread: check the file, migrate, check it can be written."""
         if self.quick_check:
             found = [str(row[0]) for row in conn.execute("PRAGMA quick_check(3)")]
@@ -241,7 +244,7 @@ class SQLiteStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows)
             self._guard.remember()
         return version
 
-    def _migrate(self, conn: Any, now: float) -> int:
+    def _migrate(self, conn: sqlite3.Connection, now: float) -> int:
         applied: list[Migration] = []
         version = migrate(conn, now, on_applied=applied.append)
         for migration in applied:
@@ -281,7 +284,7 @@ class SQLiteStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows)
             return defer.succeed(None)
         d = pool.runWithConnection(lambda conn: None)
 
-        def shut(result: Any) -> Any:
+        def shut(result: object) -> Failure | None:
             pool.close()
             self._release()
             return result if isinstance(result, Failure) else None
@@ -289,7 +292,7 @@ class SQLiteStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows)
         d.addBoth(shut)
         return d
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> dict[str, str | None]:
         """The file's state for status pages (checked now: one ``stat``).
 
         ``problem`` is None while the file is where it was opened; else what
@@ -320,7 +323,7 @@ class SQLiteStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows)
         """Whether :meth:`open` succeeded and :meth:`close` was not called."""
         return self._pool is not None
 
-    def _write(self, fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+    def _write(self, fn: Callable[..., T], *args: object) -> defer.Deferred[T]:
         """Run ``fn(cursor, *args)`` in a write transaction; fires once committed.
 
         Writes asked for while another write transaction is in flight are
@@ -350,7 +353,8 @@ class SQLiteStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows)
             _write_group, [(fn, args) for fn, args, _ in ops], self._guard)
         group.addBoth(self._group_done, waiters)
 
-    def _group_done(self, outcome: Any, waiters: list[defer.Deferred[Any]]) -> None:
+    def _group_done(self, outcome: list[object] | Failure,
+                    waiters: list[defer.Deferred[object]]) -> None:
         self._writing -= 1
         if self._pending and not self._writing:
             self._submit_pending()  # the thread starts on the next group at once
@@ -366,7 +370,7 @@ class SQLiteStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows)
             else:
                 d.callback(result)
 
-    def _group_failed(self, failure: Failure, waiters: list[defer.Deferred[Any]]) -> None:
+    def _group_failed(self, failure: Failure, waiters: list[defer.Deferred[object]]) -> None:
         """Every write of the group failed: say why in the status, and to each caller.
 
         A problem with the file (a full disk...) is also logged, once until it
@@ -381,13 +385,13 @@ class SQLiteStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows)
         for d in waiters:
             d.errback(failure)
 
-    def _query(self, fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+    def _query(self, fn: Callable[..., T], *args: object) -> defer.Deferred[T]:
         if self._pool is None:
             return defer.fail(StoreClosed(f"SQLite store {self.path} is not open"))
         self._submit_pending()  # a read sees every write asked for before it
         return self._pool.runWithConnection(_read, fn, *args).addErrback(self._explained)
 
-    def run_in_transaction(self, fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+    def run_in_transaction(self, fn: Callable[..., T], *args: object) -> defer.Deferred[T]:
         """Run ``fn(cursor, *args)`` on the store thread in one write transaction.
 
         For callers that need several statements applied atomically beyond what
@@ -421,7 +425,7 @@ class SQLiteStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows)
 
     def write_world(
         self,
-        put: Mapping[str, Any] | None = None,
+        put: JSONMapping | None = None,
         delete: Mapping[str, Sequence[str]] | None = None,
     ) -> defer.Deferred[None]:
         """Upsert and delete world rows in one transaction (deletes first)."""
@@ -459,7 +463,7 @@ def _load_heard(cursor: sqlite3.Cursor, limit: int) -> list[tuple[int, str, str]
             for seq, data, receivers in reversed(cursor.fetchall())]
 
 
-def _check_writable(conn: Any) -> None:
+def _check_writable(conn: sqlite3.Connection) -> None:
     """Raise SQLite's own error when the file cannot be written (a read-only file or disk).
 
     SQLite opens a file it may not write read-only, without a word, and
