@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import attrs
 from twisted.internet import defer
@@ -20,11 +20,13 @@ from zope.interface import implementer
 
 from ai_tools.errors import NotFound
 from ai_tools.history_format import repair_state
-from ai_tools.interfaces import IHeardLog, ISharedWorldStore, IStore, IWorldStore
+from ai_tools.interfaces import IHeardLog, ISharedWorldStore, IStore, ITraceStore, IWorldStore
+from ai_tools.json_types import JSONMapping, JSONObject, JSONValue
 from ai_tools.store.clock import SecondsClock, now_seconds
 from ai_tools.store.history_repair import log_repair
 from ai_tools.store.memory_world import MemoryWorldRows
 from ai_tools.store.serialization import (
+    ChangeOutcome,
     check_content,
     check_expiry,
     check_limit,
@@ -50,7 +52,7 @@ class _Record:
     created_at: float
     updated_at: float
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         return {
             "id": self.id,
             "owner": self.owner,
@@ -63,7 +65,7 @@ class _Record:
         }
 
 
-@implementer(IStore, IWorldStore, IHeardLog, ISharedWorldStore)
+@implementer(IStore, IWorldStore, IHeardLog, ISharedWorldStore, ITraceStore)
 @attrs.define(eq=False)
 class MemoryStore:
     """IStore, IWorldStore, IHeardLog and ISharedWorldStore (the world shared in one
@@ -89,7 +91,7 @@ class MemoryStore:
         return now_seconds(self.clock)
 
     @staticmethod
-    def _call(fn: Callable[..., T], *args: Any) -> defer.Deferred[T]:
+    def _call(fn: Callable[..., T], *args: object) -> defer.Deferred[T]:
         return defer.maybeDeferred(fn, *args)
 
     # -- lifecycle --------------------------------------------------------
@@ -106,11 +108,11 @@ class MemoryStore:
 
     # -- assistants -------------------------------------------------------
 
-    def load_assistant(self, name: str) -> defer.Deferred[dict[str, Any] | None]:
+    def load_assistant(self, name: str) -> defer.Deferred[JSONObject | None]:
         """The saved state of ``name`` with its history repaired, or None."""
         return self._call(self._load_assistant, name)
 
-    def _load_assistant(self, name: str) -> dict[str, Any] | None:
+    def _load_assistant(self, name: str) -> JSONObject | None:
         encoded = self._assistants.get(check_name(name, "assistant name"))
         if encoded is None:
             return None
@@ -118,15 +120,15 @@ class MemoryStore:
         log_repair(name, report)
         return state
 
-    def save_assistant(self, name: str, state: Mapping[str, Any]) -> defer.Deferred[None]:
+    def save_assistant(self, name: str, state: JSONMapping) -> defer.Deferred[None]:
         """Replace the saved state of ``name``."""
         return self._call(self._save_many, {name: state})
 
-    def save_many(self, states: Mapping[str, Mapping[str, Any]]) -> defer.Deferred[None]:
+    def save_many(self, states: Mapping[str, JSONMapping]) -> defer.Deferred[None]:
         """Replace the saved states of several assistants at once (all or none)."""
         return self._call(self._save_many, states)
 
-    def _save_many(self, states: Mapping[str, Mapping[str, Any]]) -> None:
+    def _save_many(self, states: Mapping[str, JSONMapping]) -> None:
         encoded = {
             check_name(name, "assistant name"): check_state(state) for name, state in states.items()
         }
@@ -142,11 +144,11 @@ class MemoryStore:
 
     # -- persistent cache ---------------------------------------------------
 
-    def cache_get(self, namespace: str, key: str, now: float) -> defer.Deferred[Any]:
+    def cache_get(self, namespace: str, key: str, now: float) -> defer.Deferred[JSONValue]:
         """The cached value, or None when absent or expired (``expires_at <= now``)."""
         return self._call(self._cache_get, namespace, key, now)
 
-    def _cache_get(self, namespace: str, key: str, now: float) -> Any:
+    def _cache_get(self, namespace: str, key: str, now: float) -> JSONValue:
         entry = self._cache.get((namespace, key))
         if entry is None:
             return None
@@ -156,12 +158,12 @@ class MemoryStore:
         return json.loads(encoded)
 
     def cache_put(
-        self, namespace: str, key: str, value: Any, expires_at: float | None
+        self, namespace: str, key: str, value: object, expires_at: float | None
     ) -> defer.Deferred[None]:
         """Store ``value`` under ``(namespace, key)`` until ``expires_at`` (None: forever)."""
         return self._call(self._cache_put, namespace, key, value, expires_at)
 
-    def _cache_put(self, namespace: str, key: str, value: Any, expires_at: float | None) -> None:
+    def _cache_put(self, namespace: str, key: str, value: object, expires_at: float | None) -> None:
         check_name(namespace, "cache namespace")
         check_name(key, "cache key")
         self._cache[(namespace, key)] = (
@@ -190,9 +192,9 @@ class MemoryStore:
         owner: str,
         collection: str,
         content: str,
-        metadata: Mapping[str, Any] | None = None,
+        metadata: JSONMapping | None = None,
         parent_id: int | None = None,
-    ) -> defer.Deferred[dict[str, Any]]:
+    ) -> defer.Deferred[JSONObject]:
         """Add a record; fires with its dict (``NotFound`` if ``parent_id`` is unknown)."""
         return self._call(self._add_record, owner, collection, content, metadata, parent_id)
 
@@ -201,9 +203,9 @@ class MemoryStore:
         owner: str,
         collection: str,
         content: str,
-        metadata: Mapping[str, Any] | None,
+        metadata: JSONMapping | None,
         parent_id: int | None,
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         check_name(owner, "record owner")
         check_name(collection, "record collection")
         content = check_content(content)
@@ -222,14 +224,14 @@ class MemoryStore:
         self,
         record_id: int,
         content: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> defer.Deferred[dict[str, Any] | None]:
+        metadata: JSONMapping | None = None,
+    ) -> defer.Deferred[JSONObject | None]:
         """Replace the content and/or metadata of a record; None if unknown."""
         return self._call(self._update_record, record_id, content, metadata)
 
     def _update_record(
-        self, record_id: int, content: str | None, metadata: Mapping[str, Any] | None
-    ) -> dict[str, Any] | None:
+        self, record_id: int, content: str | None, metadata: JSONMapping | None
+    ) -> JSONObject | None:
         new_content = check_content(content) if content is not None else None
         new_metadata = check_metadata(metadata) if metadata is not None else None
         record = self._records.get(record_id)
@@ -242,7 +244,7 @@ class MemoryStore:
         record.updated_at = self._now()
         return record.as_dict()
 
-    def get_record(self, record_id: int) -> defer.Deferred[dict[str, Any] | None]:
+    def get_record(self, record_id: int) -> defer.Deferred[JSONObject | None]:
         """One record dict, or None."""
         record = self._records.get(record_id)
         return defer.succeed(record.as_dict() if record else None)
@@ -270,7 +272,7 @@ class MemoryStore:
         limit: int = 20,
         newest_first: bool = True,
         parent_id: int | None = None,
-    ) -> defer.Deferred[list[dict[str, Any]]]:
+    ) -> defer.Deferred[list[JSONObject]]:
         """Records of one collection (None: every collection) in time order."""
         return self._call(self._list_records, owner, collection, limit, newest_first, parent_id)
 
@@ -281,7 +283,7 @@ class MemoryStore:
         limit: int,
         newest_first: bool,
         parent_id: int | None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[JSONObject]:
         check_limit(limit)
         rows = [
             r
@@ -293,13 +295,13 @@ class MemoryStore:
 
     def search_records(
         self, owner: str, collection: str | None, query: str, limit: int = 10
-    ) -> defer.Deferred[list[dict[str, Any]]]:
+    ) -> defer.Deferred[list[JSONObject]]:
         """BM25-ranked records containing any word of ``query``, best first, with ``score``."""
         return self._call(self._search_records, owner, collection, query, limit)
 
     def _search_records(
         self, owner: str, collection: str | None, query: str, limit: int
-    ) -> list[dict[str, Any]]:
+    ) -> list[JSONObject]:
         check_limit(limit)
         terms = query_terms(query)
         if not terms:
@@ -322,13 +324,13 @@ class MemoryStore:
 
     # -- world ------------------------------------------------------------------
 
-    def load_world(self) -> defer.Deferred[dict[str, Any] | None]:
+    def load_world(self) -> defer.Deferred[JSONObject | None]:
         """The saved world sections, or None when no world was ever written."""
         return self._call(self._world.load_world)
 
     def write_world(
         self,
-        put: Mapping[str, Any] | None = None,
+        put: JSONMapping | None = None,
         delete: Mapping[str, Sequence[str]] | None = None,
     ) -> defer.Deferred[None]:
         """Upsert and delete world rows, all or nothing."""
@@ -353,37 +355,37 @@ class MemoryStore:
 
     # -- loop traces (ai_tools.store.traces) ---------------------------------------------
 
-    def save_trace(self, trace: Mapping[str, Any], keep: int) -> defer.Deferred[int]:
+    def save_trace(self, trace: JSONMapping, keep: int) -> defer.Deferred[int]:
         """Keep one loop trace, and only the newest ``keep`` of its assistant; its id."""
         return self._call(lambda: self._traces.save(trace_row(trace), keep))
 
-    def list_traces(self, search: TraceFilter) -> defer.Deferred[list[dict[str, Any]]]:
+    def list_traces(self, search: TraceFilter) -> defer.Deferred[list[JSONObject]]:
         """The summaries of the newest traces ``search`` asks for, newest first."""
         return self._call(self._traces.search, search)
 
-    def get_trace(self, trace_id: int) -> defer.Deferred[dict[str, Any] | None]:
+    def get_trace(self, trace_id: int) -> defer.Deferred[JSONObject | None]:
         """One stored trace, whole (None: not kept)."""
         return self._call(self._traces.get, trace_id)
 
     def change_world(
         self,
-        put: Mapping[str, Any] | None = None,
+        put: JSONMapping | None = None,
         delete: Mapping[str, Sequence[str]] | None = None,
         *,
         expect: Mapping[tuple[str, str], int | None] | None = None,
         touch: Sequence[tuple[str, str]] = (),
-        messages: Sequence[Mapping[str, Any]] = (),
-    ) -> defer.Deferred[dict[str, Any]]:
+        messages: Sequence[JSONMapping] = (),
+    ) -> defer.Deferred[ChangeOutcome]:
         """One shared-world change (ISharedWorldStore), all or nothing."""
         return self._call(self._world.change_world, put, delete, expect, touch, messages)
 
-    def load_shared_world(self, log_size: int) -> defer.Deferred[dict[str, Any] | None]:
+    def load_shared_world(self, log_size: int) -> defer.Deferred[dict[str, object] | None]:
         """The world with versions, the clock and what each character heard last."""
         return self._call(self._world.load_shared_world, log_size)
 
     def world_since(
         self, clock: int, dirty: Sequence[tuple[str, str]] = (), limit: int = 1000
-    ) -> defer.Deferred[dict[str, Any]]:
+    ) -> defer.Deferred[dict[str, object]]:
         """What changed after ``clock`` (ISharedWorldStore)."""
         return self._call(self._world.world_since, clock, dirty, limit)
 

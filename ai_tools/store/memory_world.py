@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import attrs
 
 from ai_tools.errors import WorldConflict
+from ai_tools.json_types import JSONMapping, JSONObject, JSONValue
 from ai_tools.store.serialization import (
     WORLD_SECTIONS,
-    check_name,
-    encode_json,
+    ChangeOutcome,
     encode_world_changes,
+    encode_world_message,
 )
 
 Key = tuple[str, str]
@@ -39,28 +39,26 @@ class MemoryWorldRows:
     _clock: int = 0
     _listeners: list[Callable[[int], None]] = attrs.field(factory=list)
 
-    def load_world(self) -> dict[str, Any] | None:
+    def load_world(self) -> JSONObject | None:
         """IWorldStore.load_world."""
         if not any(self._rows.values()):
             return None
-        world: dict[str, Any] = {section: [json.loads(text) for text in self._rows[section]
+        world: JSONObject = {section: [json.loads(text) for text in self._rows[section]
                                            .values()] for section in WORLD_SECTIONS}
         world["meta"] = {key: json.loads(text) for key, text in self._rows["meta"].items()}
         return world
 
     def change_world(
         self,
-        put: Mapping[str, Any] | None = None,
+        put: JSONMapping | None = None,
         delete: Mapping[str, Sequence[str]] | None = None,
         expect: Mapping[Key, int | None] | None = None,
         touch: Sequence[Key] = (),
-        messages: Sequence[Mapping[str, Any]] = (),
-    ) -> dict[str, Any]:
+        messages: Sequence[JSONMapping] = (),
+    ) -> ChangeOutcome:
         """ISharedWorldStore.change_world, all or nothing; then the listeners are told."""
         rows, meta, deletes = encode_world_changes(put, delete)
-        encoded = [(encode_json(dict(m["data"]), "world message"),
-                    [check_name(r, "receiver") for r in m.get("receivers", ())],
-                    m.get("dedupe_key")) for m in messages]
+        encoded = [encode_world_message(message) for message in messages]
         conflicts = [f"{section} {key!r}" for (section, key), version in (expect or {}).items()
                      if self._version(section, key) != version]
         if conflicts:
@@ -102,16 +100,16 @@ class MemoryWorldRows:
                 known.add(dedupe_key)
         return seqs
 
-    def _versioned(self, section: str, low: int, high: int) -> list[tuple[Any, int]]:
+    def _versioned(self, section: str, low: int, high: int) -> list[tuple[JSONValue, int]]:
         return [(json.loads(text), self._versions[section, key])
                 for key, text in self._rows[section].items()
                 if low < self._versions[section, key] <= high]
 
-    def load_shared_world(self, log_size: int) -> dict[str, Any] | None:
+    def load_shared_world(self, log_size: int) -> dict[str, object] | None:
         """ISharedWorldStore.load_shared_world."""
         if not any(self._rows.values()):
             return None
-        world: dict[str, Any] = {"clock": self._clock}
+        world: dict[str, object] = {"clock": self._clock}
         for section in WORLD_SECTIONS:
             world[section] = self._versioned(section, -1, self._clock)
         world["meta"] = {key: (json.loads(text), self._versions["meta", key])
@@ -126,7 +124,7 @@ class MemoryWorldRows:
         return world
 
     def world_since(self, clock: int, dirty: Sequence[Key] = (),
-                    limit: int = 1000) -> dict[str, Any]:
+                    limit: int = 1000) -> dict[str, object]:
         """ISharedWorldStore.world_since."""
         newer = [(seq, json.loads(text), list(receivers))
                  for seq, text, receivers, _ in self._messages if seq > clock]
@@ -134,7 +132,7 @@ class MemoryWorldRows:
         if len(newer) > limit:
             newer = newer[:limit]
             upto = newer[-1][0]
-        dirty_rows: dict[Key, tuple[Any, int] | None] = {}
+        dirty_rows: dict[Key, tuple[JSONValue, int] | None] = {}
         for section, key in dirty:
             text = self._rows[section].get(key)
             dirty_rows[section, key] = (None if text is None

@@ -19,7 +19,13 @@ from ai_tools.interfaces import ISharedWorldStore
 from ai_tools.json_types import JSONMapping
 from ai_tools.store import postgres_statements as sql
 from ai_tools.store import postgres_world as world_sql
-from ai_tools.store.serialization import check_name, encode_json, encode_world_changes
+from ai_tools.store.serialization import (
+    ChangeOutcome,
+    check_name,
+    encode_json,
+    encode_world_changes,
+    encode_world_message,
+)
 from ai_tools.store.sql_parts import SQLRunner
 
 __all__ = ["Leases", "PostgreSQLRunner", "SharedWorldRows"]
@@ -158,11 +164,11 @@ class SharedWorldRows(PostgreSQLRunner):
         expect: Mapping[tuple[str, str], int | None] | None = None,
         touch: Sequence[tuple[str, str]] = (),
         messages: Sequence[JSONMapping] = (),
-    ) -> defer.Deferred[world_sql.ChangeOutcome]:
+    ) -> defer.Deferred[ChangeOutcome]:
         """One shared-world change (see ISharedWorldStore); fires with ``{"clock", "seqs"}``."""
         try:
             rows, meta, deletes = encode_world_changes(put, delete)
-            encoded = [_encoded_message(message) for message in messages]
+            encoded = [encode_world_message(message) for message in messages]
         except (TypeError, ValueError) as exc:
             return defer.fail(exc)
         change = world_sql.WorldChange(rows=rows, meta=meta, deletes=deletes,
@@ -186,16 +192,3 @@ class SharedWorldRows(PostgreSQLRunner):
         """Keep only the newest ``keep`` world messages; how many went."""
         return self._write(world_sql.prune_messages, keep)
 
-
-def _encoded_message(message: JSONMapping) -> tuple[str, list[str], str | None]:
-    """``(json_text, receivers, dedupe_key)`` of one world message (TypeError if malformed)."""
-    data, receivers = message["data"], message.get("receivers", ())
-    dedupe_key = message.get("dedupe_key")
-    if not isinstance(data, Mapping):
-        raise TypeError(f"a world message's data must be a dict, not {type(data).__name__}")
-    if not isinstance(receivers, Sequence) or isinstance(receivers, str):
-        raise TypeError("a world message's receivers must be a list of ids")
-    if dedupe_key is not None and not isinstance(dedupe_key, str):
-        raise TypeError("a world message's dedupe_key must be a string or None")
-    return (encode_json(dict(data), "world message"),
-            [check_name(receiver, "receiver") for receiver in receivers], dedupe_key)

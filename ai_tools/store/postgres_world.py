@@ -30,7 +30,6 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TypedDict
 
 import attrs
 
@@ -38,6 +37,7 @@ from ai_tools.errors import WorldConflict
 from ai_tools.json_types import JSONValue
 from ai_tools.store.dbapi import DBCursor
 from ai_tools.store.postgres_schema import WORLD_TABLES
+from ai_tools.store.serialization import ChangeOutcome
 
 NOTIFY_CHANNEL = "ai_tools_world"
 """The LISTEN/NOTIFY channel of world changes; the payload is the new clock value."""
@@ -58,14 +58,6 @@ _SECTION_ORDER = ("objects", "channels", "prototypes", "help", "meta")
 Key = tuple[str, str]
 """A world row: ``(section, key)``."""
 
-
-class ChangeOutcome(TypedDict):
-    """What a committed world change fires with."""
-
-    clock: int
-    """The world clock value of its transaction: the version of the rows it wrote."""
-    seqs: list[int]
-    """The numbers its messages got, in order."""
 
 
 @attrs.frozen

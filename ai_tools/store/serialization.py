@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TypedDict
 
 from ai_tools.json_encoding import compact_ascii_json
+from ai_tools.json_types import JSONMapping, JSONObject, JSONValue
 
 WORLD_SECTIONS: Mapping[str, str] = {
     "objects": "id",
@@ -44,7 +45,7 @@ RECORD_FIELDS = (
 _encode = compact_ascii_json
 
 
-def encode_json(value: Any, what: str) -> str:
+def encode_json(value: object, what: str) -> str:
     """JSON text of ``value``; TypeError/ValueError naming ``what`` if impossible."""
     try:
         return _encode(value)
@@ -52,7 +53,7 @@ def encode_json(value: Any, what: str) -> str:
         raise type(exc)(f"{what} is not JSON-serialisable: {exc}") from None
 
 
-def check_name(value: Any, what: str) -> str:
+def check_name(value: object, what: str) -> str:
     """A non-empty string, or TypeError/ValueError naming ``what``."""
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a string, not {type(value).__name__}")
@@ -61,7 +62,7 @@ def check_name(value: Any, what: str) -> str:
     return value
 
 
-def check_state(state: Any) -> str:
+def check_state(state: object) -> str:
     """Encode an assistant state dict (the text an ``EncodedState`` carries, if it is one)."""
     if not isinstance(state, Mapping):
         raise TypeError(f"assistant state must be a dict, not {type(state).__name__}")
@@ -71,7 +72,7 @@ def check_state(state: Any) -> str:
     return encode_json(dict(state), "assistant state")
 
 
-def check_metadata(metadata: Any) -> str:
+def check_metadata(metadata: object) -> str:
     """Encode record metadata (None means ``{}``)."""
     if metadata is None:
         metadata = {}
@@ -80,7 +81,7 @@ def check_metadata(metadata: Any) -> str:
     return encode_json(dict(metadata), "record metadata")
 
 
-def check_content(content: Any) -> str:
+def check_content(content: object) -> str:
     """Record content: a string (lone surrogates and NUL characters become U+FFFD).
 
     Neither can be stored as text (UTF-8 has no surrogates; PostgreSQL text
@@ -98,7 +99,7 @@ def check_content(content: Any) -> str:
     return content
 
 
-def check_expiry(expires_at: Any) -> float | None:
+def check_expiry(expires_at: object) -> float | None:
     """A cache expiry time: None (never) or a finite number."""
     if expires_at is None:
         return None
@@ -109,23 +110,24 @@ def check_expiry(expires_at: Any) -> float | None:
     return float(expires_at)
 
 
-def check_limit(limit: Any) -> int:
+def check_limit(limit: object) -> int:
     """A positive row limit."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit must be a positive integer, not {limit!r}")
     return limit
 
 
-def record_dict(row: Sequence[Any]) -> dict[str, Any]:
+def record_dict(row: Sequence[JSONValue]) -> JSONObject:
     """A record dict from a row in :data:`RECORD_FIELDS` order (metadata as JSON text)."""
     record = dict(zip(RECORD_FIELDS, row, strict=True))
-    record["metadata"] = json.loads(record["metadata"]) if record["metadata"] else {}
+    metadata = record["metadata"]
+    record["metadata"] = json.loads(metadata) if isinstance(metadata, str) and metadata else {}
     return record
 
 
 def encode_world_changes(
-    put: Mapping[str, Any] | None, delete: Mapping[str, Sequence[str]] | None
-) -> tuple[dict[str, list[tuple[str, str]]], dict[str, Any], dict[str, list[str]]]:
+    put: JSONMapping | None, delete: Mapping[str, Sequence[str]] | None
+) -> tuple[dict[str, list[tuple[str, str]]], dict[str, str], dict[str, list[str]]]:
     """Check and encode a world write: rows per section, meta, deleted keys per section.
 
     Returns ``(rows, meta, deletes)`` where ``rows[section]`` is a list of
@@ -133,7 +135,7 @@ def encode_world_changes(
     raise ValueError.
     """
     rows: dict[str, list[tuple[str, str]]] = {}
-    meta: dict[str, Any] = {}
+    meta: dict[str, str] = {}
     deletes: dict[str, list[str]] = {}
     for section, items in (put or {}).items():
         if section == "meta":
@@ -145,6 +147,8 @@ def encode_world_changes(
         key_field = WORLD_SECTIONS.get(section)
         if key_field is None:
             raise ValueError(f"unknown world section {section!r}")
+        if not isinstance(items, Iterable):
+            raise TypeError(f"world {section} must be a list of rows")
         encoded = rows.setdefault(section, [])
         for item in items:
             if not isinstance(item, Mapping):
@@ -158,3 +162,30 @@ def encode_world_changes(
             raise ValueError(f"unknown world section {section!r}")
         deletes[section] = [check_name(key, f"world {section} key") for key in keys]
     return rows, meta, deletes
+
+
+class ChangeOutcome(TypedDict):
+    """What a shared-world change fires with (``ISharedWorldStore.change_world``)."""
+
+    clock: int
+    """The world clock value of its transaction: the version of the rows it wrote."""
+    seqs: list[int]
+    """The numbers its messages got, in order."""
+
+
+def encode_world_message(message: JSONMapping) -> tuple[str, list[str], str | None]:
+    """``(json_text, receivers, dedupe_key)`` of one shared-world message.
+
+    ``message`` is ``{"data": {...}, "receivers": [ids], "dedupe_key": str | None}``;
+    TypeError/ValueError when a field is not what it must be.
+    """
+    data, receivers = message["data"], message.get("receivers", ())
+    dedupe_key = message.get("dedupe_key")
+    if not isinstance(data, Mapping):
+        raise TypeError(f"a world message's data must be a dict, not {type(data).__name__}")
+    if not isinstance(receivers, Sequence) or isinstance(receivers, str):
+        raise TypeError("a world message's receivers must be a list of ids")
+    if dedupe_key is not None and not isinstance(dedupe_key, str):
+        raise TypeError("a world message's dedupe_key must be a string or None")
+    return (encode_json(dict(data), "world message"),
+            [check_name(receiver, "receiver") for receiver in receivers], dedupe_key)
