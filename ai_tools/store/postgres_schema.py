@@ -34,8 +34,8 @@ What differs from SQLite, and why:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
+from ai_tools.store.dbapi import DBConnection, DBCursor
 from ai_tools.store.postgres_traces import POSTGRES_TABLE
 from ai_tools.store.schema import Migration, SchemaVersionError
 from ai_tools.store.text_search import SEARCH_CONFIG
@@ -199,7 +199,7 @@ WORLD_TABLES = {
 """World section → (table, key column)."""
 
 
-def _current_version(cursor: Any) -> int:
+def _current_version(cursor: DBCursor) -> int:
     cursor.execute(
         """CREATE TABLE IF NOT EXISTS schema_migrations (
             version integer PRIMARY KEY,
@@ -212,7 +212,7 @@ def _current_version(cursor: Any) -> int:
 
 
 def migrate(
-    connection: Any,
+    connection: DBConnection,
     now: float,
     migrations: Sequence[Migration] = MIGRATIONS,
     on_applied: Callable[[Migration], None] | None = None,
@@ -247,7 +247,7 @@ def migrate(
         cursor.close()
 
 
-def _apply(cursor: Any, migration: Migration, now: float) -> bool:
+def _apply(cursor: DBCursor, migration: Migration, now: float) -> bool:
     """Apply one migration in its own transaction; False if another process already did."""
     cursor.execute("BEGIN")
     cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
@@ -264,6 +264,6 @@ def _apply(cursor: Any, migration: Migration, now: float) -> bool:
     return True
 
 
-def _checked_version(cursor: Any) -> int:
+def _checked_version(cursor: DBCursor) -> int:
     cursor.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
     return int(cursor.fetchone()[0])

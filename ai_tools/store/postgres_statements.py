@@ -11,15 +11,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Protocol, TypeAlias
 
 from ai_tools.errors import LeaseLost
 from ai_tools.json_types import JSONObject
 from ai_tools.store import sql_statements as shared
+from ai_tools.store.dbapi import DBCursor
 from ai_tools.store.dialect import POSTGRESQL, tsquery_clause
 
-SharedConfig = tuple[dict[str, Any], dict[str, Any] | None, bool]
+SharedConfig: TypeAlias = "tuple[JSONObject, JSONObject | None, bool]"
 """``(config, file_config, removed)`` of one row of ``assistant_configs``."""
+
+
+class PsycopgCursor(DBCursor, Protocol):
+    """A psycopg2 cursor: it also quotes a value as SQL (``mogrify``)."""
+
+    def mogrify(self, operation: str, parameters: Sequence[object] = ..., /) -> bytes:
+        """``operation`` with ``parameters`` quoted in, as the server would get it."""
 
 # -- assistants -----------------------------------------------------------------------
 
@@ -54,7 +62,7 @@ _SAVE_FENCED = (
 
 
 def save_states(
-    cursor: Any,
+    cursor: PsycopgCursor,
     rows: Sequence[tuple[str, str]],
     now: float,
     fence: tuple[str, Mapping[str, int]] | None,
@@ -91,20 +99,20 @@ def save_states(
         raise LeaseLost(f"worker {worker} no longer holds the lease of {', '.join(lost)}")
 
 
-def heard_seq(cursor: Any, name: str) -> int | None:
+def heard_seq(cursor: DBCursor, name: str) -> int | None:
     """The last world message ``name``'s saved state holds (None: not recorded)."""
     cursor.execute("SELECT heard_seq FROM assistants WHERE name = %s", (name,))
     row = cursor.fetchone()
     return None if row is None or row[0] is None else int(row[0])
 
 
-def assistant_epochs(cursor: Any) -> dict[str, int | None]:
+def assistant_epochs(cursor: DBCursor) -> dict[str, int | None]:
     """The lease epoch each saved state was last written under (None: unfenced)."""
     cursor.execute("SELECT name, epoch FROM assistants")
     return {name: epoch for name, epoch in cursor.fetchall()}
 
 
-def search_records(cursor: Any, owner: str, collection: str | None, pieces: Sequence[str],
+def search_records(cursor: DBCursor, owner: str, collection: str | None, pieces: Sequence[str],
                    limit: int) -> list[JSONObject]:
     """The records of ``owner`` matching any of ``pieces`` (for tests of the search)."""
     return shared.search_records(cursor, POSTGRESQL, owner, collection, tsquery_clause(pieces),
@@ -114,7 +122,7 @@ def search_records(cursor: Any, owner: str, collection: str | None, pieces: Sequ
 # -- leases ---------------------------------------------------------------------------
 
 
-def acquire_lease(cursor: Any, name: str, worker: str, now: float, ttl: float) -> int | None:
+def acquire_lease(cursor: DBCursor, name: str, worker: str, now: float, ttl: float) -> int | None:
     """Take the lease of ``name`` for ``worker`` if free, expired or already its own.
 
     Returns the lease's epoch (raised by one whenever the owner changes), or
@@ -137,7 +145,7 @@ def acquire_lease(cursor: Any, name: str, worker: str, now: float, ttl: float) -
 
 
 def renew_leases(
-    cursor: Any, worker: str, names: Sequence[str], now: float, ttl: float
+    cursor: DBCursor, worker: str, names: Sequence[str], now: float, ttl: float
 ) -> dict[str, int]:
     """Extend the leases ``worker`` still holds among ``names``; ``{name: epoch}`` of those."""
     cursor.execute(
@@ -149,7 +157,7 @@ def renew_leases(
     return {name: int(epoch) for name, epoch in cursor.fetchall()}
 
 
-def release_leases(cursor: Any, worker: str, names: Sequence[str] | None) -> int:
+def release_leases(cursor: DBCursor, worker: str, names: Sequence[str] | None) -> int:
     """Expire ``worker``'s leases (all, or ``names``) at once; how many.  Epochs are kept."""
     if names is None:
         cursor.execute("UPDATE assistant_leases SET expires_at = 0 WHERE worker = %s", (worker,))
@@ -162,7 +170,7 @@ def release_leases(cursor: Any, worker: str, names: Sequence[str] | None) -> int
     return int(cursor.rowcount)
 
 
-def list_leases(cursor: Any) -> list[tuple[str, str, int, float]]:
+def list_leases(cursor: DBCursor) -> list[tuple[str, str, int, float]]:
     """Every lease: ``(name, worker, epoch, expires_at)`` by name."""
     cursor.execute(
         "SELECT name, worker, epoch, expires_at FROM assistant_leases ORDER BY name COLLATE \"C\"")
@@ -171,7 +179,7 @@ def list_leases(cursor: Any) -> list[tuple[str, str, int, float]]:
 
 
 def lease_round(
-    cursor: Any, worker: str, names: Sequence[str], now: float, ttl: float, keep: float,
+    cursor: DBCursor, worker: str, names: Sequence[str], now: float, ttl: float, keep: float,
     api_url: str | None = None,
 ) -> tuple[dict[str, int], list[str], dict[str, tuple[str, float]],
            dict[str, SharedConfig]]:
@@ -200,7 +208,7 @@ def lease_round(
     return renewed, live, leases, shared_configs(cursor)
 
 
-def assistant_owners(cursor: Any, now: float) -> dict[str, tuple[str, str | None]]:
+def assistant_owners(cursor: DBCursor, now: float) -> dict[str, tuple[str, str | None]]:
     """The live owner of each assistant: ``{name: (worker, api_url)}``.
 
     Only leases not expired whose worker is alive count (a worker marks itself
@@ -213,7 +221,7 @@ def assistant_owners(cursor: Any, now: float) -> dict[str, tuple[str, str | None
     return {name: (worker, url) for name, worker, url in cursor.fetchall()}
 
 
-def live_workers(cursor: Any, now: float) -> dict[str, str | None]:
+def live_workers(cursor: DBCursor, now: float) -> dict[str, str | None]:
     """The live workers and where their APIs answer: ``{worker: api_url}``."""
     cursor.execute("SELECT worker, api_url FROM lease_workers WHERE expires_at > %s", (now,))
     return dict(cursor.fetchall())
@@ -221,7 +229,7 @@ def live_workers(cursor: Any, now: float) -> dict[str, str | None]:
 
 # -- the configurations given over the API --------------------------------------------
 
-def shared_configs(cursor: Any) -> dict[str, SharedConfig]:
+def shared_configs(cursor: DBCursor) -> dict[str, SharedConfig]:
     """Every configuration given over the API: ``{name: (config, file_config, removed)}``."""
     cursor.execute("SELECT name, config, file_config, removed FROM assistant_configs")
     return {name: (json.loads(config), None if file_config is None else json.loads(file_config),
@@ -229,7 +237,7 @@ def shared_configs(cursor: Any) -> dict[str, SharedConfig]:
             for name, config, file_config, removed in cursor.fetchall()}
 
 
-def put_shared_config(cursor: Any, name: str, config: str, file_config: str | None,
+def put_shared_config(cursor: DBCursor, name: str, config: str, file_config: str | None,
                       removed: bool, now: float, create: bool) -> bool:
     """Write the API's word on ``name`` (JSON texts); whether it was written.
 
@@ -246,14 +254,14 @@ def put_shared_config(cursor: Any, name: str, config: str, file_config: str | No
     return bool(cursor.rowcount > 0)
 
 
-def retire_worker(cursor: Any, worker: str) -> int:
+def retire_worker(cursor: DBCursor, worker: str) -> int:
     """``worker`` stops: its leases expire now (epochs kept) and it is no longer alive."""
     released = release_leases(cursor, worker, None)
     cursor.execute("DELETE FROM lease_workers WHERE worker = %s", (worker,))
     return released
 
 
-def assistant_writes(cursor: Any) -> list[tuple[int, str, str, int]]:
+def assistant_writes(cursor: DBCursor) -> list[tuple[int, str, str, int]]:
     """The fenced writes logged, ``(seq, name, worker, epoch)`` by ``seq``.
 
     For one assistant ``seq`` follows commit order: a write holds its lease row

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
 
+from ai_tools.json_types import JSONMapping, JSONObject, JSONValue
 from ai_tools.store.serialization import encode_json
 
 __all__ = ["EncodedState", "StateEncoder"]
@@ -32,7 +32,7 @@ __all__ = ["EncodedState", "StateEncoder"]
 _WHAT = "assistant state"
 
 
-class EncodedState(Mapping[str, Any]):
+class EncodedState(Mapping[str, JSONValue]):
     """A state as JSON text (``json_text``), readable as a mapping (decoded on first use).
 
     Stores that keep JSON text take ``json_text`` as it is; stores that keep
@@ -44,14 +44,14 @@ class EncodedState(Mapping[str, Any]):
 
     def __init__(self, json_text: str) -> None:
         self.json_text = json_text
-        self._decoded: dict[str, Any] | None = None
+        self._decoded: JSONObject | None = None
 
-    def _state(self) -> dict[str, Any]:
+    def _state(self) -> JSONObject:
         if self._decoded is None:
             self._decoded = json.loads(self.json_text)
         return self._decoded
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> JSONValue:
         return self._state()[key]
 
     def __iter__(self) -> Iterator[str]:
@@ -80,7 +80,7 @@ class StateEncoder:
         self._messages: list[object] = []
         self._parts: list[str] = []
 
-    def encode(self, state: Mapping[str, Any]) -> EncodedState:
+    def encode(self, state: JSONMapping) -> EncodedState:
         """The state with its JSON text; TypeError/ValueError if it is not JSON-serialisable."""
         rest = dict(state)
         config = rest.pop("config") if rest.get("config") is not None else None
@@ -89,10 +89,10 @@ class StateEncoder:
 
     def encode_parts(
         self,
-        config: Any,
-        history: Any,
-        rest: Mapping[str, Any],
-        replaced: Mapping[str, Any] | None = None,
+        config: object,
+        history: object,
+        rest: JSONMapping,
+        replaced: JSONMapping | None = None,
     ) -> str:
         """JSON text of ``{"config": config, "history": history, **rest, **replaced}``.
 
@@ -120,13 +120,13 @@ class StateEncoder:
             pieces.append(tail[1:-1])
         return "{" + ",".join(pieces) + "}"
 
-    def _encode_config(self, config: Any) -> str:
+    def _encode_config(self, config: object) -> str:
         if config is not self._config:
             self._config_json = encode_json(config, _WHAT)
             self._config = config
         return self._config_json
 
-    def _encode_history(self, history: Any) -> str:
+    def _encode_history(self, history: object) -> str:
         if type(history) is not list and (
                 not isinstance(history, Sequence) or isinstance(history, str)):
             return encode_json(history, _WHAT)

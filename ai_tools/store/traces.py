@@ -15,12 +15,11 @@ the tables are SQLite's (here) and PostgreSQL's (:mod:`ai_tools.store.postgres_t
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 import attrs
 
-from ai_tools.json_types import JSONObject
+from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.store.dbapi import DBCursor
 from ai_tools.store.dialect import SQLDialect
 
@@ -94,27 +93,50 @@ class TraceFilter:
         return max(0, min(self.limit, MAX_LIST))
 
 
-def trace_row(trace: Mapping[str, Any]) -> TraceRow:
+def trace_row(trace: JSONMapping) -> TraceRow:
     """The stored row of ``trace`` (its JSON within :data:`TRACE_BYTES`)."""
     data = dict(trace)
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    spans = list(data.get("spans") or ())
+    spans = _items(data.get("spans"), "spans")
     while len(text.encode("utf-8")) > TRACE_BYTES and spans:
         del spans[len(spans) // 2:]  # halve until it fits; the first spans stay
         data["spans"], data["truncated"] = spans, True
         text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     if len(text.encode("utf-8")) > TRACE_BYTES:
         raise ValueError(f"a loop trace without spans is over {TRACE_BYTES} bytes")
-    tools = sorted({str(t) for t in data.get("tools") or ()})
+    tools = sorted({str(t) for t in _items(data.get("tools"), "tools")})
     return TraceRow(
-        assistant=str(data["assistant"]), started_at=float(data["started_at"]),
-        ended_at=float(data["ended_at"]), reason=str(data.get("reason") or ""),
+        assistant=str(data["assistant"]), started_at=_number(data["started_at"]),
+        ended_at=_number(data["ended_at"]), reason=str(data.get("reason") or ""),
         failed=bool(data.get("failed")), tools="|" + "|".join(tools) + "|" if tools else "",
-        input_tokens=int(data.get("input_tokens") or 0),
-        output_tokens=int(data.get("output_tokens") or 0), data=text)
+        input_tokens=_count(data.get("input_tokens") or 0),
+        output_tokens=_count(data.get("output_tokens") or 0), data=text)
 
 
-def summary(row_id: int, row: TraceRow) -> dict[str, Any]:
+def _number(value: object) -> float:
+    """``float(value)`` for what can be one (a number or its text); else TypeError."""
+    if isinstance(value, int | float | str):
+        return float(value)
+    raise TypeError(f"a loop trace's times are numbers, not {value!r}")
+
+
+def _count(value: object) -> int:
+    """``int(value)`` for what can be one (a number or its text); else TypeError."""
+    if isinstance(value, int | float | str):
+        return int(value)
+    raise TypeError(f"a loop trace's token counts are numbers, not {value!r}")
+
+
+def _items(value: object, what: str) -> list[object]:
+    """The items of a list field of a trace (None: none); TypeError if it is not a list."""
+    if not value:
+        return []
+    if isinstance(value, Iterable) and not isinstance(value, str | bytes | Mapping):
+        return list(value)
+    raise TypeError(f"a loop trace's {what} must be a list, not {type(value).__name__}")
+
+
+def summary(row_id: int, row: TraceRow) -> JSONObject:
     """What a search answers for one trace (no spans)."""
     return {"id": row_id, "assistant": row.assistant, "started_at": row.started_at,
             "ended_at": row.ended_at, "reason": row.reason, "failed": row.failed,
@@ -122,9 +144,9 @@ def summary(row_id: int, row: TraceRow) -> dict[str, Any]:
             "input_tokens": row.input_tokens, "output_tokens": row.output_tokens}
 
 
-def full(row_id: int, data: str) -> dict[str, Any]:
+def full(row_id: int, data: str) -> JSONObject:
     """A stored trace, whole."""
-    trace: dict[str, Any] = json.loads(data)
+    trace: JSONObject = json.loads(data)
     trace["id"] = row_id
     return trace
 
@@ -204,10 +226,10 @@ class MemoryTraces:
             del self.rows[old]
         return new_id
 
-    def search(self, search: TraceFilter) -> list[dict[str, Any]]:
+    def search(self, search: TraceFilter) -> list[JSONObject]:
         found = [summary(i, r) for i, r in reversed(self.rows.items()) if search.matches(r)]
         return found[:search.bounded_limit]
 
-    def get(self, trace_id: int) -> dict[str, Any] | None:
+    def get(self, trace_id: int) -> JSONObject | None:
         row = self.rows.get(trace_id)
         return None if row is None else full(trace_id, row.data)
