@@ -38,8 +38,8 @@ _CACHED_STATEMENTS = 1024
 
 @attrs.frozen
 class SearchClause:
-    """The full-text part of a records search (see :func:`~ai_tools.store.sql_statements
-    .search_records`): ``records r`` joined with the index, its match, its rank."""
+    """The full-text part of a records search: ``records r`` joined with the index, its
+    match, its rank (see :func:`ai_tools.store.sql_statements.search_records`)."""
 
     source: str
     """The FROM clause: ``records r`` and what the match is computed from."""
