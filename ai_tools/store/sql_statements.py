@@ -69,17 +69,14 @@ def cache_get(cursor: DBCursor, dialect: SQLDialect, namespace: str, key: str, n
     return value
 
 
-_CACHE_PUT = (
-    "INSERT INTO cache_entries (namespace, key, value, expires_at) VALUES (?, ?, ?, ?)"
-    " ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value,"
-    " expires_at = excluded.expires_at"
-)
+_CACHE_KEY = ("namespace", "key")
+_CACHE_COLUMNS = ("value", "expires_at")
 
 
 def cache_put(cursor: DBCursor, dialect: SQLDialect,
               row: tuple[str, str, str, float | None]) -> None:
     """Insert or replace one entry ``(namespace, key, value_json, expires_at)``."""
-    cursor.execute(dialect.sql(_CACHE_PUT), row)
+    cursor.execute(dialect.replace_row("cache_entries", _CACHE_KEY, _CACHE_COLUMNS), row)
 
 
 def cache_invalidate(cursor: DBCursor, dialect: SQLDialect, namespace: str) -> int:
