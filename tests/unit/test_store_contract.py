@@ -18,7 +18,7 @@ from twisted.internet import task
 from zope.interface.verify import verifyObject
 
 from ai_tools.errors import NotFound
-from ai_tools.interfaces import IStore, IWorldStore
+from ai_tools.interfaces import IAssistantStates, ICacheStore, IRecordStore, IStore, IWorldStore
 from ai_tools.store.history_repair import INTERRUPTED_ERROR, unanswered_tool_calls
 from ai_tools.store.memory import MemoryStore
 
@@ -46,6 +46,14 @@ class StoreContract:
         """The store provides IStore and IWorldStore."""
         assert verifyObject(IStore, store)
         assert verifyObject(IWorldStore, store)
+
+    def test_provides_each_concern_of_istore(self, store: Any) -> None:
+        """IStore is the union of its concerns: a store provides each of them too."""
+        assert IStore.extends(IAssistantStates) and IStore.extends(ICacheStore)
+        assert IStore.extends(IRecordStore)
+        for concern in (IAssistantStates, ICacheStore, IRecordStore):
+            assert concern.providedBy(store)
+            assert verifyObject(concern, store)
 
     # -- assistant state ------------------------------------------------------
 
@@ -218,6 +226,16 @@ class StoreContract:
         assert child["parent_id"] == parent["id"]
         children = await store.list_records("ada", "goals", parent_id=parent["id"])
         assert [c["id"] for c in children] == [child["id"]]
+
+    @pytest_twisted.ensureDeferred
+    async def test_ids_beyond_64_bits_are_unknown(self, store: Any) -> None:
+        """An id no database column can hold is a record that does not exist."""
+        for huge in (2**63, -(2**63) - 1, 10**30):
+            assert await store.get_record(huge) is None
+            assert await store.delete_record(huge) is False
+            assert await store.update_record(huge, content="x") is None
+            with pytest.raises(NotFound):
+                await store.add_record("ada", "goals", "sub", parent_id=huge)
 
     @pytest_twisted.ensureDeferred
     async def test_record_bad_arguments(self, store: Any) -> None:

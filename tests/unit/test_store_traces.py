@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 import pytest_twisted
 from twisted.internet import task
+from zope.interface.verify import verifyObject
 
+from ai_tools.interfaces import ITraceStore
 from ai_tools.store.memory import MemoryStore
 from ai_tools.store.traces import TRACE_BYTES, TraceFilter, trace_row
 
@@ -66,6 +68,16 @@ class TraceLogContract:
         assert saved["spans"][0]["name"] == "t0"
         with pytest.raises(KeyError):
             await store.save_trace({"spans": []}, 5)
+
+    @pytest_twisted.ensureDeferred
+    async def test_a_malformed_trace_is_refused_and_nothing_kept(self, store: Any) -> None:
+        """Fields of the wrong type fail the save with TypeError; the log stays as it was."""
+        assert verifyObject(ITraceStore, store)
+        for bad in ({"started_at": [1]}, {"input_tokens": {"n": 3}}, {"spans": "x"},
+                    {"tools": {"look": 1}}):
+            with pytest.raises(TypeError):
+                await store.save_trace({**trace("pip"), **bad}, 5)
+        assert await store.list_traces(TraceFilter()) == []
 
 
 def test_a_row_is_within_the_bound() -> None:
