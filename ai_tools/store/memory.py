@@ -18,51 +18,23 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from ai_tools.errors import NotFound
 from ai_tools.history_format import repair_state
 from ai_tools.interfaces import IHeardLog, ISharedWorldStore, IStore, ITraceStore, IWorldStore
 from ai_tools.json_types import JSONMapping, JSONObject, JSONValue
 from ai_tools.store.clock import SecondsClock, now_seconds
 from ai_tools.store.history_repair import log_repair
+from ai_tools.store.memory_records import MemoryRecords
 from ai_tools.store.memory_world import MemoryWorldRows
 from ai_tools.store.serialization import (
     ChangeOutcome,
-    check_content,
     check_expiry,
-    check_limit,
-    check_metadata,
     check_name,
     check_state,
     encode_json,
 )
-from ai_tools.store.text_search import BM25, query_terms
 from ai_tools.store.traces import MemoryTraces, TraceFilter, trace_row
 
 T = TypeVar("T")
-
-
-@attrs.define
-class _Record:
-    id: int
-    owner: str
-    collection: str
-    content: str
-    metadata: str
-    parent_id: int | None
-    created_at: float
-    updated_at: float
-
-    def as_dict(self) -> JSONObject:
-        return {
-            "id": self.id,
-            "owner": self.owner,
-            "collection": self.collection,
-            "content": self.content,
-            "metadata": json.loads(self.metadata),
-            "parent_id": self.parent_id,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-        }
 
 
 @implementer(IStore, IWorldStore, IHeardLog, ISharedWorldStore, ITraceStore)
@@ -78,8 +50,7 @@ class MemoryStore:
     clock: SecondsClock | None = None
     _assistants: dict[str, str] = attrs.field(factory=dict, init=False)
     _cache: dict[tuple[str, str], tuple[str, float | None]] = attrs.field(factory=dict, init=False)
-    _records: dict[int, _Record] = attrs.field(factory=dict, init=False)
-    _next_record_id: int = attrs.field(default=1, init=False)
+    _records: MemoryRecords = attrs.field(factory=MemoryRecords, init=False)
     _world: MemoryWorldRows = attrs.field(factory=MemoryWorldRows, init=False)
     _heard: dict[int, tuple[int, str, str]] = attrs.field(factory=dict, init=False)
     _traces: MemoryTraces = attrs.field(factory=MemoryTraces, init=False)
@@ -185,7 +156,7 @@ class MemoryStore:
             del self._cache[k]
         return defer.succeed(len(doomed))
 
-    # -- records ------------------------------------------------------------
+    # -- records (ai_tools.store.memory_records) -----------------------------
 
     def add_record(
         self,
@@ -196,29 +167,8 @@ class MemoryStore:
         parent_id: int | None = None,
     ) -> defer.Deferred[JSONObject]:
         """Add a record; fires with its dict (``NotFound`` if ``parent_id`` is unknown)."""
-        return self._call(self._add_record, owner, collection, content, metadata, parent_id)
-
-    def _add_record(
-        self,
-        owner: str,
-        collection: str,
-        content: str,
-        metadata: JSONMapping | None,
-        parent_id: int | None,
-    ) -> JSONObject:
-        check_name(owner, "record owner")
-        check_name(collection, "record collection")
-        content = check_content(content)
-        encoded = check_metadata(metadata)
-        if parent_id is not None and parent_id not in self._records:
-            raise NotFound(f"parent record {parent_id!r} does not exist")
-        now = self._now()
-        record = _Record(
-            self._next_record_id, owner, collection, content, encoded, parent_id, now, now
-        )
-        self._next_record_id += 1
-        self._records[record.id] = record
-        return record.as_dict()
+        return self._call(self._records.add, owner, collection, content, metadata, parent_id,
+                          self._now)
 
     def update_record(
         self,
@@ -227,43 +177,15 @@ class MemoryStore:
         metadata: JSONMapping | None = None,
     ) -> defer.Deferred[JSONObject | None]:
         """Replace the content and/or metadata of a record; None if unknown."""
-        return self._call(self._update_record, record_id, content, metadata)
-
-    def _update_record(
-        self, record_id: int, content: str | None, metadata: JSONMapping | None
-    ) -> JSONObject | None:
-        new_content = check_content(content) if content is not None else None
-        new_metadata = check_metadata(metadata) if metadata is not None else None
-        record = self._records.get(record_id)
-        if record is None:
-            return None
-        if new_content is not None:
-            record.content = new_content
-        if new_metadata is not None:
-            record.metadata = new_metadata
-        record.updated_at = self._now()
-        return record.as_dict()
+        return self._call(self._records.update, record_id, content, metadata, self._now)
 
     def get_record(self, record_id: int) -> defer.Deferred[JSONObject | None]:
         """One record dict, or None."""
-        record = self._records.get(record_id)
-        return defer.succeed(record.as_dict() if record else None)
+        return defer.succeed(self._records.get(record_id))
 
     def delete_record(self, record_id: int) -> defer.Deferred[bool]:
         """Remove a record (its children keep existing, with no parent); True if it existed."""
-        record = self._records.pop(record_id, None)
-        if record is not None:
-            for other in self._records.values():
-                if other.parent_id == record_id:
-                    other.parent_id = None
-        return defer.succeed(record is not None)
-
-    def _select(self, owner: str, collection: str | None) -> list[_Record]:
-        return [
-            r
-            for r in self._records.values()
-            if r.owner == owner and (collection is None or r.collection == collection)
-        ]
+        return defer.succeed(self._records.delete(record_id))
 
     def list_records(
         self,
@@ -274,53 +196,13 @@ class MemoryStore:
         parent_id: int | None = None,
     ) -> defer.Deferred[list[JSONObject]]:
         """Records of one collection (None: every collection) in time order."""
-        return self._call(self._list_records, owner, collection, limit, newest_first, parent_id)
-
-    def _list_records(
-        self,
-        owner: str,
-        collection: str | None,
-        limit: int,
-        newest_first: bool,
-        parent_id: int | None,
-    ) -> list[JSONObject]:
-        check_limit(limit)
-        rows = [
-            r
-            for r in self._select(owner, collection)
-            if parent_id is None or r.parent_id == parent_id
-        ]
-        rows.sort(key=lambda r: (r.created_at, r.id), reverse=newest_first)
-        return [r.as_dict() for r in rows[:limit]]
+        return self._call(self._records.in_order, owner, collection, limit, newest_first, parent_id)
 
     def search_records(
         self, owner: str, collection: str | None, query: str, limit: int = 10
     ) -> defer.Deferred[list[JSONObject]]:
         """BM25-ranked records containing any word of ``query``, best first, with ``score``."""
-        return self._call(self._search_records, owner, collection, query, limit)
-
-    def _search_records(
-        self, owner: str, collection: str | None, query: str, limit: int
-    ) -> list[JSONObject]:
-        check_limit(limit)
-        terms = query_terms(query)
-        if not terms:
-            return []
-        # Like FTS5, document frequencies come from the whole corpus.
-        corpus = list(self._records.values())
-        scores = BM25([r.content for r in corpus]).scores(terms)
-        hits = [
-            (score, r)
-            for score, r in zip(scores, corpus, strict=True)
-            if score > 0 and r.owner == owner and (collection is None or r.collection == collection)
-        ]
-        hits.sort(key=lambda hit: (-hit[0], -hit[1].created_at, -hit[1].id))
-        results = []
-        for score, record in hits[:limit]:
-            found = record.as_dict()
-            found["score"] = score
-            results.append(found)
-        return results
+        return self._call(self._records.search, owner, collection, query, limit)
 
     # -- world ------------------------------------------------------------------
 
