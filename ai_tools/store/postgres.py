@@ -64,7 +64,9 @@ from ai_tools.store.sql_parts import (
     CacheEntries,
     LoopTraces,
     Records,
+    StoreClosed,
     WorldRows,
+    deliver,
 )
 
 if TYPE_CHECKING:
@@ -83,10 +85,6 @@ class _PostgreSQLConnection(DBConnection, Protocol):
     """A psycopg connection: a DB-API connection that can be put in autocommit mode."""
 
     autocommit: bool
-
-
-class StoreClosed(RuntimeError):
-    """A store method was called before ``open()`` or after ``close()``."""
 
 
 def check_dsn(dsn: str) -> dict[str, str]:
@@ -379,11 +377,7 @@ class PostgreSQLStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldR
             for d in waiters:
                 d.errback(outcome)
         else:
-            for d, result in zip(waiters, outcome, strict=True):
-                if isinstance(result, Failure):
-                    d.errback(result)
-                else:
-                    d.callback(result)
+            deliver(waiters, outcome)
         for reader in readers:
             reader.callback(None)
 

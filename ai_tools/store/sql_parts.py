@@ -13,10 +13,11 @@ reactor is composed of mixins for time, threads and descriptors.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar, TypeVar
 
 from twisted.internet import defer
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ai_tools.history_format import RepairReport
@@ -36,9 +37,27 @@ from ai_tools.store.serialization import (
 )
 from ai_tools.store.traces import TraceFilter, trace_row
 
-__all__ = ["AssistantStates", "CacheEntries", "LoopTraces", "Records", "SQLRunner", "WorldRows"]
+__all__ = ["AssistantStates", "CacheEntries", "LoopTraces", "Records", "SQLRunner",
+           "StoreClosed", "WorldRows", "deliver"]
 
 T = TypeVar("T")
+
+
+class StoreClosed(RuntimeError):
+    """A store method was called before ``open()`` or after ``close()``."""
+
+
+def deliver(waiters: Sequence[defer.Deferred[object]], results: Sequence[object]) -> None:
+    """Fire each write's Deferred with its result, or errback it with its Failure.
+
+    The writes of one committed group: a write that failed in its savepoint
+    failed alone (its result is its Failure), the others are durable.
+    """
+    for waiter, result in zip(waiters, results, strict=True):
+        if isinstance(result, Failure):
+            waiter.errback(result)
+        else:
+            waiter.callback(result)
 
 
 class SQLRunner:

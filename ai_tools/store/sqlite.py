@@ -53,7 +53,9 @@ from ai_tools.store.sql_parts import (
     CacheEntries,
     LoopTraces,
     Records,
+    StoreClosed,
     WorldRows,
+    deliver,
 )
 from ai_tools.store.sqlite_file import (
     GONE,
@@ -69,10 +71,6 @@ T = TypeVar("T")
 _RECORD_COLUMNS = ", ".join(f"r.{field}" for field in RECORD_FIELDS)
 
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
-
-
-class StoreClosed(RuntimeError):
-    """A store method was called before ``open()`` or after ``close()``."""
 
 
 _Op = tuple[Callable[..., object], tuple[object, ...]]
@@ -364,11 +362,7 @@ class SQLiteStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows)
         self.last_write_error = None
         if self._problem is not None:
             self._note_problem()
-        for d, result in zip(waiters, outcome, strict=True):
-            if isinstance(result, Failure):
-                d.errback(result)
-            else:
-                d.callback(result)
+        deliver(waiters, outcome)
 
     def _group_failed(self, failure: Failure, waiters: list[defer.Deferred[object]]) -> None:
         """Every write of the group failed: say why in the status, and to each caller.
