@@ -22,6 +22,11 @@ database:
 * **Leases** with an epoch and fenced state writes: the seam for several
   workers owning assistants (docs/scaling.md).
 
+:class:`PostgreSQLStore` is that transaction runner composed with the parts
+both SQL stores share (:mod:`ai_tools.store.sql_parts`, their statements run
+through :data:`~ai_tools.store.dialect.POSTGRESQL`) and PostgreSQL's own
+(:mod:`ai_tools.store.postgres_parts`: leases, the shared world's rows).
+
 The password never travels in the DSN (refused there): it comes from
 ``password=`` (see :func:`database_password`: the environment or a file) or
 from libpq's own password file.  The driver is psycopg2: measured against

@@ -20,6 +20,12 @@ quick_check``, and that it can be written) so that a damaged or read-only
 database stops the start with one line saying what to do; SQLite's errors
 about the file (disk full, read-only, damaged) reach the callers as a
 :class:`~ai_tools.store.sqlite_file.DatabaseFileError` in words.
+
+:class:`SQLiteStore` is that transaction runner plus the parts both SQL stores
+share (:mod:`ai_tools.store.sql_parts`: states, cache, records, traces, reading
+the world), whose statements run here through
+:data:`~ai_tools.store.dialect.SQLITE`; what only SQLite has (saving states,
+writing the world, the heard log) is written here.
 """
 
 from __future__ import annotations
