@@ -145,9 +145,38 @@ def _read(conn: sqlite3.Connection, fn: Callable[..., T], *args: object) -> T:
         cursor.close()
 
 
+@implementer(IWorldStore, IHeardLog)
+class SQLiteWorldRows(WorldRows):
+    """IWorldStore and IHeardLog in SQLite: the sandbox world of one process, and what its
+    characters heard (a world shared by several processes is PostgreSQL's)."""
+
+    __slots__ = ()
+
+    def write_world(
+        self,
+        put: JSONMapping | None = None,
+        delete: Mapping[str, Sequence[str]] | None = None,
+    ) -> defer.Deferred[None]:
+        """Upsert and delete world rows in one transaction (deletes first)."""
+        try:
+            rows, meta, deletes = encode_world_changes(put, delete)
+        except (TypeError, ValueError) as exc:
+            return defer.fail(exc)
+        return self._write(_write_world, rows, meta, deletes)
+
+    def append_heard(self, messages: Sequence[tuple[int, str, str]], keep: int
+                     ) -> defer.Deferred[None]:
+        """IHeardLog.append_heard (grouped with the writes asked for meanwhile)."""
+        return self._write(_append_heard, list(messages), keep)
+
+    def load_heard(self, limit: int) -> defer.Deferred[list[tuple[int, str, str]]]:
+        """IHeardLog.load_heard."""
+        return self._query(_load_heard, limit)
+
+
 @implementer(IStore, IWorldStore, IHeardLog)
 @attrs.define(eq=False)
-class SQLiteStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows):
+class SQLiteStore(AssistantStates, CacheEntries, Records, LoopTraces, SQLiteWorldRows):
     """IStore and IWorldStore on one SQLite file (or ``":memory:"``).
 
     :param path: database file; its directory is created if missing.
@@ -421,29 +450,6 @@ class SQLiteStore(AssistantStates, CacheEntries, Records, LoopTraces, WorldRows)
             return defer.fail(exc)
         return self._write(_save_states, rows, self._now())
 
-    # -- world --------------------------------------------------------------
-
-    def write_world(
-        self,
-        put: JSONMapping | None = None,
-        delete: Mapping[str, Sequence[str]] | None = None,
-    ) -> defer.Deferred[None]:
-        """Upsert and delete world rows in one transaction (deletes first)."""
-        try:
-            rows, meta, deletes = encode_world_changes(put, delete)
-        except (TypeError, ValueError) as exc:
-            return defer.fail(exc)
-        return self._write(_write_world, rows, meta, deletes)
-
-
-    def append_heard(self, messages: Sequence[tuple[int, str, str]], keep: int
-                     ) -> defer.Deferred[None]:
-        """IHeardLog.append_heard (grouped with the writes asked for meanwhile)."""
-        return self._write(_append_heard, list(messages), keep)
-
-    def load_heard(self, limit: int) -> defer.Deferred[list[tuple[int, str, str]]]:
-        """IHeardLog.load_heard."""
-        return self._query(_load_heard, limit)
 
 # -- statements (run on the store thread) --------------------------------------
 
