@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import copy
 import json
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -48,6 +47,7 @@ from ai_tools.failure_lines import RepeatedFailure
 from ai_tools.interfaces import IHeardLog, IWorld
 from ai_tools.json_encoding import compact_ascii_json
 from ai_tools.world.commands import run_command
+from ai_tools.world.hearing import Hearing, Listener, Observer
 from ai_tools.world.help_index import rank_help
 from ai_tools.world.messages import DIRECT_KINDS, ROOM_KINDS, WorldMessage
 from ai_tools.world.model import (
@@ -76,8 +76,6 @@ FORBIDDEN_OVERRIDES = frozenset(
 )
 """Spawn overrides that would change identity or rights, refused."""
 
-Listener = Callable[[WorldMessage], Any]
-Observer = Callable[[WorldMessage, tuple[str, ...]], Any]
 
 
 class _Clock(Protocol):
@@ -290,9 +288,9 @@ class SandboxWorld:
     _channels: dict[str, Channel] = attrs.field(factory=dict, init=False)
     _prototypes: dict[str, Prototype] = attrs.field(factory=dict, init=False)
     _help: dict[str, HelpEntry] = attrs.field(factory=dict, init=False)
-    _listeners: dict[str, list[Listener]] = attrs.field(factory=dict, init=False)
-    _observers: list[Observer] = attrs.field(factory=list, init=False)
-    _logs: dict[str, deque[WorldMessage]] = attrs.field(factory=dict, init=False)
+    hearing: Hearing = attrs.field(init=False, default=attrs.Factory(
+        lambda self: Hearing(self.log_size), takes_self=True))
+    """The heard logs, listeners and observers (the part that delivers messages)."""
     _seq: int = attrs.field(default=0, init=False)
     _seq_limit: int | None = attrs.field(default=None, init=False)
     """Numbers up to here (included) are reserved in the store (None: no store)."""
@@ -412,7 +410,7 @@ class SandboxWorld:
                 self._log.warn("Heard message {seq} in the store is not valid ({error}); "
                                "skipped", seq=seq, error=str(exc))
                 continue
-            self._remember(message, heard_by)
+            self.hearing.remember(message, heard_by)
             restored += 1
         if restored:
             self._log.info("Sandbox world: {count} heard message(s) restored", count=restored)
@@ -1124,7 +1122,7 @@ class SandboxWorld:
 
     def _deliver(self, message: WorldMessage, receivers: list[str]) -> None:
         """A message said in this world: heard now, and kept in the store's heard log."""
-        self._hear(message, receivers)
+        self.hearing.hear(message, receivers)
         if self._heard_log is not None:
             data = attrs.asdict(message)
             seq = data.pop("seq")
@@ -1168,33 +1166,6 @@ class SandboxWorld:
         if error is None:
             return defer.succeed(None)
         return defer.fail(AIToolsError(f"the heard log was not written: {error}"))
-
-    def _remember(self, message: WorldMessage, receivers: Iterable[str]) -> None:
-        """Put ``message`` in the heard log of each of ``receivers``."""
-        for receiver in receivers:
-            log = self._logs.get(receiver)
-            if log is None:
-                log = self._logs[receiver] = deque(maxlen=self.log_size)
-            log.append(message)
-
-    def _hear(self, message: WorldMessage, receivers: list[str]) -> None:
-        """``receivers`` hear ``message``: their logs, their listeners, the observers."""
-        self._remember(message, receivers)
-        for receiver in receivers:
-            for listener in list(self._listeners.get(receiver, ())):
-                try:
-                    listener(message)
-                except Exception:
-                    self._log.failure(
-                        "Listener of {char} failed on a {kind} message",
-                        char=receiver,
-                        kind=message.kind,
-                    )
-        for observer in list(self._observers):
-            try:
-                observer(message, tuple(receivers))
-            except Exception:
-                self._log.failure("World observer failed on a {kind} message", kind=message.kind)
 
     def message_location(
         self, char_id: str, text: str, kind: str = "say", exclude: Iterable[str] = (),
@@ -1304,28 +1275,12 @@ class SandboxWorld:
         Returns the function that unsubscribes (calling it twice is harmless).
         A listener that raises is logged; delivery to the others goes on.
         """
-        char = self.objects.character(char_id)
-        self._listeners.setdefault(char.id, []).append(listener)
-
-        def unsubscribe() -> None:
-            listeners = self._listeners.get(char.id, [])
-            if listener in listeners:
-                listeners.remove(listener)
-            if not listeners:
-                self._listeners.pop(char.id, None)
-
-        return unsubscribe
+        return self.hearing.subscribe(self.objects.character(char_id).id, listener)
 
     def add_observer(self, observer: Observer) -> Callable[[], None]:
         """Call ``observer(message, receivers)`` for every message in the world
         (for the HTTP API's event stream).  Returns the function that removes it."""
-        self._observers.append(observer)
-
-        def remove() -> None:
-            if observer in self._observers:
-                self._observers.remove(observer)
-
-        return remove
+        return self.hearing.add_observer(observer)
 
     def heard(
         self, char_id: str, limit: int | None = None, after: int | None = None
@@ -1336,10 +1291,7 @@ class SandboxWorld:
         messages with a larger ``seq``; ``limit`` keeps the newest ``limit``.
         """
         self.objects.character(char_id)
-        messages = [m for m in self._logs.get(char_id, ()) if after is None or m.seq > after]
-        if limit is not None:
-            messages = messages[-limit:] if limit > 0 else []
-        return [m.to_dict() for m in messages]
+        return self.hearing.heard(char_id, limit, after)
 
     # ------------------------------------------------------------------
     # help

@@ -203,9 +203,9 @@ class SharedWorld(SandboxWorld):
                               for key, (_, version) in data["meta"].items())
         self._placed = {obj.id: obj.location for obj in self.objects.values()}
         self._clock = self._delivered = self._pruned = int(data["clock"])
-        self._logs.clear()
+        self.hearing.forget_all()
         for seq, message, receivers in data["messages"]:
-            self._hear(WorldMessage(**message, seq=seq), receivers)
+            self.hearing.hear(WorldMessage(**message, seq=seq), receivers)
 
     def _follow(self) -> None:
         self._stop_listening = self.store.listen_world(self._notified, self._poke)
@@ -461,7 +461,7 @@ class SharedWorld(SandboxWorld):
         for seq, message, receivers in data["messages"]:
             if seq > self._delivered:
                 self._delivered = seq
-                self._hear(WorldMessage(**message, seq=seq), receivers)
+                self.hearing.hear(WorldMessage(**message, seq=seq), receivers)
         return len(data["messages"]) >= CATCH_UP_BATCH
 
     def _apply_row(self, section: str, row: Mapping[str, Any], version: int,
