@@ -47,7 +47,7 @@ from twisted.python.failure import Failure
 
 from ai_tools.default_reactor import global_reactor
 from ai_tools.errors import WorldConflict
-from ai_tools.store.serialization import WORLD_SECTIONS
+from ai_tools.interfaces import WORLD_SECTIONS
 from ai_tools.world.messages import WorldMessage
 from ai_tools.world.model import Channel, HelpEntry, Prototype, WorldObject
 from ai_tools.world.sandbox import SEQ_FLOOR_KEY, SandboxWorld, seed_data
