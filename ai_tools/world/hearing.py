@@ -29,23 +29,25 @@ class Hearing:
     """Heard logs (the newest ``log_size`` messages per character), listeners, observers."""
 
     log_size: int = 200
-    _logs: dict[str, deque[WorldMessage]] = attrs.field(factory=dict, init=False)
+    logs: dict[str, deque[WorldMessage]] = attrs.field(factory=dict, init=False)
+    """Each character's heard log by id (read it with :meth:`heard`)."""
     _listeners: dict[str, list[Listener]] = attrs.field(factory=dict, init=False)
-    _observers: list[Observer] = attrs.field(factory=list, init=False)
+    observers: list[Observer] = attrs.field(factory=list, init=False)
+    """Who hears every message (add one with :meth:`add_observer`)."""
 
     _log = Logger()
 
     def remember(self, message: WorldMessage, receivers: Iterable[str]) -> None:
         """Put ``message`` in the heard log of each of ``receivers`` (no one is called)."""
         for receiver in receivers:
-            log = self._logs.get(receiver)
+            log = self.logs.get(receiver)
             if log is None:
-                log = self._logs[receiver] = deque(maxlen=self.log_size)
+                log = self.logs[receiver] = deque(maxlen=self.log_size)
             log.append(message)
 
     def forget_all(self) -> None:
         """Empty every heard log (before they are refilled from a snapshot)."""
-        self._logs.clear()
+        self.logs.clear()
 
     def hear(self, message: WorldMessage, receivers: list[str]) -> None:
         """``receivers`` hear ``message``: their logs, their listeners, the observers."""
@@ -60,7 +62,7 @@ class Hearing:
                         char=receiver,
                         kind=message.kind,
                     )
-        for observer in list(self._observers):
+        for observer in list(self.observers):
             try:
                 observer(message, tuple(receivers))
             except Exception:
@@ -82,11 +84,11 @@ class Hearing:
 
     def add_observer(self, observer: Observer) -> Callable[[], None]:
         """Call ``observer(message, receivers)`` for every message; returns the remover."""
-        self._observers.append(observer)
+        self.observers.append(observer)
 
         def remove() -> None:
-            if observer in self._observers:
-                self._observers.remove(observer)
+            if observer in self.observers:
+                self.observers.remove(observer)
 
         return remove
 
@@ -95,7 +97,7 @@ class Hearing:
     ) -> list[dict[str, Any]]:
         """What ``char_id`` heard, oldest first, as message dicts (``after``: only larger
         ``seq``; ``limit``: the newest ``limit``)."""
-        messages = [m for m in self._logs.get(char_id, ()) if after is None or m.seq > after]
+        messages = [m for m in self.logs.get(char_id, ()) if after is None or m.seq > after]
         if limit is not None:
             messages = messages[-limit:] if limit > 0 else []
         return [m.to_dict() for m in messages]
