@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import attrs
 from twisted.logger import Logger
 
+from ai_tools.json_types import JSONObject
 from ai_tools.world.messages import WorldMessage
 
-Listener = Callable[[WorldMessage], Any]
+Listener = Callable[[WorldMessage], object]
 """Called with every message one character hears."""
-Observer = Callable[[WorldMessage, tuple[str, ...]], Any]
+Observer = Callable[[WorldMessage, tuple[str, ...]], object]
 """Called with every message of the world and the ids of those who heard it."""
 
 
@@ -94,7 +94,7 @@ class Hearing:
 
     def heard(
         self, char_id: str, limit: int | None = None, after: int | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[JSONObject]:
         """What ``char_id`` heard, oldest first, as message dicts (``after``: only larger
         ``seq``; ``limit``: the newest ``limit``)."""
         messages = [m for m in self.logs.get(char_id, ()) if after is None or m.seq > after]

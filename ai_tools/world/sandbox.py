@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
 import attrs
 from twisted.internet import defer
@@ -75,7 +75,7 @@ class _Clock(Protocol):
     def seconds(self) -> float: ...
 
 
-def seed_data(seed: str | Path | Mapping[str, Any] | None) -> Mapping[str, Any]:
+def seed_data(seed: str | Path | JSONMapping | None) -> JSONMapping:
     """The world data a store without a world starts from: a world file's, given data,
     or (None) an empty world called Sandbox.  ConfigError for a bad world file."""
     if seed is None:
@@ -173,7 +173,7 @@ class SandboxWorld(WorldView):
     def load(
         cls,
         store: WorldStore | None,
-        seed: str | Path | Mapping[str, Any] | None = None,
+        seed: str | Path | JSONMapping | None = None,
         clock: _Clock | None = None,
         log_size: int = 200,
     ) -> defer.Deferred[SandboxWorld]:
@@ -192,7 +192,7 @@ class SandboxWorld(WorldView):
         if isinstance(seed, str | Path):
             world.seed_file = Path(seed)
 
-        def loaded(data: Mapping[str, Any] | None) -> defer.Deferred[SandboxWorld]:
+        def loaded(data: JSONMapping | None) -> defer.Deferred[SandboxWorld]:
             if data is not None:
                 world.populate(data)
                 world._log.info("Sandbox world {name} loaded: {count} objects",

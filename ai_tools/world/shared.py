@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 import attrs
 from twisted.internet import defer
@@ -48,7 +48,7 @@ from twisted.python.failure import Failure
 
 from ai_tools.default_reactor import global_reactor
 from ai_tools.errors import WorldConflict
-from ai_tools.json_types import JSONMapping
+from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.world.following import CATCH_UP_BATCH, Follower, SharedStore
 from ai_tools.world.messages import WorldMessage
 from ai_tools.world.replica import Change, Key, Replica
@@ -106,7 +106,7 @@ class SharedWorld(SandboxWorld):
     def load(  # type: ignore[override]
         cls,
         store: SharedStore,
-        seed: str | Path | Mapping[str, Any] | None = None,
+        seed: str | Path | JSONMapping | None = None,
         clock: IReactorTime | None = None,
         log_size: int = 200,
         poll_interval: float = 5.0,
@@ -119,7 +119,7 @@ class SharedWorld(SandboxWorld):
                     poll_interval=poll_interval)
         return defer.ensureDeferred(world._load(seed))
 
-    async def _load(self, seed: str | Path | Mapping[str, Any] | None) -> SharedWorld:
+    async def _load(self, seed: str | Path | JSONMapping | None) -> SharedWorld:
         for _ in range(MAX_ATTEMPTS):
             data = await self._shared.load_shared_world(self.log_size)
             if data is not None:
@@ -285,56 +285,62 @@ class SharedWorld(SandboxWorld):
     # the operations: each one change
     # ------------------------------------------------------------------
 
-    def set_attribute(self, char_id: str, obj_id: str, name: str, value: Any) -> Any:
+    def set_attribute(self, char_id: str, obj_id: str, name: str,
+                      value: object) -> defer.Deferred[JSONObject]:
         """As in the sandbox world; one shared-world change."""
         return self._run(super().set_attribute, char_id, obj_id, name, value)
 
-    def delete_attribute(self, char_id: str, obj_id: str, name: str) -> Any:
+    def delete_attribute(self, char_id: str, obj_id: str, name: str) -> defer.Deferred[bool]:
         """As in the sandbox world; one shared-world change."""
         return self._run(super().delete_attribute, char_id, obj_id, name)
 
-    def add_tag(self, char_id: str, obj_id: str, tag: str, category: str | None = None) -> Any:
+    def add_tag(self, char_id: str, obj_id: str, tag: str,
+                category: str | None = None) -> defer.Deferred[JSONObject]:
         """As in the sandbox world; one shared-world change."""
         return self._run(super().add_tag, char_id, obj_id, tag, category)
 
     def remove_tag(self, char_id: str, obj_id: str, tag: str,
-                   category: str | None = None) -> Any:
+                   category: str | None = None) -> defer.Deferred[bool]:
         """As in the sandbox world; one shared-world change."""
         return self._run(super().remove_tag, char_id, obj_id, tag, category)
 
     def spawn_prototype(self, char_id: str, prototype_key: str, location: str | None = None,
-                        overrides: Mapping[str, Any] | None = None) -> Any:
+                        overrides: JSONMapping | None = None) -> defer.Deferred[JSONObject]:
         """As in the sandbox world; one shared-world change."""
         return self._run(super().spawn_prototype, char_id, prototype_key, location, overrides)
 
     def create_object(self, char_id: str, key: str, description: str = "",
-                      aliases: Iterable[str] = (), location: str | None = None) -> Any:
+                      aliases: Iterable[str] = (),
+                      location: str | None = None) -> defer.Deferred[JSONObject]:
         """As in the sandbox world; one shared-world change."""
         return self._run(super().create_object, char_id, key, description, aliases, location)
 
     def dig(self, char_id: str, room_key: str, room_aliases: Iterable[str] = (),
             exit_key: str | None = None, exit_aliases: Iterable[str] = (),
-            back_key: str | None = None, back_aliases: Iterable[str] = ()) -> Any:
+            back_key: str | None = None,
+            back_aliases: Iterable[str] = ()) -> defer.Deferred[JSONObject]:
         """As in the sandbox world; the room and its exits are one shared-world change."""
         return self._run(super().dig, char_id, room_key, room_aliases, exit_key, exit_aliases,
                          back_key, back_aliases)
 
-    def set_description(self, char_id: str, obj_id: str, text: str) -> Any:
+    def set_description(self, char_id: str, obj_id: str,
+                        text: str) -> defer.Deferred[JSONObject]:
         """As in the sandbox world; one shared-world change."""
         return self._run(super().set_description, char_id, obj_id, text)
 
     def create_character(self, key: str, location: str | None = None,
                          permissions: Iterable[str] = ("Player",), char_id: str | None = None,
-                         description: str = "") -> Any:
+                         description: str = "") -> defer.Deferred[JSONObject]:
         """As in the sandbox world; one shared-world change."""
         return self._run(super().create_character, key, location, permissions, char_id,
                          description)
 
-    def move_character(self, char_id: str, destination: str) -> Any:
+    def move_character(self, char_id: str, destination: str) -> defer.Deferred[JSONObject]:
         """As in the sandbox world: the move and what both rooms hear are one change."""
         return self._run(super().move_character, char_id, destination)
 
-    def channel_subscribe(self, char_id: str, channel: str, subscribe: bool = True) -> Any:
+    def channel_subscribe(self, char_id: str, channel: str,
+                          subscribe: bool = True) -> defer.Deferred[bool]:
         """As in the sandbox world; one shared-world change."""
         return self._run(super().channel_subscribe, char_id, channel, subscribe)
 
