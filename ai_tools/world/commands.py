@@ -509,12 +509,13 @@ async def _run(world: CommandWorld, char: WorldObject, line: str) -> JSONObject:
         return _result(line, [str(exc)], exc.error)
     except (ValueError, TypeError) as exc:
         return _result(line, [str(exc)], "invalid")
-    return {"command": line, "output": list[JSONValue](output), "success": True}
+    lines: list[JSONValue] = list(output)
+    return {"command": line, "output": lines, "success": True}
 
 
 def _result(line: str, output: list[str], error: str) -> JSONObject:
-    return {"command": line, "output": list[JSONValue](output), "success": False,
-            "error": error}
+    lines: list[JSONValue] = list(output)
+    return {"command": line, "output": lines, "success": False, "error": error}
 
 
 def run_command(world: CommandWorld, char_id: str, line: str) -> defer.Deferred[JSONObject]:

@@ -104,7 +104,7 @@ class Change:
     def message_rows(self) -> list[JSONObject]:
         """The messages as the store takes them; the ``n``-th one keyed ``key`` or ``key/n``."""
         key = self.dedupe_key
-        return [{"data": _message_data(message), "receivers": list[JSONValue](receivers),
+        return [{"data": _message_data(message), "receivers": _json_list(receivers),
                  "dedupe_key": None if key is None else key if n == 0 else f"{key}/{n}"}
                 for n, (message, receivers) in enumerate(self.messages)]
 
@@ -115,6 +115,11 @@ class Change:
                 waiter.callback(None)
             else:
                 waiter.errback(failure)
+
+
+def _json_list(items: list[str]) -> list[JSONValue]:
+    copied: list[JSONValue] = list(items)
+    return copied
 
 
 def _message(data: JSONObject, seq: int) -> WorldMessage:

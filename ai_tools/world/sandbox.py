@@ -433,7 +433,8 @@ class SandboxWorld(WorldView):
     def _deliver(self, message: WorldMessage, receivers: list[str]) -> None:
         """A message said in this world: heard now, and kept in the store's heard log."""
         self.hearing.hear(message, receivers)
-        self.keeper.keep(message, receivers)
+        if self.keeper.heard_log is not None:
+            self.keeper.keep(message, receivers)
 
     def heard_kept(self) -> defer.Deferred[None]:
         """Fires once the newest message said is in the store's heard log (at once

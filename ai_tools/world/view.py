@@ -80,11 +80,12 @@ class WorldView:
             if obj.id == char.id:
                 continue
             if obj.kind == "exit":
+                aliases: list[JSONValue] = list(obj.aliases)
                 exits.append(
                     {
                         "id": obj.id,
                         "key": obj.key,
-                        "aliases": list[JSONValue](obj.aliases),
+                        "aliases": aliases,
                         "destination": obj.destination,
                     }
                 )
