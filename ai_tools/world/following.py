@@ -45,11 +45,10 @@ class SharedStore(Protocol):
 @attrs.define(eq=False)
 class Follower:
     """Follows ``store`` for ``replica``: notifications, a poll every ``poll_interval``
-    seconds on ``clock``, pruning the messages to ``retention``."""
+    seconds (from :meth:`start`), pruning the messages to ``retention``."""
 
     store: SharedStore
     replica: Replica
-    clock: IReactorTime
     poll_interval: float = 5.0
     retention: int = 100_000
     dirty: set[Key] = attrs.field(factory=set)
@@ -63,12 +62,13 @@ class Follower:
 
     _log = Logger()
 
-    def start(self) -> None:
-        """Listen for the database's notifications and poll (from the replica's clock)."""
+    def start(self, clock: IReactorTime) -> None:
+        """Listen for the database's notifications and poll on ``clock`` (from the
+        replica's world clock on)."""
         self._pruned = self.replica.clock
         self._stop_listening = self.store.listen_world(self._notified, self.poke)
         self._poll = task.LoopingCall(self._poll_once)
-        self._poll.clock = self.clock
+        self._poll.clock = clock
         self._poll.start(self.poll_interval, now=False)
 
     def stop(self) -> None:

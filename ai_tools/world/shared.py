@@ -91,8 +91,8 @@ class SharedWorld(SandboxWorld):
         self.objects.on_read = lambda obj_id: self._depend("objects", obj_id)
         self.channels.on_read = lambda key: self._depend("channels", key)
         self.replica = Replica(self)
-        self.follower = Follower(self._shared, self.replica, self._reactor(),
-                                 self.poll_interval, self.retention)
+        self.follower = Follower(self._shared, self.replica, self.poll_interval,
+                                 self.retention)
 
     @property
     def _shared(self) -> SharedStore:
@@ -127,7 +127,7 @@ class SharedWorld(SandboxWorld):
                 self._log.info("Shared world {name} loaded: {count} objects at clock {clock}",
                                name=self.meta.get("name"), count=len(self.objects),
                                clock=self.replica.clock)
-                self.follower.start()
+                self.follower.start(self._reactor())  # (the global one looked up late)
                 return self
             self.populate(seed_data(seed))
             rows = self.snapshot()
