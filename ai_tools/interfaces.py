@@ -18,6 +18,8 @@ that tool results can go straight into a model's history.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from zope.interface import Attribute, Interface
 
 
@@ -266,6 +268,17 @@ class IWorldStore(Interface):
     def write_world(put=None, delete=None):
         """Upsert ``put`` (``{section: [rows]}``, ``"meta"``: a mapping) and delete
         ``delete`` (``{section: [keys]}``) in one transaction; deletes apply first."""
+
+
+WORLD_SECTIONS: Mapping[str, str] = {
+    "objects": "id",
+    "channels": "key",
+    "prototypes": "key",
+    "help": "key",
+}
+"""The sections of :class:`IWorldStore` kept as rows of JSON, and the field that keys each
+row (``"meta"`` is a further section holding a plain ``{key: value}`` mapping).  Part of
+the contract: the worlds write these rows and the stores keep them."""
 
 
 class IHeardLog(Interface):

@@ -13,19 +13,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TypedDict
 
+from ai_tools.interfaces import WORLD_SECTIONS  # (the IWorldStore contract's sections)
 from ai_tools.json_encoding import compact_ascii_json
 from ai_tools.json_types import JSONMapping, JSONObject, JSONValue
-
-WORLD_SECTIONS: Mapping[str, str] = {
-    "objects": "id",
-    "channels": "key",
-    "prototypes": "key",
-    "help": "key",
-}
-"""World sections stored as rows of JSON, and the field that keys each row.
-
-``"meta"`` is a further section holding a plain ``{key: value}`` mapping.
-"""
 
 RECORD_FIELDS = (
     "id",

@@ -36,12 +36,13 @@ A leading ``@`` or ``+`` is ignored (``@dig`` works as in Evennia).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol
 
 from twisted.internet import defer
 
 from ai_tools.errors import NotFound, PermissionDenied
+from ai_tools.json_types import JSONMapping, JSONObject, JSONValue
 from ai_tools.world.model import WorldObject
 from ai_tools.world.objects import WorldObjects
 from ai_tools.world.permissions import BUILDER, holds, may_edit
@@ -64,34 +65,34 @@ class CommandWorld(Protocol):
                          exclude: Iterable[str] = ...) -> Sent: ...
     def message_character(self, char_id: str, target_id: str, text: str,
                           kind: str = ...) -> Sent: ...
-    def move_character(self, char_id: str, destination: str) -> defer.Deferred[dict[str, Any]]: ...
+    def move_character(self, char_id: str, destination: str) -> defer.Deferred[JSONObject]: ...
     def create_object(self, char_id: str, key: str, description: str = ...,
                       aliases: Iterable[str] = ...,
-                      location: str | None = ...) -> defer.Deferred[dict[str, Any]]: ...
+                      location: str | None = ...) -> defer.Deferred[JSONObject]: ...
     def dig(self, char_id: str, room_key: str, room_aliases: Iterable[str] = ...,
             exit_key: str | None = ..., exit_aliases: Iterable[str] = ...,
             back_key: str | None = ...,
-            back_aliases: Iterable[str] = ...) -> defer.Deferred[dict[str, Any]]: ...
+            back_aliases: Iterable[str] = ...) -> defer.Deferred[JSONObject]: ...
     def set_attribute(self, char_id: str, obj_id: str, name: str,
-                      value: Any) -> defer.Deferred[dict[str, Any]]: ...
+                      value: object) -> defer.Deferred[JSONObject]: ...
     def delete_attribute(self, char_id: str, obj_id: str, name: str) -> defer.Deferred[bool]: ...
     def add_tag(self, char_id: str, obj_id: str, tag: str,
-                category: str | None = ...) -> defer.Deferred[dict[str, Any]]: ...
+                category: str | None = ...) -> defer.Deferred[JSONObject]: ...
     def remove_tag(self, char_id: str, obj_id: str, tag: str,
                    category: str | None = ...) -> defer.Deferred[bool]: ...
     def set_description(self, char_id: str, obj_id: str,
-                        text: str) -> defer.Deferred[dict[str, Any]]: ...
-    def list_prototypes(self) -> list[dict[str, Any]]: ...
+                        text: str) -> defer.Deferred[JSONObject]: ...
+    def list_prototypes(self) -> list[JSONObject]: ...
     def spawn_prototype(self, char_id: str, prototype_key: str, location: str | None = ...,
-                        overrides: Mapping[str, Any] | None = ...,
-                        ) -> defer.Deferred[dict[str, Any]]: ...
+                        overrides: JSONMapping | None = ...,
+                        ) -> defer.Deferred[JSONObject]: ...
     def channel_subscribe(self, char_id: str, channel: str,
                           subscribe: bool = ...) -> defer.Deferred[bool]: ...
-    def list_channels(self) -> list[dict[str, Any]]: ...
+    def list_channels(self) -> list[JSONObject]: ...
     def channel_send(self, char_id: str, channel: str, text: str) -> Sent: ...
     def channel_key(self, channel: str) -> str: ...
     def help_topics(self) -> list[str]: ...
-    def help_search(self, query: str, limit: int = ...) -> list[dict[str, Any]]: ...
+    def help_search(self, query: str, limit: int = ...) -> list[JSONObject]: ...
 
 
 class CommandError(Exception):
@@ -208,7 +209,7 @@ def _describe(ctx: _Context, obj: WorldObject) -> list[str]:
     return lines
 
 
-async def _sent(result: Any) -> Any:
+async def _sent(result: Sent) -> list[str]:
     """A message method's answer: the receivers at once, or (a shared world) a Deferred
     firing once the message is durable, which the command waits for."""
     if isinstance(result, defer.Deferred):
@@ -259,7 +260,7 @@ async def cmd_go(ctx: _Context, args: str, switches: list[str]) -> list[str]:
     if not args:
         raise CommandError("Go where?")
     room = await ctx.world.move_character(ctx.char.id, args)
-    return _describe_room(ctx, ctx.obj(room["id"]))
+    return _describe_room(ctx, ctx.obj(str(room["id"])))
 
 
 async def cmd_examine(ctx: _Context, args: str, switches: list[str]) -> list[str]:
@@ -310,10 +311,12 @@ async def cmd_dig(ctx: _Context, args: str, switches: list[str]) -> list[str]:
     dug = await ctx.world.dig(
         ctx.char.id, name, aliases, exit_key, exit_aliases, back_key, back_aliases
     )
-    lines = [f"Created room {dug['room']['key']} ({dug['room']['id']})."]
+    made, new_exits = dug["room"], dug["exits"]
+    assert isinstance(made, dict) and isinstance(new_exits, list)  # (dig's answer)
+    lines = [f"Created room {made['key']} ({made['id']})."]
     lines.extend(
         f"Created exit {e['key']} ({e['id']}) from {e['location']} to {e['destination']}."
-        for e in dug["exits"]
+        for e in new_exits if isinstance(e, dict)
     )
     return lines
 
@@ -335,7 +338,7 @@ async def cmd_set(ctx: _Context, args: str, switches: list[str]) -> list[str]:
             raise NotFound(f"{obj.key} has no attribute '{attr}'.")
         return [f"Deleted {_label(obj)}/{attr}."]
     try:
-        value: Any = json.loads(raw)
+        value: object = json.loads(raw)
     except ValueError:
         value = raw
     await ctx.world.set_attribute(ctx.char.id, obj.id, attr, value)
@@ -375,7 +378,7 @@ async def cmd_desc(ctx: _Context, args: str, switches: list[str]) -> list[str]:
 async def cmd_spawn(ctx: _Context, args: str, switches: list[str]) -> list[str]:
     key, name = _split_equals(args)
     if not key:
-        keys = ", ".join(p["key"] for p in ctx.world.list_prototypes()) or "none"
+        keys = ", ".join(str(p["key"]) for p in ctx.world.list_prototypes()) or "none"
         raise CommandError(f"Usage: spawn <prototype> [= name]. Prototypes: {keys}")
     overrides = {"key": name} if name else None
     created = await ctx.world.spawn_prototype(ctx.char.id, key, None, overrides)
@@ -419,7 +422,7 @@ async def cmd_help(ctx: _Context, args: str, switches: list[str]) -> list[str]:
     found = ctx.world.help_search(args, limit=1)
     if not found:
         raise NotFound(f"No help found for '{args}'.")
-    return [f"== {found[0]['key']} ==", *found[0]["text"].splitlines()]
+    return [f"== {found[0]['key']} ==", *str(found[0]["text"]).splitlines()]
 
 
 Handler = Callable[[_Context, str, list[str]], Awaitable[list[str]]]
@@ -482,7 +485,7 @@ def _parse(line: str) -> tuple[str, list[str], str]:
     return verb, [s for s in switches if s], rest.strip()
 
 
-async def _run(world: CommandWorld, char: WorldObject, line: str) -> dict[str, Any]:
+async def _run(world: CommandWorld, char: WorldObject, line: str) -> JSONObject:
     text = line.strip()
     if not text:
         return _result(line, ["What do you want to do? Type 'help' for the commands."], "usage")
@@ -506,14 +509,16 @@ async def _run(world: CommandWorld, char: WorldObject, line: str) -> dict[str, A
         return _result(line, [str(exc)], exc.error)
     except (ValueError, TypeError) as exc:
         return _result(line, [str(exc)], "invalid")
-    return {"command": line, "output": output, "success": True}
+    lines: list[JSONValue] = list(output)
+    return {"command": line, "output": lines, "success": True}
 
 
-def _result(line: str, output: list[str], error: str) -> dict[str, Any]:
-    return {"command": line, "output": output, "success": False, "error": error}
+def _result(line: str, output: list[str], error: str) -> JSONObject:
+    lines: list[JSONValue] = list(output)
+    return {"command": line, "output": lines, "success": False, "error": error}
 
 
-def run_command(world: CommandWorld, char_id: str, line: str) -> defer.Deferred[dict[str, Any]]:
+def run_command(world: CommandWorld, char_id: str, line: str) -> defer.Deferred[JSONObject]:
     """Run ``line`` as ``char_id``; NotFound if the character does not exist."""
     char = world.objects.character(char_id)
     return defer.ensureDeferred(_run(world, char, str(line)))

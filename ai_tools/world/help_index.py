@@ -11,8 +11,8 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
 
+from ai_tools.json_types import JSONObject
 from ai_tools.world.model import HelpEntry
 
 _WORD = re.compile(r"[^\W_]+")
@@ -48,7 +48,7 @@ def score_entry(entry: HelpEntry, query: str) -> float:
     return score
 
 
-def rank_help(entries: Iterable[HelpEntry], query: str, limit: int) -> list[dict[str, Any]]:
+def rank_help(entries: Iterable[HelpEntry], query: str, limit: int) -> list[JSONObject]:
     """``[{"key", "text", "score", "category"}]`` best first (ties by key), at most ``limit``."""
     scored = [(score_entry(entry, query), entry) for entry in entries]
     hits = sorted(

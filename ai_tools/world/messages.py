@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import attrs
+
+from ai_tools.json_types import JSONObject
 
 MESSAGE_KINDS = frozenset({"say", "pose", "emit", "whisper", "page", "channel", "system"})
 """Every kind of message the sandbox world delivers."""
@@ -17,7 +18,7 @@ DIRECT_KINDS = ("whisper", "page")
 """Kinds addressed to one character."""
 
 
-def _check_kind(_instance: Any, _attribute: Any, value: str) -> None:
+def _check_kind(_instance: object, _attribute: object, value: str) -> None:
     if value not in MESSAGE_KINDS:
         raise ValueError(f"unknown message kind {value!r}; one of {sorted(MESSAGE_KINDS)}")
 
@@ -58,13 +59,13 @@ class WorldMessage:
             return f"[{self.channel}] {who}: {self.text}"
         return self.text  # emit, system
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """All fields plus the rendered ``line``, JSON-serialisable (for the HTTP API, logs)."""
         data = attrs.asdict(self)
         data["line"] = self.render()
         return data
 
-    def to_event(self) -> dict[str, Any]:
+    def to_event(self) -> JSONObject:
         """The pending-event dict an assistant receives for this message.
 
         Same shape as the Evennia adapter's heard events (``type``, ``from``,

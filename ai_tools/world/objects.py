@@ -10,7 +10,6 @@ writing them to a store is the world's business, not this module's.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 import attrs
 
@@ -61,11 +60,11 @@ class WorldObjects:
         """Every object, oldest first."""
         return self._by_id.values()
 
-    def get(self, obj_id: Any) -> WorldObject | None:
+    def get(self, obj_id: object) -> WorldObject | None:
         """The object with id ``obj_id`` (any value: a non-string finds nothing), or None."""
         return self._by_id.get(obj_id) if isinstance(obj_id, str) else None
 
-    def require(self, obj_id: Any, what: str = "object") -> WorldObject:
+    def require(self, obj_id: object, what: str = "object") -> WorldObject:
         """The object with id ``obj_id``; NotFound naming ``what`` was looked for."""
         obj = self.get(obj_id)
         if obj is None:
@@ -74,7 +73,7 @@ class WorldObjects:
             self.on_read(obj.id)
         return obj
 
-    def character(self, char_id: Any) -> WorldObject:
+    def character(self, char_id: object) -> WorldObject:
         """The character with id ``char_id`` (NotFound for anything else)."""
         char = self.require(char_id, "character")
         if char.kind != "character":
@@ -147,7 +146,7 @@ class WorldObjects:
                 return obj
         return None
 
-    def search(self, query: Any, char_id: str | None, location: str | None,
+    def search(self, query: object, char_id: str | None, location: str | None,
                kind: str | None, limit: int) -> list[WorldObject]:
         """Objects whose key or aliases match ``query``: exact, then prefix, then substring.
 

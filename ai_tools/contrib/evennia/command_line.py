@@ -16,10 +16,18 @@ line through ``execute_cmd`` and collects what the character is sent.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Generator
 
 from django.conf import settings
 from twisted.internet import defer
+
+from ai_tools.contrib.evennia.game_objects import (
+    CommandParser,
+    GameCmdSet,
+    GameCommand,
+    GameObject,
+)
+from ai_tools.json_types import JSONObject
 
 __all__ = ["command_refusal", "merged_cmdset", "run_captured"]
 
@@ -27,13 +35,14 @@ PERMISSION_DENIED = "permission_denied"
 NOT_FOUND = "not_found"
 
 
-def _refusal(command: str, error: str, reason: str) -> dict[str, Any]:
+def _refusal(command: str, error: str, reason: str) -> JSONObject:
     """A world answer that ``execute_command`` callers read as a refusal."""
     return {"command": command, "output": [reason], "success": False, "error": error}
 
 
 @defer.inlineCallbacks
-def merged_cmdset(char: Any, line: str) -> Any:
+def merged_cmdset(char: GameObject, line: str
+                  ) -> Generator[defer.Deferred[GameCmdSet], GameCmdSet, GameCmdSet | None]:
     """The command set ``char`` would type ``line`` into (None if it has none).
 
     The same merge Evennia's command handler does for an object caller: the
@@ -46,13 +55,13 @@ def merged_cmdset(char: Any, line: str) -> Any:
     return cmdset
 
 
-def _parser() -> Any:
+def _parser() -> CommandParser:
     from evennia.utils.utils import variable_from_module
 
     return variable_from_module(*settings.COMMAND_PARSER.rsplit(".", 1))
 
 
-def _named(line: str, cmdset: Any) -> list[Any]:
+def _named(line: str, cmdset: GameCmdSet) -> list[GameCommand]:
     """Commands of ``cmdset`` whose name or alias begins ``line``, whatever their locks.
 
     Matched as the default parser matches: with the prefixes first, then without
@@ -70,7 +79,8 @@ def _named(line: str, cmdset: Any) -> list[Any]:
 
 
 @defer.inlineCallbacks
-def command_refusal(char: Any, line: str) -> Any:
+def command_refusal(char: GameObject, line: str
+                    ) -> Generator[defer.Deferred[object], object, JSONObject | None]:
     """Why ``char`` may not run ``line`` (a refusal dict), or None when it may.
 
     * a command ``char`` may call matches ``line``: None (Evennia runs it and
@@ -98,7 +108,7 @@ def command_refusal(char: Any, line: str) -> Any:
     return _refusal(line, NOT_FOUND, f"{char.key} has no command called {word!r}")
 
 
-def run_captured(char: Any, line: str) -> defer.Deferred[dict[str, Any]]:
+def run_captured(char: GameObject, line: str) -> defer.Deferred[JSONObject]:
     """Run ``line`` as ``char`` (``execute_cmd``); fires with what it was sent.
 
     While the command runs, ``char.msg`` collects the lines sent to the
@@ -110,7 +120,7 @@ def run_captured(char: Any, line: str) -> defer.Deferred[dict[str, Any]]:
     original = char.msg
     had_own = "msg" in vars(char)
 
-    def capture(text: Any = None, from_obj: Any = None, **kwargs: Any) -> Any:
+    def capture(text: object = None, from_obj: object = None, **kwargs: object) -> None:
         if from_obj is not None and from_obj != char:
             return original(text=text, from_obj=from_obj, **kwargs)
         if text is not None:
@@ -118,7 +128,7 @@ def run_captured(char: Any, line: str) -> defer.Deferred[dict[str, Any]]:
             output.extend(strip_ansi(str(shown)).splitlines())
         return None
 
-    def restore(result: Any) -> Any:
+    def restore(result: object) -> object:
         if had_own:
             char.msg = original
         else:

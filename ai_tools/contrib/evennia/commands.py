@@ -13,21 +13,29 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from evennia import CmdSet
 from evennia.commands.default.muxcommand import MuxCommand
 from evennia.utils import create
 from evennia.utils.evtable import EvTable
 from evennia.utils.utils import inherits_from
+from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from ai_tools.contrib.evennia.conf import ai_setting
+from ai_tools.contrib.evennia.game_objects import GameObject
 from ai_tools.contrib.evennia.lookup import (
     all_assistant_scripts,
     get_assistant_script,
     get_assistant_script_for_character,
 )
+from ai_tools.json_types import JSONMapping, JSONObject
+
+if TYPE_CHECKING:
+    from ai_tools.contrib.evennia.scripts import AssistantScript
+    from ai_tools.contrib.evennia.service import EvenniaAssistantHost
 
 NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")
 """An assistant's name, whole (``fullmatch``: ``$`` would let a trailing newline through)."""
@@ -60,7 +68,7 @@ CONFIG_KEYS = (
 """The AssistantConfig fields a builder may set with ``aiassistant/config``."""
 
 
-def _undeclared_mcp_servers(names: Any) -> str | None:
+def _undeclared_mcp_servers(names: Iterable[str] | None) -> str | None:
     """Why ``mcp_servers = names`` names a server ``AI_TOOLS_MCP_SERVERS`` lacks (None: fine)."""
     from ai_tools.contrib.evennia.conf import ai_setting
 
@@ -72,13 +80,13 @@ def _undeclared_mcp_servers(names: Any) -> str | None:
             f"(declared: {', '.join(sorted(declared)) or 'none'})")
 
 
-def _host() -> Any:
+def _host() -> EvenniaAssistantHost | None:
     from ai_tools.contrib.evennia.service import get_host
 
     return get_host()
 
 
-def _short(value: Any, limit: int = 70) -> str:
+def _short(value: object, limit: int = 70) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -152,7 +160,7 @@ class CmdAIAssistant(MuxCommand):
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _script(self, name: str) -> Any:
+    def _script(self, name: str) -> AssistantScript | None:
         name = name.strip()
         if not name:
             self.msg("Which assistant? Give its name.")
@@ -166,10 +174,10 @@ class CmdAIAssistant(MuxCommand):
             self.msg(f"No assistant called '{name}'.")
         return script
 
-    def _report(self, d: Any, done: str) -> None:
+    def _report(self, d: defer.Deferred[object], done: str) -> None:
         """Tell the caller when the service has applied a change (or why it failed)."""
 
-        def ok(_: Any) -> None:
+        def ok(_: object) -> None:
             self.msg(done)
 
         def failed(failure: Failure) -> None:
@@ -205,7 +213,7 @@ class CmdAIAssistant(MuxCommand):
         self._start(script)
 
     @staticmethod
-    def _new_script(character: Any, name: str) -> Any:
+    def _new_script(character: GameObject, name: str) -> AssistantScript:
         """Create, tag and enable the assistant script of ``character``."""
         typeclass = ai_setting("AI_TOOLS_SCRIPT_TYPECLASS")
         script = create.create_script(typeclass, obj=character, autostart=True)
@@ -213,7 +221,7 @@ class CmdAIAssistant(MuxCommand):
         script.db.enabled = True
         return script
 
-    def _start(self, script: Any) -> None:
+    def _start(self, script: AssistantScript) -> None:
         """Run the new assistant now if the service runs here."""
         host = _host()
         name = script.assistant_key
@@ -282,7 +290,7 @@ class CmdAIAssistant(MuxCommand):
         """Make the assistant idle."""
         self._set_enabled(False)
 
-    def _status_of(self, script: Any) -> dict[str, Any]:
+    def _status_of(self, script: AssistantScript) -> JSONObject:
         host = _host()
         name = script.assistant_key
         if host is not None and name in host.service:
@@ -329,7 +337,7 @@ class CmdAIAssistant(MuxCommand):
         self.msg(f"|wAI assistants|n (service {running})\n{table}")
 
     @staticmethod
-    def _last_tick_text(last: Any) -> str:
+    def _last_tick_text(last: JSONMapping | None) -> str:
         if not last:
             return "none yet"
         text = f"#{last.get('tick')} {last.get('status')}"
@@ -341,7 +349,7 @@ class CmdAIAssistant(MuxCommand):
             text += f", {len(last['errors'])} error(s)"
         return text
 
-    def format_status(self, name: str, status: dict[str, Any]) -> str:
+    def format_status(self, name: str, status: JSONMapping) -> str:
         """The text of ``aiassistant/status <name>``."""
         lines = [
             f"|wAssistant {name}|n"
@@ -397,7 +405,7 @@ class CmdAIAssistant(MuxCommand):
         self.msg("\n".join(lines))
 
     @staticmethod
-    def _message_text(message: dict[str, Any]) -> str:
+    def _message_text(message: JSONMapping) -> str:
         calls = message.get("tool_calls") or ()
         if calls:
             described = []
@@ -447,7 +455,7 @@ class CmdAIAssistant(MuxCommand):
             self.msg(f"Unknown key '{key}'. Keys: {', '.join(CONFIG_KEYS)}.")
             return
         raw = (self.rhs or "").strip()
-        value: Any = None
+        value: object = None
         if raw:
             try:
                 value = json.loads(raw)

@@ -15,7 +15,10 @@ and are reached regardless.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ai_tools.contrib.evennia.game_objects import GameObject
 
 __all__ = ["PortalUnreachable", "check_reachable", "portal_link_lost"]
 
@@ -43,7 +46,7 @@ def portal_link_lost() -> bool:
     )
 
 
-def check_reachable(receivers: Iterable[Any], what: str) -> None:
+def check_reachable(receivers: Iterable[GameObject], what: str) -> None:
     """Raise :class:`PortalUnreachable` if a player among ``receivers`` would miss ``what``."""
     if not portal_link_lost():
         return

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from collections.abc import Container
 
 import attrs
 from evennia.objects.objects import DefaultCharacter
@@ -30,6 +30,7 @@ from twisted.logger import Logger
 from ai_tools.contrib.evennia.conf import ai_setting
 from ai_tools.contrib.evennia.kinds import dbref_of, is_object, kind_of
 from ai_tools.contrib.evennia.listeners import LISTENERS, ListenerRegistry
+from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.world.messages import WorldMessage
 
 __all__ = [
@@ -55,7 +56,7 @@ _PAGE = re.compile(r"^(?P<who>.+?)\s+pages(?: you)?:\s*(?P<speech>.*)$", re.DOTA
 _ACCOUNT_PAGE = re.compile(r"^Account\s+(?P<who>.+?)\s+pages:\s*(?P<speech>.*)$", re.DOTALL)
 
 
-def _plain(text: Any) -> str:
+def _plain(text: object) -> str:
     from evennia.utils.ansi import strip_ansi
 
     return strip_ansi(str(text)).strip()
@@ -79,7 +80,7 @@ class HeardMessage(WorldMessage):
     sender_kind: str = "object"
     context: str | None = None
 
-    def to_event(self) -> dict[str, Any]:
+    def to_event(self) -> JSONObject:
         """The pending-event dict (WorldMessage's, plus this class's extra fields)."""
         event = super().to_event()
         event["line"] = self.line or event["line"]
@@ -90,7 +91,7 @@ class HeardMessage(WorldMessage):
         return event
 
 
-def _line_and_options(text: Any) -> tuple[str, dict[str, Any]]:
+def _line_and_options(text: object) -> tuple[str, JSONMapping]:
     """The plain text of a ``msg()`` text argument and its options (``type``...)."""
     if isinstance(text, tuple | list):
         line = text[0] if text else ""
@@ -100,7 +101,7 @@ def _line_and_options(text: Any) -> tuple[str, dict[str, Any]]:
     return _plain(line), options
 
 
-def _kind_and_speech(line: str, options: dict[str, Any]) -> tuple[str | None, str, str]:
+def _kind_and_speech(line: str, options: JSONMapping) -> tuple[str | None, str, str]:
     """The message type, the words spoken and who the line says spoke them.
 
     The type is the one Evennia put in the text tuple, or ``page`` for an
@@ -127,7 +128,7 @@ class _Speaker:
     kind: str = "object"
 
 
-def _speaker_facts(speaker: Any) -> _Speaker:
+def _speaker_facts(speaker: object) -> _Speaker:
     """The speaker's object id (None for an account), rights and kind."""
     if speaker is None or getattr(speaker, "id", None) is None:
         return _Speaker()
@@ -142,10 +143,10 @@ def _speaker_facts(speaker: Any) -> _Speaker:
 
 
 def heard_message(
-    receiver: Any,
-    text: Any,
-    from_obj: Any,
-    kinds: Any = HEARD_KINDS,
+    receiver: object,
+    text: object,
+    from_obj: object,
+    kinds: Container[str | None] = HEARD_KINDS,
     player_context: str | None = "player",
 ) -> HeardMessage | None:
     """What ``receiver`` hears in a ``msg()`` call, or None if it is not speech.
@@ -194,7 +195,8 @@ class AssistantCharacterMixin:
     session puppeting the character.
     """
 
-    def at_msg_receive(self, text: Any = None, from_obj: Any = None, **kwargs: Any) -> Any:
+    def at_msg_receive(self, text: object = None, from_obj: object = None,
+                       **kwargs: object) -> bool:
         """Evennia hook: called by ``msg()`` before the message goes to sessions."""
         try:
             self.ai_hear(text, from_obj)
@@ -202,7 +204,7 @@ class AssistantCharacterMixin:
             log.failure("hearing hook failed on #{id}", id=getattr(self, "id", "?"))
         return super().at_msg_receive(text=text, from_obj=from_obj, **kwargs)  # type: ignore[misc]
 
-    def ai_hear(self, text: Any, from_obj: Any) -> HeardMessage | None:
+    def ai_hear(self, text: object, from_obj: object) -> HeardMessage | None:
         """Turn one message into a :class:`HeardMessage` and deliver it (or queue it)."""
         from ai_tools.contrib.evennia.lookup import get_assistant_script_for_character
 

@@ -7,7 +7,7 @@ which both describe Evennia objects to the engine: ids are dbref strings
 
 from __future__ import annotations
 
-from typing import Any
+from ai_tools.contrib.evennia.game_objects import GameObject
 
 ROOM = "evennia.objects.objects.DefaultRoom"
 EXIT = "evennia.objects.objects.DefaultExit"
@@ -15,12 +15,12 @@ CHARACTER = "evennia.objects.objects.DefaultCharacter"
 OBJECT = "evennia.objects.objects.DefaultObject"
 
 
-def dbref_of(obj: Any) -> str:
+def dbref_of(obj: GameObject) -> str:
     """The id of an Evennia object as the contract spells it (``"#12"``)."""
     return f"#{obj.id}"
 
 
-def kind_of(obj: Any) -> str:
+def kind_of(obj: GameObject) -> str:
     """``"room"``, ``"exit"``, ``"character"`` or ``"object"``."""
     from evennia.utils.utils import inherits_from
 
@@ -33,7 +33,7 @@ def kind_of(obj: Any) -> str:
     return "object"
 
 
-def is_object(obj: Any) -> bool:
+def is_object(obj: object) -> bool:
     """Whether ``obj`` is an in-game object (not an account or a script)."""
     from evennia.utils.utils import inherits_from
 

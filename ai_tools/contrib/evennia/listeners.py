@@ -9,9 +9,12 @@ both use this registry.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from twisted.logger import Logger
+
+if TYPE_CHECKING:
+    from ai_tools.world.messages import WorldMessage
 
 log = Logger()
 
@@ -20,9 +23,10 @@ class ListenerRegistry:
     """Listeners per character id; delivery never lets a listener's error escape."""
 
     def __init__(self) -> None:
-        self._listeners: dict[str, list[Callable[[Any], Any]]] = {}
+        self._listeners: dict[str, list[Callable[[WorldMessage], object]]] = {}
 
-    def add(self, char_id: str, listener: Callable[[Any], Any]) -> Callable[[], None]:
+    def add(self, char_id: str,
+            listener: Callable[[WorldMessage], object]) -> Callable[[], None]:
         """Register ``listener`` for ``char_id``; returns the function that removes it."""
         self._listeners.setdefault(char_id, []).append(listener)
 
@@ -39,7 +43,7 @@ class ListenerRegistry:
         """Whether anything listens to ``char_id``."""
         return bool(self._listeners.get(char_id))
 
-    def deliver(self, char_id: str, message: Any) -> int:
+    def deliver(self, char_id: str, message: WorldMessage) -> int:
         """Call every listener of ``char_id`` with ``message``; returns how many were called."""
         delivered = 0
         for listener in list(self._listeners.get(char_id, ())):

@@ -9,23 +9,22 @@ was removed by hand).
 
 from __future__ import annotations
 
-from typing import Any
-
 from evennia.scripts.models import ScriptDB
 from evennia.utils import search
 from evennia.utils.utils import inherits_from
 
-from ai_tools.contrib.evennia.scripts import TAG_CATEGORY, assistant_tag
+from ai_tools.contrib.evennia.game_objects import GameObject
+from ai_tools.contrib.evennia.scripts import TAG_CATEGORY, AssistantScript, assistant_tag
 
 SCRIPT_CLASS = "ai_tools.contrib.evennia.scripts.AssistantScript"
 """Every assistant script inherits from this typeclass."""
 
 
-def _is_assistant_script(script: Any) -> bool:
+def _is_assistant_script(script: object) -> bool:
     return inherits_from(script, SCRIPT_CLASS)
 
 
-def get_assistant_script(assistant_key: str) -> Any | None:
+def get_assistant_script(assistant_key: str) -> AssistantScript | None:
     """The script of the assistant called ``assistant_key``, or None."""
     if not assistant_key:
         return None
@@ -34,7 +33,8 @@ def get_assistant_script(assistant_key: str) -> Any | None:
     return scripts[0] if scripts else None
 
 
-def get_assistant_script_for_character(character: Any) -> Any | None:
+def get_assistant_script_for_character(character: GameObject | None
+                                       ) -> AssistantScript | None:
     """The canonical way to find a character's assistant script (None if it has none).
 
     1. Tag lookup: ``ai_assistant:<character.db.assistant_key>`` in category ``system``,
@@ -63,7 +63,7 @@ def get_assistant_script_for_character(character: Any) -> Any | None:
     return None
 
 
-def all_assistant_scripts() -> list[Any]:
+def all_assistant_scripts() -> list[AssistantScript]:
     """Every assistant script in the game (found by their lookup tags), oldest first."""
     tagged = ScriptDB.objects.filter(
         db_tags__db_key__startswith="ai_assistant:", db_tags__db_category=TAG_CATEGORY

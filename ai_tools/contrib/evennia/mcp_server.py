@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from twisted.application.service import MultiService
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.web.resource import Resource
 
@@ -37,6 +38,9 @@ from ai_tools.mcp.server_http import McpHttpEndpoint, McpResource
 from ai_tools.web.api import ApiSite
 from ai_tools.web.listen import ListeningService, binds_locally
 from ai_tools.web.origin import OriginPolicy, parse_allowed_hosts
+
+if TYPE_CHECKING:
+    from ai_tools.service.service import AssistantService
 
 __all__ = ["McpListener", "McpListenerSettings", "mcp_listener", "parse_mcp_setting"]
 
@@ -58,7 +62,7 @@ class McpListenerSettings:
         self.max_body = max_body
 
 
-def parse_mcp_setting(value: Any, environ: Mapping[str, str] | None = None
+def parse_mcp_setting(value: object, environ: Mapping[str, str] | None = None
                       ) -> McpListenerSettings | None:
     """The setting checked (None: not set, or ``enabled`` false); ConfigError says why."""
     if not value:
@@ -117,7 +121,8 @@ class McpListener(MultiService):
         return defer.maybeDeferred(super().stopService)
 
 
-def mcp_listener(service: Any, settings: McpListenerSettings, clock: Any) -> McpListener:
+def mcp_listener(service: AssistantService, settings: McpListenerSettings,
+                 clock: IReactorTime) -> McpListener:
     """The game's MCP server listening where the settings say (add it to the host)."""
     endpoint = McpHttpEndpoint(game_server(settings.serve, service, service.world, clock), clock,
                                max_sessions=settings.serve.max_sessions,

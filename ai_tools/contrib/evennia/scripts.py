@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
 
 from evennia.scripts.scripts import DefaultScript
 
 from ai_tools.contrib.evennia.conf import ai_setting
+from ai_tools.contrib.evennia.game_objects import GameObject
+from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.store.serialization import encode_json
 
 TAG_CATEGORY = "system"
@@ -76,13 +77,13 @@ class AssistantScript(DefaultScript):
             self.db.character_dbref = self.obj.dbref
 
     @property
-    def character(self) -> Any:
+    def character(self) -> GameObject | None:
         """The character the assistant acts through (the object the script is on)."""
         return self.obj
 
     # -- config --------------------------------------------------------
 
-    def assistant_config(self) -> dict[str, Any]:
+    def assistant_config(self) -> JSONObject:
         """The assistant's ``AssistantConfig`` as a mapping.
 
         ``AI_TOOLS_ASSISTANT_DEFAULTS`` updated by ``db.config``, with the name,
@@ -95,7 +96,7 @@ class AssistantScript(DefaultScript):
         config["enabled"] = bool(self.db.enabled)
         return config
 
-    def set_config(self, name: str, value: Any) -> None:
+    def set_config(self, name: str, value: object) -> None:
         """Set one key of the assistant's own config (None removes it)."""
         config = dict(self.db.config or {})
         if value is None:
@@ -106,14 +107,14 @@ class AssistantScript(DefaultScript):
 
     # -- events --------------------------------------------------------
 
-    def queue_event(self, event: dict[str, Any]) -> None:
+    def queue_event(self, event: JSONMapping) -> None:
         """Keep an event heard while no service listens (oldest dropped past the cap)."""
         inbox = list(self.db.inbox or [])
         inbox.append(dict(event))
         cap = int(ai_setting("AI_TOOLS_MAX_PENDING_EVENTS"))
         self.db.inbox = inbox[-cap:]
 
-    def drain_inbox(self) -> list[dict[str, Any]]:
+    def drain_inbox(self) -> list[JSONObject]:
         """Take and clear the events heard while no service listened."""
         inbox = [dict(e) for e in (self.db.inbox or [])]
         self.db.inbox = []
@@ -121,14 +122,14 @@ class AssistantScript(DefaultScript):
 
     # -- state ---------------------------------------------------------
 
-    def load_state(self) -> dict[str, Any] | None:
+    def load_state(self) -> JSONObject | None:
         """The engine's saved state dict (a fresh copy), or None."""
         encoded = self.db.state
         if not encoded:
             return None
         return dict(json.loads(encoded))
 
-    def save_state(self, state: dict[str, Any]) -> None:
+    def save_state(self, state: JSONMapping) -> None:
         """Replace the engine's saved state dict (kept as JSON text: one cheap write)."""
         self.db.state = encode_json(dict(state), "assistant state")
 
@@ -138,18 +139,18 @@ class AssistantScript(DefaultScript):
         self.db.state = None
         return had
 
-    def history(self) -> list[dict[str, Any]]:
+    def history(self) -> list[JSONObject]:
         """The conversation history saved in the state (chat-completion messages)."""
         state = self.load_state() or {}
         return [dict(m) for m in state.get("history") or ()]
 
-    def pending_events(self) -> list[dict[str, Any]]:
+    def pending_events(self) -> list[JSONObject]:
         """Events not yet handled: those in the saved state, then the inbox."""
         state = self.load_state() or {}
         saved = [dict(e) for e in state.get("pending_events") or ()]
         return saved + [dict(e) for e in (self.db.inbox or [])]
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JSONObject:
         """What ``aiassistant/status`` shows when the service is not running."""
         state = self.load_state() or {}
         return {

@@ -20,11 +20,13 @@ and picks up where the old one stopped.
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Generator
+from typing import TYPE_CHECKING
 
 from django.conf import settings
-from twisted.application.service import MultiService
+from twisted.application.service import IServiceCollection, MultiService
 from twisted.internet import defer
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -34,6 +36,16 @@ from ai_tools.contrib.evennia.store import ScriptStore
 from ai_tools.contrib.evennia.world import EvenniaWorld
 from ai_tools.default_reactor import global_reactor
 from ai_tools.service.service import AssistantService
+
+if TYPE_CHECKING:
+    from ai_tools.contrib.evennia.mcp_server import McpListener
+    from ai_tools.contrib.evennia.scripts import AssistantScript
+    from ai_tools.llm.client import OpenAIChatClient
+    from ai_tools.mcp.servers import McpClientService
+    from ai_tools.service.assistant import Assistant
+    from ai_tools.store.memory import MemoryStore
+    from ai_tools.store.sqlite import SQLiteStore
+    from ai_tools.tools.registry import ToolRegistry
 
 log = Logger()
 
@@ -51,7 +63,7 @@ def get_host() -> EvenniaAssistantHost | None:
     return _HOST
 
 
-def build_llms(reactor: Any = None) -> dict[str, Any]:
+def build_llms(reactor: IReactorTime | None = None) -> dict[str, OpenAIChatClient]:
     """Model clients from ``AI_TOOLS_LLM`` (called ``default``) and ``AI_TOOLS_LLMS``."""
     from ai_tools.llm.client import OpenAIChatClient
     from ai_tools.llm.profile import ModelProfile
@@ -68,7 +80,7 @@ def build_llms(reactor: Any = None) -> dict[str, Any]:
     return clients
 
 
-def build_records_store(reactor: Any = None) -> Any:
+def build_records_store(reactor: IReactorTime | None = None) -> MemoryStore | SQLiteStore:
     """The store of records and cache entries (``AI_TOOLS_RECORDS_DB``)."""
     path = ai_setting("AI_TOOLS_RECORDS_DB")
     if not path:
@@ -82,7 +94,7 @@ def build_records_store(reactor: Any = None) -> Any:
     return SQLiteStore(path=path, clock=reactor, reactor=reactor, synchronous="NORMAL")
 
 
-def build_registry() -> Any:
+def build_registry() -> ToolRegistry:
     """The default tool library plus ``AI_TOOLS_EXTRA_TOOLS``."""
     from evennia.utils.utils import class_from_module
 
@@ -95,13 +107,13 @@ def build_registry() -> Any:
     return registry
 
 
-def build_service(reactor: Any = None, **overrides: Any) -> AssistantService:
+def build_service(reactor: IReactorTime | None = None, **overrides: object) -> AssistantService:
     """An AssistantService configured from the game's settings.
 
     ``overrides`` replace constructor arguments (tests give a fake ``llm``, a
     ``task.Clock`` or a memory store).
     """
-    arguments: dict[str, Any] = {
+    arguments: dict[str, object] = {
         "store": None,
         "registry": None,
         "world": EvenniaWorld(),
@@ -121,7 +133,8 @@ def build_service(reactor: Any = None, **overrides: Any) -> AssistantService:
     return AssistantService(**arguments)
 
 
-def build_mcp_client(service: AssistantService, reactor: Any) -> Any:
+def build_mcp_client(service: AssistantService,
+                     reactor: IReactorTime) -> McpClientService | None:
     """The MCP servers of ``AI_TOOLS_MCP_SERVERS`` for ``service``'s assistants (None: none)."""
     from ai_tools.mcp.config import parse_servers
 
@@ -145,7 +158,8 @@ class EvenniaAssistantHost(MultiService):
 
     name = "ai_tools"
 
-    def __init__(self, service: AssistantService | None = None, clock: Any = None) -> None:
+    def __init__(self, service: AssistantService | None = None,
+                 clock: IReactorTime | None = None) -> None:
         super().__init__()
         self._clock = clock
         self.service = service if service is not None else build_service(clock)
@@ -154,11 +168,11 @@ class EvenniaAssistantHost(MultiService):
         if self.mcp_client is not None:
             self.mcp_client.setServiceParent(self)
         self.service.setServiceParent(self)
-        self._synced: defer.Deferred[Any] | None = None
-        self._sync_call: Any = None
+        self._synced: defer.Deferred[list[str]] | None = None
+        self._sync_call: IDelayedCall | None = None
 
     @property
-    def clock(self) -> Any:
+    def clock(self) -> IReactorTime:
         """The reactor (or the clock given to the constructor)."""
         if self._clock is None:
             self._clock = global_reactor()
@@ -175,11 +189,11 @@ class EvenniaAssistantHost(MultiService):
         self._sync_call = None
         self._synced = self.sync()
 
-    def when_synced(self) -> defer.Deferred[Any]:
+    def when_synced(self) -> defer.Deferred[None]:
         """Fires once the first sync has run (at once if it has)."""
         if self._synced is None:
             return defer.succeed(None)
-        d: defer.Deferred[Any] = defer.Deferred()
+        d: defer.Deferred[None] = defer.Deferred()
         self._synced.addBoth(lambda r: (d.callback(None), r)[1])
         return d
 
@@ -213,7 +227,7 @@ class EvenniaAssistantHost(MultiService):
     # -- keeping the service in step -------------------------------------------------
 
     @defer.inlineCallbacks
-    def sync(self) -> Any:
+    def sync(self) -> Generator[defer.Deferred[object], object, list[str]]:
         """Add every assistant script the service does not run yet; returns their names."""
         added = []
         for script in all_assistant_scripts():
@@ -230,7 +244,8 @@ class EvenniaAssistantHost(MultiService):
         return added
 
     @defer.inlineCallbacks
-    def attach(self, script: Any) -> Any:
+    def attach(self, script: AssistantScript
+               ) -> Generator[defer.Deferred[object], object, Assistant]:
         """Run ``script``'s assistant in the service (restoring its saved state)."""
         name = script.assistant_key
         if name in self.service:
@@ -247,7 +262,8 @@ class EvenniaAssistantHost(MultiService):
         return assistant
 
     @defer.inlineCallbacks
-    def reload_assistant(self, name: str) -> Any:
+    def reload_assistant(self, name: str
+                         ) -> Generator[defer.Deferred[object], object, Assistant | None]:
         """Apply a changed config in place (``AssistantService.reconfigure``): history,
         pending events and counters stay, and its character keeps hearing throughout
         (re-adding it would leave a moment when nothing is heard).  An assistant not
@@ -270,7 +286,7 @@ class EvenniaAssistantHost(MultiService):
             return defer.succeed(None)
         return self.service.remove_assistant(name)
 
-    def set_enabled(self, name: str, enabled: bool) -> defer.Deferred[Any]:
+    def set_enabled(self, name: str, enabled: bool) -> defer.Deferred[object]:
         """Enable or disable ``name`` in the service (adding it first if needed)."""
         if name not in self.service:
             script = get_assistant_script(name)
@@ -282,7 +298,8 @@ class EvenniaAssistantHost(MultiService):
         return self.service.disable(name)
 
 
-def _at_most(d: defer.Deferred[Any], seconds: float, clock: Any) -> defer.Deferred[None]:
+def _at_most(d: defer.Deferred[object], seconds: float,
+             clock: IReactorTime) -> defer.Deferred[None]:
     """Fires with None when ``d`` fires or after ``seconds``, whichever is first.
 
     ``d`` is not cancelled (what it still does finishes if the process lives
@@ -296,7 +313,7 @@ def _at_most(d: defer.Deferred[Any], seconds: float, clock: Any) -> defer.Deferr
                      seconds=seconds)
             result.callback(None)
 
-    def done(outcome: Any) -> None:
+    def done(outcome: object) -> None:
         if isinstance(outcome, Failure):
             log.failure("ai_tools: stopping the assistant service failed", outcome)
         if timer.active():
@@ -309,7 +326,7 @@ def _at_most(d: defer.Deferred[Any], seconds: float, clock: Any) -> defer.Deferr
     return result
 
 
-def start_plugin_services(server: Any) -> None:
+def start_plugin_services(server: IServiceCollection) -> None:
     """Evennia hook (``SERVER_SERVICES_PLUGIN_MODULES``): add the host to the Server."""
     if not ai_setting("AI_TOOLS_ENABLED"):
         log.info("ai_tools: AI_TOOLS_ENABLED is off; no assistants will run")
@@ -322,7 +339,7 @@ def start_plugin_services(server: Any) -> None:
     host.setServiceParent(server)
 
 
-def serve_mcp(host: EvenniaAssistantHost) -> Any:
+def serve_mcp(host: EvenniaAssistantHost) -> McpListener | None:
     """With ``AI_TOOLS_MCP_SERVE`` set, the host also serves the game's tools over MCP
     (:mod:`ai_tools.contrib.evennia.mcp_server`); returns that listener, or None."""
     from ai_tools.contrib.evennia.mcp_server import mcp_listener, parse_mcp_setting

@@ -15,7 +15,7 @@ Evennia itself writes them; the records store keeps its own thread pool.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 import attrs
 from twisted.internet import defer
@@ -26,8 +26,14 @@ from ai_tools.contrib.evennia.lookup import all_assistant_scripts, get_assistant
 from ai_tools.errors import NotFound
 from ai_tools.history_format import repair_state
 from ai_tools.interfaces import IStore
+from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.store.history_repair import log_repair
 from ai_tools.store.serialization import check_name, check_state
+
+if TYPE_CHECKING:
+    from ai_tools.contrib.evennia.scripts import AssistantScript
+    from ai_tools.store.memory import MemoryStore
+    from ai_tools.store.sqlite import SQLiteStore
 
 log = Logger()
 
@@ -37,7 +43,7 @@ log = Logger()
 class ScriptStore:
     """Assistant state on AssistantScripts; records and cache in ``records``."""
 
-    records: Any
+    records: MemoryStore | SQLiteStore
     """The IStore that keeps records and cache entries (SQLiteStore or MemoryStore)."""
 
     def open(self) -> defer.Deferred[None]:
@@ -51,17 +57,17 @@ class ScriptStore:
     # -- assistant state: on the scripts ------------------------------------------
 
     @staticmethod
-    def _script(name: str) -> Any:
+    def _script(name: str) -> AssistantScript:
         script = get_assistant_script(check_name(name, "assistant name"))
         if script is None:
             raise NotFound(f"no assistant script for {name!r}")
         return script
 
-    def load_assistant(self, name: str) -> defer.Deferred[dict[str, Any] | None]:
+    def load_assistant(self, name: str) -> defer.Deferred[JSONObject | None]:
         """The state saved on ``name``'s script (its history repaired), or None."""
         return defer.maybeDeferred(self._load, name)
 
-    def _load(self, name: str) -> dict[str, Any] | None:
+    def _load(self, name: str) -> JSONObject | None:
         script = get_assistant_script(check_name(name, "assistant name"))
         state = script.load_state() if script is not None else None
         if state is None:
@@ -70,15 +76,15 @@ class ScriptStore:
         log_repair(name, report)
         return repaired
 
-    def save_assistant(self, name: str, state: Mapping[str, Any]) -> defer.Deferred[None]:
+    def save_assistant(self, name: str, state: JSONMapping) -> defer.Deferred[None]:
         """Write ``name``'s state on its script."""
         return self.save_many({name: state})
 
-    def save_many(self, states: Mapping[str, Mapping[str, Any]]) -> defer.Deferred[None]:
+    def save_many(self, states: Mapping[str, JSONMapping]) -> defer.Deferred[None]:
         """Write several states; every state is checked before any is written."""
         return defer.maybeDeferred(self._save_many, states)
 
-    def _save_many(self, states: Mapping[str, Mapping[str, Any]]) -> None:
+    def _save_many(self, states: Mapping[str, JSONMapping]) -> None:
         targets = []
         for name, state in states.items():
             check_state(state)
@@ -105,15 +111,16 @@ class ScriptStore:
 
     # -- everything else: the records store ---------------------------------------
 
-    def cache_get(self, namespace: str, key: str, now: float) -> Any:
+    def cache_get(self, namespace: str, key: str, now: float) -> defer.Deferred[object]:
         """Delegated to the records store."""
         return self.records.cache_get(namespace, key, now)
 
-    def cache_put(self, namespace: str, key: str, value: Any, expires_at: float | None) -> Any:
+    def cache_put(self, namespace: str, key: str, value: object,
+                  expires_at: float | None) -> defer.Deferred[None]:
         """Delegated to the records store."""
         return self.records.cache_put(namespace, key, value, expires_at)
 
-    def cache_invalidate(self, namespace: str) -> Any:
+    def cache_invalidate(self, namespace: str) -> defer.Deferred[int]:
         """Delegated to the records store."""
         return self.records.cache_invalidate(namespace)
 
@@ -122,17 +129,18 @@ class ScriptStore:
         owner: str,
         collection: str,
         content: str,
-        metadata: Any = None,
-        parent_id: Any = None,
-    ) -> Any:
+        metadata: JSONMapping | None = None,
+        parent_id: int | None = None,
+    ) -> defer.Deferred[JSONObject]:
         """Delegated to the records store."""
         return self.records.add_record(owner, collection, content, metadata, parent_id)
 
-    def update_record(self, record_id: Any, content: Any = None, metadata: Any = None) -> Any:
+    def update_record(self, record_id: int, content: str | None = None,
+                      metadata: JSONMapping | None = None) -> defer.Deferred[JSONObject]:
         """Delegated to the records store."""
         return self.records.update_record(record_id, content, metadata)
 
-    def get_record(self, record_id: Any) -> Any:
+    def get_record(self, record_id: int) -> defer.Deferred[JSONObject | None]:
         """Delegated to the records store."""
         return self.records.get_record(record_id)
 
@@ -142,16 +150,17 @@ class ScriptStore:
         collection: str,
         limit: int = 20,
         newest_first: bool = True,
-        parent_id: Any = None,
-    ) -> Any:
+        parent_id: int | None = None,
+    ) -> defer.Deferred[list[JSONObject]]:
         """Delegated to the records store."""
         return self.records.list_records(owner, collection, limit, newest_first, parent_id)
 
-    def search_records(self, owner: str, collection: str, query: str, limit: int = 10) -> Any:
+    def search_records(self, owner: str, collection: str, query: str,
+                       limit: int = 10) -> defer.Deferred[list[JSONObject]]:
         """Delegated to the records store."""
         return self.records.search_records(owner, collection, query, limit)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         # Optional store extras (delete_record, cache_purge_expired...) go to the
         # records store, so tools that feature-test for them keep working.
         if name.startswith("_") or name == "records":

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import attrs
 from django.conf import settings
@@ -35,10 +34,16 @@ from zope.interface import implementer
 
 from ai_tools.contrib.evennia.command_line import command_refusal, run_captured
 from ai_tools.contrib.evennia.delivery import check_reachable
+from ai_tools.contrib.evennia.game_objects import (
+    GameChannel,
+    GameHelpEntry,
+    GameObject,
+)
 from ai_tools.contrib.evennia.kinds import CHARACTER, EXIT, ROOM, dbref_of, kind_of
 from ai_tools.contrib.evennia.listeners import LISTENERS
 from ai_tools.errors import NotFound, PermissionDenied
 from ai_tools.interfaces import IWorld
+from ai_tools.json_types import JSONObject, JSONValue
 
 __all__ = ["CHARACTER", "EXIT", "ROOM", "EvenniaWorld", "dbref_of", "jsonable"]
 
@@ -71,7 +76,7 @@ MAX_VALUE_CHARS = 4000
 """Attribute values larger than this (as JSON) are refused by set_attribute."""
 
 
-def jsonable(value: Any, depth: int = 0) -> Any:
+def jsonable(value: object, depth: int = 0) -> JSONValue:
     """A JSON-serialisable copy of an attribute value.
 
     Saver collections become lists/dicts, database objects become their
@@ -95,11 +100,11 @@ def jsonable(value: Any, depth: int = 0) -> Any:
     return repr(value)
 
 
-def _rank(query: str) -> Callable[[Any], tuple[int, int]]:
+def _rank(query: str) -> Callable[[GameObject], tuple[int, int]]:
     """Sort key of search results: exact names first, then prefixes, then the rest."""
     folded = query.casefold()
 
-    def rank(obj: Any) -> tuple[int, int]:
+    def rank(obj: GameObject) -> tuple[int, int]:
         names = [obj.key.casefold(), *(a.casefold() for a in obj.aliases.all())]
         if folded in names:
             return (0, obj.id)
@@ -125,7 +130,7 @@ class EvenniaWorld:
     # lookups
     # ------------------------------------------------------------------
 
-    def _find(self, obj_id: Any) -> Any | None:
+    def _find(self, obj_id: object) -> GameObject | None:
         """The Evennia object for ``obj_id`` (``"#12"``), or None."""
         from evennia.objects.models import ObjectDB
         from evennia.utils.utils import dbref
@@ -140,21 +145,21 @@ class EvenniaWorld:
         except ObjectDB.DoesNotExist:
             return None
 
-    def _require(self, obj_id: Any, what: str = "object") -> Any:
+    def _require(self, obj_id: object, what: str = "object") -> GameObject:
         obj = self._find(obj_id)
         if obj is None:
             raise NotFound(f"no {what} with id {obj_id!r}")
         return obj
 
-    def _character(self, char_id: Any) -> Any:
+    def _character(self, char_id: object) -> GameObject:
         return self._require(char_id, "character")
 
     kind_of = staticmethod(kind_of)
 
-    def as_dict(self, obj: Any, detail: str = "normal") -> dict[str, Any]:
+    def as_dict(self, obj: GameObject, detail: str = "normal") -> JSONObject:
         """The contract's dict for an Evennia object."""
         kind = self.kind_of(obj)
-        data: dict[str, Any] = {
+        data: JSONObject = {
             "id": dbref_of(obj),
             "key": obj.key,
             "kind": kind,
@@ -172,15 +177,15 @@ class EvenniaWorld:
             data["tags"] = self._tags(obj)
         return data
 
-    def get_object(self, obj_id: Any) -> dict[str, Any] | None:
+    def get_object(self, obj_id: object) -> JSONObject | None:
         """The object dict of ``obj_id``, or None (also for anything not a dbref)."""
         obj = self._find(obj_id)
         return self.as_dict(obj) if obj is not None else None
 
-    def _visible(self, obj: Any, looker: Any | None) -> bool:
+    def _visible(self, obj: GameObject, looker: GameObject | None) -> bool:
         return looker is None or obj.access(looker, "view", default=True)
 
-    def describe_location(self, char_id: str, detail: str = "normal") -> dict[str, Any]:
+    def describe_location(self, char_id: str, detail: str = "normal") -> JSONObject:
         """The room ``char_id`` stands in, its exits, things and other characters."""
         char = self._character(char_id)
         room = char.location
@@ -218,7 +223,7 @@ class EvenniaWorld:
         location: str | None = None,
         kind: str | None = None,
         limit: int = 10,
-    ) -> list[dict[str, Any]]:
+    ) -> list[JSONObject]:
         """Objects whose key or aliases match ``query``, best match first."""
         query = str(query or "").strip()
         if not query or limit <= 0:
@@ -235,7 +240,7 @@ class EvenniaWorld:
                 break
         return results
 
-    def _matches(self, query: str, location: str | None, limit: int) -> list[Any]:
+    def _matches(self, query: str, location: str | None, limit: int) -> list[GameObject]:
         """The object ``query`` names by id, else the objects whose names match it.
 
         With ``location``, only what is in that room.
@@ -265,9 +270,9 @@ class EvenniaWorld:
     # ------------------------------------------------------------------
 
     @staticmethod
-    def _attributes(obj: Any, names: Iterable[str] | None = None) -> dict[str, Any]:
+    def _attributes(obj: GameObject, names: Iterable[str] | None = None) -> JSONObject:
         wanted = set(names) if names is not None else None
-        values: dict[str, Any] = {}
+        values: JSONObject = {}
         for attr in obj.attributes.all():
             if attr.category is not None or attr.key.startswith("_"):
                 continue
@@ -276,11 +281,11 @@ class EvenniaWorld:
             values[attr.key] = jsonable(attr.value)
         return values
 
-    def get_attributes(self, obj_id: str, names: Iterable[str] | None = None) -> dict[str, Any]:
+    def get_attributes(self, obj_id: str, names: Iterable[str] | None = None) -> JSONObject:
         """``{name: value}`` of the object's (non-internal) attributes."""
         return self._attributes(self._require(obj_id), names)
 
-    def _check_edit(self, char: Any, obj: Any, action: str) -> None:
+    def _check_edit(self, char: GameObject, obj: GameObject, action: str) -> None:
         """Refuse unless ``char`` controls or may edit ``obj`` (Evennia's building rule)."""
         if obj.access(char, "control") or obj.access(char, "edit"):
             return
@@ -295,7 +300,7 @@ class EvenniaWorld:
             raise PermissionDenied(f"attribute {name!r} is internal (names starting with '_')")
         return name
 
-    def set_attribute(self, char_id: str, obj_id: str, name: str, value: Any) -> dict[str, Any]:
+    def set_attribute(self, char_id: str, obj_id: str, name: str, value: object) -> JSONObject:
         """Set ``name`` to a JSON value on ``obj_id``, as ``char_id``."""
         char = self._character(char_id)
         obj = self._require(obj_id)
@@ -320,7 +325,7 @@ class EvenniaWorld:
         return True
 
     @staticmethod
-    def _tags(obj: Any, category: str | None = None) -> list[dict[str, Any]]:
+    def _tags(obj: GameObject, category: str | None = None) -> list[JSONObject]:
         pairs = obj.tags.all(return_key_and_category=True)
         return [
             {"tag": key, "category": cat}
@@ -328,11 +333,11 @@ class EvenniaWorld:
             if category is None or cat == category
         ]
 
-    def get_tags(self, obj_id: str, category: str | None = None) -> list[dict[str, Any]]:
+    def get_tags(self, obj_id: str, category: str | None = None) -> list[JSONObject]:
         """``[{"tag", "category"}]`` on ``obj_id``."""
         return self._tags(self._require(obj_id), category)
 
-    def _check_tag(self, char: Any, obj: Any, tag: str, category: str | None) -> str:
+    def _check_tag(self, char: GameObject, obj: GameObject, tag: str, category: str | None) -> str:
         tag = str(tag or "").strip()
         if not tag:
             raise ValueError("tag is empty")
@@ -343,7 +348,7 @@ class EvenniaWorld:
 
     def add_tag(
         self, char_id: str, obj_id: str, tag: str, category: str | None = None
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """Add a tag as ``char_id``; returns the object dict."""
         char = self._character(char_id)
         obj = self._require(obj_id)
@@ -363,7 +368,7 @@ class EvenniaWorld:
 
     def search_by_tag(
         self, tag: str, category: str | None = None, limit: int = 50
-    ) -> list[dict[str, Any]]:
+    ) -> list[JSONObject]:
         """Objects carrying ``tag`` (in ``category`` if given)."""
         from evennia.objects.models import ObjectDB
 
@@ -375,7 +380,7 @@ class EvenniaWorld:
     # ------------------------------------------------------------------
 
     @staticmethod
-    def _perm(char: Any, permission: str) -> bool:
+    def _perm(char: GameObject, permission: str) -> bool:
         """Evennia's ``perm()`` lock function (hierarchy, account perms, superuser)."""
         return bool(char.locks.check_lockstring(char, f"dummy:perm({permission})"))
 
@@ -390,7 +395,7 @@ class EvenniaWorld:
     # prototypes
     # ------------------------------------------------------------------
 
-    def list_prototypes(self) -> list[dict[str, Any]]:
+    def list_prototypes(self) -> list[JSONObject]:
         """``[{"key", "description"}]`` of every prototype (modules and database)."""
         from evennia.prototypes import prototypes as protlib
 
@@ -402,12 +407,12 @@ class EvenniaWorld:
         return sorted(listed, key=lambda p: p["key"])
 
     @classmethod
-    def _apply_overrides(cls, prototype: dict[str, Any], overrides: dict[str, Any]) -> None:
+    def _apply_overrides(cls, prototype: JSONObject, overrides: JSONObject) -> None:
         """Apply a spawn's overrides: ``key``, ``aliases``, ``description`` and
         ``attributes`` (a mapping); any other key is an attribute, as in Evennia's
         own prototypes.  Keys that carry rights or code are refused."""
         attrs_list = list(prototype.get("attrs") or ())
-        extra: dict[str, Any] = {}
+        extra: JSONObject = {}
         for key, value in overrides.items():
             if key in FORBIDDEN_OVERRIDES:
                 raise PermissionDenied(f"a spawn may not override {key!r}")
@@ -434,8 +439,8 @@ class EvenniaWorld:
         char_id: str,
         prototype_key: str,
         location: str | None = None,
-        overrides: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+        overrides: JSONObject | None = None,
+    ) -> JSONObject:
         """Spawn ``prototype_key`` as ``char_id`` (Builder rights and the prototype's lock)."""
         from evennia.locks.lockhandler import check_lockstring
         from evennia.prototypes import prototypes as protlib
@@ -478,7 +483,7 @@ class EvenniaWorld:
     # commands
     # ------------------------------------------------------------------
 
-    def execute_command(self, char_id: str, command: str) -> defer.Deferred[dict[str, Any]]:
+    def execute_command(self, char_id: str, command: str) -> defer.Deferred[JSONObject]:
         """Run ``command`` as the character would type it; capture what it is sent.
 
         A line the character may not run — no command of its command sets
@@ -497,7 +502,8 @@ class EvenniaWorld:
     # ------------------------------------------------------------------
 
     @staticmethod
-    def _hearers(room: Any, speaker: Any, exclude: Iterable[str] = ()) -> list[Any]:
+    def _hearers(room: GameObject, speaker: GameObject,
+                 exclude: Iterable[str] = ()) -> list[GameObject]:
         skip = set(exclude)
         return [
             obj
@@ -535,7 +541,8 @@ class EvenniaWorld:
         return [dbref_of(o) for o in hearers]
 
     @staticmethod
-    def _speak_in(room: Any, char: Any, text: str, kind: str, skipped: list[Any]) -> None:
+    def _speak_in(room: GameObject, char: GameObject, text: str, kind: str,
+                  skipped: list[GameObject]) -> None:
         """Send one say, pose or emit to the room (all but ``char`` and ``skipped``)."""
         if kind == "say" and not skipped:
             # The game's own at_say, so customised speech looks as it does for players.
@@ -543,7 +550,7 @@ class EvenniaWorld:
             return
         mapping = None
         if kind == "say":
-            shown: Any = ('{object} says, "{speech}"', {"type": "say"})
+            shown: tuple[str, JSONObject] = ('{object} says, "{speech}"', {"type": "say"})
             mapping = {"object": char, "speech": text, "location": room}
         elif kind == "pose":
             shown = (f"{char.key} {text}", {"type": "pose"})
@@ -585,7 +592,7 @@ class EvenniaWorld:
     # ------------------------------------------------------------------
 
     @staticmethod
-    def _channel(channel: str) -> Any:
+    def _channel(channel: str) -> GameChannel:
         from evennia.comms.models import ChannelDB
 
         found = ChannelDB.objects.get_channel(str(channel or "").strip())
@@ -616,7 +623,7 @@ class EvenniaWorld:
             )
         return receivers
 
-    def list_channels(self) -> list[dict[str, Any]]:
+    def list_channels(self) -> list[JSONObject]:
         """``[{"key", "description"}]`` of every channel."""
         from evennia.comms.models import ChannelDB
 
@@ -629,7 +636,7 @@ class EvenniaWorld:
     # help
     # ------------------------------------------------------------------
 
-    def help_search(self, query: str, limit: int = 5) -> list[dict[str, Any]]:
+    def help_search(self, query: str, limit: int = 5) -> list[JSONObject]:
         """Search the game's help: database entries, file entries and command help."""
         from evennia.help.utils import LunrSearch
         from lunr.exceptions import QueryParseError
@@ -680,13 +687,13 @@ class EvenniaWorld:
         ]
 
     @staticmethod
-    def _help_entries() -> list[Any]:
+    def _help_entries() -> list[GameHelpEntry]:
         """Database help entries, file help entries and the default character commands."""
         from evennia.help.filehelp import FILE_HELP_ENTRIES
         from evennia.help.models import HelpEntry
         from evennia.utils.utils import class_from_module
 
-        entries: list[Any] = list(HelpEntry.objects.all())
+        entries: list[GameHelpEntry] = list(HelpEntry.objects.all())
         entries.extend(FILE_HELP_ENTRIES.all())
         try:
             cmdset = class_from_module(settings.CMDSET_CHARACTER)()
@@ -700,7 +707,7 @@ class EvenniaWorld:
     # hearing
     # ------------------------------------------------------------------
 
-    def subscribe(self, char_id: str, listener: Callable[[Any], Any]) -> Callable[[], None]:
+    def subscribe(self, char_id: str, listener: Callable[[object], object]) -> Callable[[], None]:
         """Call ``listener`` with each message ``char_id`` hears; returns the unsubscriber."""
         char = self._character(char_id)
         return LISTENERS.add(dbref_of(char), listener)
