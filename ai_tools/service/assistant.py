@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 from twisted.internet import defer
@@ -30,16 +30,24 @@ from ai_tools.execution.history import ConversationHistory
 from ai_tools.failure_lines import RepeatedFailure
 from ai_tools.interfaces import IAssistantRuntime
 from ai_tools.loop.compaction import DEFAULT_COMPACTION, CompactionConfig
-from ai_tools.loop.config import ExitTool
+from ai_tools.loop.config import ExitTool, LoopConfig
 from ai_tools.loop.context import LoopContext, LoopControl
 from ai_tools.loop.result import LoopResult
 from ai_tools.loop.usage import ContextMeter
 from ai_tools.numbers import is_positive_number
 from ai_tools.service.patterns import validate_execution_config
-from ai_tools.service.scheduling import Clock
+from ai_tools.service.scheduling import Clock, TickScheduler
 from ai_tools.settings import near_name
 from ai_tools.store.state_json import EncodedState, StateEncoder
 from ai_tools.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from ai_tools.execution.cache import ToolCache
+    from ai_tools.interfaces import ILLMClient, IStore, IWorld
+    from ai_tools.service.approvals import ApprovalBoard
+    from ai_tools.service.state_writer import StateWriter
+    from ai_tools.service.subagents import Subagents
+    from ai_tools.telemetry.setup import Telemetry
 
 __all__ = [
     "AWAKE",
@@ -302,7 +310,12 @@ class AssistantConfig:
 
 
 class AssistantHost(Protocol):
-    """What an assistant needs from the service hosting it."""
+    """What an assistant and its ticks need from the service hosting it.
+
+    The :class:`~ai_tools.service.service.AssistantService` is one: its shared
+    resources, its writer, its observers and its parts.  An assistant brings its
+    own next tick forward (``scheduler``) when an event arrives or its mode changes.
+    """
 
     @property
     def clock(self) -> Clock:
@@ -316,19 +329,20 @@ class AssistantHost(Protocol):
         """The tools a loop of ``assistant`` starts with (the registry, MCP servers' tools)."""
 
     @property
-    def cache(self) -> Any:
-        """The shared ``ToolCache`` (or None)."""
+    def cache(self) -> ToolCache:
+        """The shared ``ToolCache``."""
 
     @property
-    def world(self) -> Any:
-        """The ``IWorld`` the assistants act in (or None)."""
+    def world(self) -> IWorld | None:
+        """The world the assistants act in (or None)."""
 
     @property
-    def store(self) -> Any:
-        """The ``IStore`` (or None)."""
+    def store(self) -> IStore:
+        """The store of the assistants' states, records and persistent cache."""
 
-    def llm_for(self, model: str) -> Any:
-        """The model client called ``model``."""
+    @property
+    def llm_for(self) -> Callable[[str], ILLMClient]:
+        """The model client of a profile name."""
 
     @property
     def save_failures(self) -> RepeatedFailure:
@@ -337,32 +351,38 @@ class AssistantHost(Protocol):
     def save_state(self, name: str) -> defer.Deferred[None]:
         """Persist assistant ``name``; fires once durable."""
 
-    def save_state_soon(self, name: str) -> None:
-        """Persist assistant ``name`` within a short delay (bookkeeping that may lag)."""
+    @property
+    def writer(self) -> StateWriter:
+        """The grouped state writer (``save_soon`` for bookkeeping that may lag)."""
 
     @property
-    def approvals(self) -> Any:
-        """The board of calls waiting for an operator (``ApprovalBoard``)."""
+    def scheduler(self) -> TickScheduler:
+        """The tick scheduler: ``notify`` brings a tick forward, ``reschedule`` applies a
+        new tick rate."""
 
-    def publish(self, name: str, event: dict[str, Any]) -> None:
-        """Hand a loop/tick event of assistant ``name`` to the observers."""
+    @property
+    def approvals(self) -> ApprovalBoard:
+        """The board of calls waiting for an operator."""
 
-    def observed(self, name: str) -> bool:
-        """Whether an event of assistant ``name`` would reach an observer now."""
+    @property
+    def publish(self) -> Callable[[str, dict[str, object]], None]:
+        """Hands a loop/tick event of an assistant (by name) to the observers."""
 
-    def mode_changed(self, assistant: Assistant) -> None:
-        """The assistant fell asleep or woke up (its tick rate changed)."""
+    @property
+    def observed(self) -> Callable[[str], bool]:
+        """Whether an event of an assistant (by name) would reach an observer now."""
 
-    def events_queued(self, assistant: Assistant, addressed: bool) -> None:
-        """Events were queued for the assistant (tick it soon)."""
+    @property
+    def telemetry(self) -> Telemetry | None:
+        """The OpenTelemetry tracer loops are traced with (None: tracing off)."""
 
-    def start_subagent(
-        self, assistant: Assistant, task: str, tool_names: Sequence[str], budget: int
-    ) -> str:
-        """Start a delegated sub-agent; returns its id."""
+    @property
+    def subagents(self) -> Subagents:
+        """Runs the sub-agents assistants delegate tasks to."""
 
-    def run_loop(self, ctx: LoopContext, config: Any) -> defer.Deferred[LoopResult]:
-        """Run one ReAct loop (``execute_react_loop`` unless a test overrides it)."""
+    @property
+    def run_loop(self) -> Callable[[LoopContext, LoopConfig], defer.Deferred[LoopResult]]:
+        """Runs one ReAct loop (``execute_react_loop`` unless a test overrides it)."""
 
 
 # -- the assistant -------------------------------------------------------------
@@ -572,9 +592,8 @@ class Assistant:
         self.mode = mode
         self.mode_reason = reason
         if self.host is not None:
-            if self.host.cache is not None:
-                self.host.cache.clear_session(self.name)
-            self.host.mode_changed(self)
+            self.host.cache.clear_session(self.name)
+            self._tick_rate_changed(self.host.scheduler)
         self._publish({"type": "mode", "mode": mode, "reason": reason,
                        "sleep_until": self.sleep_until})
         self._save()
@@ -593,9 +612,18 @@ class Assistant:
         self.pending_events.append(data)
         self.cap_pending_events()
         self.count("events_received")
-        if self.host is not None:
-            self.host.events_queued(self, _addressed(data, self.config))
+        if self.host is not None and (self.mode == AWAKE or _addressed(data, self.config)):
+            self.host.scheduler.notify(self.name)  # a sleeper only for an event addressed to it
         return self._save(report=True)
+
+    def _tick_rate_changed(self, scheduler: TickScheduler) -> None:
+        """Its mode changed: the next tick comes at the new rate (at once when it woke
+        with events waiting)."""
+        if self.name not in scheduler:
+            return
+        scheduler.reschedule(self.name)
+        if self.mode == AWAKE and self.pending_events:
+            scheduler.notify(self.name)
 
     def cap_pending_events(self) -> int:
         """Drop the oldest pending events beyond ``max_pending_events``; returns how many.
@@ -629,7 +657,7 @@ class Assistant:
         """Start a delegated sub-agent in the background; returns its id at once."""
         if self.host is None:
             raise AIToolsError("this assistant has no service to run a sub-agent")
-        return self.host.start_subagent(self, task, tool_names, budget)
+        return self.host.subagents.start(self, task, tool_names, budget)
 
     def subagent_status(self, task_id: str) -> dict[str, Any] | None:
         """The status dict of a delegated task, or None."""

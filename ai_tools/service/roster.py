@@ -178,7 +178,7 @@ def start_assistants(service: Any, configured: Sequence[AssistantConfig]) -> Any
         log.info("The config file no longer names {names}: left asleep on disk (their "
                  "saved state stays in the store)", names=", ".join(dropped))
     for name in sorted(saved - removed - set(before) - configured_names):
-        if (yield service.restore_assistant(name)):
+        if (yield service.roster.restore(name)):
             added.append(name)
     return added
 

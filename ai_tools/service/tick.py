@@ -50,6 +50,7 @@ from ai_tools.loop.request import measure_context
 from ai_tools.loop.result import LoopResult
 from ai_tools.loop.usage import ContextUsage
 from ai_tools.service.assistant import AWAKE, SLEEP, assistant_model
+from ai_tools.service.collaborators import RecordStore, SpeakingWorld
 from ai_tools.service.episodes import EPISODES, episode_record
 from ai_tools.service.patterns import (
     ExecutionPattern,
@@ -392,7 +393,7 @@ def _finish(tick: _Tick, status: str, reason: str, logged: bool = False) -> Tick
     # What changed since the loop's last checkpoint is bookkeeping (counters,
     # last_tick): written lazily, usually together with the next save.  Mode
     # changes, flags and events are saved at once where they happen.
-    host.save_state_soon(assistant.name)
+    host.writer.save_soon(assistant.name)
     return result
 
 
@@ -600,9 +601,8 @@ def _run_loop(
     ctx = _loop_context(assistant, host, context_type, mode=mode, reflection=reflection)
     ctx.control = control
     ctx.on_event = functools.partial(host.publish, assistant.name)
-    observed = getattr(host, "observed", None)  # (a host of before it: every event is built)
-    ctx.observed = None if observed is None else functools.partial(observed, assistant.name)
-    tracer = trace_loop(ctx, getattr(host, "telemetry", None), attributes={
+    ctx.observed = functools.partial(host.observed, assistant.name)
+    tracer = trace_loop(ctx, host.telemetry, attributes={
         TICK: tick.number, CONTEXT_TYPE: context_type, REFLECTION: reflection})
     assistant.tracer = tracer
     if not reflection:
@@ -678,9 +678,10 @@ def _say_unavailable(tick: _Tick) -> defer.Deferred[None] | None:
              attempts=assistant.failed_deliveries)
     host.publish(assistant.name, {"type": "unavailable", "text": text,
                                   "failed_attempts": assistant.failed_deliveries})
-    if host.world is None:
+    world: SpeakingWorld | None = host.world
+    if world is None:
         return None
-    d = defer.maybeDeferred(host.world.message_location, assistant.config.character_id, text,
+    d = defer.maybeDeferred(world.message_location, assistant.config.character_id, text,
                             kind="say")
     return d.addCallbacks(_discard, _say_failed, errbackArgs=(tick,))
 
@@ -709,7 +710,8 @@ def _record_episode(
     content, metadata = episode
     metadata["tick"] = tick.number
     try:
-        d = host.store.add_record(assistant.name, EPISODES, content, metadata)
+        records: RecordStore = host.store
+        d = records.add_record(assistant.name, EPISODES, content, metadata)
     except Exception:
         d = defer.fail()
     return d.addCallbacks(_discard, _episode_failed, errbackArgs=(tick,))
