@@ -13,7 +13,7 @@ of an interface one part uses, with the types the interface documents::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 from twisted.internet import defer
@@ -44,6 +44,11 @@ class AssistantStates(Protocol):
 
     def delete_assistant(self, name: str) -> defer.Deferred[bool]:
         """Delete the saved state of ``name``."""
+
+    def save_many(self, states: Mapping[str, JSONMapping],
+                  **options: object) -> defer.Deferred[None]:
+        """Write several states in one transaction (``options``: a store's own, such as
+        the lease fence of workers sharing assistants)."""
 
 
 class RecordStore(Protocol):

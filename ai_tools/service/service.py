@@ -45,7 +45,7 @@ The control API (all by assistant name): :meth:`~AssistantService.add_assistant`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import attrs
 from twisted.application.service import MultiService
@@ -435,7 +435,8 @@ class AssistantService(MultiService):
         """
         _require_running(self, "run_tick")
         self.get(name)
-        return self.scheduler.run_now(name)
+        # (the scheduler's tick function is the roster's: its outcomes are TickResults)
+        return cast("defer.Deferred[TickResult]", self.scheduler.run_now(name))
 
     def stop_assistant(self, name: str, reason: str = "stopped by user") -> bool:
         """Kill what the assistant is doing: cancel its model call or tool in flight.
