@@ -73,11 +73,13 @@ class RecordStore(Protocol):
 class HeardWorld(Protocol):
     """Listening to what a character hears in an ``IWorld`` (and its log of it)."""
 
-    def subscribe(self, char_id: str, listener: Callable[[object], None]) -> object:
+    def subscribe(self, char_id: str,
+                  listener: Callable[[object], None]) -> Callable[[], object] | None:
         """Call ``listener`` for everything ``char_id`` hears; returns an unsubscriber."""
 
-    def heard(self, char_id: str, after: int) -> Iterable[object]:
-        """What ``char_id`` heard after message ``after`` (as far as the log goes)."""
+    def heard(self, char_id: str, after: int) -> Iterable[JSONMapping]:
+        """The message dicts ``char_id`` heard after message ``after`` (as far as the
+        world's log of what it heard goes)."""
 
 
 class SpeakingWorld(Protocol):

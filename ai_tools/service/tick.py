@@ -42,6 +42,7 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from ai_tools.execution.reasons import TerminationReason
+from ai_tools.json_types import JSONObject
 from ai_tools.loop.compaction import HistoryBudget, compact_history, needs_compaction
 from ai_tools.loop.config import GatePolicy, LoopConfig
 from ai_tools.loop.context import LoopContext, LoopControl
@@ -131,7 +132,7 @@ class TickResult:
         """No error met during the tick."""
         return not self.errors and self.status != ERROR
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         """JSON form (status pages, the HTTP API)."""
         return {
             "assistant": self.assistant,
@@ -149,7 +150,7 @@ class TickResult:
             "duration_ms": self.duration_ms,
         }
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JSONObject:
         """The short form kept in the assistant's state as ``last_tick``."""
         return {
             "tick": self.tick,
@@ -281,7 +282,7 @@ def _model_refused(assistant: Assistant, host: AssistantHost) -> bool:
     return assistant.model_refused
 
 
-def _tick_ended(result: Any, tick: _Tick) -> Any:
+def _tick_ended(result: TickResult | Failure, tick: _Tick) -> TickResult:
     """Release the guard; a failure (``_run`` catches everything) becomes an ERROR result."""
     _release(tick.assistant)
     if isinstance(result, Failure):  # belt and braces
@@ -562,7 +563,8 @@ def _checkpoint(tick: _Tick, control: LoopControl | None) -> defer.Deferred[None
     return d.addErrback(_checkpoint_failed, tick, control)
 
 
-def _checkpoint_after(tick: _Tick, control: LoopControl, progress: Any) -> defer.Deferred[None]:
+def _checkpoint_after(tick: _Tick, control: LoopControl,
+                      progress: object) -> defer.Deferred[None]:
     """The loop's checkpoint (after every iteration): the progress is in the assistant."""
     return _checkpoint(tick, control)
 
@@ -696,7 +698,7 @@ def _say_failed(failure: Failure, tick: _Tick) -> Failure | None:
 
 
 def _record_episode(
-    tick: _Tick, events: list[dict[str, Any]], history_start: int
+    tick: _Tick, events: list[JSONObject], history_start: int
 ) -> defer.Deferred[None] | None:
     """Write this tick's conversation as an episode; a failed write is logged, never fatal."""
     assistant, host = tick.assistant, tick.host
@@ -717,7 +719,7 @@ def _record_episode(
     return d.addCallbacks(_discard, _episode_failed, errbackArgs=(tick,))
 
 
-def _discard(_: Any) -> None:
+def _discard(_: object) -> None:
     return None
 
 
