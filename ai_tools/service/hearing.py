@@ -81,9 +81,6 @@ class Hearing:
         self._save_state = save_state
         self._listening: dict[str, tuple[Assistant, Callable[[], object]]] = {}
 
-    def __contains__(self, name: object) -> bool:
-        return name in self._listening
-
     def hear(self, assistant: Assistant, after: int | None = None) -> bool:
         """Subscribe the assistant's character in the world: what it hears becomes events.
 

@@ -21,11 +21,11 @@ from ai_tools.errors import ConfigError, NotFound
 from ai_tools.json_types import JSONMapping
 from ai_tools.service.assistant import AWAKE, Assistant, AssistantConfig
 from ai_tools.service.collaborators import AssistantStates
+from ai_tools.service.tick import TickResult, at_tick
 from ai_tools.service.waiting import observe, within
 
 if TYPE_CHECKING:
     from ai_tools.service.service import AssistantService
-    from ai_tools.service.tick import TickResult
     from ai_tools.store.state_json import EncodedState
 
 __all__ = ["LiveRoster"]
@@ -83,8 +83,6 @@ class LiveRoster:
 
     def tick(self, name: str) -> defer.Deferred[TickResult]:
         """One tick of assistant ``name`` (the scheduler's tick function)."""
-        from ai_tools.service.tick import at_tick
-
         assistant = self._assistants.get(name)
         if assistant is None:
             return defer.fail(NotFound(f"no assistant named {name!r}"))

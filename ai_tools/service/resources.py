@@ -93,11 +93,6 @@ class SharedResources:
         return self._clock
 
     @property
-    def has_clock(self) -> bool:
-        """Whether the clock is known yet (given, or looked up by a part that needed it)."""
-        return self._clock is not None
-
-    @property
     def cache(self) -> ToolCache:
         """The shared ``ToolCache`` (created on first use)."""
         if self._cache is None:

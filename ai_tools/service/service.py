@@ -501,7 +501,7 @@ class AssistantService(MultiService):
         writer = self._writer
         figures: JSONObject = {
             "assistants": len(self.roster),
-            "running": bool(self.running),
+            "running": self.running,
             "ticks_in_flight": len(self.scheduler.running()),
             "subagents_in_flight": len(self.subagents),
             "scheduler_wakeups": self.scheduler.wakeups,
