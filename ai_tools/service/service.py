@@ -108,7 +108,6 @@ def _start_ticking(_: object, service: AssistantService) -> None:
                  count=len(service.roster), interval=service.scheduler.interval)
 
 
-
 class AssistantService(MultiService):
     """Hosts assistants on one reactor (a ``MultiService``; compares by identity).
 
@@ -182,6 +181,7 @@ class AssistantService(MultiService):
         self.world: IWorld | None = self.resources.world
         self._llms = self.resources.models
         self.llm_for = self.resources.llm_for
+        """``llm_for(model)``: the model client of that profile name (KeyError if unknown)."""
         self.run_loop: LoopRunner = loop_runner or execute_react_loop
         """Runs one ReAct loop (``execute_react_loop`` unless replaced)."""
         self._tick_interval = tick_interval
@@ -203,16 +203,29 @@ class AssistantService(MultiService):
         """The parts, and the names users know for what a part does (the part's own
         methods, no call between)."""
         self.observers = Observers(lambda: self.resources.clock)
+        """Who watches the loops and ticks (:class:`~ai_tools.service.observers.Observers`)."""
         self.publish = self.observers.publish
+        """``publish(name, event)``: hand an event of an assistant to the observers."""
         self.observed = self.observers.observed
+        """``observed(name)``: whether an event of that assistant would reach an observer."""
         self.add_observer = self.observers.add
+        """``add_observer(observer, assistant=None)``: call ``observer(event)`` for loop and
+        tick events (of one assistant, or all); returns a remover
+        (:meth:`~ai_tools.service.observers.Observers.add`)."""
         self.roster = LiveRoster(self)
+        """The assistants by name (:class:`~ai_tools.service.live_roster.LiveRoster`)."""
         self.get = self.roster.get
+        """``get(name)``: the :class:`Assistant` called ``name`` (NotFound if none)."""
         self.names = self.roster.names
+        """``names()``: the assistants' names, sorted."""
         self.hearing = Hearing(self.world, self.save_state)
+        """What characters hear becomes events (:class:`~ai_tools.service.hearing.Hearing`)."""
         self.subagents = Subagents(self)
+        """The sub-agents in flight (:class:`~ai_tools.service.subagents.Subagents`)."""
         self.emergency = EmergencyStop(self)
+        """The kill and the emergency stop (:class:`~ai_tools.service.emergency.EmergencyStop`)."""
         self.tracing = tracing
+        """The tracing of the loops (:class:`~ai_tools.service.tracing.Tracing`)."""
         self._stopping = Stopping(self)
 
     # -- the parts made on first use (the clock may be looked up late) -------------
