@@ -19,8 +19,8 @@ Events (``type``): ``approval_requested`` (the request: ``id``, ``tool``,
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import attrs
 from twisted.internet import defer
@@ -29,8 +29,13 @@ from twisted.logger import Logger
 from ai_tools.errors import NotFound
 from ai_tools.execution.approval import ApprovalDecision, ApprovalHook, needs_approval
 from ai_tools.execution.results import CLIPPED_KEY, clip_arguments, clip_text
+from ai_tools.json_types import JSONMapping
 from ai_tools.llm.events import ToolCall
+from ai_tools.service.scheduling import Clock, DelayedCall
 from ai_tools.tools.base import Tool
+
+if TYPE_CHECKING:
+    from ai_tools.service.assistant import Assistant
 
 __all__ = ["MAX_PENDING_APPROVALS", "ApprovalBoard", "PendingApproval"]
 
@@ -54,14 +59,14 @@ class PendingApproval:
     assistant: str
     tool: str
     tool_call_id: str
-    arguments: dict[str, Any]
+    arguments: dict[str, object]
     reasoning: str
     requested_at: float
     expires_at: float
     waiting: defer.Deferred[ApprovalDecision] = attrs.field(repr=False)
-    timer: Any = attrs.field(default=None, repr=False)
+    timer: DelayedCall | None = attrs.field(default=None, repr=False)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """What lists and events show of it."""
         return {"id": self.id, "assistant": self.assistant, "tool": self.tool,
                 "tool_call_id": self.tool_call_id, "arguments": self.arguments,
@@ -69,7 +74,7 @@ class PendingApproval:
                 "expires_at": self.expires_at}
 
 
-def _shown_arguments(call: ToolCall) -> dict[str, Any]:
+def _shown_arguments(call: ToolCall) -> dict[str, object]:
     try:
         clipped = clip_arguments(call.arguments_json, _SHOWN_BYTES)
     except (TypeError, ValueError, RecursionError):
@@ -85,15 +90,15 @@ class ApprovalBoard:
     to the service's observers (the event stream, the console).
     """
 
-    clock: Any
-    publish: Callable[[str, dict[str, Any]], None]
+    clock: Clock
+    publish: Callable[[str, dict[str, object]], None]
     max_pending: int = MAX_PENDING_APPROVALS
     _pending: dict[str, PendingApproval] = attrs.field(init=False, factory=dict)
 
-    def hook(self, assistant: Any) -> ApprovalHook:
+    def hook(self, assistant: Assistant) -> ApprovalHook:
         """The engine's approval hook for ``assistant`` (its current ``config`` decides)."""
 
-        def ask(tool: Tool, call: ToolCall, params: Mapping[str, Any]
+        def ask(tool: Tool, call: ToolCall, params: JSONMapping
                 ) -> defer.Deferred[ApprovalDecision] | None:
             config = assistant.config
             if not needs_approval(tool, config.approval, config.tool_approval):
@@ -129,13 +134,13 @@ class ApprovalBoard:
             if approval_id not in self._pending:
                 return approval_id
 
-    def pending(self, assistant: str | None = None) -> list[dict[str, Any]]:
+    def pending(self, assistant: str | None = None) -> list[dict[str, object]]:
         """The calls waiting (of one assistant, or all), oldest first."""
         return [p.as_dict() for p in sorted(self._pending.values(),
                                             key=lambda p: p.requested_at)
                 if assistant is None or p.assistant == assistant]
 
-    def get(self, approval_id: str) -> dict[str, Any]:
+    def get(self, approval_id: str) -> dict[str, object]:
         """One waiting call (NotFound if none has this id)."""
         return self._find(approval_id).as_dict()
 
@@ -147,7 +152,7 @@ class ApprovalBoard:
         return pending
 
     def decide(self, approval_id: str, approved: bool, by: str,
-               reason: str = "") -> dict[str, Any]:
+               reason: str = "") -> dict[str, object]:
         """An operator's answer; the call runs (yes) or is refused (no) at once.
 
         NotFound if nothing waits under ``approval_id``.  Returns the request
@@ -184,7 +189,7 @@ class ApprovalBoard:
         self._settle(pending, ApprovalDecision(
             False, by="service", reason=f"no answer within {timeout:g}s", timed_out=True))
 
-    def _settle(self, pending: PendingApproval, decision: ApprovalDecision) -> dict[str, Any]:
+    def _settle(self, pending: PendingApproval, decision: ApprovalDecision) -> dict[str, object]:
         del self._pending[pending.id]
         self._stop_timer(pending)
         answer = {**pending.as_dict(), "approved": decision.approved, "by": decision.by,

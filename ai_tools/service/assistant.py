@@ -16,11 +16,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ai_tools.errors import AIToolsError, ConfigError
@@ -29,17 +30,28 @@ from ai_tools.execution.engine import ExecutionState
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.failure_lines import RepeatedFailure
 from ai_tools.interfaces import IAssistantRuntime
+from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.loop.compaction import DEFAULT_COMPACTION, CompactionConfig
-from ai_tools.loop.config import ExitTool
+from ai_tools.loop.config import ExitTool, LoopConfig
 from ai_tools.loop.context import LoopContext, LoopControl
 from ai_tools.loop.result import LoopResult
 from ai_tools.loop.usage import ContextMeter
 from ai_tools.numbers import is_positive_number
 from ai_tools.service.patterns import validate_execution_config
-from ai_tools.service.scheduling import Clock
+from ai_tools.service.scheduling import Clock, TickScheduler
 from ai_tools.settings import near_name
 from ai_tools.store.state_json import EncodedState, StateEncoder
 from ai_tools.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from ai_tools.execution.cache import ToolCache
+    from ai_tools.interfaces import ILLMClient, IStore, IWorld
+    from ai_tools.service.approvals import ApprovalBoard
+    from ai_tools.service.state_writer import StateWriter
+    from ai_tools.service.subagents import Subagents
+    from ai_tools.service.tick import TickResult
+    from ai_tools.telemetry.loop_tracer import LoopTracer
+    from ai_tools.telemetry.setup import Telemetry
 
 __all__ = [
     "AWAKE",
@@ -66,13 +78,13 @@ _MAX_SUBAGENT_RECORDS = 20
 _DIRECT_KINDS = frozenset({"whisper", "page", "tell", "direct"})
 
 
-def assistant_model(host: Any, name: str, model: str) -> Any:
+def assistant_model(host: AssistantHost, name: str, model: str) -> ILLMClient:
     """The model client assistant ``name`` calls: the profile ``model``'s client as that
     assistant uses it (its turn in the server's queue, its own breaker:
     ``for_assistant``), or the client itself when it has no such view (a test's)."""
     client = host.llm_for(model)
     view = getattr(client, "for_assistant", None)
-    return view(name) if callable(view) else client
+    return cast("ILLMClient", view(name)) if callable(view) else client
 
 
 class SleepRefused(AIToolsError):
@@ -82,37 +94,49 @@ class SleepRefused(AIToolsError):
 # -- configuration ------------------------------------------------------------
 
 
-def _positive_number(where: str) -> Callable[[Any, Any, Any], None]:
-    def check(instance: Any, attribute: Any, value: Any) -> None:
+_V = TypeVar("_V")
+"""The value a validator checks: whatever its field holds (narrowed with isinstance)."""
+
+
+class _Field(Protocol):
+    """The attrs field a validator checks (its name goes into the error)."""
+
+    @property
+    def name(self) -> str:
+        """The field's name."""
+
+
+def _positive_number(where: str) -> Callable[[object, _Field, float], None]:
+    def check(instance: object, attribute: _Field, value: float) -> None:
         if not is_positive_number(value):
             raise ConfigError(f"{where}.{attribute.name} must be a positive number, "
                               f"not {value!r}")
     return check
 
 
-def _non_negative_int(instance: Any, attribute: Any, value: Any) -> None:
+def _non_negative_int(instance: object, attribute: _Field, value: _V) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(f"assistant.{attribute.name} must be a non-negative integer, "
                           f"not {value!r}")
 
 
-def _positive_int(instance: Any, attribute: Any, value: Any) -> None:
+def _positive_int(instance: object, attribute: _Field, value: _V) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"assistant.{attribute.name} must be a positive integer, "
                           f"not {value!r}")
 
 
-def _optional_positive_int(instance: Any, attribute: Any, value: Any) -> None:
+def _optional_positive_int(instance: object, attribute: _Field, value: _V) -> None:
     if value is not None:
         _positive_int(instance, attribute, value)
 
 
-def _optional_budget(instance: Any, attribute: Any, value: Any) -> None:
+def _optional_budget(instance: object, attribute: _Field, value: _V) -> None:
     if value is not None:
         _non_negative_int(instance, attribute, value)
 
 
-def _check_name(instance: Any, attribute: Any, value: Any) -> None:
+def _check_name(instance: object, attribute: _Field, value: _V) -> None:
     if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise ConfigError(
             f"assistant.name must be 1-64 letters, digits, '_', '.' or '-' (starting with a "
@@ -120,27 +144,28 @@ def _check_name(instance: Any, attribute: Any, value: Any) -> None:
         )
 
 
-def _optional_str(instance: Any, attribute: Any, value: Any) -> None:
+def _optional_str(instance: object, attribute: _Field, value: _V) -> None:
     if value is not None and not isinstance(value, str):
         raise ConfigError(f"assistant.{attribute.name} must be a string, not {value!r}")
 
 
-def _str(instance: Any, attribute: Any, value: Any) -> None:
+def _str(instance: object, attribute: _Field, value: _V) -> None:
     if not isinstance(value, str):
         raise ConfigError(f"assistant.{attribute.name} must be a string, not {value!r}")
 
 
-def _bool(instance: Any, attribute: Any, value: Any) -> None:
+def _bool(instance: object, attribute: _Field, value: _V) -> None:
     if not isinstance(value, bool):
         raise ConfigError(f"assistant.{attribute.name} must be true or false, not {value!r}")
 
 
-def _optional_bool(instance: Any, attribute: Any, value: Any) -> None:
+def _optional_bool(instance: object, attribute: _Field, value: _V) -> None:
     if value is not None:
         _bool(instance, attribute, value)
 
 
-def _check_execution_config(instance: Any, attribute: Any, value: Any) -> None:
+def _check_execution_config(instance: object, attribute: _Field,
+                            value: Mapping[str, object]) -> None:
     validate_execution_config(value, "assistant.execution_config")
 
 
@@ -178,11 +203,11 @@ def _frozen_mapping(value: Any) -> Any:
     return dict(value) if isinstance(value, Mapping) else value
 
 
-def _check_approval(instance: Any, attribute: Any, value: Any) -> None:
+def _check_approval(instance: object, attribute: _Field, value: _V) -> None:
     check_approval_mode(value, f"assistant.{attribute.name}")
 
 
-def _check_tool_approval(instance: Any, attribute: Any, value: Any) -> None:
+def _check_tool_approval(instance: object, attribute: _Field, value: _V) -> None:
     check_tool_approval(value, f"assistant.{attribute.name}")
 
 
@@ -214,7 +239,7 @@ class AssistantConfig:
     """Run one maintenance loop (memory consolidation, journal) per sleep."""
     autonomous: bool = attrs.field(default=False, validator=_bool)
     """Run the loop on ticks with nothing pending (otherwise those ticks are idle)."""
-    execution_config: Mapping[str, Any] = attrs.field(
+    execution_config: JSONMapping = attrs.field(
         factory=dict, converter=_frozen_mapping, validator=_check_execution_config
     )
     """Layers 1 and 2 of pattern selection and the gates (see :mod:`ai_tools.service.patterns`)."""
@@ -260,7 +285,7 @@ class AssistantConfig:
     """The ``[mcp.servers.NAME]`` whose tools it may use (none unless named)."""
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], where: str = "assistant") -> AssistantConfig:
+    def from_mapping(cls, data: JSONMapping, where: str = "assistant") -> AssistantConfig:
         """Build from a config table; unknown keys and bad values are ConfigErrors."""
         if not isinstance(data, Mapping):
             raise ConfigError(f"{where} must be a table, not {type(data).__name__}")
@@ -272,7 +297,7 @@ class AssistantConfig:
             raise ConfigError(f"{where}: unknown key(s) {', '.join(hints)}")
         if "name" not in data:
             raise ConfigError(f"{where}: 'name' is required")
-        values = dict(data)
+        values: dict[str, Any] = dict(data)  # (checked by the fields' validators)
         if isinstance(values.get("compaction"), Mapping):
             try:
                 values["compaction"] = CompactionConfig(**values["compaction"])
@@ -285,10 +310,10 @@ class AssistantConfig:
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{where}: {exc}") from None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """JSON form (round-trips through :meth:`from_mapping`)."""
-        data = attrs.asdict(self, recurse=False)
-        data["execution_config"] = dict(self.execution_config)
+        data: JSONObject = attrs.asdict(self, recurse=False)
+        data["execution_config"] = cast(JSONObject, dict(self.execution_config))
         data["tool_approval"] = dict(self.tool_approval)
         data["exit_tools"] = [
             {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
@@ -302,7 +327,12 @@ class AssistantConfig:
 
 
 class AssistantHost(Protocol):
-    """What an assistant needs from the service hosting it."""
+    """What an assistant and its ticks need from the service hosting it.
+
+    The :class:`~ai_tools.service.service.AssistantService` is one: its shared
+    resources, its writer, its observers and its parts.  An assistant brings its
+    own next tick forward (``scheduler``) when an event arrives or its mode changes.
+    """
 
     @property
     def clock(self) -> Clock:
@@ -316,19 +346,20 @@ class AssistantHost(Protocol):
         """The tools a loop of ``assistant`` starts with (the registry, MCP servers' tools)."""
 
     @property
-    def cache(self) -> Any:
-        """The shared ``ToolCache`` (or None)."""
+    def cache(self) -> ToolCache:
+        """The shared ``ToolCache``."""
 
     @property
-    def world(self) -> Any:
-        """The ``IWorld`` the assistants act in (or None)."""
+    def world(self) -> IWorld | None:
+        """The world the assistants act in (or None)."""
 
     @property
-    def store(self) -> Any:
-        """The ``IStore`` (or None)."""
+    def store(self) -> IStore:
+        """The store of the assistants' states, records and persistent cache."""
 
-    def llm_for(self, model: str) -> Any:
-        """The model client called ``model``."""
+    @property
+    def llm_for(self) -> Callable[[str], ILLMClient]:
+        """The model client of a profile name."""
 
     @property
     def save_failures(self) -> RepeatedFailure:
@@ -337,38 +368,44 @@ class AssistantHost(Protocol):
     def save_state(self, name: str) -> defer.Deferred[None]:
         """Persist assistant ``name``; fires once durable."""
 
-    def save_state_soon(self, name: str) -> None:
-        """Persist assistant ``name`` within a short delay (bookkeeping that may lag)."""
+    @property
+    def writer(self) -> StateWriter:
+        """The grouped state writer (``save_soon`` for bookkeeping that may lag)."""
 
     @property
-    def approvals(self) -> Any:
-        """The board of calls waiting for an operator (``ApprovalBoard``)."""
+    def scheduler(self) -> TickScheduler:
+        """The tick scheduler: ``notify`` brings a tick forward, ``reschedule`` applies a
+        new tick rate."""
 
-    def publish(self, name: str, event: dict[str, Any]) -> None:
-        """Hand a loop/tick event of assistant ``name`` to the observers."""
+    @property
+    def approvals(self) -> ApprovalBoard:
+        """The board of calls waiting for an operator."""
 
-    def observed(self, name: str) -> bool:
-        """Whether an event of assistant ``name`` would reach an observer now."""
+    @property
+    def publish(self) -> Callable[[str, dict[str, object]], None]:
+        """Hands a loop/tick event of an assistant (by name) to the observers."""
 
-    def mode_changed(self, assistant: Assistant) -> None:
-        """The assistant fell asleep or woke up (its tick rate changed)."""
+    @property
+    def observed(self) -> Callable[[str], bool]:
+        """Whether an event of an assistant (by name) would reach an observer now."""
 
-    def events_queued(self, assistant: Assistant, addressed: bool) -> None:
-        """Events were queued for the assistant (tick it soon)."""
+    @property
+    def telemetry(self) -> Telemetry | None:
+        """The OpenTelemetry tracer loops are traced with (None: tracing off)."""
 
-    def start_subagent(
-        self, assistant: Assistant, task: str, tool_names: Sequence[str], budget: int
-    ) -> str:
-        """Start a delegated sub-agent; returns its id."""
+    @property
+    def subagents(self) -> Subagents:
+        """Runs the sub-agents assistants delegate tasks to."""
 
-    def run_loop(self, ctx: LoopContext, config: Any) -> defer.Deferred[LoopResult]:
-        """Run one ReAct loop (``execute_react_loop`` unless a test overrides it)."""
+    @property
+    def run_loop(self) -> Callable[[LoopContext, LoopConfig], defer.Deferred[LoopResult]]:
+        """Runs one ReAct loop (``execute_react_loop`` unless a test overrides it)."""
 
 
 # -- the assistant -------------------------------------------------------------
 
 
-def _addressed(event: Mapping[str, Any], config: AssistantConfig) -> bool:
+def _addressed(event: JSONMapping, config: AssistantConfig) -> bool:
     """Whether an event is addressed to this assistant (it wakes a sleeper)."""
     flag = event.get("addressed")
     if isinstance(flag, bool):
@@ -389,14 +426,14 @@ def _addressed(event: Mapping[str, Any], config: AssistantConfig) -> bool:
     return False
 
 
-def normalise_event(event: Any, now: float) -> dict[str, Any]:
+def normalise_event(event: object, now: float) -> JSONObject:
     """A pending-event dict from what a caller passed (a dict or a plain string).
 
     Raises TypeError for anything else, or for a dict that cannot be stored
     (keys must be strings, values JSON-serialisable).
     """
     if isinstance(event, str):
-        data: dict[str, Any] = {"type": "message", "text": event}
+        data: JSONObject = {"type": "message", "text": event}
     elif isinstance(event, Mapping):
         if not all(isinstance(k, str) for k in event):
             raise TypeError("event keys must be strings")
@@ -427,7 +464,7 @@ class Assistant:
     enabled: bool = True
     emergency_stopped: bool = False
     history: ConversationHistory = attrs.field(factory=ConversationHistory)
-    pending_events: list[dict[str, Any]] = attrs.field(factory=list)
+    pending_events: list[JSONObject] = attrs.field(factory=list)
     persona_override: str | None = None
     execution_state: ExecutionState = attrs.field(factory=ExecutionState)
     counters: dict[str, int] = attrs.field(factory=dict)
@@ -435,8 +472,8 @@ class Assistant:
     ticks_since_reflection: int = 0
     sleep_until: float | None = None
     sleep_maintenance_done: bool = False
-    last_tick: dict[str, Any] | None = None
-    subagents: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    last_tick: JSONObject | None = None
+    subagents: dict[str, dict[str, object]] = attrs.field(factory=dict)
     failed_deliveries: int = 0
     """Failed attempts at answering the pending events since they were last answered."""
     unavailable_said: bool = False
@@ -449,17 +486,17 @@ class Assistant:
     """The tick guard: True while a tick runs (released in ``finally``)."""
     control: LoopControl | None = None
     """Stop switch of the loop in flight."""
-    tracer: Any = None
+    tracer: LoopTracer | None = None
     """The loop in flight's :class:`~ai_tools.telemetry.loop_tracer.LoopTracer` (tracing
     on): a sub-agent it starts is traced as a child of the delegating call."""
-    current_tick: defer.Deferred[Any] | None = None
+    current_tick: defer.Deferred[TickResult] | None = None
     """The tick in flight (cancelled by a kill when no loop is running)."""
     tick_started_at: float | None = None
     tick_errors: list[str] = attrs.field(factory=list)
     """Errors met by the tick in flight (logged once when it ends)."""
     meter: ContextMeter = attrs.field(factory=ContextMeter)
     """Measures the context usage; the tick and its loops share it (counts kept)."""
-    _config_dict: tuple[AssistantConfig, dict[str, Any]] | None = None
+    _config_dict: tuple[AssistantConfig, JSONObject] | None = None
     _encoder: StateEncoder = attrs.field(factory=StateEncoder)
 
     def __repr__(self) -> str:
@@ -473,7 +510,7 @@ class Assistant:
         return self.config.name
 
     @property
-    def llm(self) -> Any:
+    def llm(self) -> ILLMClient | None:
         """The assistant's model client (None without a host): its own view of the
         profile's client (see :func:`assistant_model`)."""
         if self.host is None:
@@ -481,7 +518,7 @@ class Assistant:
         return assistant_model(self.host, self.name, self.config.model)
 
     @property
-    def execution_config(self) -> Mapping[str, Any]:
+    def execution_config(self) -> JSONMapping:
         """The execution config (pattern layers, gates, delegation settings)."""
         return self.config.execution_config
 
@@ -519,17 +556,17 @@ class Assistant:
         return d
 
     @staticmethod
-    def _saved(result: Any, failures: RepeatedFailure) -> Any:
+    def _saved(result: None, failures: RepeatedFailure) -> None:
         failures.worked()
         return result
 
-    def _save_failed(self, failure: Any, failures: RepeatedFailure, report: bool = False
-                     ) -> Any:
+    def _save_failed(self, failure: Failure, failures: RepeatedFailure, report: bool = False
+                     ) -> Failure | None:
         self.count("store_errors")  # (each counted; logged once per class: a full disk)
         failures.failed(failure, assistant=self.name)
         return failure if report else None
 
-    def _publish(self, event: dict[str, Any]) -> None:
+    def _publish(self, event: dict[str, object]) -> None:
         if self.host is not None:
             self.host.publish(self.name, event)
 
@@ -572,15 +609,14 @@ class Assistant:
         self.mode = mode
         self.mode_reason = reason
         if self.host is not None:
-            if self.host.cache is not None:
-                self.host.cache.clear_session(self.name)
-            self.host.mode_changed(self)
+            self.host.cache.clear_session(self.name)
+            self._tick_rate_changed(self.host.scheduler)
         self._publish({"type": "mode", "mode": mode, "reason": reason,
                        "sleep_until": self.sleep_until})
         self._save()
         return True
 
-    def queue_event(self, event: Any) -> defer.Deferred[None]:
+    def queue_event(self, event: object) -> defer.Deferred[None]:
         """Queue a pending event for the next tick; fires once it is saved (fails if not).
 
         A string becomes ``{"type": "message", "text": ...}``.  Beyond
@@ -593,9 +629,18 @@ class Assistant:
         self.pending_events.append(data)
         self.cap_pending_events()
         self.count("events_received")
-        if self.host is not None:
-            self.host.events_queued(self, _addressed(data, self.config))
+        if self.host is not None and (self.mode == AWAKE or _addressed(data, self.config)):
+            self.host.scheduler.notify(self.name)  # a sleeper only for an event addressed to it
         return self._save(report=True)
+
+    def _tick_rate_changed(self, scheduler: TickScheduler) -> None:
+        """Its mode changed: the next tick comes at the new rate (at once when it woke
+        with events waiting)."""
+        if self.name not in scheduler:
+            return
+        scheduler.reschedule(self.name)
+        if self.mode == AWAKE and self.pending_events:
+            scheduler.notify(self.name)
 
     def cap_pending_events(self) -> int:
         """Drop the oldest pending events beyond ``max_pending_events``; returns how many.
@@ -629,14 +674,14 @@ class Assistant:
         """Start a delegated sub-agent in the background; returns its id at once."""
         if self.host is None:
             raise AIToolsError("this assistant has no service to run a sub-agent")
-        return self.host.start_subagent(self, task, tool_names, budget)
+        return self.host.subagents.start(self, task, tool_names, budget)
 
-    def subagent_status(self, task_id: str) -> dict[str, Any] | None:
+    def subagent_status(self, task_id: str) -> dict[str, object] | None:
         """The status dict of a delegated task, or None."""
         record = self.subagents.get(task_id)
         return dict(record) if record is not None else None
 
-    def record_subagent(self, task_id: str, record: dict[str, Any]) -> None:
+    def record_subagent(self, task_id: str, record: dict[str, object]) -> None:
         """Store a sub-agent's status (the newest few are kept)."""
         self.subagents[task_id] = record
         finished = [k for k, v in self.subagents.items() if v.get("status") != "running"]
@@ -677,7 +722,7 @@ class Assistant:
 
     # -- persistence -------------------------------------------------------------
 
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self) -> dict[str, object]:
         """The JSON dict the store keeps (config included, runtime fields left out).
 
         It shares lists and dicts with the live assistant (a checkpoint after
@@ -685,7 +730,7 @@ class Assistant:
         stores do, and do not modify it.
         """
         history, pending = self._history_and_pending()
-        state: dict[str, Any] = self._state_fields(pending)
+        state = self._state_fields(pending)
         state["config"] = self._config_json_dict()
         # Messages are never modified in place (ConversationHistory's rule) and
         # the store encodes the state when it is handed over: no deep copy needed.
@@ -706,7 +751,7 @@ class Assistant:
         return EncodedState(self._encoder.encode_parts(
             self._config_json_dict(), history, rest, replaced))
 
-    def _history_and_pending(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def _history_and_pending(self) -> tuple[list[JSONObject], list[JSONObject]]:
         """The history messages and pending events a state written now holds.
 
         While a loop's model call is in flight, the batch of pending events it
@@ -718,15 +763,15 @@ class Assistant:
         delivery = self.control.delivery if self.control is not None else None
         return (messages, pending) if delivery is None else delivery.saved(messages, pending)
 
-    def _config_json_dict(self) -> dict[str, Any]:
+    def _config_json_dict(self) -> JSONObject:
         cached = self._config_dict
         if cached is None or cached[0] is not self.config:
             cached = self._config_dict = (self.config, self.config.to_dict())
         return cached[1]
 
-    def _state_fields(self, pending: list[dict[str, Any]]) -> dict[str, Any]:
+    def _state_fields(self, pending: list[JSONObject]) -> dict[str, object]:
         """Every saved field but ``config`` and ``history`` (``pending``: the events)."""
-        execution: dict[str, Any] = dict(self.execution_state.counters())
+        execution: dict[str, object] = dict(self.execution_state.counters())
         execution["current_tool_call"] = self.execution_state.current_tool_call
         return dict(
             version=STATE_VERSION,
@@ -751,7 +796,7 @@ class Assistant:
     @classmethod
     def from_state(
         cls,
-        state: Mapping[str, Any] | None,
+        state: JSONMapping | None,
         config: AssistantConfig | None = None,
         host: AssistantHost | None = None,
     ) -> Assistant:
@@ -803,7 +848,7 @@ class Assistant:
         last_tick = saved.get("last_tick", Mapping, None)
         self.last_tick = dict(last_tick) if last_tick else None
 
-    def _restore_execution(self, execution: Mapping[str, Any]) -> None:
+    def _restore_execution(self, execution: JSONMapping) -> None:
         state = self.execution_state
         for key in ("activity_since_wake", "calls", "retries", "cache_hits", "timeouts",
                     "errors"):
@@ -813,7 +858,7 @@ class Assistant:
         current = execution.get("current_tool_call")
         state.current_tool_call = dict(current) if isinstance(current, Mapping) else None
 
-    def _restore_subagents(self, subagents: Mapping[str, Any]) -> None:
+    def _restore_subagents(self, subagents: JSONMapping) -> None:
         """Sub-agent records; one that was running when the process stopped is interrupted."""
         for task_id, record in subagents.items():
             if isinstance(task_id, str) and isinstance(record, Mapping):
@@ -828,7 +873,7 @@ class Assistant:
 class _SavedState:
     """A saved state read defensively: a malformed field falls back to its default (logged)."""
 
-    state: Mapping[str, Any]
+    state: JSONMapping
     name: str
 
     def get(self, key: str, kind: type | tuple[type, ...], default: Any) -> Any:

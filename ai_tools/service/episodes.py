@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from ai_tools.json_types import JSONMapping, JSONObject, JSONValue
 from ai_tools.loop.prompts import event_line
 from ai_tools.tools.records import EPISODES
 
@@ -21,7 +21,7 @@ _SPEAKER_KEYS = ("from", "sender", "speaker", "sender_key", "sender_id")
 _SPOKEN_ARGUMENTS = ("message", "text", "content")
 
 
-def participants_of(events: Sequence[Mapping[str, Any]]) -> list[str]:
+def participants_of(events: Sequence[JSONMapping]) -> list[str]:
     """Names and ids of everyone who spoke in ``events``, in first-seen order."""
     seen: list[str] = []
     for event in events:
@@ -32,13 +32,14 @@ def participants_of(events: Sequence[Mapping[str, Any]]) -> list[str]:
     return seen
 
 
-def replies_in(messages: Sequence[Mapping[str, Any]], terminal_tools: set[str]) -> list[str]:
+def replies_in(messages: Sequence[JSONMapping], terminal_tools: set[str]) -> list[str]:
     """What the assistant said through TERMINAL tool calls in ``messages`` (native format)."""
     said: list[str] = []
     for message in messages:
         if message.get("role") != "assistant":
             continue
-        for call in message.get("tool_calls") or ():
+        calls = message.get("tool_calls")
+        for call in calls if isinstance(calls, list | tuple) else ():
             function = call.get("function") if isinstance(call, Mapping) else None
             if not isinstance(function, Mapping) or function.get("name") not in terminal_tools:
                 continue
@@ -58,11 +59,11 @@ def replies_in(messages: Sequence[Mapping[str, Any]], terminal_tools: set[str]) 
 
 def episode_record(
     assistant_name: str,
-    events: Sequence[Mapping[str, Any]],
-    new_messages: Sequence[Mapping[str, Any]],
+    events: Sequence[JSONMapping],
+    new_messages: Sequence[JSONMapping],
     terminal_tools: set[str],
     termination_reason: str,
-) -> tuple[str, dict[str, Any]] | None:
+) -> tuple[str, JSONObject] | None:
     """The ``(content, metadata)`` of the episode, or None when nobody spoke."""
     participants = participants_of(events)
     if not events or not participants:
@@ -71,7 +72,7 @@ def episode_record(
     lines.extend(f"- {assistant_name} ({reply.split(':', 1)[0]}):{reply.split(':', 1)[1]}"
                  for reply in replies_in(new_messages, terminal_tools))
     content = "\n".join(lines)[:MAX_EPISODE_CHARS]
-    metadata = {"participants": participants, "kind": "conversation",
+    metadata: JSONObject = {"participants": list[JSONValue](participants), "kind": "conversation",
                 "termination_reason": termination_reason}
     return content, metadata
 

@@ -40,8 +40,8 @@ With the PostgreSQL store, every worker runs the same configuration; the
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 from twisted.internet import defer, task
@@ -49,8 +49,16 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ai_tools.errors import ConfigError
+from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.service.assistant import AssistantConfig
+from ai_tools.service.collaborators import HeardWorld
 from ai_tools.service.roster import shared_roster
+from ai_tools.service.scheduling import Clock, DelayedCall
+
+if TYPE_CHECKING:
+    from ai_tools.service.service import AssistantService
+    from ai_tools.store.postgres import PostgreSQLStore
+    from ai_tools.world.shared import SharedWorld
 
 __all__ = ["LeaseManager", "fair_share"]
 
@@ -79,8 +87,8 @@ class LeaseManager:
     :attr:`roster` is what the workers share).
     """
 
-    service: Any
-    store: Any
+    service: AssistantService
+    store: PostgreSQLStore
     configs: Sequence[AssistantConfig]
     worker: str
     ttl: float = 15.0
@@ -89,7 +97,7 @@ class LeaseManager:
     """Seconds between rounds (renewals, taking and giving up assistants)."""
     keep: float = 600.0
     """Seconds the write log and dead workers' rows are kept."""
-    clock: Any = None
+    clock: Clock | None = None
     """What tells the time of leases and runs the rounds' timer: the store's clock
     (lease expiries are its seconds); default the service's."""
     api_url: str | None = None
@@ -102,14 +110,16 @@ class LeaseManager:
     """The last world message each owned assistant has heard (its state holds it)."""
     moves: dict[str, int] = attrs.field(init=False, factory=lambda: dict.fromkeys(
         ("taken", "given", "lost"), 0))
-    _unhear: dict[str, Any] = attrs.field(init=False, factory=dict)
+    _unhear: dict[str, Callable[[], object] | None] = attrs.field(init=False, factory=dict)
     _loop: task.LoopingCall | None = attrs.field(init=False, default=None)
     _round: defer.Deferred[None] | None = attrs.field(init=False, default=None)
     _round_waiters: list[defer.Deferred[None]] = attrs.field(init=False, factory=list)
-    _deadline: Any = attrs.field(init=False, default=None)
+    _deadline: DelayedCall | None = attrs.field(init=False, default=None)
     """The delayed call stopping every assistant when the leases expire unrenewed."""
     _stopping: bool = attrs.field(init=False, default=False)
     _by_name: dict[str, AssistantConfig] = attrs.field(init=False, factory=dict)
+    _time: Clock = attrs.field(init=False)
+    """``clock`` as given, else found (see :attr:`clock`)."""
 
     def __attrs_post_init__(self) -> None:
         if not 0 < self.interval < self.ttl:
@@ -118,6 +128,7 @@ class LeaseManager:
         self._by_name.update((config.name, config) for config in self.configs)
         if self.clock is None:
             self.clock = getattr(self.store, "clock", None) or self.service.clock
+        self._time = self.clock
 
     # -- the service's hooks -----------------------------------------------------
 
@@ -146,7 +157,7 @@ class LeaseManager:
         self.api_url = api_url
         return self.run_round()
 
-    def save_options(self, states: Mapping[str, Any]) -> dict[str, Any]:
+    def save_options(self, states: Mapping[str, JSONMapping]) -> dict[str, object]:
         """The fence (and what was heard) of a state write: ``save_many``'s keywords."""
         epochs, heard = self.epochs, self.heard
         return {"fence": (self.worker, {n: epochs[n] for n in states if n in epochs}),
@@ -158,17 +169,17 @@ class LeaseManager:
         self.service.ownership = self
         self.service.writer.save_options = self.save_options
         self._stopping = False
-        d: defer.Deferred[Any] = self.service.when_ready()  # the store is open
+        d: defer.Deferred[None] = self.service.when_ready()  # the store is open
         d.addCallback(lambda _: self.run_round())
         if timer:
             d.addCallback(self._start_timer)
         return d
 
-    def _start_timer(self, _: Any) -> None:
+    def _start_timer(self, _: object) -> None:
         if self._stopping:
             return
         loop = task.LoopingCall(self._timer)
-        loop.clock = self.clock
+        loop.clock = self._time  # type: ignore[assignment]  # (a Clock provides it)
         self._loop = loop
         loop.start(self.interval, now=False).addErrback(
             lambda f: log.failure("lease timer stopped", f))
@@ -233,7 +244,7 @@ class LeaseManager:
 
     @defer.inlineCallbacks
     def _run_round(self) -> Any:
-        started = self.clock.seconds()
+        started = self._time.seconds()
         renewed, live, leases, given = yield self.store.lease_round(
             self.worker, list(self.epochs), self.ttl, self.keep, self.api_url)
         self._arm_deadline(started + self.ttl)
@@ -255,8 +266,8 @@ class LeaseManager:
         worker may take its assistants."""
         if self._deadline is not None and self._deadline.active():
             self._deadline.cancel()
-        self._deadline = self.clock.callLater(
-            max(0.0, expires - self.clock.seconds()), self._expired)
+        self._deadline = self._time.callLater(
+            max(0.0, expires - self._time.seconds()), self._expired)
 
     def _expired(self) -> None:
         self._deadline = None
@@ -293,10 +304,11 @@ class LeaseManager:
         config = self._by_name[name]
         self.epochs[name] = epoch
         after = yield self.store.heard_seq(name)
-        world, char_id = self.service.world, config.character_id
+        world: HeardWorld | None = self.service.world
+        char_id = config.character_id
         if world is not None and char_id and config.hearing:
             if after is None:  # never owned before: it hears from now on
-                after = world.clock_value
+                after = cast("SharedWorld", world).clock_value
             missed = [m["seq"] for m in world.heard(char_id, after=after)]
             self.heard[name] = max([after, *missed])
             self._unhear[name] = world.subscribe(char_id, lambda m: self._note(name, m))
@@ -305,7 +317,7 @@ class LeaseManager:
         log.info("Worker {worker} runs {assistant} (lease epoch {epoch})",
                  worker=self.worker, assistant=name, epoch=epoch)
 
-    def _note(self, name: str, message: Any) -> None:
+    def _note(self, name: str, message: object) -> None:
         seq = getattr(message, "seq", None)
         if isinstance(seq, int) and seq > self.heard.get(name, -1):
             self.heard[name] = seq
@@ -374,7 +386,7 @@ class LeaseManager:
         elif forget:
             yield self.store.delete_assistant(name)
 
-    def _file_config(self, name: str) -> dict[str, Any] | None:
+    def _file_config(self, name: str) -> JSONObject | None:
         for config in self.configs:
             if config.name == name:
                 return config.to_dict()
@@ -402,7 +414,7 @@ class LeaseManager:
         if unhear is not None:
             unhear()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, object]:
         """This worker's name, the assistants it runs with their epochs, its moves."""
         return {"worker": self.worker, "epochs": dict(self.epochs), "moves": dict(self.moves),
                 "ttl": self.ttl, "interval": self.interval}

@@ -28,17 +28,21 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Collection, Generator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
 
 from ai_tools.errors import ConfigError
+from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.loop.config import GatePolicy
 from ai_tools.numbers import is_number
 from ai_tools.tools.base import ToolCategory
+
+if TYPE_CHECKING:
+    from ai_tools.interfaces import ILLMClient
 
 __all__ = [
     "DEFAULT_MAX_ITERATIONS",
@@ -92,7 +96,7 @@ class ExecutionPattern:
     """The layer that decided last: ``static``, ``context`` or ``assessment``."""
     assessment: TaskAssessment | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         """JSON form for status and observers."""
         return {
             "mode": self.mode,
@@ -113,7 +117,7 @@ class TaskAssessment:
     max_iterations: int | None = None
     reasoning: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         """JSON form."""
         return {
             "complexity": self.complexity,
@@ -128,13 +132,13 @@ def should_use_react_loop(pattern: ExecutionPattern) -> bool:
     return pattern.mode == REACT_LOOP
 
 
-def _clamp_iterations(value: Any, default: int) -> int:
-    if not is_number(value):
+def _clamp_iterations(value: object, default: int) -> int:
+    if not is_number(value) or not isinstance(value, int | float):
         return default
     return max(MIN_ITERATIONS, min(MAX_ITERATIONS, int(value)))
 
 
-def _is_string_list(value: Any) -> bool:
+def _is_string_list(value: object) -> TypeGuard[Collection[str]]:
     return (
         isinstance(value, Sequence | frozenset | set) and not isinstance(value, str)
         and all(isinstance(v, str) for v in value)
@@ -142,7 +146,7 @@ def _is_string_list(value: Any) -> bool:
 
 
 def validate_execution_config(
-    config: Mapping[str, Any], where: str = "execution_config"
+    config: JSONMapping, where: str = "execution_config"
 ) -> None:
     """Raise :class:`ConfigError` naming the bad key of an execution config.
 
@@ -160,7 +164,7 @@ def validate_execution_config(
             _check_value(key, value, where)
 
 
-def _check_contexts(value: Any, where: str) -> None:
+def _check_contexts(value: object, where: str) -> None:
     if not isinstance(value, Mapping):
         raise ConfigError(f"{where}.contexts must be a mapping of context type to config")
     for ctx, sub in value.items():
@@ -169,11 +173,11 @@ def _check_contexts(value: Any, where: str) -> None:
             raise ConfigError(f"{where}.contexts.{ctx} cannot nest 'contexts'")
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_value(key: str, value: Any, where: str) -> None:
+def _check_value(key: str, value: object, where: str) -> None:
     """One known key's value (see :func:`validate_execution_config`)."""
     if key == "pattern" and value not in PATTERNS:
         raise ConfigError(f"{where}.pattern must be one of {', '.join(PATTERNS)}, not {value!r}")
@@ -188,7 +192,7 @@ def _check_value(key: str, value: Any, where: str) -> None:
         raise ConfigError(f"{where}.{key} must be true or false, not {value!r}")
     if key in ("allowed_categories", "allowed_tools") and not _is_string_list(value):
         raise ConfigError(f"{where}.{key} must be a list of strings, not {value!r}")
-    if key == "allowed_categories":
+    if key == "allowed_categories" and _is_string_list(value):
         bad = sorted(set(value) - set(_CATEGORY_VALUES))
         if bad:
             raise ConfigError(f"{where}.allowed_categories: unknown {', '.join(bad)}"
@@ -196,9 +200,9 @@ def _check_value(key: str, value: Any, where: str) -> None:
 
 
 def _merged(
-    static: Mapping[str, Any], context_type: str, contexts: Mapping[str, Any] | None
-) -> tuple[dict[str, Any], bool]:
-    merged: dict[str, Any] = {k: v for k, v in static.items() if k != "contexts"}
+    static: JSONMapping, context_type: str, contexts: JSONMapping | None
+) -> tuple[dict[str, object], bool]:
+    merged: dict[str, object] = {k: v for k, v in static.items() if k != "contexts"}
     layers = contexts if contexts is not None else static.get("contexts") or {}
     override = layers.get(context_type) if isinstance(layers, Mapping) else None
     if isinstance(override, Mapping) and override:
@@ -208,7 +212,7 @@ def _merged(
 
 
 def wants_assessment(
-    static: Mapping[str, Any], context_type: str, contexts: Mapping[str, Any] | None = None
+    static: JSONMapping, context_type: str, contexts: JSONMapping | None = None
 ) -> bool:
     """Whether layer 3 is on for this context (so the tick asks the model first)."""
     merged, _ = _merged(static, context_type, contexts)
@@ -216,9 +220,9 @@ def wants_assessment(
 
 
 def select_execution_pattern(
-    static: Mapping[str, Any],
+    static: JSONMapping,
     context_type: str,
-    contexts: Mapping[str, Any] | None = None,
+    contexts: JSONMapping | None = None,
     assessment: TaskAssessment | None = None,
 ) -> ExecutionPattern:
     """Compose the three layers into an :class:`ExecutionPattern`.
@@ -260,7 +264,7 @@ def select_execution_pattern(
 
 
 def select_gate(
-    static: Mapping[str, Any], context_type: str, contexts: Mapping[str, Any] | None = None
+    static: JSONMapping, context_type: str, contexts: JSONMapping | None = None
 ) -> GatePolicy:
     """The tool gate of ``context_type``: allowed categories and names (None: no limit).
 
@@ -281,7 +285,7 @@ def select_gate(
 
 
 def determine_context_type(
-    pending_events: Sequence[Mapping[str, Any]], idle: str = AUTONOMOUS
+    pending_events: Sequence[JSONMapping], idle: str = AUTONOMOUS
 ) -> str:
     """Classify a tick by what is pending.
 
@@ -318,7 +322,7 @@ _ASSESSMENT_PROMPT = (
 _JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 
 
-def parse_assessment(text: Any) -> TaskAssessment | None:
+def parse_assessment(text: object) -> TaskAssessment | None:
     """Read a :class:`TaskAssessment` from model output; None if there is none.
 
     Lenient: takes the first JSON object found in the text (fenced or not)
@@ -352,7 +356,7 @@ def parse_assessment(text: Any) -> TaskAssessment | None:
     )
 
 
-def _response_text(response: Any) -> str | None:
+def _response_text(response: object) -> str | None:
     """The text of a chat response (ChatResponse-like object or raw dict)."""
     for attr in ("text", "content"):
         value = getattr(response, attr, None)
@@ -369,8 +373,8 @@ def _response_text(response: Any) -> str | None:
 
 @defer.inlineCallbacks
 def assess_task(
-    llm: Any, persona: str, events_text: str
-) -> Any:
+    llm: ILLMClient, persona: str, events_text: str
+) -> Generator[defer.Deferred[Any], object, TaskAssessment | None]:
     """Ask ``llm`` to rate the pending task (layer 3); fires with a TaskAssessment or None.
 
     Advisory: any failure (error, garbage answer) gives None and the tick goes

@@ -25,13 +25,19 @@ store needs a table of its own for it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Generator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.service.assistant import AssistantConfig
+from ai_tools.service.collaborators import AssistantStates, RecordStore
+
+if TYPE_CHECKING:
+    from ai_tools.interfaces import IStore
+    from ai_tools.service.service import AssistantService
 
 __all__ = ["OWNER", "Roster", "merge_file_config", "shared_roster", "start_assistants"]
 
@@ -44,8 +50,8 @@ _FILE = "file_assistants"
 _MAX = 100_000
 
 
-def merge_file_config(saved: Mapping[str, Any], file_now: Mapping[str, Any],
-                      file_before: Mapping[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
+def merge_file_config(saved: JSONMapping, file_now: JSONMapping,
+                      file_before: JSONMapping | None) -> tuple[dict[str, object], list[str]]:
     """The configuration to start with, and the keys the file changed since it was applied.
 
     ``saved`` is the store's configuration, ``file_now`` the file's, and
@@ -63,7 +69,7 @@ def merge_file_config(saved: Mapping[str, Any], file_now: Mapping[str, Any],
 
 def shared_roster(
     configured: Sequence[AssistantConfig],
-    given: Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any] | None, bool]],
+    given: Mapping[str, tuple[JSONMapping, JSONMapping | None, bool]],
 ) -> list[AssistantConfig]:
     """The assistants several workers share: the config file's, with the API's word on them.
 
@@ -90,7 +96,7 @@ def shared_roster(
     return shared
 
 
-def _checked(name: str, data: Mapping[str, Any]) -> AssistantConfig | None:
+def _checked(name: str, data: JSONMapping) -> AssistantConfig | None:
     """``data`` as a configuration, or None (logged) when it is not a valid one."""
     try:
         return AssistantConfig.from_mapping(data, f"assistant {name!r}")
@@ -103,62 +109,68 @@ def _checked(name: str, data: Mapping[str, Any]) -> AssistantConfig | None:
 class Roster:
     """What the store remembers of the roster: removed names, the file's last configs."""
 
-    def __init__(self, store: Any) -> None:
-        self.store = store
+    def __init__(self, store: IStore) -> None:
+        self.store: RecordStore = store
 
     @defer.inlineCallbacks
-    def _records(self, collection: str) -> Any:
+    def _records(self, collection: str
+                 ) -> Generator[defer.Deferred[Any], object, dict[str, JSONObject]]:
         records = yield self.store.list_records(OWNER, collection, limit=_MAX,
                                                 newest_first=False)
-        return {r["content"]: r for r in records}
+        return {str(r["content"]): r for r in cast("list[JSONObject]", records)}
 
     @defer.inlineCallbacks
-    def removed(self) -> Any:
+    def removed(self) -> Generator[defer.Deferred[Any], object, set[str]]:
         """The names of the assistants removed over the API (a set)."""
-        records = yield self._records(_REMOVED)
+        records = cast("dict[str, JSONObject]", (yield self._records(_REMOVED)))
         return set(records)
 
     @defer.inlineCallbacks
-    def mark_removed(self, name: str) -> Any:
+    def mark_removed(self, name: str) -> Generator[defer.Deferred[Any], object, None]:
         """Remember that ``name`` was removed: it is not brought back on restart."""
-        records = yield self._records(_REMOVED)
+        records = cast("dict[str, JSONObject]", (yield self._records(_REMOVED)))
         if name not in records:
             yield self.store.add_record(OWNER, _REMOVED, name)
 
     @defer.inlineCallbacks
-    def unmark_removed(self, name: str) -> Any:
+    def unmark_removed(self, name: str) -> Generator[defer.Deferred[Any], object, None]:
         """``name`` is hosted again (created anew)."""
-        records = yield self._records(_REMOVED)
+        records = cast("dict[str, JSONObject]", (yield self._records(_REMOVED)))
         if name in records:
-            yield self.store.delete_record(records[name]["id"])
+            yield self.store.delete_record(cast(int, records[name]["id"]))
 
     @defer.inlineCallbacks
-    def file_configs(self) -> Any:
+    def file_configs(self) -> Generator[defer.Deferred[Any], object, dict[str, JSONMapping]]:
         """``{name: the config file's configuration when last applied}``."""
-        records = yield self._records(_FILE)
-        return {name: record.get("metadata") or {} for name, record in records.items()}
+        records = cast("dict[str, JSONObject]", (yield self._records(_FILE)))
+        return {name: cast(JSONMapping, record.get("metadata") or {})
+                for name, record in records.items()}
 
     @defer.inlineCallbacks
-    def remember_file_config(self, name: str, config: Mapping[str, Any]) -> Any:
+    def remember_file_config(self, name: str, config: JSONMapping
+                             ) -> Generator[defer.Deferred[Any], object, None]:
         """Keep what the file says of ``name`` now, to see what an edit changed next time."""
-        records = yield self._records(_FILE)
+        records = cast("dict[str, JSONObject]", (yield self._records(_FILE)))
         if name in records:
             if records[name].get("metadata") != dict(config):
-                yield self.store.update_record(records[name]["id"], metadata=dict(config))
+                yield self.store.update_record(cast(int, records[name]["id"]),
+                                               metadata=dict(config))
         else:
             yield self.store.add_record(OWNER, _FILE, name, metadata=dict(config))
 
 
 @defer.inlineCallbacks
-def start_assistants(service: Any, configured: Sequence[AssistantConfig]) -> Any:
+def start_assistants(service: AssistantService, configured: Sequence[AssistantConfig]
+                     ) -> Generator[defer.Deferred[Any], object, list[str]]:
     """Add the assistants of the config file and of the store to ``service`` (see the module).
 
     Fires with the names added, in order.
     """
     roster = Roster(service.store)
-    saved = set((yield service.store.list_assistants()))
-    removed = yield roster.removed()
-    before = yield roster.file_configs()
+    states: AssistantStates = service.store
+    saved = set(cast("list[str]", (yield states.list_assistants())))
+    removed = cast("set[str]", (yield roster.removed()))
+    before = cast("dict[str, JSONMapping]", (yield roster.file_configs()))
     added = []
     for config in configured:
         name = config.name
@@ -168,7 +180,8 @@ def start_assistants(service: Any, configured: Sequence[AssistantConfig]) -> Any
                      "not brought back (create it again with POST /assistants)", assistant=name)
             continue
         if name in saved:
-            config = yield _from_store(service, config, file_now, before.get(name))
+            config = cast(AssistantConfig,
+                          (yield _from_store(service, config, file_now, before.get(name))))
         yield service.add_assistant(config)
         yield roster.remember_file_config(name, file_now)
         added.append(name)
@@ -178,17 +191,19 @@ def start_assistants(service: Any, configured: Sequence[AssistantConfig]) -> Any
         log.info("The config file no longer names {names}: left asleep on disk (their "
                  "saved state stays in the store)", names=", ".join(dropped))
     for name in sorted(saved - removed - set(before) - configured_names):
-        if (yield service.restore_assistant(name)):
+        if (yield service.roster.restore(name)):
             added.append(name)
     return added
 
 
 @defer.inlineCallbacks
-def _from_store(service: Any, config: AssistantConfig, file_now: Mapping[str, Any],
-                file_before: Mapping[str, Any] | None) -> Any:
+def _from_store(service: AssistantService, config: AssistantConfig, file_now: JSONMapping,
+                file_before: JSONMapping | None
+                ) -> Generator[defer.Deferred[Any], object, AssistantConfig]:
     """The configuration of a file assistant the store holds: the store's, plus the file's edits."""
     name = config.name
-    state = yield service.store.load_assistant(name)
+    states: AssistantStates = service.store
+    state = cast("JSONObject | None", (yield states.load_assistant(name)))
     saved = (state or {}).get("config")
     if not isinstance(saved, Mapping):
         return config

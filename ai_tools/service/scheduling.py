@@ -30,7 +30,7 @@ import functools
 import heapq
 import itertools
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import attrs
 from twisted.internet import defer, task
@@ -39,12 +39,12 @@ from twisted.python.failure import Failure
 
 _GOLDEN = 0.6180339887498949
 
-def _cancel_other(other: defer.Deferred[Any], _: defer.Deferred[Any]) -> None:
+def _cancel_other(other: defer.Deferred[object], _: defer.Deferred[object]) -> None:
     """Canceller of a Deferred standing for ``other``: cancel ``other``."""
     other.cancel()
 
 
-def _hand_on(outcome: Any, waiters: list[defer.Deferred[Any]]) -> None:
+def _hand_on(outcome: object, waiters: list[defer.Deferred[object]]) -> None:
     """Give a tick's outcome to the callers who joined it (those who gave up excepted)."""
     for waiter in waiters:
         if waiter.called:  # cancelled by its caller
@@ -68,10 +68,11 @@ class Clock(Protocol):
 
     def seconds(self) -> float: ...
 
-    def callLater(self, delay: float, f: Callable[..., Any], /, *args: Any, **kw: Any) -> Any: ...
+    def callLater(self, delay: float, f: Callable[..., object], /, *args: object,
+                  **kw: object) -> DelayedCall: ...
 
 
-TickFunction = Callable[[str], Any]
+TickFunction = Callable[[str], object]
 """Runs one tick of the named assistant; returns a value or a Deferred."""
 
 
@@ -83,9 +84,9 @@ class _Entry:
     due: float
     token: int = -1
     """Token of its one valid heap item (-1: not in the heap)."""
-    running: defer.Deferred[Any] | None = None
+    running: defer.Deferred[object] | None = None
     ticks_started: int = 0
-    joined: list[defer.Deferred[Any]] = attrs.field(factory=list)
+    joined: list[defer.Deferred[object]] = attrs.field(factory=list)
     """Callers of ``run_now`` waiting for the tick in flight (see :meth:`run_now`)."""
 
 
@@ -109,7 +110,7 @@ class TickScheduler:
     _entries: dict[str, _Entry] = attrs.field(init=False, factory=dict)
     _heap: list[tuple[float, int, str]] = attrs.field(init=False, factory=list)
     _urgent: dict[str, None] = attrs.field(init=False, factory=dict)
-    _running: dict[str, defer.Deferred[Any]] = attrs.field(init=False, factory=dict)
+    _running: dict[str, defer.Deferred[object]] = attrs.field(init=False, factory=dict)
     _seq: itertools.count[int] = attrs.field(init=False, factory=itertools.count)
     _added: int = attrs.field(init=False, default=0)
     _loop: task.LoopingCall | None = attrs.field(init=False, default=None)
@@ -194,7 +195,7 @@ class TickScheduler:
         """Whether a tick of ``name`` started here is in flight."""
         return name in self._running
 
-    def running(self) -> dict[str, defer.Deferred[Any]]:
+    def running(self) -> dict[str, defer.Deferred[object]]:
         """The ticks in flight by assistant name (a copy)."""
         return dict(self._running)
 
@@ -282,7 +283,7 @@ class TickScheduler:
             started += 1
         return started
 
-    def run_now(self, name: str) -> defer.Deferred[Any]:
+    def run_now(self, name: str) -> defer.Deferred[object]:
         """Run ``name``'s tick at once, outside the timer (``run_tick``).
 
         The concurrency cap does not apply to an explicit request.  If a tick
@@ -296,7 +297,7 @@ class TickScheduler:
         if entry is None:
             return self._call(name)
         if entry.running is not None:
-            joined: defer.Deferred[Any] = defer.Deferred()
+            joined: defer.Deferred[object] = defer.Deferred()
             entry.joined.append(joined)
             return joined
         self._urgent.pop(name, None)
@@ -328,13 +329,13 @@ class TickScheduler:
         ]
         heapq.heapify(self._heap)
 
-    def _call(self, name: str) -> defer.Deferred[Any]:
+    def _call(self, name: str) -> defer.Deferred[object]:
         try:
             return defer.maybeDeferred(self.tick, name)
         except Exception:  # maybeDeferred already catches; belt and braces
             return defer.fail(Failure())
 
-    def _start(self, entry: _Entry, consume: bool = False) -> defer.Deferred[Any]:
+    def _start(self, entry: _Entry, consume: bool = False) -> defer.Deferred[object]:
         """Call the tick function for ``entry``; reschedule it when it ends.
 
         Returns a Deferred of the tick's outcome for the caller; the tick's own
@@ -354,19 +355,19 @@ class TickScheduler:
         entry.running = d
         self._running[entry.name] = d
         # A started tick costs no closures: its bookkeeping is a bound method with arguments.
-        result: defer.Deferred[Any] | None = (
+        result: defer.Deferred[object] | None = (
             None if consume else defer.Deferred(functools.partial(_cancel_other, d)))
         d.addBoth(self._tick_done, entry, d, started_at, result)
         return d if result is None else result
 
     def _tick_done(
         self,
-        outcome: Any,
+        outcome: object,
         entry: _Entry,
-        d: defer.Deferred[Any],
+        d: defer.Deferred[object],
         started_at: float,
-        result: defer.Deferred[Any] | None,
-    ) -> Any:
+        result: defer.Deferred[object] | None,
+    ) -> object:
         """A started tick ended: free its slot, reschedule it, hand on its outcome."""
         self._running.pop(entry.name, None)
         entry.running = None

@@ -27,7 +27,6 @@ nothing extra.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import attrs
 from twisted.internet import defer
@@ -35,6 +34,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ai_tools.interfaces import IStore
+from ai_tools.json_types import JSONMapping
+from ai_tools.service.collaborators import AssistantStates
 from ai_tools.service.scheduling import Clock, DelayedCall
 
 __all__ = ["StateWriter"]
@@ -47,13 +48,13 @@ class StateWriter:
     """Batches state saves of many assistants into shared transactions."""
 
     store: IStore
-    state_of: Callable[[str], Mapping[str, Any] | None]
+    state_of: Callable[[str], JSONMapping | None]
     """Returns the current state dict of an assistant (None: it is gone, skip it)."""
     clock: Clock
     max_batch: int = 1000
     lazy_delay: float = 1.0
     """Longest wait of a :meth:`save_soon` request."""
-    save_options: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+    save_options: Callable[[Mapping[str, JSONMapping]], JSONMapping] | None = None
     """Extra keyword arguments of each ``save_many`` call, given the states it writes:
     the lease fence of workers sharing the assistants (:mod:`ai_tools.service.leases`)."""
 
@@ -68,7 +69,8 @@ class StateWriter:
     _lazy_call: DelayedCall | None = attrs.field(init=False, default=None)
     transactions: int = attrs.field(init=False, default=0)
     """Transactions written (for status and benchmarks)."""
-    write_observers: list[Callable[[float, bool], Any]] = attrs.field(init=False, factory=list)
+    write_observers: list[Callable[[float, bool], object]] = attrs.field(init=False,
+                                                                        factory=list)
     """Called after every batch with its seconds and whether a state in it failed (metrics)."""
     states_written: int = attrs.field(init=False, default=0)
     failures: int = attrs.field(init=False, default=0)
@@ -129,8 +131,8 @@ class StateWriter:
             self._write_batch()
         return d
 
-    def _save_many(self, states: Mapping[str, Mapping[str, Any]]) -> Any:
-        store: Any = self.store  # zope interfaces do not type their methods
+    def _save_many(self, states: Mapping[str, JSONMapping]) -> defer.Deferred[None]:
+        store: AssistantStates = self.store
         if self.save_options is None:
             return store.save_many(states)
         return store.save_many(states, **self.save_options(states))
@@ -148,7 +150,7 @@ class StateWriter:
             return
         names = list(self._queued)[: self.max_batch]
         waiters = {name: self._queued.pop(name) for name in names}
-        states: dict[str, Mapping[str, Any]] = {}
+        states: dict[str, JSONMapping] = {}
         for name in names:
             try:
                 state = self.state_of(name)
@@ -172,7 +174,7 @@ class StateWriter:
         d.addBoth(self._done)
 
     def _batch_written(
-        self, _: Any, states: Mapping[str, Any], waiters: dict[str, _Waiters]
+        self, _: object, states: Mapping[str, JSONMapping], waiters: dict[str, _Waiters]
     ) -> None:
         self.transactions += 1
         self.states_written += len(states)
@@ -181,7 +183,7 @@ class StateWriter:
     def _batch_failed(
         self,
         failure: Failure,
-        states: Mapping[str, Any],
+        states: Mapping[str, JSONMapping],
         waiters: dict[str, _Waiters],
     ) -> defer.Deferred[None] | None:
         if len(states) == 1:
@@ -214,7 +216,7 @@ class StateWriter:
             for d in ds if isinstance(ds, list) else (ds,):
                 d.errback(failure)
 
-    def _timed(self, result: Any, started: float, failures: int) -> Any:
+    def _timed(self, result: object, started: float, failures: int) -> object:
         seconds = self.clock.seconds() - started
         for observer in self.write_observers:
             try:
@@ -226,7 +228,7 @@ class StateWriter:
     def _log_bug(self, failure: Failure) -> None:
         self._log.failure("state writer bookkeeping failed", failure)
 
-    def _done(self, _: Any) -> None:
+    def _done(self, _: object) -> None:
         self._in_flight = False
         self._after_batch()
 

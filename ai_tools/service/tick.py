@@ -42,6 +42,7 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from ai_tools.execution.reasons import TerminationReason
+from ai_tools.json_types import JSONObject
 from ai_tools.loop.compaction import HistoryBudget, compact_history, needs_compaction
 from ai_tools.loop.config import GatePolicy, LoopConfig
 from ai_tools.loop.context import LoopContext, LoopControl
@@ -50,6 +51,7 @@ from ai_tools.loop.request import measure_context
 from ai_tools.loop.result import LoopResult
 from ai_tools.loop.usage import ContextUsage
 from ai_tools.service.assistant import AWAKE, SLEEP, assistant_model
+from ai_tools.service.collaborators import RecordStore, SpeakingWorld
 from ai_tools.service.episodes import EPISODES, episode_record
 from ai_tools.service.patterns import (
     ExecutionPattern,
@@ -130,7 +132,7 @@ class TickResult:
         """No error met during the tick."""
         return not self.errors and self.status != ERROR
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         """JSON form (status pages, the HTTP API)."""
         return {
             "assistant": self.assistant,
@@ -148,7 +150,7 @@ class TickResult:
             "duration_ms": self.duration_ms,
         }
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JSONObject:
         """The short form kept in the assistant's state as ``last_tick``."""
         return {
             "tick": self.tick,
@@ -280,7 +282,7 @@ def _model_refused(assistant: Assistant, host: AssistantHost) -> bool:
     return assistant.model_refused
 
 
-def _tick_ended(result: Any, tick: _Tick) -> Any:
+def _tick_ended(result: TickResult | Failure, tick: _Tick) -> TickResult:
     """Release the guard; a failure (``_run`` catches everything) becomes an ERROR result."""
     _release(tick.assistant)
     if isinstance(result, Failure):  # belt and braces
@@ -392,7 +394,7 @@ def _finish(tick: _Tick, status: str, reason: str, logged: bool = False) -> Tick
     # What changed since the loop's last checkpoint is bookkeeping (counters,
     # last_tick): written lazily, usually together with the next save.  Mode
     # changes, flags and events are saved at once where they happen.
-    host.save_state_soon(assistant.name)
+    host.writer.save_soon(assistant.name)
     return result
 
 
@@ -561,7 +563,8 @@ def _checkpoint(tick: _Tick, control: LoopControl | None) -> defer.Deferred[None
     return d.addErrback(_checkpoint_failed, tick, control)
 
 
-def _checkpoint_after(tick: _Tick, control: LoopControl, progress: Any) -> defer.Deferred[None]:
+def _checkpoint_after(tick: _Tick, control: LoopControl,
+                      progress: object) -> defer.Deferred[None]:
     """The loop's checkpoint (after every iteration): the progress is in the assistant."""
     return _checkpoint(tick, control)
 
@@ -600,9 +603,8 @@ def _run_loop(
     ctx = _loop_context(assistant, host, context_type, mode=mode, reflection=reflection)
     ctx.control = control
     ctx.on_event = functools.partial(host.publish, assistant.name)
-    observed = getattr(host, "observed", None)  # (a host of before it: every event is built)
-    ctx.observed = None if observed is None else functools.partial(observed, assistant.name)
-    tracer = trace_loop(ctx, getattr(host, "telemetry", None), attributes={
+    ctx.observed = functools.partial(host.observed, assistant.name)
+    tracer = trace_loop(ctx, host.telemetry, attributes={
         TICK: tick.number, CONTEXT_TYPE: context_type, REFLECTION: reflection})
     assistant.tracer = tracer
     if not reflection:
@@ -678,9 +680,10 @@ def _say_unavailable(tick: _Tick) -> defer.Deferred[None] | None:
              attempts=assistant.failed_deliveries)
     host.publish(assistant.name, {"type": "unavailable", "text": text,
                                   "failed_attempts": assistant.failed_deliveries})
-    if host.world is None:
+    world: SpeakingWorld | None = host.world
+    if world is None:
         return None
-    d = defer.maybeDeferred(host.world.message_location, assistant.config.character_id, text,
+    d = defer.maybeDeferred(world.message_location, assistant.config.character_id, text,
                             kind="say")
     return d.addCallbacks(_discard, _say_failed, errbackArgs=(tick,))
 
@@ -695,7 +698,7 @@ def _say_failed(failure: Failure, tick: _Tick) -> Failure | None:
 
 
 def _record_episode(
-    tick: _Tick, events: list[dict[str, Any]], history_start: int
+    tick: _Tick, events: list[JSONObject], history_start: int
 ) -> defer.Deferred[None] | None:
     """Write this tick's conversation as an episode; a failed write is logged, never fatal."""
     assistant, host = tick.assistant, tick.host
@@ -709,13 +712,14 @@ def _record_episode(
     content, metadata = episode
     metadata["tick"] = tick.number
     try:
-        d = host.store.add_record(assistant.name, EPISODES, content, metadata)
+        records: RecordStore = host.store
+        d = records.add_record(assistant.name, EPISODES, content, metadata)
     except Exception:
         d = defer.fail()
     return d.addCallbacks(_discard, _episode_failed, errbackArgs=(tick,))
 
 
-def _discard(_: Any) -> None:
+def _discard(_: object) -> None:
     return None
 
 

@@ -66,3 +66,11 @@ def test_the_service_benchmark_says_why_loops_ended_early(
     assert "4 of 1000 loops ended before iteration 5" in out
     assert "3 x llm_error after 2 iteration(s): HTTP 503" in out
     assert "1 x critical_tokens" in out
+
+
+def test_the_hearing_count_answers_every_message_with_its_own_tick() -> None:
+    """``benchmarks/hearing_instructions.py`` (docs/service.md) counts what it says: each
+    heard message is queued, wakes its assistant and is answered by a tick of its own."""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.hearing_instructions", "1"],
+                          cwd=ROOT, capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
