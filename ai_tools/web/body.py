@@ -128,7 +128,7 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (numbers must be finite)")
 
 
-def parse_json_body(request: Any, max_body: int) -> dict[str, Any]:
+def parse_json_body(request: server.Request, max_body: int) -> dict[str, Any]:
     """The request body as a JSON object.
 
     Raises ApiError: 413 when larger than ``max_body`` (a site without
@@ -159,7 +159,7 @@ def parse_json_body(request: Any, max_body: int) -> dict[str, Any]:
     return data
 
 
-def body_size(request: Any) -> int:
+def body_size(request: server.Request) -> int:
     """Bytes of the request's body as received (0: no body)."""
     content = request.content
     if content is None:
@@ -170,7 +170,7 @@ def body_size(request: Any) -> int:
     return size
 
 
-def check_content_type(request: Any) -> None:
+def check_content_type(request: server.Request) -> None:
     """Refuse (415) a request that has a body which is not declared ``application/json``.
 
     A browser page may send a "simple" cross-origin POST (``text/plain``, a

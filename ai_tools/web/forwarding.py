@@ -39,9 +39,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.client import HTTPConnectionPool, ResponseDone
 from twisted.web.http import PotentialDataLoss
+from twisted.web.server import Request
 from zope.interface import implementer
 
 from ai_tools.llm.transport import http_client, pooled_agent
+from ai_tools.web.clock import Clock
 from ai_tools.web.worker_auth import SIGNATURE_HEADER, WorkerSigner
 
 __all__ = ["FORWARDED_HEADER", "PASSED_HEADERS", "EventFeed", "Forwarder", "ForwardingError"]
@@ -75,9 +77,10 @@ class ForwardingError(Exception):
 class _Deadline:
     """One ``callLater`` that cancels whatever the forwarded request is waiting for now."""
 
-    def __init__(self, clock: Any, seconds: float, expire: Any) -> None:
+    def __init__(self, clock: Clock, seconds: float, expire: Any) -> None:
         self.seconds = seconds
-        self._call = clock.callLater(seconds, self._fire)
+        # (Any: mypy reads IDelayedCall's methods as functions without self)
+        self._call: Any = clock.callLater(seconds, self._fire)
         self._expire = expire
         self.expired = False
 
@@ -127,7 +130,7 @@ class _BoundedBody(protocol.Protocol):
 class _IdleTimer:
     """Calls ``expire`` once nothing came for ``seconds``; :meth:`arm` on every arrival."""
 
-    def __init__(self, clock: Any, seconds: float, expire: Callable[[], Any]) -> None:
+    def __init__(self, clock: Clock, seconds: float, expire: Callable[[], Any]) -> None:
         self._clock = clock
         self._seconds = seconds
         self._expire = expire
@@ -146,7 +149,7 @@ class _IdleTimer:
 class _Relay(protocol.Protocol):
     """Writes an event stream's bytes to our client as they come, at the client's pace."""
 
-    def __init__(self, request: Any, clock: Any, idle: float) -> None:
+    def __init__(self, request: Request, clock: Clock, idle: float) -> None:
         self.request = request
         self.ended: defer.Deferred[None] = defer.Deferred()
         self._idle = _IdleTimer(clock, idle, self.stopProducing)
@@ -209,7 +212,7 @@ class EventFeed(protocol.Protocol):
     id of the newest event received (for ``Last-Event-ID`` when following again).
     """
 
-    def __init__(self, on_event: OnEvent, clock: Any, idle: float, max_frame: int) -> None:
+    def __init__(self, on_event: OnEvent, clock: Clock, idle: float, max_frame: int) -> None:
         self.on_event = on_event
         self.max_frame = max_frame
         self.ended: defer.Deferred[str] = defer.Deferred()
@@ -286,7 +289,7 @@ class Forwarder:
     has no token, nothing to sign).
     """
 
-    clock: Any
+    clock: Clock
     timeout: float = 10.0
     max_bytes: int = 16 * 1024 * 1024
     stream_idle: float = 40.0
@@ -402,7 +405,7 @@ class Forwarder:
         return response
 
     @defer.inlineCallbacks
-    def relay(self, request: Any, url: str, headers: Mapping[bytes, bytes]) -> Any:
+    def relay(self, request: Request, url: str, headers: Mapping[bytes, bytes]) -> Any:
         """Relay the event stream at ``url`` to ``request``.
 
         Fires once the headers are relayed, with a Deferred that fires when the

@@ -21,7 +21,10 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ai_tools.service.service import AssistantService
 
 __all__ = ["CONTENT_TYPE", "Histogram", "Metrics"]
 
@@ -102,7 +105,7 @@ class Metrics:
     """The figures of one ``AssistantService`` (see the module); ``streams()`` counts the
     open event streams."""
 
-    def __init__(self, service: Any, streams: Callable[[], int] = lambda: 0) -> None:
+    def __init__(self, service: AssistantService, streams: Callable[[], int] = lambda: 0) -> None:
         self.service = service
         self.streams = streams
         self.ticks: Counter[Labels] = Counter()
@@ -260,7 +263,7 @@ class Metrics:
             lines.append(f"{name} {_number(value)}")
 
     @staticmethod
-    def _model_servers(lines: list[str], service: Any) -> None:
+    def _model_servers(lines: list[str], service: AssistantService) -> None:
         """The slots and the queue of each profile's model server, and the assistants
         whose model a breaker refuses (their ticks wait)."""
         statuses = {profile: client.status() for profile, client in sorted(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet import defer
 
@@ -24,6 +24,9 @@ from ai_tools.service.assistant import AssistantConfig
 from ai_tools.service.roster import Roster
 from ai_tools.web.errors import ApiError
 from ai_tools.web.event_hub import assistants_by_character
+
+if TYPE_CHECKING:
+    from ai_tools.service.service import AssistantService
 
 __all__ = ["Operator", "parse_decision"]
 
@@ -62,7 +65,7 @@ def parse_decision(body: Mapping[str, Any]) -> tuple[bool, str]:
 class Operator:
     """What the operator's endpoints do to ``service`` and see of ``world``."""
 
-    def __init__(self, service: Any, world: Any) -> None:
+    def __init__(self, service: AssistantService, world: Any) -> None:
         self.service = service
         self.world = world
         self.roster = Roster(service.store)

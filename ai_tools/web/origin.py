@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
+from twisted.web.server import Request
 
 from ai_tools.errors import ConfigError
 from ai_tools.web.errors import ApiError
@@ -123,7 +124,7 @@ class OriginPolicy:
             return True
         return address == bound or (bound.is_loopback and address.is_loopback)
 
-    def check(self, request: Any) -> None:
+    def check(self, request: Request) -> None:
         """Raise ApiError unless the request's Host, Origin and Sec-Fetch-Site pass."""
         raw_host = request.getHeader(b"host")
         if not raw_host:

@@ -38,11 +38,12 @@ another address in the database is a worker that cannot be reached (logged).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.web.server import Request
 
 from ai_tools.service.assistant import Assistant
 from ai_tools.web.errors import ApiError
@@ -55,6 +56,9 @@ from ai_tools.web.forwarding import (
 from ai_tools.web.paging import history_page
 from ai_tools.web.query import query_bool, query_int
 from ai_tools.web.worker_auth import worker_base
+
+if TYPE_CHECKING:
+    from ai_tools.service.service import AssistantService
 
 __all__ = ["RETRY_AFTER", "OtherWorkers", "forwarded"]
 
@@ -70,7 +74,7 @@ _WAIT_FOR_A_TICK = ("tick", "reconfigure_assistant", "remove_assistant")
 """The endpoints whose answer waits for a tick (``tick_timeout`` applies)."""
 
 
-def forwarded(request: Any) -> bool:
+def forwarded(request: Request) -> bool:
     """Whether another worker passed ``request`` on (answer for this worker only)."""
     return request.getHeader(FORWARDED_HEADER) is not None
 
@@ -85,7 +89,7 @@ class OtherWorkers:
     name (empty: any).
     """
 
-    service: Any
+    service: AssistantService
     forwarder: Forwarder
     hosts: tuple[str, ...] = ()
     max_streams: int = 400
@@ -103,7 +107,7 @@ class OtherWorkers:
         """Whether ``name`` is an assistant this worker does not run, with workers."""
         return name is not None and self.ownership is not None and name not in self.service
 
-    def fans_out(self, request: Any) -> bool:
+    def fans_out(self, request: Request) -> bool:
         """Whether a service-wide request should ask the other workers too."""
         return self.ownership is not None and not forwarded(request)
 
@@ -115,7 +119,7 @@ class OtherWorkers:
     # -- one assistant ------------------------------------------------------------------
 
     @defer.inlineCallbacks
-    def answer(self, request: Any, endpoint: str, name: str) -> Any:
+    def answer(self, request: Request, endpoint: str, name: str) -> Any:
         """Answer ``request`` (the handler named ``endpoint``) about ``name``, run elsewhere."""
         owner = yield self._owner(request, name)
         why = self._nobody(name)
@@ -138,7 +142,7 @@ class OtherWorkers:
         raise self._unavailable(name, why)
 
     @defer.inlineCallbacks
-    def _owner(self, request: Any, name: str) -> Any:
+    def _owner(self, request: Request, name: str) -> Any:
         """``(worker, api_url)`` of the live worker running ``name``, or None; 404 for an
         assistant the service does not have."""
         if forwarded(request):  # passed on to us, but we do not run it (any more)
@@ -174,7 +178,7 @@ class OtherWorkers:
                         "shortly", headers={"Retry-After": RETRY_AFTER})
 
     @staticmethod
-    def _headers(request: Any) -> dict[bytes, bytes]:
+    def _headers(request: Request) -> dict[bytes, bytes]:
         """The caller's headers passed on (no token: the forwarder signs the request)."""
         return {name: value for name in PASSED_HEADERS
                 if (value := request.getHeader(name)) is not None}
@@ -189,7 +193,7 @@ class OtherWorkers:
             raise ForwardingError(503, f"worker {worker} cannot be reached: {exc}") from None
 
     @defer.inlineCallbacks
-    def _forward(self, request: Any, owner: tuple[str, str], timeout: float | None) -> Any:
+    def _forward(self, request: Request, owner: tuple[str, str], timeout: float | None) -> Any:
         method = request.method.decode("ascii")
         body = None
         if request.content is not None and method in ("POST", "PATCH", "DELETE", "PUT"):
@@ -205,7 +209,7 @@ class OtherWorkers:
         return status, answer
 
     @defer.inlineCallbacks
-    def _from_store(self, request: Any, endpoint: str, name: str, why: str) -> Any:
+    def _from_store(self, request: Request, endpoint: str, name: str, why: str) -> Any:
         """What the database holds of ``name``: its saved status, history or config."""
         if endpoint == "assistant_config":
             return {"assistant": name, "config": self.ownership.roster[name].to_dict(),
@@ -226,7 +230,7 @@ class OtherWorkers:
     # -- event streams -------------------------------------------------------------------
 
     @defer.inlineCallbacks
-    def relay_events(self, request: Any, name: str) -> Any:
+    def relay_events(self, request: Request, name: str) -> Any:
         """``GET /events?assistant=name``: the owner's stream, relayed (bounded in number)."""
         if self.relays >= self.max_streams:
             raise ApiError(503, f"too many event streams are relayed from other workers (the "
@@ -251,7 +255,7 @@ class OtherWorkers:
     # -- the whole service ---------------------------------------------------------------
 
     @defer.inlineCallbacks
-    def fan_out(self, request: Any, path: str) -> Any:
+    def fan_out(self, request: Request, path: str) -> Any:
         """Send ``request`` (its method and body) to ``path`` of every other live worker.
 
         Fires with ``{worker: answer}`` of those that answered, and the names of
@@ -290,7 +294,7 @@ class OtherWorkers:
         return d
 
     @defer.inlineCallbacks
-    def every_assistant(self, request: Any, local: Sequence[dict[str, Any]]) -> Any:
+    def every_assistant(self, request: Request, local: Sequence[dict[str, Any]]) -> Any:
         """``GET /assistants`` for the whole service: this worker's, every other live
         worker's, and those nobody runs now (``"worker": null``, from the database)."""
         listed = [*local]
@@ -303,7 +307,7 @@ class OtherWorkers:
         return sorted(listed, key=lambda a: str(a.get("name"))), silent
 
     @defer.inlineCallbacks
-    def merged(self, request: Any, path: str, local: Mapping[str, Any],
+    def merged(self, request: Request, path: str, local: Mapping[str, Any],
                merge: Callable[[dict[str, Any], Mapping[str, Any]], None]) -> Any:
         """A service-wide action: ``local`` (this worker's answer) with every other live
         worker's merged in by ``merge``; the workers that did not answer are named."""

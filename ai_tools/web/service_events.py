@@ -26,13 +26,15 @@ them to its streams.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import attrs
 from twisted.internet import defer, task
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ai_tools.web.clock import Clock
 from ai_tools.web.event_hub import EventHub
 from ai_tools.web.forwarding import EventFeed, ForwardingError
 from ai_tools.web.sse import EventStream
@@ -66,7 +68,7 @@ class ServiceEvents:
 
     others: Any
     hub: EventHub
-    clock: Any
+    clock: Clock
     max_frame: int = 64 * 1024 + 1024
     interval: float | None = None
     followed: dict[str, _Followed] = attrs.field(factory=dict, init=False)
@@ -84,7 +86,7 @@ class ServiceEvents:
         stream.on_close(self._unwatch)
         if self._loop is None:
             loop = task.LoopingCall(self._sync)
-            loop.clock = self.clock
+            loop.clock = cast(IReactorTime, self.clock)
             self._loop = loop
             seconds = self.interval or float(getattr(self.others.ownership, "interval", 5.0))
             loop.start(seconds, now=True).addErrback(

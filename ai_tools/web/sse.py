@@ -22,7 +22,10 @@ import attrs
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from twisted.web.server import Request
 from zope.interface import implementer
+
+from ai_tools.web.clock import Clock
 
 __all__ = ["EventStream", "Frame", "format_comment", "format_event"]
 
@@ -92,8 +95,8 @@ class EventStream:
     ``local_only``: another worker opened it, it gets no relayed frames.
     """
 
-    request: Any
-    clock: Any
+    request: Request
+    clock: Clock
     only: str | None = None
     types: frozenset[str] | None = None
     buffer_limit: int = 256 * 1024

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 import attrs
 from hyperlink import URL, URLParseError
+from twisted.web.server import Request
 
 from ai_tools.web.errors import ApiError
 
@@ -89,7 +90,7 @@ class WorkerSigner:
         when = int(self.seconds())
         return f"t={when};sig={self._mac(method, target, body or b'', when)}".encode("ascii")
 
-    def check(self, request: Any) -> None:
+    def check(self, request: Request) -> None:
         """Return when ``request`` carries a valid, current signature; else ``ApiError``
         401 saying what is wrong (never which part of the signature differs)."""
         header = request.getHeader(SIGNATURE_HEADER) or b""
