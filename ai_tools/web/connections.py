@@ -38,7 +38,7 @@ __all__ = ["ConnectionLimits", "GuardedChannel", "remote_host"]
 log = Logger()
 
 
-def remote_host(address: Any) -> str | None:
+def remote_host(address: object) -> str | None:
     """The IP address of a peer (an ``IAddress``), or None when it is this machine.
 
     Loopback addresses and UNIX sockets are local: per-address caps leave

@@ -38,6 +38,7 @@ from ai_tools.web.sse import EventStream, Frame, format_event
 
 if TYPE_CHECKING:
     from ai_tools.service.service import AssistantService
+    from ai_tools.world.sandbox import SandboxWorld
 
 __all__ = ["EventHub", "assistants_by_character"]
 
@@ -65,7 +66,7 @@ class EventHub:
     """Every open event stream of one API, fed from one observer of the service and world."""
 
     service: AssistantService
-    world: Any
+    world: SandboxWorld | None
     clock: Clock
     limits: HttpLimits = attrs.field(factory=HttpLimits)
     keepalive: float = 15.0
@@ -73,7 +74,7 @@ class EventHub:
     replay: ReplayBuffer = attrs.field(init=False)
     """The newest frames, for clients that reconnect with ``Last-Event-ID``."""
     _per_address: Counter[str] = attrs.field(factory=Counter, init=False)
-    _unsubscribe: list[Callable[[], Any]] = attrs.field(factory=list, init=False)
+    _unsubscribe: list[Callable[[], object]] = attrs.field(factory=list, init=False)
     _timer: task.LoopingCall | None = attrs.field(default=None, init=False)
 
     @replay.default
@@ -183,7 +184,7 @@ class EventHub:
 
     # -- events in, frames out ------------------------------------------------------
 
-    def _broadcast(self, kind: str, owners: frozenset[str], data: Mapping[str, Any],
+    def _broadcast(self, kind: str, owners: frozenset[str], data: Mapping[str, object],
                    relayed: bool = False) -> None:
         frame = self._encode(kind, owners, data, relayed)
         self.replay.add(frame)
@@ -191,7 +192,7 @@ class EventHub:
             if stream.takes(frame):
                 stream.send(frame)
 
-    def _encode(self, kind: str, owners: frozenset[str], data: Mapping[str, Any],
+    def _encode(self, kind: str, owners: frozenset[str], data: Mapping[str, object],
                 relayed: bool = False) -> Frame:
         """The one encoding of an event; an oversized one becomes a notice of its size."""
         event_id = self.replay.newest_id + 1

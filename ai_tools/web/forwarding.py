@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
+from treq.client import HTTPClient
 from twisted.internet import defer, protocol
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
@@ -77,7 +78,7 @@ class ForwardingError(Exception):
 class _Deadline:
     """One ``callLater`` that cancels whatever the forwarded request is waiting for now."""
 
-    def __init__(self, clock: Clock, seconds: float, expire: Any) -> None:
+    def __init__(self, clock: Clock, seconds: float, expire: Callable[[], object]) -> None:
         self.seconds = seconds
         # (Any: mypy reads IDelayedCall's methods as functions without self)
         self._call: Any = clock.callLater(seconds, self._fire)
@@ -130,7 +131,7 @@ class _BoundedBody(protocol.Protocol):
 class _IdleTimer:
     """Calls ``expire`` once nothing came for ``seconds``; :meth:`arm` on every arrival."""
 
-    def __init__(self, clock: Clock, seconds: float, expire: Callable[[], Any]) -> None:
+    def __init__(self, clock: Clock, seconds: float, expire: Callable[[], object]) -> None:
         self._clock = clock
         self._seconds = seconds
         self._expire = expire
@@ -174,7 +175,7 @@ class _Relay(protocol.Protocol):
         if not self.ended.called:
             self.ended.callback(None)
 
-    def _client_gone(self, _: Any) -> None:
+    def _client_gone(self, _: object) -> None:
         if not self._gone:
             self._gone = True
             self.stopProducing()
@@ -201,7 +202,7 @@ def _target(url: str) -> bytes:
     return target.encode("ascii")
 
 
-OnEvent = Callable[[int | None, str, Any], None]
+OnEvent = Callable[[int | None, str, object], None]
 """What :meth:`Forwarder.follow` calls for each event: ``(id or None, event type, data)``."""
 
 
@@ -293,11 +294,11 @@ class Forwarder:
     timeout: float = 10.0
     max_bytes: int = 16 * 1024 * 1024
     stream_idle: float = 40.0
-    client: Any = None
+    client: HTTPClient | None = None
     signer: WorkerSigner | None = None
     _pool: HTTPConnectionPool | None = attrs.field(init=False, default=None)
 
-    def _client(self) -> Any:
+    def _client(self) -> HTTPClient:
         if self.client is None:
             # the model client's transport: a bounded connect, no cookie jar
             agent, self._pool = pooled_agent(self.clock, self.timeout, connections=4)
@@ -315,8 +316,9 @@ class Forwarder:
               body: bytes | None) -> defer.Deferred[Any]:
         """Send the request (signed); a URL the client cannot use fails the Deferred
         with a 503 :class:`ForwardingError` (it raises synchronously in treq)."""
-        sent = {name: [value] for name, value in headers.items()
-                if name != b"authorization"}  # never a token to another worker
+        sent: dict[bytes | str, list[bytes | str]] = {
+            name: [value] for name, value in headers.items()
+            if name != b"authorization"}  # never a token to another worker
         sent[FORWARDED_HEADER] = [b"1"]
         try:
             if self.signer is not None:

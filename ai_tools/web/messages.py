@@ -9,13 +9,13 @@ delivers: the API then waits for the hearers' state to be durable
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 from twisted.internet import defer
 
 from ai_tools.errors import NotFound, PermissionDenied
+from ai_tools.json_types import JSONMapping
 from ai_tools.web.errors import ApiError, json_type
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class PlayerMessage:
     target: str | None = None
 
 
-def required_text(body: Mapping[str, Any], key: str, longest: int) -> str:
+def required_text(body: JSONMapping, key: str, longest: int) -> str:
     """``body[key]``, a non-empty string of at most ``longest`` characters (else 422)."""
     if key not in body or body[key] is None:
         raise ApiError(422, f"{key} is required", field=key)
@@ -58,7 +58,7 @@ def required_text(body: Mapping[str, Any], key: str, longest: int) -> str:
     return value
 
 
-def parse_message(body: Mapping[str, Any]) -> PlayerMessage:
+def parse_message(body: JSONMapping) -> PlayerMessage:
     """The message a body describes; ApiError 422 naming the first wrong field."""
     unknown = sorted(set(body) - _FIELDS)
     if unknown:

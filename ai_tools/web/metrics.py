@@ -52,7 +52,7 @@ def _labels(labels: Labels, extra: str = "") -> str:
     return "{" + ",".join(parts) + "}" if parts else ""
 
 
-def _seconds(milliseconds: Any) -> float | None:
+def _seconds(milliseconds: object) -> float | None:
     """A ``…_ms`` event field in seconds (None when it is not a number)."""
     if isinstance(milliseconds, int | float) and not isinstance(milliseconds, bool):
         return max(0.0, milliseconds / 1000.0)
@@ -117,7 +117,7 @@ class Metrics:
         self.model_tokens: Counter[Labels] = Counter()
         self.model_seconds = Histogram(MODEL_BUCKETS)
         self.store_seconds = Histogram(STORE_BUCKETS, always=((),))
-        self._undo: list[Callable[[], Any]] = []
+        self._undo: list[Callable[[], object]] = []
 
     def start(self) -> None:
         """Observe the service's events and its state writes."""

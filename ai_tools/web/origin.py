@@ -62,7 +62,7 @@ def split_authority(text: str, default_port: int | None) -> tuple[str, int | Non
     return host, int(port_text)
 
 
-def parse_allowed_hosts(value: Any, where: str = "allowed_hosts") -> tuple[str, ...]:
+def parse_allowed_hosts(value: object, where: str = "allowed_hosts") -> tuple[str, ...]:
     """Check an ``allowed_hosts`` setting: a list of ``name`` or ``name:port`` strings."""
     if isinstance(value, str) or not isinstance(value, Iterable):
         raise ConfigError(f"{where} must be a list of host names, not {value!r}")

@@ -37,6 +37,7 @@ from twisted.python.failure import Failure
 from ai_tools.web.clock import Clock
 from ai_tools.web.event_hub import EventHub
 from ai_tools.web.forwarding import EventFeed, ForwardingError
+from ai_tools.web.other_workers import OtherWorkers
 from ai_tools.web.sse import EventStream
 
 __all__ = ["ServiceEvents"]
@@ -66,7 +67,7 @@ class ServiceEvents:
     are read again (default: the lease interval).
     """
 
-    others: Any
+    others: OtherWorkers
     hub: EventHub
     clock: Clock
     max_frame: int = 64 * 1024 + 1024

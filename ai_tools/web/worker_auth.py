@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Callable, Collection
-from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
@@ -118,7 +117,7 @@ def _refused(why: str) -> ApiError:
                     headers={"WWW-Authenticate": 'Bearer realm="ai_tools"'})
 
 
-def bad_worker_url(api_url: Any, hosts: Collection[str] = ()) -> str | None:
+def bad_worker_url(api_url: object, hosts: Collection[str] = ()) -> str | None:
     """Why ``api_url`` is not a worker's API address (None: it is one; see the module).
 
     ``hosts``: when given, the only host names (or addresses) allowed."""
@@ -145,7 +144,7 @@ def bad_worker_url(api_url: Any, hosts: Collection[str] = ()) -> str | None:
     return None
 
 
-def worker_base(api_url: Any, hosts: Collection[str] = ()) -> str:
+def worker_base(api_url: object, hosts: Collection[str] = ()) -> str:
     """``api_url`` as a base to append a request target to (``http(s)://host:port``);
     ValueError saying why it is not a worker's API address."""
     why = bad_worker_url(api_url, hosts)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib import resources
-from typing import Any
 
 import attrs
 from twisted.web.server import Request
@@ -38,7 +37,7 @@ _TYPES = {
     ".txt": b"text/plain; charset=utf-8",
 }
 
-Handler = Callable[[Any], Any]
+Handler = Callable[[Request], object]
 
 
 @attrs.frozen
