@@ -19,12 +19,14 @@ from twisted.web.server import Request
 from ai_tools.errors import NotFound, PermissionDenied
 from ai_tools.web.errors import ApiError, error_body
 
-__all__ = ["api_error", "encode_json", "send_error_headers", "write_json"]
+__all__ = ["api_error", "encode_json", "json_default", "send_error_headers", "write_json"]
 
 log = Logger()
 
 
-def _json_default(value: object) -> object:
+def json_default(value: object) -> object:
+    """What JSON cannot encode as it is, encoded anyway: an attrs value as its fields, a
+    set or tuple as an array, anything else as its ``repr`` (answers and events alike)."""
     if attrs.has(type(value)):
         return attrs.asdict(value)  # type: ignore[arg-type]
     if isinstance(value, set | frozenset | tuple):
@@ -34,7 +36,7 @@ def _json_default(value: object) -> object:
 
 def encode_json(data: object) -> bytes:
     """``data`` as one line of JSON (attrs values as objects, sets as arrays)."""
-    return json.dumps(data, default=_json_default, allow_nan=False).encode("utf-8") + b"\n"
+    return json.dumps(data, default=json_default, allow_nan=False).encode("utf-8") + b"\n"
 
 
 def write_json(request: Request, status: int, body: object) -> None:

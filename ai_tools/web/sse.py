@@ -24,6 +24,7 @@ from twisted.python.failure import Failure
 from twisted.web.server import Request
 from zope.interface import implementer
 
+from ai_tools.web.answers import json_default
 from ai_tools.web.clock import Clock
 
 __all__ = ["EventStream", "Frame", "format_comment", "format_event"]
@@ -32,16 +33,7 @@ log = Logger()
 
 OPENING = b"retry: 3000\n: connected\n\n"
 
-
-def _default(value: object) -> object:
-    if attrs.has(type(value)):
-        return attrs.asdict(value)  # type: ignore[arg-type]
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    return repr(value)
-
-
-_encode = json.JSONEncoder(default=_default, separators=(",", ":")).encode
+_encode = json.JSONEncoder(default=json_default, separators=(",", ":")).encode
 """Built once: ``json.dumps`` with options builds an encoder per call (every event is encoded)."""
 
 
