@@ -1,7 +1,8 @@
 """The operator's endpoints: create, reconfigure and remove assistants; see the world.
 
-Handlers for :class:`~ai_tools.web.api.ApiResource`'s routes (the resource
-checks Host, Origin, token and content type first).  An assistant's
+What the endpoints of :mod:`~ai_tools.web.routes.assistants`,
+:mod:`~ai_tools.web.routes.stopping` and :mod:`~ai_tools.web.routes.world` do
+(the resource checks Host, Origin, token and content type first).  An assistant's
 configuration is an :class:`~ai_tools.service.assistant.AssistantConfig`
 (the keys of an ``[[assistants]]`` table of the config file); it is saved in
 the store with the assistant, and the store keeps the roster across restarts
