@@ -285,7 +285,7 @@ class Metrics:
                      for name, assistant in sorted(service.assistants.items()))
 
     @staticmethod
-    def _breaker(profile: str, client: Any) -> Iterable[str]:
+    def _breaker(profile: str, client: object) -> Iterable[str]:
         server = getattr(client, "server", None)
         breaker = getattr(server, "breaker", None) or getattr(client, "breaker", None)
         state = getattr(getattr(breaker, "state", None), "value", None)

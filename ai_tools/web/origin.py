@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
@@ -101,7 +100,7 @@ class OriginPolicy:
         pairs = (split_authority(entry, None) for entry in self.allowed_hosts)
         self._allowed = tuple(pair for pair in pairs if pair is not None)
 
-    def bind(self, address: Any) -> None:
+    def bind(self, address: object) -> None:
         """Take the port and address from the listening port's ``getHost()``."""
         port = getattr(address, "port", None)
         host = getattr(address, "host", None)

@@ -192,7 +192,7 @@ class ServiceEvents:
         if last_id is not None:
             self._resume[worker] = (url, last_id)
 
-    def _event(self, event_id: int | None, kind: str, data: Any) -> None:
+    def _event(self, event_id: int | None, kind: str, data: object) -> None:
         """An event of another worker: its assistants' loop events go to the hub."""
         if event_id is None or kind in _NOT_RELAYED or not isinstance(data, dict):
             return  # notices of that stream (dropped, gap), the world, or not an event
