@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 from io import BytesIO
-from typing import Any
+from typing import Any, NoReturn
 
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web import server
 
 from ai_tools.default_reactor import or_global_reactor
@@ -115,7 +116,7 @@ class LimitedRequest(server.Request):
         if transport is not None:
             transport.loseConnection()
 
-    def connectionLost(self, reason: Any) -> None:
+    def connectionLost(self, reason: Failure) -> None:
         """Cancel the drain timer with the connection."""
         if self._linger is not None and self._linger.active():
             self._linger.cancel()
@@ -123,12 +124,12 @@ class LimitedRequest(server.Request):
         super().connectionLost(reason)
 
 
-def _refuse_constant(name: str) -> Any:
+def _refuse_constant(name: str) -> NoReturn:
     """``NaN``, ``Infinity``, ``-Infinity``: Python's parser takes them, JSON does not."""
     raise ValueError(f"{name} is not JSON (numbers must be finite)")
 
 
-def parse_json_body(request: Any, max_body: int) -> dict[str, Any]:
+def parse_json_body(request: server.Request, max_body: int) -> dict[str, object]:
     """The request body as a JSON object.
 
     Raises ApiError: 413 when larger than ``max_body`` (a site without
@@ -159,7 +160,7 @@ def parse_json_body(request: Any, max_body: int) -> dict[str, Any]:
     return data
 
 
-def body_size(request: Any) -> int:
+def body_size(request: server.Request) -> int:
     """Bytes of the request's body as received (0: no body)."""
     content = request.content
     if content is None:
@@ -170,7 +171,7 @@ def body_size(request: Any) -> int:
     return size
 
 
-def check_content_type(request: Any) -> None:
+def check_content_type(request: server.Request) -> None:
     """Refuse (415) a request that has a body which is not declared ``application/json``.
 
     A browser page may send a "simple" cross-origin POST (``text/plain``, a

@@ -28,6 +28,7 @@ from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.http import HTTPChannel
+from twisted.web.server import Request
 
 from ai_tools.web.errors import raw_error_answer
 from ai_tools.web.limits import HttpLimits
@@ -37,7 +38,7 @@ __all__ = ["ConnectionLimits", "GuardedChannel", "remote_host"]
 log = Logger()
 
 
-def remote_host(address: Any) -> str | None:
+def remote_host(address: object) -> str | None:
     """The IP address of a peer (an ``IAddress``), or None when it is this machine.
 
     Loopback addresses and UNIX sockets are local: per-address caps leave
@@ -167,7 +168,7 @@ class GuardedChannel(HTTPChannel):
         self._set_deadline(None)
         super().allContentReceived()
 
-    def requestDone(self, request: Any) -> None:
+    def requestDone(self, request: Request) -> None:
         """The answer ended: a persistent connection waits for its next request."""
         if self.persistent and self._counted:
             # before the parent replays a next request the client already sent

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from http import HTTPStatus
-from typing import Any
 
 __all__ = ["ApiError", "error_body", "json_type", "raw_error_answer"]
 
@@ -30,9 +29,9 @@ class ApiError(Exception):
         self.headers = dict(headers or {})
 
 
-def error_body(status: int, message: str, field: str | None = None) -> dict[str, Any]:
+def error_body(status: int, message: str, field: str | None = None) -> dict[str, object]:
     """The JSON object of an error answer."""
-    body: dict[str, Any] = {"error": message, "status": status}
+    body: dict[str, object] = {"error": message, "status": status}
     if field is not None:
         body["field"] = field
     return body
@@ -54,7 +53,7 @@ def raw_error_answer(status: int, message: str,
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
-def json_type(value: Any) -> str:
+def json_type(value: object) -> str:
     """The JSON name of a decoded value's type (for messages: 'a string', not 'str')."""
     if value is None:
         return "null"

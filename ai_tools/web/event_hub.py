@@ -20,12 +20,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 from twisted.internet import task
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+from twisted.web.server import Request
 
+from ai_tools.web.clock import Clock
 from ai_tools.web.connections import remote_host
 from ai_tools.web.errors import ApiError
 from ai_tools.web.limits import HttpLimits
@@ -33,12 +36,16 @@ from ai_tools.web.replay import ReplayBuffer, first_event_id
 from ai_tools.web.results import event_owner
 from ai_tools.web.sse import EventStream, Frame, format_event
 
+if TYPE_CHECKING:
+    from ai_tools.service.service import AssistantService
+    from ai_tools.world.sandbox import SandboxWorld
+
 __all__ = ["EventHub", "assistants_by_character"]
 
 log = Logger()
 
 
-def assistants_by_character(service: Any) -> dict[str, str]:
+def assistants_by_character(service: AssistantService) -> dict[str, str]:
     """``{character_id: assistant name}`` of the assistants ``service`` hosts and, with
     several workers, of every assistant they share (whichever worker runs it)."""
     ids: dict[str, str] = {}
@@ -58,16 +65,16 @@ def assistants_by_character(service: Any) -> dict[str, str]:
 class EventHub:
     """Every open event stream of one API, fed from one observer of the service and world."""
 
-    service: Any
-    world: Any
-    clock: Any
+    service: AssistantService
+    world: SandboxWorld | None
+    clock: Clock
     limits: HttpLimits = attrs.field(factory=HttpLimits)
     keepalive: float = 15.0
     streams: set[EventStream] = attrs.field(factory=set, init=False)
     replay: ReplayBuffer = attrs.field(init=False)
     """The newest frames, for clients that reconnect with ``Last-Event-ID``."""
     _per_address: Counter[str] = attrs.field(factory=Counter, init=False)
-    _unsubscribe: list[Callable[[], Any]] = attrs.field(factory=list, init=False)
+    _unsubscribe: list[Callable[[], object]] = attrs.field(factory=list, init=False)
     _timer: task.LoopingCall | None = attrs.field(default=None, init=False)
 
     @replay.default
@@ -97,7 +104,7 @@ class EventHub:
         for unsubscribe in callbacks:
             unsubscribe()
 
-    def open(self, request: Any, only: str | None, types: frozenset[str] | None,
+    def open(self, request: Request, only: str | None, types: frozenset[str] | None,
              last_id: int | None = None, local_only: bool = False) -> EventStream:
         """Start a stream on ``request``; ApiError 503 when the caps are reached.
 
@@ -158,7 +165,7 @@ class EventHub:
             return
         interval = self.keepalive if self.keepalive > 0 else self.limits.stream_stall_timeout
         timer = task.LoopingCall(self._sweep)
-        timer.clock = self.clock
+        timer.clock = cast(IReactorTime, self.clock)
         self._timer = timer
         timer.start(interval, now=False).addErrback(
             lambda f: log.failure("The event streams' timer failed", f))
@@ -177,7 +184,7 @@ class EventHub:
 
     # -- events in, frames out ------------------------------------------------------
 
-    def _broadcast(self, kind: str, owners: frozenset[str], data: Mapping[str, Any],
+    def _broadcast(self, kind: str, owners: frozenset[str], data: Mapping[str, object],
                    relayed: bool = False) -> None:
         frame = self._encode(kind, owners, data, relayed)
         self.replay.add(frame)
@@ -185,7 +192,7 @@ class EventHub:
             if stream.takes(frame):
                 stream.send(frame)
 
-    def _encode(self, kind: str, owners: frozenset[str], data: Mapping[str, Any],
+    def _encode(self, kind: str, owners: frozenset[str], data: Mapping[str, object],
                 relayed: bool = False) -> Frame:
         """The one encoding of an event; an oversized one becomes a notice of its size."""
         event_id = self.replay.newest_id + 1

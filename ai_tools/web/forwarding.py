@@ -33,15 +33,18 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
+from treq.client import HTTPClient
 from twisted.internet import defer, protocol
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.client import HTTPConnectionPool, ResponseDone
 from twisted.web.http import PotentialDataLoss
+from twisted.web.server import Request
 from zope.interface import implementer
 
 from ai_tools.llm.transport import http_client, pooled_agent
+from ai_tools.web.clock import Clock
 from ai_tools.web.worker_auth import SIGNATURE_HEADER, WorkerSigner
 
 __all__ = ["FORWARDED_HEADER", "PASSED_HEADERS", "EventFeed", "Forwarder", "ForwardingError"]
@@ -75,9 +78,10 @@ class ForwardingError(Exception):
 class _Deadline:
     """One ``callLater`` that cancels whatever the forwarded request is waiting for now."""
 
-    def __init__(self, clock: Any, seconds: float, expire: Any) -> None:
+    def __init__(self, clock: Clock, seconds: float, expire: Callable[[], object]) -> None:
         self.seconds = seconds
-        self._call = clock.callLater(seconds, self._fire)
+        # (Any: mypy reads IDelayedCall's methods as functions without self)
+        self._call: Any = clock.callLater(seconds, self._fire)
         self._expire = expire
         self.expired = False
 
@@ -127,7 +131,7 @@ class _BoundedBody(protocol.Protocol):
 class _IdleTimer:
     """Calls ``expire`` once nothing came for ``seconds``; :meth:`arm` on every arrival."""
 
-    def __init__(self, clock: Any, seconds: float, expire: Callable[[], Any]) -> None:
+    def __init__(self, clock: Clock, seconds: float, expire: Callable[[], object]) -> None:
         self._clock = clock
         self._seconds = seconds
         self._expire = expire
@@ -146,7 +150,7 @@ class _IdleTimer:
 class _Relay(protocol.Protocol):
     """Writes an event stream's bytes to our client as they come, at the client's pace."""
 
-    def __init__(self, request: Any, clock: Any, idle: float) -> None:
+    def __init__(self, request: Request, clock: Clock, idle: float) -> None:
         self.request = request
         self.ended: defer.Deferred[None] = defer.Deferred()
         self._idle = _IdleTimer(clock, idle, self.stopProducing)
@@ -171,7 +175,7 @@ class _Relay(protocol.Protocol):
         if not self.ended.called:
             self.ended.callback(None)
 
-    def _client_gone(self, _: Any) -> None:
+    def _client_gone(self, _: object) -> None:
         if not self._gone:
             self._gone = True
             self.stopProducing()
@@ -198,7 +202,7 @@ def _target(url: str) -> bytes:
     return target.encode("ascii")
 
 
-OnEvent = Callable[[int | None, str, Any], None]
+OnEvent = Callable[[int | None, str, object], None]
 """What :meth:`Forwarder.follow` calls for each event: ``(id or None, event type, data)``."""
 
 
@@ -209,7 +213,7 @@ class EventFeed(protocol.Protocol):
     id of the newest event received (for ``Last-Event-ID`` when following again).
     """
 
-    def __init__(self, on_event: OnEvent, clock: Any, idle: float, max_frame: int) -> None:
+    def __init__(self, on_event: OnEvent, clock: Clock, idle: float, max_frame: int) -> None:
         self.on_event = on_event
         self.max_frame = max_frame
         self.ended: defer.Deferred[str] = defer.Deferred()
@@ -286,15 +290,15 @@ class Forwarder:
     has no token, nothing to sign).
     """
 
-    clock: Any
+    clock: Clock
     timeout: float = 10.0
     max_bytes: int = 16 * 1024 * 1024
     stream_idle: float = 40.0
-    client: Any = None
+    client: HTTPClient | None = None
     signer: WorkerSigner | None = None
     _pool: HTTPConnectionPool | None = attrs.field(init=False, default=None)
 
-    def _client(self) -> Any:
+    def _client(self) -> HTTPClient:
         if self.client is None:
             # the model client's transport: a bounded connect, no cookie jar
             agent, self._pool = pooled_agent(self.clock, self.timeout, connections=4)
@@ -312,8 +316,9 @@ class Forwarder:
               body: bytes | None) -> defer.Deferred[Any]:
         """Send the request (signed); a URL the client cannot use fails the Deferred
         with a 503 :class:`ForwardingError` (it raises synchronously in treq)."""
-        sent = {name: [value] for name, value in headers.items()
-                if name != b"authorization"}  # never a token to another worker
+        sent: dict[bytes | str, list[bytes | str]] = {
+            name: [value] for name, value in headers.items()
+            if name != b"authorization"}  # never a token to another worker
         sent[FORWARDED_HEADER] = [b"1"]
         try:
             if self.signer is not None:
@@ -402,7 +407,7 @@ class Forwarder:
         return response
 
     @defer.inlineCallbacks
-    def relay(self, request: Any, url: str, headers: Mapping[bytes, bytes]) -> Any:
+    def relay(self, request: Request, url: str, headers: Mapping[bytes, bytes]) -> Any:
         """Relay the event stream at ``url`` to ``request``.
 
         Fires once the headers are relayed, with a Deferred that fires when the

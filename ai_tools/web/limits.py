@@ -20,12 +20,12 @@ from ai_tools.numbers import is_positive_number
 __all__ = ["HttpLimits"]
 
 
-def _positive_int(_: Any, attribute: Any, value: Any) -> None:
+def _positive_int(_: object, attribute: attrs.Attribute[int], value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{attribute.name} must be a positive integer, not {value!r}")
 
 
-def _positive_number(_: Any, attribute: Any, value: Any) -> None:
+def _positive_number(_: object, attribute: attrs.Attribute[float], value: object) -> None:
     if not is_positive_number(value):
         raise ConfigError(f"{attribute.name} must be a positive number, not {value!r}")
 

@@ -9,14 +9,17 @@ delivers: the API then waits for the hearers' state to be durable
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from twisted.internet import defer
 
 from ai_tools.errors import NotFound, PermissionDenied
+from ai_tools.json_types import JSONMapping
 from ai_tools.web.errors import ApiError, json_type
+
+if TYPE_CHECKING:
+    from ai_tools.world.sandbox import SandboxWorld
 
 __all__ = ["MAX_TEXT", "MESSAGE_KINDS", "PlayerMessage", "parse_message", "speak"]
 
@@ -40,7 +43,7 @@ class PlayerMessage:
     target: str | None = None
 
 
-def required_text(body: Mapping[str, Any], key: str, longest: int) -> str:
+def required_text(body: JSONMapping, key: str, longest: int) -> str:
     """``body[key]``, a non-empty string of at most ``longest`` characters (else 422)."""
     if key not in body or body[key] is None:
         raise ApiError(422, f"{key} is required", field=key)
@@ -55,7 +58,7 @@ def required_text(body: Mapping[str, Any], key: str, longest: int) -> str:
     return value
 
 
-def parse_message(body: Mapping[str, Any]) -> PlayerMessage:
+def parse_message(body: JSONMapping) -> PlayerMessage:
     """The message a body describes; ApiError 422 naming the first wrong field."""
     unknown = sorted(set(body) - _FIELDS)
     if unknown:
@@ -77,17 +80,19 @@ def parse_message(body: Mapping[str, Any]) -> PlayerMessage:
     return PlayerMessage(character, text, kind, target)
 
 
-def _send(world: Any, message: PlayerMessage) -> Any:
+def _send(world: SandboxWorld, message: PlayerMessage) -> object:
     if message.kind in ROOM_KINDS:
         return world.message_location(message.character, message.text, kind=message.kind)
+    target = message.target
+    assert target is not None  # parse_message requires one for these kinds
     if message.kind in DIRECT_KINDS:
-        return world.message_character(message.character, message.target, message.text,
+        return world.message_character(message.character, target, message.text,
                                        kind=message.kind)
-    return world.channel_send(message.character, message.target, message.text)
+    return world.channel_send(message.character, target, message.text)
 
 
 @defer.inlineCallbacks
-def speak(world: Any, message: PlayerMessage) -> Any:
+def speak(world: SandboxWorld, message: PlayerMessage) -> Any:
     """Deliver ``message`` through ``world``; fires with the character ids that heard it.
 
     The world's refusals become answers: 403 (no right to post there), 404

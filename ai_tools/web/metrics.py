@@ -21,7 +21,10 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ai_tools.service.service import AssistantService
 
 __all__ = ["CONTENT_TYPE", "Histogram", "Metrics"]
 
@@ -49,7 +52,7 @@ def _labels(labels: Labels, extra: str = "") -> str:
     return "{" + ",".join(parts) + "}" if parts else ""
 
 
-def _seconds(milliseconds: Any) -> float | None:
+def _seconds(milliseconds: object) -> float | None:
     """A ``…_ms`` event field in seconds (None when it is not a number)."""
     if isinstance(milliseconds, int | float) and not isinstance(milliseconds, bool):
         return max(0.0, milliseconds / 1000.0)
@@ -102,7 +105,7 @@ class Metrics:
     """The figures of one ``AssistantService`` (see the module); ``streams()`` counts the
     open event streams."""
 
-    def __init__(self, service: Any, streams: Callable[[], int] = lambda: 0) -> None:
+    def __init__(self, service: AssistantService, streams: Callable[[], int] = lambda: 0) -> None:
         self.service = service
         self.streams = streams
         self.ticks: Counter[Labels] = Counter()
@@ -114,7 +117,7 @@ class Metrics:
         self.model_tokens: Counter[Labels] = Counter()
         self.model_seconds = Histogram(MODEL_BUCKETS)
         self.store_seconds = Histogram(STORE_BUCKETS, always=((),))
-        self._undo: list[Callable[[], Any]] = []
+        self._undo: list[Callable[[], object]] = []
 
     def start(self) -> None:
         """Observe the service's events and its state writes."""
@@ -260,7 +263,7 @@ class Metrics:
             lines.append(f"{name} {_number(value)}")
 
     @staticmethod
-    def _model_servers(lines: list[str], service: Any) -> None:
+    def _model_servers(lines: list[str], service: AssistantService) -> None:
         """The slots and the queue of each profile's model server, and the assistants
         whose model a breaker refuses (their ticks wait)."""
         statuses = {profile: client.status() for profile, client in sorted(
@@ -282,7 +285,7 @@ class Metrics:
                      for name, assistant in sorted(service.assistants.items()))
 
     @staticmethod
-    def _breaker(profile: str, client: Any) -> Iterable[str]:
+    def _breaker(profile: str, client: object) -> Iterable[str]:
         server = getattr(client, "server", None)
         breaker = getattr(server, "breaker", None) or getattr(client, "breaker", None)
         state = getattr(getattr(breaker, "state", None), "value", None)

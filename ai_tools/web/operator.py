@@ -1,7 +1,8 @@
 """The operator's endpoints: create, reconfigure and remove assistants; see the world.
 
-Handlers for :class:`~ai_tools.web.api.ApiResource`'s routes (the resource
-checks Host, Origin, token and content type first).  An assistant's
+What the endpoints of :mod:`~ai_tools.web.routes.assistants`,
+:mod:`~ai_tools.web.routes.stopping` and :mod:`~ai_tools.web.routes.world` do
+(the resource checks Host, Origin, token and content type first).  An assistant's
 configuration is an :class:`~ai_tools.service.assistant.AssistantConfig`
 (the keys of an ``[[assistants]]`` table of the config file); it is saved in
 the store with the assistant, and the store keeps the roster across restarts
@@ -15,15 +16,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet import defer
 
 from ai_tools.errors import ConfigError
+from ai_tools.json_types import JSONMapping
 from ai_tools.service.assistant import AssistantConfig
 from ai_tools.service.roster import Roster
 from ai_tools.web.errors import ApiError
 from ai_tools.web.event_hub import assistants_by_character
+
+if TYPE_CHECKING:
+    from ai_tools.service.leases import LeaseManager
+    from ai_tools.service.service import AssistantService
+    from ai_tools.world.sandbox import SandboxWorld
 
 __all__ = ["Operator", "parse_decision"]
 
@@ -42,7 +49,7 @@ def _config_error(exc: ConfigError) -> ApiError:
     return ApiError(422, message, field=field)
 
 
-def parse_decision(body: Mapping[str, Any]) -> tuple[bool, str]:
+def parse_decision(body: JSONMapping) -> tuple[bool, str]:
     """An approval's body ``{"approve": true|false, "reason"?: str}`` (422 names the field)."""
     unknown = sorted(set(body) - _DECISION_FIELDS)
     if unknown:
@@ -62,19 +69,20 @@ def parse_decision(body: Mapping[str, Any]) -> tuple[bool, str]:
 class Operator:
     """What the operator's endpoints do to ``service`` and see of ``world``."""
 
-    def __init__(self, service: Any, world: Any) -> None:
+    def __init__(self, service: AssistantService, world: SandboxWorld | None) -> None:
         self.service = service
         self.world = world
         self.roster = Roster(service.store)
 
     @property
-    def ownership(self) -> Any:
+    def ownership(self) -> LeaseManager | None:
         """The lease manager when this process is one worker of several, else None."""
-        return getattr(self.service, "ownership", None)
+        ownership: LeaseManager | None = self.service.ownership
+        return ownership
 
     # -- assistants ----------------------------------------------------------------
 
-    def _config(self, data: Mapping[str, Any]) -> AssistantConfig:
+    def _config(self, data: JSONMapping) -> AssistantConfig:
         try:
             config = AssistantConfig.from_mapping(data, "assistant")
         except ConfigError as exc:
@@ -106,7 +114,7 @@ class Operator:
             raise ApiError(422, f"{char_id} is already the character of assistant {owner!r}",
                            field="character_id")
 
-    def _answer(self, name: str, **extra: Any) -> dict[str, Any]:
+    def _answer(self, name: str, **extra: object) -> dict[str, object]:
         assistant = self.service.get(name)
         answer = {"assistant": name, "config": assistant.config.to_dict(), **extra,
                   "status": self.service.status(name)}
@@ -115,7 +123,7 @@ class Operator:
         return answer
 
     @defer.inlineCallbacks
-    def create(self, data: Mapping[str, Any]) -> Any:
+    def create(self, data: JSONMapping) -> Any:
         """``POST /assistants``: 201 with the new assistant's configuration and status."""
         name = data.get("name")
         if isinstance(name, str) and name in self.service:
@@ -151,12 +159,12 @@ class Operator:
             raise ApiError(409, f"this service has its maximum of {bound} assistants "
                            "(max_assistants); remove one first")
 
-    def config(self, name: str) -> dict[str, Any]:
+    def config(self, name: str) -> dict[str, object]:
         """``GET /assistants/{name}/config``."""
         return {"assistant": name, "config": self.service.get(name).config.to_dict()}
 
     @defer.inlineCallbacks
-    def reconfigure(self, name: str, changes: Mapping[str, Any]) -> Any:
+    def reconfigure(self, name: str, changes: JSONMapping) -> Any:
         """``PATCH /assistants/{name}``: the keys given replace the current ones."""
         if "name" in changes and changes["name"] != name:
             raise ApiError(422, "an assistant cannot be renamed (create another one)",
@@ -184,20 +192,20 @@ class Operator:
 
     # -- stopping ------------------------------------------------------------------------
 
-    def stop_all(self) -> dict[str, Any]:
+    def stop_all(self) -> dict[str, object]:
         """``POST /stop``: kill the model call or tool in flight of every assistant."""
         stopped = [n for n in self.service.names()
                    if self.service.stop_assistant(n, "stopped through the HTTP API")]
         return {"stopped": stopped}
 
-    def emergency_stop(self, name: str | None, reason: str) -> dict[str, Any]:
+    def emergency_stop(self, name: str | None, reason: str) -> dict[str, object]:
         """``POST /emergency-stop``: stop, and no tick runs until cleared (saved)."""
         if name is not None:
             self.service.get(name)
         names = self.service.emergency_stop(name, reason or "emergency stop through the API")
         return {"emergency_stopped": sorted(names)}
 
-    def clear_emergency_stop(self, name: str | None) -> dict[str, Any]:
+    def clear_emergency_stop(self, name: str | None) -> dict[str, object]:
         """``POST /emergency-stop/clear``."""
         if name is not None:
             self.service.get(name)
@@ -205,7 +213,7 @@ class Operator:
 
     # -- the world -------------------------------------------------------------------------
 
-    def characters(self) -> dict[str, Any]:
+    def characters(self) -> dict[str, object]:
         """``GET /world/characters``: every character, where it is, whose it is."""
         world = self._world("character_ids")
         owners = assistants_by_character(self.service)
@@ -219,7 +227,7 @@ class Operator:
                           "assistant": owners.get(char_id)})
         return {"characters": found}
 
-    def rooms(self) -> dict[str, Any]:
+    def rooms(self) -> dict[str, object]:
         """``GET /world/rooms``: every room, its exits and the characters in it."""
         world = self._world("room_ids")
         rooms = []
@@ -235,7 +243,7 @@ class Operator:
         return {"rooms": rooms}
 
     @defer.inlineCallbacks
-    def apply_world_file(self, body: Mapping[str, Any]) -> Any:
+    def apply_world_file(self, body: JSONMapping) -> Any:
         """``POST /world/apply`` ``{"mode": "merge" | "reseed"}``: apply the world file again."""
         world = self._world("apply_seed")
         unknown = sorted(set(body) - {"mode"})
@@ -256,7 +264,7 @@ class Operator:
             raise ApiError(422, str(exc), field="mode") from None
         return {**applied, "file": str(world.seed_file)}
 
-    def _world(self, needs: str) -> Any:
+    def _world(self, needs: str) -> SandboxWorld:
         if self.world is None:
             raise ApiError(503, "this service has no world")
         if not hasattr(self.world, needs):

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
+from twisted.web.server import Request
 
 from ai_tools.errors import ConfigError
 from ai_tools.web.errors import ApiError
@@ -61,7 +61,7 @@ def split_authority(text: str, default_port: int | None) -> tuple[str, int | Non
     return host, int(port_text)
 
 
-def parse_allowed_hosts(value: Any, where: str = "allowed_hosts") -> tuple[str, ...]:
+def parse_allowed_hosts(value: object, where: str = "allowed_hosts") -> tuple[str, ...]:
     """Check an ``allowed_hosts`` setting: a list of ``name`` or ``name:port`` strings."""
     if isinstance(value, str) or not isinstance(value, Iterable):
         raise ConfigError(f"{where} must be a list of host names, not {value!r}")
@@ -100,7 +100,7 @@ class OriginPolicy:
         pairs = (split_authority(entry, None) for entry in self.allowed_hosts)
         self._allowed = tuple(pair for pair in pairs if pair is not None)
 
-    def bind(self, address: Any) -> None:
+    def bind(self, address: object) -> None:
         """Take the port and address from the listening port's ``getHost()``."""
         port = getattr(address, "port", None)
         host = getattr(address, "host", None)
@@ -123,7 +123,7 @@ class OriginPolicy:
             return True
         return address == bound or (bound.is_loopback and address.is_loopback)
 
-    def check(self, request: Any) -> None:
+    def check(self, request: Request) -> None:
         """Raise ApiError unless the request's Host, Origin and Sec-Fetch-Site pass."""
         raw_host = request.getHeader(b"host")
         if not raw_host:

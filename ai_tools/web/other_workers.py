@@ -38,11 +38,12 @@ another address in the database is a worker that cannot be reached (logged).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.web.server import Request
 
 from ai_tools.service.assistant import Assistant
 from ai_tools.web.errors import ApiError
@@ -55,6 +56,10 @@ from ai_tools.web.forwarding import (
 from ai_tools.web.paging import history_page
 from ai_tools.web.query import query_bool, query_int
 from ai_tools.web.worker_auth import worker_base
+
+if TYPE_CHECKING:
+    from ai_tools.service.leases import LeaseManager
+    from ai_tools.service.service import AssistantService
 
 __all__ = ["RETRY_AFTER", "OtherWorkers", "forwarded"]
 
@@ -70,7 +75,7 @@ _WAIT_FOR_A_TICK = ("tick", "reconfigure_assistant", "remove_assistant")
 """The endpoints whose answer waits for a tick (``tick_timeout`` applies)."""
 
 
-def forwarded(request: Any) -> bool:
+def forwarded(request: Request) -> bool:
     """Whether another worker passed ``request`` on (answer for this worker only)."""
     return request.getHeader(FORWARDED_HEADER) is not None
 
@@ -85,7 +90,7 @@ class OtherWorkers:
     name (empty: any).
     """
 
-    service: Any
+    service: AssistantService
     forwarder: Forwarder
     hosts: tuple[str, ...] = ()
     max_streams: int = 400
@@ -95,15 +100,23 @@ class OtherWorkers:
     """Event streams relayed from other workers now."""
 
     @property
-    def ownership(self) -> Any:
+    def ownership(self) -> LeaseManager | None:
         """The lease manager, or None when this process is the only one."""
-        return getattr(self.service, "ownership", None)
+        ownership: LeaseManager | None = self.service.ownership
+        return ownership
+
+    @property
+    def _leases(self) -> LeaseManager:
+        """The lease manager, on the paths that run only with workers."""
+        ownership = self.ownership
+        assert ownership is not None
+        return ownership
 
     def handles(self, name: str | None) -> bool:
         """Whether ``name`` is an assistant this worker does not run, with workers."""
         return name is not None and self.ownership is not None and name not in self.service
 
-    def fans_out(self, request: Any) -> bool:
+    def fans_out(self, request: Request) -> bool:
         """Whether a service-wide request should ask the other workers too."""
         return self.ownership is not None and not forwarded(request)
 
@@ -115,7 +128,7 @@ class OtherWorkers:
     # -- one assistant ------------------------------------------------------------------
 
     @defer.inlineCallbacks
-    def answer(self, request: Any, endpoint: str, name: str) -> Any:
+    def answer(self, request: Request, endpoint: str, name: str) -> Any:
         """Answer ``request`` (the handler named ``endpoint``) about ``name``, run elsewhere."""
         owner = yield self._owner(request, name)
         why = self._nobody(name)
@@ -132,21 +145,21 @@ class OtherWorkers:
         if endpoint in _FROM_STORE:
             return (yield self._from_store(request, endpoint, name, why))
         if endpoint == "remove_assistant" and owner is None:
-            yield self.ownership.remove(name, query_bool(request, "forget"))
+            yield self._leases.remove(name, query_bool(request, "forget"))
             return {"assistant": name, "removed": True,
                     "forgotten": query_bool(request, "forget")}
         raise self._unavailable(name, why)
 
     @defer.inlineCallbacks
-    def _owner(self, request: Any, name: str) -> Any:
+    def _owner(self, request: Request, name: str) -> Any:
         """``(worker, api_url)`` of the live worker running ``name``, or None; 404 for an
         assistant the service does not have."""
         if forwarded(request):  # passed on to us, but we do not run it (any more)
             yield self._known(name)
             raise self._unavailable(name, "it is moving to another worker")
-        owners = yield self.ownership.store.assistant_owners()
+        owners = yield self._leases.store.assistant_owners()
         owner = owners.get(name)
-        if owner is None or owner[0] == self.ownership.worker:
+        if owner is None or owner[0] == self._leases.worker:
             yield self._known(name)  # ours by the database, not running yet: nobody runs it
             return None
         if owner[1] is None:
@@ -157,14 +170,14 @@ class OtherWorkers:
     def _known(self, name: str) -> Any:
         """404 unless the service has ``name`` (read in the database now: it may have been
         created or removed through another worker since this one's last lease round)."""
-        roster = yield self.ownership.fresh_roster()
+        roster = yield self._leases.fresh_roster()
         if name not in roster:
             raise ApiError(404, f"no assistant named {name!r}", field="assistant")
 
     def _nobody(self, name: str) -> str:
         """Why no live worker answers for ``name``: this worker took its lease and is
         loading its state (it runs it in a moment), or nobody holds its lease now."""
-        if name in self.ownership.epochs:
+        if name in self._leases.epochs:
             return "it is starting on this worker"
         return "no live worker runs it"
 
@@ -174,12 +187,12 @@ class OtherWorkers:
                         "shortly", headers={"Retry-After": RETRY_AFTER})
 
     @staticmethod
-    def _headers(request: Any) -> dict[bytes, bytes]:
+    def _headers(request: Request) -> dict[bytes, bytes]:
         """The caller's headers passed on (no token: the forwarder signs the request)."""
         return {name: value for name in PASSED_HEADERS
                 if (value := request.getHeader(name)) is not None}
 
-    def url(self, worker: str, api_url: Any, target: str) -> str:
+    def url(self, worker: str, api_url: object, target: str) -> str:
         """``target`` at ``worker``'s API; ForwardingError (503: a worker that cannot be
         reached) when its address in the database is not one to send requests to (see
         the module)."""
@@ -189,7 +202,7 @@ class OtherWorkers:
             raise ForwardingError(503, f"worker {worker} cannot be reached: {exc}") from None
 
     @defer.inlineCallbacks
-    def _forward(self, request: Any, owner: tuple[str, str], timeout: float | None) -> Any:
+    def _forward(self, request: Request, owner: tuple[str, str], timeout: float | None) -> Any:
         method = request.method.decode("ascii")
         body = None
         if request.content is not None and method in ("POST", "PATCH", "DELETE", "PUT"):
@@ -205,15 +218,15 @@ class OtherWorkers:
         return status, answer
 
     @defer.inlineCallbacks
-    def _from_store(self, request: Any, endpoint: str, name: str, why: str) -> Any:
+    def _from_store(self, request: Request, endpoint: str, name: str, why: str) -> Any:
         """What the database holds of ``name``: its saved status, history or config."""
         if endpoint == "assistant_config":
-            return {"assistant": name, "config": self.ownership.roster[name].to_dict(),
+            return {"assistant": name, "config": self._leases.roster[name].to_dict(),
                     "worker": None}
-        state = yield self.ownership.store.load_assistant(name)
+        state = yield self._leases.store.load_assistant(name)
         if state is None:
             raise self._unavailable(name, f"{why}, and it has no saved state yet")
-        saved = Assistant.from_state(state, self.ownership.roster.get(name))
+        saved = Assistant.from_state(state, self._leases.roster.get(name))
         if endpoint == "history":
             limit = query_int(request, "limit", 50)
             assert limit is not None
@@ -226,7 +239,7 @@ class OtherWorkers:
     # -- event streams -------------------------------------------------------------------
 
     @defer.inlineCallbacks
-    def relay_events(self, request: Any, name: str) -> Any:
+    def relay_events(self, request: Request, name: str) -> Any:
         """``GET /events?assistant=name``: the owner's stream, relayed (bounded in number)."""
         if self.relays >= self.max_streams:
             raise ApiError(503, f"too many event streams are relayed from other workers (the "
@@ -245,20 +258,20 @@ class OtherWorkers:
         self.relays += 1
         ended.addBoth(self._relay_ended)
 
-    def _relay_ended(self, _: Any) -> None:
+    def _relay_ended(self, _: object) -> None:
         self.relays -= 1
 
     # -- the whole service ---------------------------------------------------------------
 
     @defer.inlineCallbacks
-    def fan_out(self, request: Any, path: str) -> Any:
+    def fan_out(self, request: Request, path: str) -> Any:
         """Send ``request`` (its method and body) to ``path`` of every other live worker.
 
         Fires with ``{worker: answer}`` of those that answered, and the names of
         those that did not (logged).
         """
-        workers = yield self.ownership.store.live_workers()
-        others = {w: url for w, url in workers.items() if w != self.ownership.worker}
+        workers = yield self._leases.store.live_workers()
+        others = {w: url for w, url in workers.items() if w != self._leases.worker}
         method = request.method.decode("ascii")
         body = None
         if request.content is not None and method != "GET":
@@ -290,7 +303,7 @@ class OtherWorkers:
         return d
 
     @defer.inlineCallbacks
-    def every_assistant(self, request: Any, local: Sequence[dict[str, Any]]) -> Any:
+    def every_assistant(self, request: Request, local: Sequence[dict[str, object]]) -> Any:
         """``GET /assistants`` for the whole service: this worker's, every other live
         worker's, and those nobody runs now (``"worker": null``, from the database)."""
         listed = [*local]
@@ -298,13 +311,13 @@ class OtherWorkers:
         for answer in answers.values():
             listed.extend(a for a in answer.get("assistants", ()) if isinstance(a, dict))
         seen = {a.get("name") for a in listed}
-        for name in sorted(set(self.ownership.roster) - seen):
+        for name in sorted(set(self._leases.roster) - seen):
             listed.append({"name": name, "worker": None, "running": False})
         return sorted(listed, key=lambda a: str(a.get("name"))), silent
 
     @defer.inlineCallbacks
-    def merged(self, request: Any, path: str, local: Mapping[str, Any],
-               merge: Callable[[dict[str, Any], Mapping[str, Any]], None]) -> Any:
+    def merged(self, request: Request, path: str, local: Mapping[str, object],
+               merge: Callable[[dict[str, object], Mapping[str, object]], None]) -> Any:
         """A service-wide action: ``local`` (this worker's answer) with every other live
         worker's merged in by ``merge``; the workers that did not answer are named."""
         answer = dict(local)

@@ -10,16 +10,15 @@ as a smaller ``total`` (it reloads).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from ai_tools.web.errors import ApiError
 
 __all__ = ["history_page"]
 
 
-def history_page(messages: Sequence[dict[str, Any]], limit: int, before: int | None,
-                 after: int | None) -> dict[str, Any]:
+def history_page(messages: Sequence[Mapping[str, object]], limit: int, before: int | None,
+                 after: int | None) -> dict[str, object]:
     """``{"total", "first_index", "has_more", "messages"}`` (each message with its ``index``).
 
     ``has_more`` says whether older messages exist before the page (with ``before``

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from twisted.web.server import Request
 
 from ai_tools.web.errors import ApiError
 
@@ -12,7 +12,7 @@ MAX_LIMIT = 1000
 """Largest ``limit`` a list endpoint answers."""
 
 
-def query_text(request: Any, key: str) -> str | None:
+def query_text(request: Request, key: str) -> str | None:
     """The last value of query parameter ``key`` (None when absent); 400 if not UTF-8."""
     values = request.args.get(key.encode("ascii"))
     if not values:
@@ -24,7 +24,7 @@ def query_text(request: Any, key: str) -> str | None:
     return text
 
 
-def query_int(request: Any, key: str, default: int | None, low: int = 0,
+def query_int(request: Request, key: str, default: int | None, low: int = 0,
               high: int = MAX_LIMIT) -> int | None:
     """Query parameter ``key`` as an integer within ``low``..``high`` (else 400)."""
     text = query_text(request, key)
@@ -40,7 +40,7 @@ def query_int(request: Any, key: str, default: int | None, low: int = 0,
     return value
 
 
-def query_bool(request: Any, key: str) -> bool:
+def query_bool(request: Request, key: str) -> bool:
     """Query parameter ``key`` as a boolean (``true``/``false``, ``1``/``0``, ``yes``/``no``)."""
     text = (query_text(request, key) or "false").lower()
     if text not in ("true", "false", "1", "0", "yes", "no"):

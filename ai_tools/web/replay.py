@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
 
 import attrs
 
@@ -48,7 +47,7 @@ class Catchup:
     gap: str | None
     oldest_kept: int | None
 
-    def notice(self, last_id: int) -> dict[str, Any] | None:
+    def notice(self, last_id: int) -> dict[str, object] | None:
         """The data of the ``gap`` event to send first, or None when nothing was lost."""
         if self.gap is None:
             return None

@@ -26,15 +26,18 @@ them to its streams.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import attrs
 from twisted.internet import defer, task
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ai_tools.web.clock import Clock
 from ai_tools.web.event_hub import EventHub
 from ai_tools.web.forwarding import EventFeed, ForwardingError
+from ai_tools.web.other_workers import OtherWorkers
 from ai_tools.web.sse import EventStream
 
 __all__ = ["ServiceEvents"]
@@ -64,9 +67,9 @@ class ServiceEvents:
     are read again (default: the lease interval).
     """
 
-    others: Any
+    others: OtherWorkers
     hub: EventHub
-    clock: Any
+    clock: Clock
     max_frame: int = 64 * 1024 + 1024
     interval: float | None = None
     followed: dict[str, _Followed] = attrs.field(factory=dict, init=False)
@@ -84,7 +87,7 @@ class ServiceEvents:
         stream.on_close(self._unwatch)
         if self._loop is None:
             loop = task.LoopingCall(self._sync)
-            loop.clock = self.clock
+            loop.clock = cast(IReactorTime, self.clock)
             self._loop = loop
             seconds = self.interval or float(getattr(self.others.ownership, "interval", 5.0))
             loop.start(seconds, now=True).addErrback(
@@ -189,7 +192,7 @@ class ServiceEvents:
         if last_id is not None:
             self._resume[worker] = (url, last_id)
 
-    def _event(self, event_id: int | None, kind: str, data: Any) -> None:
+    def _event(self, event_id: int | None, kind: str, data: object) -> None:
         """An event of another worker: its assistants' loop events go to the hub."""
         if event_id is None or kind in _NOT_RELAYED or not isinstance(data, dict):
             return  # notices of that stream (dropped, gap), the world, or not an event

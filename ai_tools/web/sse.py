@@ -16,13 +16,16 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 import attrs
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from twisted.web.server import Request
 from zope.interface import implementer
+
+from ai_tools.web.answers import json_default
+from ai_tools.web.clock import Clock
 
 __all__ = ["EventStream", "Frame", "format_comment", "format_event"]
 
@@ -30,20 +33,11 @@ log = Logger()
 
 OPENING = b"retry: 3000\n: connected\n\n"
 
-
-def _default(value: Any) -> Any:
-    if attrs.has(type(value)):
-        return attrs.asdict(value)
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    return repr(value)
-
-
-_encode = json.JSONEncoder(default=_default, separators=(",", ":")).encode
+_encode = json.JSONEncoder(default=json_default, separators=(",", ":")).encode
 """Built once: ``json.dumps`` with options builds an encoder per call (every event is encoded)."""
 
 
-def format_event(event_id: int | None, event_type: str, data: Any) -> bytes:
+def format_event(event_id: int | None, event_type: str, data: object) -> bytes:
     """One SSE frame: ``id`` (unless None), ``event`` and the JSON ``data`` on one line."""
     payload = _encode(data)
     kind = str(event_type)
@@ -92,8 +86,8 @@ class EventStream:
     ``local_only``: another worker opened it, it gets no relayed frames.
     """
 
-    request: Any
-    clock: Any
+    request: Request
+    clock: Clock
     only: str | None = None
     types: frozenset[str] | None = None
     buffer_limit: int = 256 * 1024
@@ -106,7 +100,7 @@ class EventStream:
     _queue: deque[Frame] = attrs.field(factory=deque, init=False)
     _queued_bytes: int = attrs.field(default=0, init=False)
     _unreported_drops: int = attrs.field(default=0, init=False)
-    _on_close: list[Callable[[], Any]] = attrs.field(factory=list, init=False)
+    _on_close: list[Callable[[], object]] = attrs.field(factory=list, init=False)
 
     def start(self) -> None:
         """Send the headers and an opening comment; follow the connection's flow control."""
@@ -119,7 +113,7 @@ class EventStream:
         request.notifyFinish().addBoth(self._finished)
         self._write(OPENING)
 
-    def on_close(self, callback: Callable[[], Any]) -> None:
+    def on_close(self, callback: Callable[[], object]) -> None:
         """Call ``callback()`` once when the stream ends (client gone or :meth:`close`)."""
         if self.closed:
             self._run(callback)
@@ -222,7 +216,7 @@ class EventStream:
             log.failure("Writing to an event stream failed; closing it")
             self._cleanup()
 
-    def _finished(self, result: Any) -> None:
+    def _finished(self, result: object) -> None:
         self._cleanup()
         if isinstance(result, Failure):
             return None  # the client went away: that is how streams end
@@ -239,7 +233,7 @@ class EventStream:
             self._run(callback)
 
     @staticmethod
-    def _run(callback: Callable[[], Any]) -> None:
+    def _run(callback: Callable[[], object]) -> None:
         try:
             callback()
         except Exception:

@@ -21,9 +21,9 @@ from __future__ import annotations
 import hmac
 import math
 from collections.abc import Callable
-from typing import Any
 
 import attrs
+from twisted.web.server import Request
 
 from ai_tools.web.connections import remote_host
 from ai_tools.web.errors import ApiError
@@ -50,7 +50,7 @@ class TokenGuard:
     _wrong: dict[str, tuple[float, int]] = attrs.field(factory=dict, init=False)
     """address -> (start of its window, wrong tokens in it), oldest first."""
 
-    def check(self, request: Any, given: bytes, field: str | None = None) -> None:
+    def check(self, request: Request, given: bytes, field: str | None = None) -> None:
         """Return when ``given`` is the token; else raise ``ApiError`` 429 when the
         request's address gave too many wrong tokens in its window, 401 before that."""
         if hmac.compare_digest(given, self.token):

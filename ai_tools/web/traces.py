@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.web.server import Request
 
 from ai_tools.execution.reasons import FAILURE_REASONS
 from ai_tools.store.traces import TraceFilter
@@ -205,7 +206,7 @@ class TraceRecorder:
         d.addBoth(lambda _: self._saving.discard(d))
 
 
-def trace_search(request: Any) -> TraceFilter:
+def trace_search(request: Request) -> TraceFilter:
     """``GET /traces``'s query (``assistant``, ``reason``, ``tool``, ``failed``, ``since``,
     ``until``: seconds since the epoch, ``limit``) as a filter; 400 for a bad value."""
     failed = query_text(request, "failed")

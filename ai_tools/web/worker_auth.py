@@ -28,11 +28,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Callable, Collection
-from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
 from hyperlink import URL, URLParseError
+from twisted.web.server import Request
 
 from ai_tools.web.errors import ApiError
 
@@ -89,7 +89,7 @@ class WorkerSigner:
         when = int(self.seconds())
         return f"t={when};sig={self._mac(method, target, body or b'', when)}".encode("ascii")
 
-    def check(self, request: Any) -> None:
+    def check(self, request: Request) -> None:
         """Return when ``request`` carries a valid, current signature; else ``ApiError``
         401 saying what is wrong (never which part of the signature differs)."""
         header = request.getHeader(SIGNATURE_HEADER) or b""
@@ -117,7 +117,7 @@ def _refused(why: str) -> ApiError:
                     headers={"WWW-Authenticate": 'Bearer realm="ai_tools"'})
 
 
-def bad_worker_url(api_url: Any, hosts: Collection[str] = ()) -> str | None:
+def bad_worker_url(api_url: object, hosts: Collection[str] = ()) -> str | None:
     """Why ``api_url`` is not a worker's API address (None: it is one; see the module).
 
     ``hosts``: when given, the only host names (or addresses) allowed."""
@@ -144,7 +144,7 @@ def bad_worker_url(api_url: Any, hosts: Collection[str] = ()) -> str | None:
     return None
 
 
-def worker_base(api_url: Any, hosts: Collection[str] = ()) -> str:
+def worker_base(api_url: object, hosts: Collection[str] = ()) -> str:
     """``api_url`` as a base to append a request target to (``http(s)://host:port``);
     ValueError saying why it is not a worker's API address."""
     why = bad_worker_url(api_url, hosts)

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib import resources
-from typing import Any
 
 import attrs
+from twisted.web.server import Request
 
 from ai_tools.web.body import parse_json_body
 from ai_tools.web.console.session import SessionCookies
@@ -37,7 +37,7 @@ _TYPES = {
     ".txt": b"text/plain; charset=utf-8",
 }
 
-Handler = Callable[[Any], Any]
+Handler = Callable[[Request], object]
 
 
 @attrs.frozen
@@ -49,7 +49,7 @@ class RawAnswer:
     content_type: bytes
     status: int = 200
 
-    def write_to(self, request: Any) -> None:
+    def write_to(self, request: Request) -> None:
         """Answer ``request`` with these bytes, under the console's security headers."""
         request.setResponseCode(self.status)
         request.setHeader(b"content-type", self.content_type)
@@ -118,7 +118,7 @@ class ConsolePages:
         self.sessions = (SessionCookies(guard.token, seconds)
                          if guard is not None else None)
 
-    def handler_for(self, request: Any) -> Handler | None:
+    def handler_for(self, request: Request) -> Handler | None:
         """The handler of a console request (the page, a file, the sign-in); None for the API.
 
         These need no token: the page and its files are public parts of the
@@ -137,17 +137,17 @@ class ConsolePages:
             return self.static_file
         return None
 
-    def signed_in(self, request: Any) -> bool:
+    def signed_in(self, request: Request) -> bool:
         """Whether the request carries a valid session cookie."""
         return self.sessions is not None and self.sessions.signed_in(request)
 
     # -- handlers -------------------------------------------------------------------
 
-    def page(self, request: Any) -> RawAnswer:
+    def page(self, request: Request) -> RawAnswer:
         """``GET /`` from a browser: the console page."""
         return self.files["index.html"]
 
-    def static_file(self, request: Any) -> RawAnswer:
+    def static_file(self, request: Request) -> RawAnswer:
         """``GET /console/<file>``: one of the page's files."""
         name = request.path.split(b"?", 1)[0].decode("latin-1")[len(STATIC_PREFIX) + 2:]
         found = self.files.get(name)
@@ -155,13 +155,13 @@ class ConsolePages:
             raise ApiError(404, f"the console has no file {name!r}")
         return found
 
-    def session_state(self, request: Any) -> dict[str, bool]:
+    def session_state(self, request: Request) -> dict[str, bool]:
         """``GET /session``: whether a token is needed and whether this browser is in."""
         required = self.sessions is not None
         return {"token_required": required,
                 "signed_in": not required or self.signed_in(request)}
 
-    def sign_in(self, request: Any) -> dict[str, bool]:
+    def sign_in(self, request: Request) -> dict[str, bool]:
         """``POST /session`` ``{"token": ...}``: a session cookie for the right token."""
         body = parse_json_body(request, self.max_body)
         token = body.get("token")
@@ -176,13 +176,13 @@ class ConsolePages:
         self.sessions.issue(request)
         return {"token_required": True, "signed_in": True}
 
-    def sign_out(self, request: Any) -> dict[str, bool]:
+    def sign_out(self, request: Request) -> dict[str, bool]:
         """``DELETE /session``: forget this browser's session cookie."""
         if self.sessions is not None:
             self.sessions.clear(request)
         return {"token_required": self.sessions is not None, "signed_in": False}
 
-    def _session_not_allowed(self, request: Any) -> None:
+    def _session_not_allowed(self, request: Request) -> None:
         raise ApiError(405, "use GET, POST or DELETE on /session",
                        headers={"Allow": "DELETE, GET, POST"})
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Callable
-from typing import Any
 
 import attrs
+from twisted.web.server import Request
 
 __all__ = ["COOKIE_NAME", "SESSION_SECONDS", "SessionCookies"]
 
@@ -39,16 +39,16 @@ class SessionCookies:
     seconds: Callable[[], float]
     lifetime: int = SESSION_SECONDS
 
-    def issue(self, request: Any) -> None:
+    def issue(self, request: Request) -> None:
         """Set a fresh session cookie on the answer to ``request``."""
         expiry = int(self.seconds()) + self.lifetime
         self._set(request, f"{expiry}.{_mac(self.token, expiry)}", self.lifetime)
 
-    def clear(self, request: Any) -> None:
+    def clear(self, request: Request) -> None:
         """Tell the browser to forget its session cookie."""
         self._set(request, "", 0)
 
-    def signed_in(self, request: Any) -> bool:
+    def signed_in(self, request: Request) -> bool:
         """Whether ``request`` carries a valid, unexpired session cookie."""
         value = request.getCookie(COOKIE_NAME)
         if not value:
@@ -63,7 +63,7 @@ class SessionCookies:
         return hmac.compare_digest(mac, _mac(self.token, expiry))
 
     @staticmethod
-    def _set(request: Any, value: str, max_age: int) -> None:
+    def _set(request: Request, value: str, max_age: int) -> None:
         parts = [f"{COOKIE_NAME.decode()}={value}", "Path=/", f"Max-Age={max_age}",
                  "HttpOnly", "SameSite=Strict"]
         if request.isSecure():
