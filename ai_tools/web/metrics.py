@@ -260,7 +260,7 @@ class Metrics:
                 ("ai_tools_ticks_in_flight", "Ticks running now.", stats["ticks_in_flight"]),
                 ("ai_tools_event_streams", "Open GET /events streams.", self.streams())):
             self._head(lines, name, help_text, "gauge")
-            lines.append(f"{name} {_number(value)}")
+            lines.append(f"{name} {_number(value if isinstance(value, int | float) else 0)}")
 
     @staticmethod
     def _model_servers(lines: list[str], service: AssistantService) -> None:

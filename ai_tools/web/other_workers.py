@@ -303,10 +303,10 @@ class OtherWorkers:
         return d
 
     @defer.inlineCallbacks
-    def every_assistant(self, request: Request, local: Sequence[dict[str, object]]) -> Any:
+    def every_assistant(self, request: Request, local: Sequence[Mapping[str, object]]) -> Any:
         """``GET /assistants`` for the whole service: this worker's, every other live
         worker's, and those nobody runs now (``"worker": null``, from the database)."""
-        listed = [*local]
+        listed: list[Mapping[str, object]] = [*local]
         answers, silent = yield self.fan_out(request, "/assistants")
         for answer in answers.values():
             listed.extend(a for a in answer.get("assistants", ()) if isinstance(a, dict))

@@ -14,6 +14,7 @@ import attrs
 from twisted.internet import defer
 from twisted.web.server import Request
 
+from ai_tools.json_types import JSONObject
 from ai_tools.web.body import parse_json_body
 from ai_tools.web.paging import history_page
 from ai_tools.web.query import query_bool, query_int
@@ -66,7 +67,9 @@ class AssistantRoutes:
             self, request: Request) -> dict[str, object] | defer.Deferred[dict[str, object]]:
         """``GET /assistants``: with workers, every worker's (each with its ``worker``)."""
         status = self.api.service.status()
-        local = list(status["assistants"].values())
+        assistants = status["assistants"]
+        local = [entry for entry in assistants.values() if isinstance(entry, dict)] if (
+            isinstance(assistants, dict)) else []
         others = self.api.others
         worker = others.worker()
         if worker is None:
@@ -81,9 +84,9 @@ class AssistantRoutes:
         return d.addCallback(lambda found: {**answer, "assistants": found[0],
                                             "workers_unreachable": found[1]})
 
-    def assistant_status(self, request: Request, name: str) -> dict[str, object]:
+    def assistant_status(self, request: Request, name: str) -> JSONObject:
         """``GET /assistants/{name}`` (with workers, ``worker`` says which runs it)."""
-        status: dict[str, object] = self.api.service.status(self._known(name))
+        status = self.api.service.status(self._known(name))
         worker = self.api.others.worker()
         if worker is not None:
             status["worker"] = worker
@@ -110,7 +113,7 @@ class AssistantRoutes:
             "loops": self.api.recorder.loops(name, limit),
         }
 
-    def tick(self, request: Request, name: str) -> defer.Deferred[dict[str, object]]:
+    def tick(self, request: Request, name: str) -> defer.Deferred[JSONObject]:
         """``POST /assistants/{name}/tick``: fires when the tick ends."""
         self._known(name)
         d: defer.Deferred[TickResult] = self.api.service.run_tick(name)
