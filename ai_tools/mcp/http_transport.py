@@ -47,6 +47,7 @@ from ai_tools.mcp.jsonrpc import (
     decode_message,
     encode_message,
 )
+from ai_tools.mcp.tracing import carrier_of
 
 __all__ = ["HttpTransport", "McpHttpError", "SessionExpired"]
 
@@ -172,6 +173,9 @@ class HttpTransport:
     async def _post(self, message: Message) -> None:
         headers = self._headers(_ACCEPT)
         headers.setRawHeaders("Content-Type", ["application/json"])
+        if isinstance(message, Request) and message.params is not None:
+            for name, value in carrier_of(message.params.get("_meta")).items():
+                headers.setRawHeaders(name, [value])  # the trace context, as in ``_meta``
         had_session = self.session_id is not None
         response = await self._http.request(
             "POST", self.url, data=encode_message(message), headers=headers,

@@ -20,7 +20,7 @@ calls in flight end with a clear error the model reads).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.application.service import Service
 from twisted.internet import defer, error
@@ -33,12 +33,19 @@ from ai_tools.mcp.content import tool_result
 from ai_tools.mcp.http_transport import SessionExpired
 from ai_tools.mcp.jsonrpc import JSONRPCError
 from ai_tools.mcp.tools import McpTool, build_tools
+from ai_tools.mcp.tracing import ClientTracing
 from ai_tools.tools.base import Actor
 from ai_tools.tools.registry import ToolRegistry
 
 __all__ = ["MAX_BACKOFF", "McpClientService", "McpServerConnection", "make_transport"]
 
+if TYPE_CHECKING:
+    from ai_tools.telemetry.setup import Telemetry
+
 log = Logger()
+
+TelemetrySource = Callable[[], "Telemetry | None"]
+"""Gives the telemetry the service traces with now (None: tracing off)."""
 
 MAX_BACKOFF = 60.0
 READY, CONNECTING, FAILED, RESTARTING, STOPPED = (
@@ -67,7 +74,7 @@ class McpServerConnection:
     def __init__(self, config: McpServerConfig, reactor: Any, *,
                  taken: Callable[[], Iterable[str]] = tuple,
                  transport_factory: Callable[[McpServerConfig, Any], McpTransport]
-                 = make_transport) -> None:
+                 = make_transport, telemetry: TelemetrySource | None = None) -> None:
         self.config = config
         self.name = config.name
         self.state = STOPPED
@@ -79,6 +86,7 @@ class McpServerConnection:
         self._reactor = reactor
         self._taken = taken
         self._factory = transport_factory
+        self._telemetry = telemetry
         self._failures = 0
         self._next_attempt: Any = None
         self._connecting: defer.Deferred[Any] | None = None
@@ -102,10 +110,16 @@ class McpServerConnection:
             self._attempt_failed(Failure(e))
             return
         session = self.session = McpSession(transport, name=self.name,
-                                            on_tools_changed=self._tools_changed)
+                                            on_tools_changed=self._tools_changed,
+                                            tracing=self._tracing())
         d = self._connecting = self._initialised_tools(session)
         d.addCallback(self._ready, session)
         d.addErrback(self._attempt_failed, session)
+
+    def _tracing(self) -> ClientTracing | None:
+        """CLIENT spans for a new session when tracing is on (the service's telemetry)."""
+        telemetry = self._telemetry() if self._telemetry is not None else None
+        return None if telemetry is None else telemetry.mcp_client_tracing(self.config.url)
 
     def _initialised_tools(self, session: McpSession) -> defer.Deferred[Any]:
         """Connect, initialise and list the tools, all within ``init_timeout``."""
@@ -212,7 +226,8 @@ class McpServerConnection:
                 f"MCP server {self.name} is not available ({self.state}"
                 f"{': ' + self.error if self.error else ''})"))
         progress = _progress_publisher(actor, self.name, remote_name)
-        d = session.call_tool(remote_name, arguments, on_progress=progress)
+        parent = _call_context(actor) if session.tracing is not None else None
+        d = session.call_tool(remote_name, arguments, on_progress=progress, trace_parent=parent)
         d.addCallback(tool_result, self.config.max_result_bytes)
         d.addErrback(self._call_failed, remote_name, arguments, actor)
         return d
@@ -278,6 +293,18 @@ class McpServerConnection:
         }
 
 
+def _call_context(actor: Actor | None) -> object:
+    """The trace context of the ``execute_tool`` span of ``actor``'s call in flight: the
+    parent of its ``tools/call`` span (None outside a traced loop)."""
+    # the runtime's loop tracer, set while a loop of it runs with tracing on
+    if actor is None:
+        return None
+    tracer = getattr(actor.assistant, "tracer", None)
+    if tracer is None:
+        return None
+    return tracer.call_context(actor.call_id) or tracer.tool_context()
+
+
 def _progress_publisher(actor: Actor | None, server: str, tool: str
                         ) -> Callable[[dict[str, Any]], None] | None:
     """Progress notifications as ``tool_progress`` events of the assistant (None: no one)."""
@@ -304,7 +331,9 @@ class McpClientService(Service):
     def __init__(self, servers: Sequence[McpServerConfig], reactor: Any, *,
                  base: ToolRegistry | None = None,
                  transport_factory: Callable[[McpServerConfig, Any], McpTransport]
-                 = make_transport) -> None:
+                 = make_transport, telemetry: TelemetrySource | None = None) -> None:
+        """``telemetry`` says what the service traces with, asked at each connection
+        (None, or giving None: untraced)."""
         self.setName("mcp-client")
         self.base = base
         self.declared = frozenset(config.name for config in servers)
@@ -315,7 +344,7 @@ class McpClientService(Service):
                 continue
             self.connections[config.name] = McpServerConnection(
                 config, reactor, taken=self._taken_before(config.name),
-                transport_factory=transport_factory)
+                transport_factory=transport_factory, telemetry=telemetry)
         self._views: dict[tuple[Any, ...], ToolRegistry] = {}
 
     def _taken_before(self, name: str) -> Callable[[], Iterable[str]]:
