@@ -26,12 +26,14 @@ from ai_tools.execution.history import ConversationHistory
 from ai_tools.execution.outcome import ToolCallOutcome
 from ai_tools.execution.results import CLIPPED_KEY, clip_arguments, clip_text
 from ai_tools.json_encoding import model_json
+from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.llm.events import ToolCall
 from ai_tools.loop.config import GatePolicy
 from ai_tools.loop.state import EVENT_TEXT_BYTES
 from ai_tools.mcp.jsonrpc import INVALID_PARAMS, JSONRPCError
 from ai_tools.mcp.serve_config import McpServeConfig
 from ai_tools.mcp.server import McpServer, RequestContext, ServerFeatures, ServerInfo
+from ai_tools.mcp.tracing import ServerTracing
 from ai_tools.tools.base import Actor, Tool, ToolCategory
 from ai_tools.tools.registry import ToolRegistry
 
@@ -146,19 +148,27 @@ class GameTools:
         execution = ExecutionContext(registry=self.registry, actor=actor, history=self.history,
                                      clock=self.clock, cache=self.cache, cache_namespace=self.name,
                                      state=self.state, gate=self.gate)
+        traced = context.trace.execute_tool(name, call.id) if context.trace else None
         d = execute_tool_call(execution, call)
-        d.addCallback(self._answer, tool)
+        d.addCallback(self._answer, tool, traced)
         return d
 
-    def _answer(self, outcome: ToolCallOutcome, tool: Tool) -> dict[str, Any]:
-        """The outcome as a ``CallToolResult``; the history trimmed; the event sent."""
+    def _answer(self, outcome: ToolCallOutcome, tool: Tool,
+                traced: Callable[[JSONMapping], None] | None = None) -> dict[str, Any]:
+        """The outcome as a ``CallToolResult``; the history trimmed; the event sent (and
+        the call's ``execute_tool`` span closed with it, tracing on)."""
         result = outcome.result
         error = result.get("error")
-        self._emit("tool_result", tool=tool.name, tool_call_id=outcome.tool_call_id,
-                   status=str(outcome.status), success=outcome.success,
-                   duration_ms=outcome.duration_ms, from_cache=outcome.from_cache,
-                   error=clip_text(error, EVENT_TEXT_BYTES) if isinstance(error, str) else None,
-                   source="mcp")
+        event: JSONObject = {
+            "type": "tool_result", "tool": tool.name, "tool_call_id": outcome.tool_call_id,
+            "status": str(outcome.status), "success": outcome.success,
+            "duration_ms": outcome.duration_ms, "from_cache": outcome.from_cache,
+            "error": clip_text(error, EVENT_TEXT_BYTES) if isinstance(error, str) else None,
+            "source": "mcp"}
+        if self.publish is not None:
+            self.publish(self.name, event)
+        if traced is not None:
+            traced(event)
         # The audit line of an MCP call, at info: a call from outside has no loop whose one
         # line would tell it (the engine's per-call lines are at debug).
         log.info("MCP call: {tool} by {server} as {character}: {status} in {ms:.0f} ms",
@@ -213,4 +223,13 @@ def game_server(config: McpServeConfig, service: Any, world: Any, clock: Any) ->
     info = ServerInfo(name="ai_tools", version=__version__, title="ai_tools game",
                       instructions=instructions)
     return McpServer(ServerFeatures(tools=tools), clock, info,
-                     request_timeout=config.request_timeout)
+                     request_timeout=config.request_timeout, tracing=_tracing_of(service))
+
+
+def _tracing_of(service: Any) -> Callable[[], ServerTracing | None]:
+    """SERVER spans when the service traces (its telemetry, found when it starts)."""
+    def tracing() -> ServerTracing | None:
+        telemetry = getattr(service, "telemetry", None)  # (a host without tracing has none)
+        return None if telemetry is None else telemetry.mcp_server_tracing()
+
+    return tracing

@@ -45,6 +45,7 @@ from ai_tools.mcp.jsonrpc import (
     Response,
     negotiate_version,
 )
+from ai_tools.mcp.tracing import ServerCallTrace, ServerTracing, carrier_of, outcome_of
 
 __all__ = [
     "LOG_LEVELS",
@@ -167,6 +168,8 @@ class RequestContext:
     session: McpSession
     request_id: RequestId
     progress_token: str | int | None = None
+    trace: ServerCallTrace | None = None
+    """The request's SERVER span (tracing on): the engine's span of the call goes below."""
     _progress_sent: float | None = attrs.field(default=None, init=False)
 
     def progress(self, progress: float, total: float | None = None,
@@ -215,6 +218,8 @@ class McpServer:
     clock: Any
     info: ServerInfo = ServerInfo()
     request_timeout: float = 300.0
+    tracing: Callable[[], ServerTracing | None] | None = None
+    """Gives the SERVER span maker when tracing is on (asked per request), else None."""
     _ids: Any = attrs.field(factory=lambda: itertools.count(1), init=False)
 
     def capabilities(self) -> dict[str, Any]:
@@ -253,21 +258,29 @@ class McpSession:
     initialized: bool = False
     closed: bool = False
     subscriptions: set[str] = attrs.field(factory=set)
+    session_id: str | None = None
+    """The transport's name of the session (HTTP's ``Mcp-Session-Id``), for its spans."""
     on_close_stream: Callable[[RequestId], None] | None = None
     _in_flight: dict[RequestId, defer.Deferred[Any]] = attrs.field(factory=dict)
     _cancelled: set[RequestId] = attrs.field(factory=set)
     _pending: dict[RequestId, tuple[defer.Deferred[Any], Any]] = attrs.field(factory=dict)
     _next_id: Any = attrs.field(factory=lambda: itertools.count(1))
+    _traces: dict[RequestId, ServerCallTrace] = attrs.field(factory=dict)
 
     # -- receiving ------------------------------------------------------------------
 
-    def receive(self, message: Message) -> Answer | defer.Deferred[Answer | None] | None:
+    def receive(self, message: Message, headers: Mapping[str, str] | None = None
+                ) -> Answer | defer.Deferred[Answer | None] | None:
         """Handle one message: the answer of a request (value or Deferred), else None.
 
         A cancelled request's Deferred fires with None: nothing is answered.
+        ``headers``: the trace context fields of the transport (HTTP headers).
         """
         if isinstance(message, Request):
-            return self._request(message)
+            tracing = self.server.tracing() if self.server.tracing is not None else None
+            if tracing is None:
+                return self._request(message)
+            return self._traced_request(message, tracing, headers or {})
         if isinstance(message, Notification):
             self._notification(message)
         else:
@@ -289,6 +302,37 @@ class McpSession:
         if value.called:
             return value.addBoth(lambda v: _answer_of(request.id, v))
         return self._track(request.id, value)
+
+    def _traced_request(self, request: Request, tracing: ServerTracing,
+                        headers: Mapping[str, str]) -> Answer | defer.Deferred[Answer | None]:
+        """:meth:`_request` within its SERVER span."""
+        params = request.params or {}
+        target = params.get("name") if request.method in ("tools/call", "prompts/get") else None
+        trace = tracing.request(
+            request.method, request.id, target if isinstance(target, str) else None,
+            meta=carrier_of(params.get("_meta")), headers=headers, session_id=self.session_id,
+            protocol_version=self.protocol_version)
+        self._traces[request.id] = trace
+        answer = self._request(request)
+        if isinstance(answer, defer.Deferred):
+            return answer.addCallback(self._trace_ended, request.id, trace)
+        self._trace_ended(answer, request.id, trace)
+        return answer
+
+    def _trace_ended(self, answer: Answer | None, request_id: RequestId,
+                     trace: ServerCallTrace) -> Answer | None:
+        if self._traces.get(request_id) is trace:
+            del self._traces[request_id]
+        if answer is None:
+            trace.end(outcome_of(defer.CancelledError()))
+        else:
+            trace.end(outcome_of(answer.error() if isinstance(answer, ErrorResponse)
+                                 else answer.result))
+        return answer
+
+    def trace_of(self, request_id: RequestId) -> ServerCallTrace | None:
+        """The SERVER span of the request in flight ``request_id`` (tracing on)."""
+        return self._traces.get(request_id)
 
     def _track(self, request_id: RequestId, d: defer.Deferred[Any]
                ) -> defer.Deferred[Answer | None]:
@@ -479,7 +523,8 @@ def _call_tool(session: McpSession, request: Request, params: Mapping[str, Any])
         arguments = {}
     if not isinstance(arguments, dict):
         raise JSONRPCError(INVALID_PARAMS, "params.arguments must be an object")
-    context = RequestContext(session, request.id, _progress_token(params))
+    context = RequestContext(session, request.id, _progress_token(params),
+                             trace=session.trace_of(request.id))
     return defer.maybeDeferred(session.server.features.tools.call_tool, name, arguments,
                                context)
 

@@ -50,6 +50,7 @@ from ai_tools.mcp.jsonrpc import (
     encode_message,
 )
 from ai_tools.mcp.server import McpServer, McpSession
+from ai_tools.mcp.tracing import TRACE_FIELDS
 from ai_tools.web.body import DEFAULT_MAX_BODY, check_content_type
 from ai_tools.web.errors import ApiError, error_body
 from ai_tools.web.origin import OriginPolicy
@@ -262,6 +263,7 @@ class McpHttpEndpoint:
         holder: list[_HttpSession] = []
         mcp_session = self.server.open_session(
             lambda message, related: self._send(holder[0], message, related))
+        mcp_session.session_id = session_id
         http_session = _HttpSession(session_id, mcp_session, self.clock.seconds())
         holder.append(http_session)
         mcp_session.on_close_stream = lambda rid: self._cut(http_session, rid)
@@ -314,7 +316,7 @@ class McpHttpEndpoint:
         request.notifyFinish().addErrback(lambda _: gone.append(True))
         http_session.by_request[message.id] = request
         try:
-            answer = http_session.session.receive(message)
+            answer = http_session.session.receive(message, _trace_headers(request))
         except Exception:
             http_session.by_request.pop(message.id, None)
             raise
@@ -449,6 +451,16 @@ class McpHttpEndpoint:
         self._sweep_idle()
         if open_streams:
             self._start_timer()
+
+
+def _trace_headers(request: Any) -> dict[str, str]:
+    """The W3C trace context fields among the request's headers (a caller's trace)."""
+    found: dict[str, str] = {}
+    for name in TRACE_FIELDS:
+        value = request.getHeader(name)
+        if isinstance(value, bytes | str):
+            found[name] = value.decode("latin-1") if isinstance(value, bytes) else value
+    return found
 
 
 def _write_error(request: Any, error: ApiError) -> None:

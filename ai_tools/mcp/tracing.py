@@ -112,8 +112,7 @@ class ServerTracing(Protocol):
 
     def request(self, method: str, request_id: RequestId, target: str | None, *,
                 meta: Mapping[str, str], headers: Mapping[str, str],
-                facts: Mapping[str, str | int],
+                session_id: str | None = None,
                 protocol_version: str | None = None) -> ServerCallTrace:
-        """Open the span of a request, parented from ``meta`` (its ``params._meta``
-        fields), else from the transport's ``headers``; ``facts`` are the session's
-        attributes (session id, transport)."""
+        """Open the span of a request (over Streamable HTTP), parented from ``meta``
+        (its ``params._meta`` fields), else from the HTTP request's ``headers``."""

@@ -154,9 +154,12 @@ class McpServerTracing:
 
     def request(self, method: str, request_id: str | int, target: str | None, *,
                 meta: Mapping[str, str], headers: Mapping[str, str],
-                facts: Mapping[str, str | int],
+                session_id: str | None = None,
                 protocol_version: str | None = None) -> _ServerCall:
-        attributes = {**facts, **_attributes(method, request_id, target, protocol_version)}
+        attributes: Attributes = {sc.NETWORK_TRANSPORT: "tcp", sc.NETWORK_PROTOCOL_NAME: "http",
+                                  **_attributes(method, request_id, target, protocol_version)}
+        if session_id:
+            attributes[sc.MCP_SESSION_ID] = session_id
         links: list[Link] = []
         if meta.get("traceparent"):
             parent = propagate.extract(meta, context=Context())
