@@ -230,9 +230,11 @@ class McpSession:
                parent: object) -> CallTrace:
         assert self.tracing is not None
         target = params.get("name") if method in ("tools/call", "prompts/get") else None
+        version = self.protocol_version or params.get("protocolVersion")  # (initialize)
         return self.tracing.request(
             method, request_id, target if isinstance(target, str) else None, parent=parent,
-            protocol_version=self.protocol_version, session_id=self.transport.session_id)
+            protocol_version=version if isinstance(version, str) else None,
+            session_id=self.transport.session_id)
 
     def notify(self, method: str, params: JSONObject | None = None) -> defer.Deferred[None]:
         """Send a notification (no answer)."""

@@ -308,10 +308,11 @@ class McpSession:
         """:meth:`_request` within its SERVER span."""
         params = request.params or {}
         target = params.get("name") if request.method in ("tools/call", "prompts/get") else None
+        version = self.protocol_version or params.get("protocolVersion")  # (initialize)
         trace = tracing.request(
             request.method, request.id, target if isinstance(target, str) else None,
             meta=carrier_of(params.get("_meta")), headers=headers, session_id=self.session_id,
-            protocol_version=self.protocol_version)
+            protocol_version=version if isinstance(version, str) else None)
         self._traces[request.id] = trace
         answer = self._request(request)
         if isinstance(answer, defer.Deferred):
