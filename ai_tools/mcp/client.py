@@ -50,7 +50,7 @@ log = Logger()
 
 T = TypeVar("T")
 
-CLIENT_INFO = {"name": "ai_tools", "version": "0.1.0"}
+CLIENT_INFO: JSONObject = {"name": "ai_tools", "version": "0.1.0"}
 """How we introduce ourselves in ``initialize``."""
 
 ACCEPTED_SERVER_VERSIONS = (*SUPPORTED_PROTOCOL_VERSIONS, "2025-03-26")
@@ -179,7 +179,7 @@ class McpSession:
 
     # ---- sending
 
-    def request(self, method: str, params: JSONMapping | None = None, *,
+    def request(self, method: str, params: JSONObject | None = None, *,
                 on_progress: ProgressCallback | None = None, cancel_notice: bool = True,
                 trace_parent: object = None) -> defer.Deferred[JSONObject]:
         """Send a request; the Deferred fires with its result.
@@ -291,12 +291,12 @@ class McpSession:
                  "are left out", server=self.name, pages=max_pages)
         return tools
 
-    def call_tool(self, name: str, arguments: JSONMapping,
+    def call_tool(self, name: str, arguments: JSONObject,
                   on_progress: ProgressCallback | None = None, *,
                   trace_parent: object = None) -> defer.Deferred[JSONObject]:
         """``tools/call``: the raw ``CallToolResult`` (see :mod:`ai_tools.mcp.content`);
         ``trace_parent``: the context of the ``execute_tool`` span it serves (tracing on)."""
-        return self.request("tools/call", {"name": name, "arguments": dict(arguments)},
+        return self.request("tools/call", {"name": name, "arguments": arguments},
                             on_progress=on_progress, trace_parent=trace_parent)
 
     # ---- receiving
@@ -369,7 +369,7 @@ class McpSession:
         return len(self._pending)
 
 
-def _meta(params: JSONMapping) -> JSONMapping:
+def _meta(params: JSONObject) -> JSONObject:
     """The ``_meta`` object of request params (empty when there is none)."""
     meta = params.get("_meta")
     return meta if isinstance(meta, dict) else {}
