@@ -204,7 +204,8 @@ class GameTools:
 
 
 def game_tools(config: McpServeConfig, registry: ToolRegistry, *, world: IWorld | None,
-               store: IStore | None, clock: Clock, cache: ToolCache | None = None, publish: Publish | None = None,
+               store: IStore | None, clock: Clock, cache: ToolCache | None = None,
+               publish: Publish | None = None,
                halted: Callable[[], bool] | None = None) -> GameTools:
     """The game's tools for ``[mcp.serve]``: its character, gate and audit name;
     ``halted`` says whether an emergency stop of everything holds."""

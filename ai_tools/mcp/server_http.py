@@ -35,8 +35,8 @@ import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.web import server
-from twisted.web.server import Request as HttpRequest
 from twisted.web.resource import Resource
+from twisted.web.server import Request as HttpRequest
 
 from ai_tools.default_reactor import or_global_reactor
 from ai_tools.mcp.jsonrpc import (

@@ -27,14 +27,14 @@ from twisted.internet import defer, error
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ai_tools.mcp.client import McpSession, McpTransport, ServerGone, describe_error
 from ai_tools.json_types import JSONObject
+from ai_tools.mcp.client import McpSession, McpTransport, ServerGone, describe_error
 from ai_tools.mcp.config import McpServerConfig
 from ai_tools.mcp.content import tool_result
 from ai_tools.mcp.http_transport import SessionExpired
 from ai_tools.mcp.jsonrpc import JSONRPCError
-from ai_tools.mcp.tools import McpTool, build_tools
 from ai_tools.mcp.server import Timer
+from ai_tools.mcp.tools import McpTool, build_tools
 from ai_tools.mcp.tracing import ClientTracing
 from ai_tools.tools.base import Actor
 from ai_tools.tools.registry import ToolRegistry
