@@ -96,8 +96,7 @@ class McpTransport(Protocol):
 class Clock(Protocol):
     """The reactor's ``callLater``, which ``Deferred.addTimeout`` uses."""
 
-    def callLater(self, delay: float, f: Callable[..., object], /, *args: object,
-                  **kw: object) -> object: ...
+    def callLater(self, delay: float, f: Callable[..., object], /, *args: object) -> object: ...
 
 
 @attrs.define(eq=False)

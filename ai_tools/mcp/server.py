@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Mapping
-from typing import Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeAlias, TypeVar, cast
 
 import attrs
 from twisted.internet import defer
@@ -47,6 +47,9 @@ from ai_tools.mcp.jsonrpc import (
     negotiate_version,
 )
 from ai_tools.mcp.tracing import ServerCallTrace, ServerTracing, carrier_of, outcome_of
+
+if TYPE_CHECKING:
+    from twisted.internet.interfaces import IDelayedCall
 
 __all__ = [
     "LOG_LEVELS",
@@ -90,8 +93,8 @@ class Clock(Protocol):
 
     def seconds(self) -> float: ...
 
-    def callLater(self, delay: float, f: Callable[..., object], /, *args: object,
-                  **kw: object) -> Timer: ...
+    def callLater(self, delay: float, f: Callable[..., object], /,
+                  *args: object) -> IDelayedCall: ...
 Send = Callable[[Message, "RequestId | None"], None]
 """How a session sends a message: the message and the id of the request it belongs to."""
 
@@ -500,8 +503,8 @@ class McpSession:
             self.notify("notifications/cancelled", {"requestId": request_id}, related)
 
         d: defer.Deferred[JSONObject] = defer.Deferred(cancelled)
-        timer = self.server.clock.callLater(self.server.request_timeout, self._expire,
-                                            request_id)
+        timer = cast(Timer, self.server.clock.callLater(  # (an IDelayedCall)
+            self.server.request_timeout, self._expire, request_id))
         self._pending[request_id] = (d, timer)
         d.addBoth(self._settled, request_id)
         self.send(Request(request_id, method, params), related)

@@ -30,6 +30,7 @@ import itertools
 import secrets
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import cast
 
 import attrs
 from twisted.internet import defer
@@ -434,7 +435,7 @@ class McpHttpEndpoint:
 
     def _start_timer(self) -> None:
         if self._timer is None or not self._timer.active():
-            self._timer = self.clock.callLater(self.keepalive, self._beat)
+            self._timer = cast(Timer, self.clock.callLater(self.keepalive, self._beat))
 
     def _beat(self) -> None:
         self._timer = None

@@ -27,7 +27,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import attrs
 from twisted.internet import defer, protocol
@@ -48,7 +48,7 @@ from ai_tools.mcp.jsonrpc import (
     decode_message,
     encode_message,
 )
-from ai_tools.mcp.server import Clock
+from ai_tools.mcp.server import Clock, Timer
 
 if TYPE_CHECKING:
     from twisted.web.http_headers import Headers
@@ -213,7 +213,7 @@ class StdioBridge:
         reader = _BodyReader(kind.startswith(b"text/event-stream"), self.max_message_bytes,
                              self._relay)
         response.deliverBody(reader)
-        timer = self.clock.callLater(self.deadline, reader.abort)
+        timer = cast(Timer, self.clock.callLater(self.deadline, reader.abort))
         reader.done.addBoth(lambda v: timer.cancel() if timer.active() else None)
         return reader.done
 

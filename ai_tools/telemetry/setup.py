@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 import attrs
 from twisted.internet import defer
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
     from opentelemetry.trace import SpanContext, Tracer, TracerProvider
     from opentelemetry.util.types import AttributeValue
+    from twisted.internet.interfaces import IDelayedCall
 
     from ai_tools.json_types import JSONMapping
     from ai_tools.loop.context import LoopContext
@@ -53,11 +54,10 @@ class Timer(Protocol):
 class Clock(Protocol):
     """A reactor's ``callLater`` and ``callFromThread`` (the shutdown waits on both)."""
 
-    def callLater(self, delay: float, f: Callable[..., object], /, *args: object,
-                  **kw: object) -> Timer: ...
+    def callLater(self, delay: float, f: Callable[..., object], /,
+                  *args: object) -> IDelayedCall: ...
 
-    def callFromThread(self, f: Callable[..., object], /, *args: object,
-                       **kw: object) -> None: ...
+    def callFromThread(self, f: Callable[..., object], /, *args: object) -> None: ...
 
 __all__ = ["ATTRIBUTE_VALUE_BYTES", "Telemetry", "telemetry_for", "trace_loop"]
 
@@ -198,7 +198,7 @@ class Telemetry:
                     log.failure("Stopping the OpenTelemetry export failed")
             clock.callFromThread(done)
 
-        timer = clock.callLater(SHUTDOWN_SECONDS, waited.callback, None)
+        timer = cast(Timer, clock.callLater(SHUTDOWN_SECONDS, waited.callback, None))
         threading.Thread(target=stop, name="ai_tools-otel-shutdown", daemon=True).start()
         return waited
 
