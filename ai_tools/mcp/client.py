@@ -10,6 +10,9 @@ kill) forgets the request and tells the server with ``notifications/cancelled``.
 What a server may ask of us: ``ping`` is answered; sampling, elicitation and
 roots are not supported (we declare no capability for them) and get the
 protocol's ``Method not found`` error, so a server never waits for an answer.
+
+With tracing on (``tracing``, :mod:`ai_tools.mcp.tracing`), every request is a CLIENT
+span whose W3C context goes in the request's ``params._meta``.
 """
 
 from __future__ import annotations

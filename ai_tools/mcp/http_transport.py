@@ -21,6 +21,10 @@ the stream's last ``retry:`` (milliseconds; 1 s when it gave none) and open a
 Every body is bounded by bytes (a JSON answer by the message cap, a stream's
 lines by it too); headers are waited for at most ``request_timeout`` seconds.
 The transport owns its ``HTTPConnectionPool`` and closes it in :meth:`close`.
+
+Tracing (on when the session has a span maker, :mod:`ai_tools.mcp.tracing`): a request
+whose ``params._meta`` carries a W3C ``traceparent`` (and ``tracestate``) goes with the
+same fields as HTTP headers; with tracing off there is none, and no header.
 """
 
 from __future__ import annotations

@@ -18,6 +18,10 @@ cancels the request's Deferred, and no answer is sent), and requests to the
 client (``sampling/createMessage``, ``elicitation/create``) with a deadline.
 Every request has a deadline too (``request_timeout``): a call still running
 then is cancelled and answered with an error.
+
+With tracing on (``McpServer.tracing``, :mod:`ai_tools.mcp.tracing`), every request is a
+SERVER span, parented from the context in its ``params._meta`` (else the transport's
+``traceparent`` header); a tool call's work goes below it (``RequestContext.trace``).
 """
 
 from __future__ import annotations
