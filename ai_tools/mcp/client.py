@@ -10,19 +10,24 @@ kill) forgets the request and tells the server with ``notifications/cancelled``.
 What a server may ask of us: ``ping`` is answered; sampling, elicitation and
 roots are not supported (we declare no capability for them) and get the
 protocol's ``Method not found`` error, so a server never waits for an answer.
+
+With tracing on (``tracing``, :mod:`ai_tools.mcp.tracing`), every request is a CLIENT
+span whose W3C context goes in the request's ``params._meta``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Generator
+from typing import Protocol, TypeVar
 
 import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ai_tools.clocks import Clock
 from ai_tools.errors import AIToolsError
+from ai_tools.json_types import JSONMapping, JSONObject, JSONValue
 from ai_tools.mcp.jsonrpc import (
     LATEST_PROTOCOL_VERSION,
     METHOD_NOT_FOUND,
@@ -35,6 +40,7 @@ from ai_tools.mcp.jsonrpc import (
     RequestId,
     Response,
 )
+from ai_tools.mcp.tracing import CallTrace, ClientTracing, outcome_of
 
 __all__ = [
     "CLIENT_INFO",
@@ -46,7 +52,9 @@ __all__ = [
 
 log = Logger()
 
-CLIENT_INFO = {"name": "ai_tools", "version": "0.1.0"}
+T = TypeVar("T")
+
+CLIENT_INFO: JSONObject = {"name": "ai_tools", "version": "0.1.0"}
 """How we introduce ourselves in ``initialize``."""
 
 ACCEPTED_SERVER_VERSIONS = (*SUPPORTED_PROTOCOL_VERSIONS, "2025-03-26")
@@ -55,7 +63,7 @@ of 2025-03-26 (the revision that brought Streamable HTTP) is used as it is: what
 changed since does not touch ``tools/list`` and ``tools/call`` (results without
 ``structuredContent`` and titles)."""
 
-ProgressCallback = Callable[[dict[str, Any]], None]
+ProgressCallback = Callable[[JSONObject], None]
 
 
 class ServerGone(AIToolsError, ConnectionError):
@@ -71,7 +79,12 @@ class McpProtocolError(Exception):
 
 
 class McpTransport(Protocol):
-    """Moves messages between a session and one server."""
+    """Moves messages between a session and one server.
+
+    ``session_id`` is the server's ``Mcp-Session-Id`` (HTTP), None when there is none.
+    """
+
+    session_id: str | None
 
     def start(self, deliver: Callable[[Message], None],
               lost: Callable[[Failure], None]) -> defer.Deferred[None]:
@@ -86,7 +99,7 @@ class McpTransport(Protocol):
 
 @attrs.define(eq=False)
 class _Pending:
-    deferred: defer.Deferred[dict[str, Any]]
+    deferred: defer.Deferred[JSONObject]
     method: str
     progress_token: str | None = None
     sent: defer.Deferred[None] | None = None
@@ -103,9 +116,11 @@ class McpSession:
     transport: McpTransport
     name: str = "mcp"
     on_tools_changed: Callable[[], None] | None = None
+    tracing: ClientTracing | None = None
+    """CLIENT spans of our requests (tracing on, :mod:`ai_tools.mcp.tracing`), else None."""
     protocol_version: str | None = attrs.field(default=None, init=False)
-    server_info: dict[str, Any] = attrs.field(factory=dict, init=False)
-    capabilities: dict[str, Any] = attrs.field(factory=dict, init=False)
+    server_info: JSONObject = attrs.field(factory=dict, init=False)
+    capabilities: JSONObject = attrs.field(factory=dict, init=False)
     instructions: str = attrs.field(default="", init=False)
     closed: bool = attrs.field(default=False, init=False)
     _pending: dict[RequestId, _Pending] = attrs.field(factory=dict, init=False)
@@ -115,11 +130,11 @@ class McpSession:
 
     # ---- lifecycle
 
-    def connect(self, deadline: float, clock: Any) -> defer.Deferred[McpSession]:
+    def connect(self, deadline: float, clock: Clock) -> defer.Deferred[McpSession]:
         """Start the transport and ``initialize``, within ``deadline`` seconds."""
-        d: defer.Deferred[Any] = self.transport.start(self._received, self._connection_lost)
-        d.addCallback(lambda _: self._initialize())
-        d.addTimeout(deadline, clock)
+        started = self.transport.start(self._received, self._connection_lost)
+        d = started.addCallback(lambda _: self._initialize())
+        d.addTimeout(deadline, clock)  # type: ignore[arg-type]  # (IReactorTime)
         return d
 
     def when_lost(self, callback: Callable[[Failure], None]) -> None:
@@ -133,12 +148,14 @@ class McpSession:
         return self.transport.close()
 
     @defer.inlineCallbacks
-    def _initialize(self) -> Any:
+    def _initialize(self) -> Generator[
+            defer.Deferred[JSONObject] | defer.Deferred[None], object, McpSession]:
         result = yield self.request("initialize", {
             "protocolVersion": LATEST_PROTOCOL_VERSION,
             "capabilities": {},
             "clientInfo": CLIENT_INFO,
         }, cancel_notice=False)
+        assert isinstance(result, dict)
         version = result.get("protocolVersion")
         if version not in ACCEPTED_SERVER_VERSIONS:
             raise McpProtocolError(
@@ -159,15 +176,17 @@ class McpSession:
 
     # ---- sending
 
-    def request(self, method: str, params: dict[str, Any] | None = None, *,
-                on_progress: ProgressCallback | None = None,
-                cancel_notice: bool = True) -> defer.Deferred[dict[str, Any]]:
+    def request(self, method: str, params: JSONObject | None = None, *,
+                on_progress: ProgressCallback | None = None, cancel_notice: bool = True,
+                trace_parent: object = None) -> defer.Deferred[JSONObject]:
         """Send a request; the Deferred fires with its result.
 
         It fails with :class:`~ai_tools.mcp.jsonrpc.JSONRPCError` for an error
         answer and :class:`ServerGone` when the connection ends first.
         Cancelling it sends ``notifications/cancelled`` (unless
         ``cancel_notice`` is False: ``initialize`` is never cancelled so).
+        With tracing on, the request has a CLIENT span (a child of ``trace_parent``)
+        named in its ``params._meta``.
         """
         if self.closed:
             return defer.fail(ServerGone(f"MCP server {self.name} is not connected"))
@@ -177,10 +196,14 @@ class McpSession:
         token = None
         if on_progress is not None:
             token = f"p{request_id}"
-            params["_meta"] = {**params.get("_meta", {}), "progressToken": token}
+            params["_meta"] = {**_meta(params), "progressToken": token}
             self._progress[token] = on_progress
+        trace = None
+        if self.tracing is not None:
+            trace = self._trace(method, request_id, params, trace_parent)
+            params["_meta"] = {**_meta(params), **trace.carrier()}
 
-        def cancel(_: defer.Deferred[dict[str, Any]]) -> None:
+        def cancel(_: defer.Deferred[JSONObject]) -> None:
             pending = self._pending.get(request_id)
             if not self._forget(request_id):
                 return
@@ -190,7 +213,9 @@ class McpSession:
             if pending is not None and pending.sent is not None and not pending.sent.called:
                 pending.sent.cancel()  # an HTTP exchange still open is aborted
 
-        d: defer.Deferred[dict[str, Any]] = defer.Deferred(cancel)
+        d: defer.Deferred[JSONObject] = defer.Deferred(cancel)
+        if trace is not None:
+            d.addBoth(_traced, trace)
         entry = self._pending[request_id] = _Pending(d, method, token)
         sent = self.transport.send(Request(request_id, method, params or None))
         if not sent.called:
@@ -198,7 +223,17 @@ class McpSession:
         sent.addErrback(self._send_failed, request_id)
         return d
 
-    def notify(self, method: str, params: dict[str, Any] | None = None) -> defer.Deferred[None]:
+    def _trace(self, method: str, request_id: RequestId, params: JSONMapping,
+               parent: object) -> CallTrace:
+        assert self.tracing is not None
+        target = params.get("name") if method in ("tools/call", "prompts/get") else None
+        version = self.protocol_version or params.get("protocolVersion")  # (initialize)
+        return self.tracing.request(
+            method, request_id, target if isinstance(target, str) else None, parent=parent,
+            protocol_version=version if isinstance(version, str) else None,
+            session_id=self.transport.session_id)
+
+    def notify(self, method: str, params: JSONObject | None = None) -> defer.Deferred[None]:
         """Send a notification (no answer)."""
         return self.transport.send(Notification(method, params))
 
@@ -230,10 +265,11 @@ class McpSession:
     # ---- the operations we use
 
     @defer.inlineCallbacks
-    def list_tools(self, max_tools: int, max_pages: int = 50) -> Any:
+    def list_tools(self, max_tools: int, max_pages: int = 50
+                   ) -> Generator[defer.Deferred[JSONObject], JSONObject, list[JSONObject]]:
         """Every tool the server lists (``tools/list`` page by page), at most ``max_tools``."""
-        tools: list[dict[str, Any]] = []
-        cursor: Any = None
+        tools: list[JSONObject] = []
+        cursor: JSONValue = None
         for _ in range(max_pages):
             result = yield self.request("tools/list", {"cursor": cursor} if cursor else None)
             page = result.get("tools")
@@ -252,11 +288,13 @@ class McpSession:
                  "are left out", server=self.name, pages=max_pages)
         return tools
 
-    def call_tool(self, name: str, arguments: dict[str, Any],
-                  on_progress: ProgressCallback | None = None) -> defer.Deferred[dict[str, Any]]:
-        """``tools/call``: the raw ``CallToolResult`` (see :mod:`ai_tools.mcp.content`)."""
+    def call_tool(self, name: str, arguments: JSONObject,
+                  on_progress: ProgressCallback | None = None, *,
+                  trace_parent: object = None) -> defer.Deferred[JSONObject]:
+        """``tools/call``: the raw ``CallToolResult`` (see :mod:`ai_tools.mcp.content`);
+        ``trace_parent``: the context of the ``execute_tool`` span it serves (tracing on)."""
         return self.request("tools/call", {"name": name, "arguments": arguments},
-                            on_progress=on_progress)
+                            on_progress=on_progress, trace_parent=trace_parent)
 
     # ---- receiving
 
@@ -326,6 +364,18 @@ class McpSession:
     def open_requests(self) -> int:
         """Requests sent and not answered yet."""
         return len(self._pending)
+
+
+def _meta(params: JSONObject) -> JSONObject:
+    """The ``_meta`` object of request params (empty when there is none)."""
+    meta = params.get("_meta")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _traced(value: T, trace: CallTrace) -> T:
+    """End a request's span with how it ended; pass the value (or failure) on."""
+    trace.end(outcome_of(value))
+    return value
 
 
 def describe_error(error: BaseException | None) -> str:

@@ -103,20 +103,20 @@ _KNOWN = sorted({*_SIMPLE, *_NUMBERS, *_INTEGERS, "args", "env", "headers", "cat
                  "allow_tools", "deny_tools"})
 
 
-def _string_list(value: Any, key: str) -> tuple[str, ...]:
+def _string_list(value: object, key: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{key} must be a list of strings, not {value!r}")
     return tuple(value)
 
 
-def _string_table(value: Any, key: str) -> dict[str, str]:
+def _string_table(value: object, key: str) -> dict[str, str]:
     if not isinstance(value, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         raise ConfigError(f"{key} must be a table of strings")
     return dict(value)
 
 
-def _check_value(name: str, value: Any, key: str) -> Any:
+def _check_value(name: str, value: object, key: str) -> Any:
     if name in _SIMPLE:
         kind = _SIMPLE[name]
         if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
@@ -139,13 +139,13 @@ def _check_value(name: str, value: Any, key: str) -> Any:
     if name in ("allow_tools", "deny_tools"):
         return frozenset(_string_list(value, key))
     try:
-        return ToolCategory(value)
+        return ToolCategory(value if isinstance(value, str) else "")
     except ValueError:
         raise ConfigError(f"{key} must be one of "
                           f"{', '.join(c.value for c in ToolCategory)}, not {value!r}") from None
 
 
-def _server(name: str, table: Any, where: str) -> McpServerConfig:
+def _server(name: str, table: object, where: str) -> McpServerConfig:
     if not _NAME.fullmatch(name):
         raise ConfigError(f"{where}: a server name must be 1-32 letters, digits, '_' or '-', "
                           f"not {name!r}")
@@ -174,7 +174,7 @@ def _server(name: str, table: Any, where: str) -> McpServerConfig:
     return McpServerConfig(name=name, **values)
 
 
-def parse_servers(servers: Any, where: str = "mcp.servers") -> tuple[McpServerConfig, ...]:
+def parse_servers(servers: object, where: str = "mcp.servers") -> tuple[McpServerConfig, ...]:
     """The servers of an ``[mcp.servers]`` table (a mapping of name → table), in order."""
     if servers is None:
         return ()

@@ -11,7 +11,8 @@ becomes our usual ``{"success": false, "error": ...}``.
 from __future__ import annotations
 
 import json
-from typing import Any
+
+from ai_tools.json_types import JSONObject
 
 __all__ = ["DEFAULT_MAX_TEXT_BYTES", "MAX_CONTENT_ITEMS", "tool_result"]
 
@@ -27,36 +28,38 @@ def _cut(text: str, limit: int) -> str:
     return f"{kept}\n[... {len(data) - limit} more bytes cut]"
 
 
-def _base64_size(data: Any) -> int:
+def _base64_size(data: object) -> int:
     return len(data) * 3 // 4 if isinstance(data, str) else 0
 
 
-def _binary(kind: str, item: dict[str, Any]) -> str:
+def _binary(kind: str, item: JSONObject) -> str:
     mime = item.get("mimeType") or "unknown type"
     return f"[{kind}: {mime}, {_base64_size(item.get('data'))} bytes, not shown]"
 
 
-def _resource(item: dict[str, Any]) -> str:
+def _resource(item: JSONObject) -> str:
     resource = item.get("resource")
     if not isinstance(resource, dict):
         return "[resource: malformed]"
     uri = resource.get("uri", "?")
-    if isinstance(resource.get("text"), str):
-        return f"[resource {uri}]\n{resource['text']}"
+    text = resource.get("text")
+    if isinstance(text, str):
+        return f"[resource {uri}]\n{text}"
     mime = resource.get("mimeType") or "unknown type"
     return f"[resource {uri}: {mime}, {_base64_size(resource.get('blob'))} bytes, not shown]"
 
 
-def _link(item: dict[str, Any]) -> str:
+def _link(item: JSONObject) -> str:
     parts = [f"[resource link: {item.get('name', '?')} {item.get('uri', '?')}"]
     if item.get("mimeType"):
         parts.append(f" ({item['mimeType']})")
-    if isinstance(item.get("description"), str):
-        parts.append(f" - {item['description'][:300]}")
+    description = item.get("description")
+    if isinstance(description, str):
+        parts.append(f" - {description[:300]}")
     return "".join(parts) + "]"
 
 
-def describe_item(item: Any) -> str:
+def describe_item(item: object) -> str:
     """One content block as text for the model."""
     if not isinstance(item, dict):
         return "[content: malformed]"
@@ -72,8 +75,8 @@ def describe_item(item: Any) -> str:
     return f"[content of type {str(kind)[:40]!r}, not shown]"
 
 
-def tool_result(result: dict[str, Any], max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES
-                ) -> dict[str, Any]:
+def tool_result(result: JSONObject, max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES
+                ) -> JSONObject:
     """The result dict of one ``tools/call`` answer (see the module docstring)."""
     content = result.get("content")
     items = content if isinstance(content, list) else []
@@ -83,7 +86,7 @@ def tool_result(result: dict[str, Any], max_text_bytes: int = DEFAULT_MAX_TEXT_B
     text = _cut("\n".join(texts), max_text_bytes)
     if result.get("isError") is True:
         return {"success": False, "error": text or "the tool reported an error"}
-    out: dict[str, Any] = {"success": True, "content": text}
+    out: JSONObject = {"success": True, "content": text}
     structured = result.get("structuredContent")
     if isinstance(structured, dict):
         size = len(json.dumps(structured, ensure_ascii=False, default=str).encode("utf-8"))

@@ -16,33 +16,43 @@ Cancelling the call (``notifications/cancelled``, a closed session) kills it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import attrs
+from twisted.internet import defer
 from twisted.logger import Logger
 
+from ai_tools.clocks import Clock
+from ai_tools.default_reactor import or_global_reactor
+from ai_tools.execution.cache import ToolCache
 from ai_tools.execution.engine import ExecutionContext, ExecutionState, execute_tool_call
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.execution.outcome import ToolCallOutcome
 from ai_tools.execution.results import CLIPPED_KEY, clip_arguments, clip_text
 from ai_tools.json_encoding import model_json
+from ai_tools.json_types import JSONMapping, JSONObject, JSONValue
 from ai_tools.llm.events import ToolCall
 from ai_tools.loop.config import GatePolicy
 from ai_tools.loop.state import EVENT_TEXT_BYTES
 from ai_tools.mcp.jsonrpc import INVALID_PARAMS, JSONRPCError
 from ai_tools.mcp.serve_config import McpServeConfig
 from ai_tools.mcp.server import McpServer, RequestContext, ServerFeatures, ServerInfo
+from ai_tools.mcp.tracing import ServerTracing
 from ai_tools.tools.base import Actor, Tool, ToolCategory
 from ai_tools.tools.registry import ToolRegistry
 
+if TYPE_CHECKING:
+    from ai_tools.interfaces import IStore, IWorld
+    from ai_tools.service.service import AssistantService
+
 __all__ = ["GameTools", "annotations_for", "game_server", "game_tools", "mcp_tool"]
 
-Publish = Callable[[str, dict[str, Any]], None]
+Publish = Callable[[str, dict[str, object]], None]
 
 log = Logger()
 
 
-def annotations_for(tool: Tool) -> dict[str, Any]:
+def annotations_for(tool: Tool) -> JSONObject:
     """MCP tool annotations from the tool's category.
 
     DANGEROUS tools change the world significantly: ``destructiveHint``.  A
@@ -62,7 +72,7 @@ def annotations_for(tool: Tool) -> dict[str, Any]:
     }
 
 
-def _event_arguments(call: ToolCall) -> dict[str, Any]:
+def _event_arguments(call: ToolCall) -> JSONObject:
     """The call's arguments for the ``tool_call`` event, clipped as the loop's events are."""
     try:
         clipped = clip_arguments(call.arguments_json, EVENT_TEXT_BYTES)
@@ -71,14 +81,14 @@ def _event_arguments(call: ToolCall) -> dict[str, Any]:
     return dict(call.arguments) if clipped is None else clipped
 
 
-def _output_schema(tool: Tool) -> dict[str, Any] | None:
+def _output_schema(tool: Tool) -> JSONObject | None:
     schema = getattr(tool, "output_schema", None)
     return schema if isinstance(schema, dict) and schema.get("type") == "object" else None
 
 
-def mcp_tool(tool: Tool) -> dict[str, Any]:
+def mcp_tool(tool: Tool) -> JSONObject:
     """The MCP ``Tool`` object of one registry tool (its full schema, not the model's view)."""
-    entry: dict[str, Any] = {"name": tool.name, "description": tool.description,
+    entry: JSONObject = {"name": tool.name, "description": tool.description,
                              "inputSchema": tool.parameters,
                              "annotations": annotations_for(tool)}
     output = _output_schema(tool)
@@ -98,10 +108,10 @@ class GameTools:
 
     registry: ToolRegistry
     actor: Actor
-    clock: Any
+    clock: Clock
     gate: GatePolicy
     name: str = "mcp"
-    cache: Any = None
+    cache: ToolCache | None = None
     publish: Publish | None = None
     history_limit: int = 200
     halted: Callable[[], bool] | None = None
@@ -118,11 +128,12 @@ class GameTools:
                 if self.gate.allows(t.name, t.category)
                 and not getattr(t, "needs_assistant", False)]
 
-    def list_tools(self) -> list[dict[str, Any]]:
+    def list_tools(self) -> list[JSONObject]:
         """``tools/list``."""
         return [mcp_tool(tool) for tool in self.offered()]
 
-    def call_tool(self, name: str, arguments: dict[str, Any], context: RequestContext) -> Any:
+    def call_tool(self, name: str, arguments: JSONObject, context: RequestContext
+                  ) -> JSONObject | defer.Deferred[JSONObject]:
         """``tools/call``: the engine's one path; a Deferred of the ``CallToolResult``."""
         tool = self.registry.get_tool(name)
         if tool is None or getattr(tool, "needs_assistant", False):
@@ -146,19 +157,25 @@ class GameTools:
         execution = ExecutionContext(registry=self.registry, actor=actor, history=self.history,
                                      clock=self.clock, cache=self.cache, cache_namespace=self.name,
                                      state=self.state, gate=self.gate)
-        d = execute_tool_call(execution, call)
-        d.addCallback(self._answer, tool)
-        return d
+        traced = context.trace.execute_tool(name, call.id) if context.trace else None
+        return execute_tool_call(execution, call).addCallback(self._answer, tool, traced)
 
-    def _answer(self, outcome: ToolCallOutcome, tool: Tool) -> dict[str, Any]:
-        """The outcome as a ``CallToolResult``; the history trimmed; the event sent."""
+    def _answer(self, outcome: ToolCallOutcome, tool: Tool,
+                traced: Callable[[JSONMapping], None] | None = None) -> JSONObject:
+        """The outcome as a ``CallToolResult``; the history trimmed; the event sent (and
+        the call's ``execute_tool`` span closed with it, tracing on)."""
         result = outcome.result
         error = result.get("error")
-        self._emit("tool_result", tool=tool.name, tool_call_id=outcome.tool_call_id,
-                   status=str(outcome.status), success=outcome.success,
-                   duration_ms=outcome.duration_ms, from_cache=outcome.from_cache,
-                   error=clip_text(error, EVENT_TEXT_BYTES) if isinstance(error, str) else None,
-                   source="mcp")
+        event: dict[str, object] = {
+            "type": "tool_result", "tool": tool.name, "tool_call_id": outcome.tool_call_id,
+            "status": str(outcome.status), "success": outcome.success,
+            "duration_ms": outcome.duration_ms, "from_cache": outcome.from_cache,
+            "error": clip_text(error, EVENT_TEXT_BYTES) if isinstance(error, str) else None,
+            "source": "mcp"}
+        if self.publish is not None:
+            self.publish(self.name, event)
+        if traced is not None:
+            traced(event)
         # The audit line of an MCP call, at info: a call from outside has no loop whose one
         # line would tell it (the engine's per-call lines are at debug).
         log.info("MCP call: {tool} by {server} as {character}: {status} in {ms:.0f} ms",
@@ -170,7 +187,7 @@ class GameTools:
             text = outcome.history_entries[1].get("content")
         if not isinstance(text, str):
             text = model_json(result)
-        answer: dict[str, Any] = {"content": [{"type": "text", "text": text}],
+        answer: JSONObject = {"content": [{"type": "text", "text": text}],
                                   "isError": not outcome.success}
         if outcome.success and _output_schema(tool) is not None:
             answer["structuredContent"] = result
@@ -182,13 +199,14 @@ class GameTools:
         if len(self.history) > limit:
             self.history.replace(self.history.messages[-limit:] if limit else [])
 
-    def _emit(self, kind: str, **fields: Any) -> None:
+    def _emit(self, kind: str, **fields: JSONValue) -> None:
         if self.publish is not None:
             self.publish(self.name, {"type": kind, **fields})
 
 
-def game_tools(config: McpServeConfig, registry: ToolRegistry, *, world: Any, store: Any,
-               clock: Any, cache: Any = None, publish: Publish | None = None,
+def game_tools(config: McpServeConfig, registry: ToolRegistry, *, world: IWorld | None,
+               store: IStore | None, clock: Clock, cache: ToolCache | None = None,
+               publish: Publish | None = None,
                halted: Callable[[], bool] | None = None) -> GameTools:
     """The game's tools for ``[mcp.serve]``: its character, gate and audit name;
     ``halted`` says whether an emergency stop of everything holds."""
@@ -199,18 +217,29 @@ def game_tools(config: McpServeConfig, registry: ToolRegistry, *, world: Any, st
                      history_limit=config.history_limit, halted=halted)
 
 
-def game_server(config: McpServeConfig, service: Any, world: Any, clock: Any) -> McpServer:
+def game_server(config: McpServeConfig, service: AssistantService, world: IWorld | None,
+                clock: Clock | None) -> McpServer:
     """The game's MCP server for ``[mcp.serve]``: the service's registry, store and cache,
     its observers for the audit events, acting as the configured character."""
     from ai_tools import __version__
 
+    clock = or_global_reactor(clock)
     tools = game_tools(config, service.registry, world=world, store=service.store,
                        clock=clock, cache=service.cache, publish=service.publish,
-                       halted=lambda: bool(getattr(service, "everything_stopped", False)))
+                       halted=lambda: service.everything_stopped)
     instructions = (f"You act in a game world as the character {config.character!r}, with its "
                     "permissions. Read the tools' descriptions; destructiveHint marks tools "
                     "that change the world for good.")
     info = ServerInfo(name="ai_tools", version=__version__, title="ai_tools game",
                       instructions=instructions)
     return McpServer(ServerFeatures(tools=tools), clock, info,
-                     request_timeout=config.request_timeout)
+                     request_timeout=config.request_timeout, tracing=_tracing_of(service))
+
+
+def _tracing_of(service: AssistantService) -> Callable[[], ServerTracing | None]:
+    """SERVER spans when the service traces (its telemetry, found when it starts)."""
+    def tracing() -> ServerTracing | None:
+        telemetry = service.telemetry
+        return None if telemetry is None else telemetry.mcp_server_tracing()
+
+    return tracing

@@ -21,6 +21,10 @@ the stream's last ``retry:`` (milliseconds; 1 s when it gave none) and open a
 Every body is bounded by bytes (a JSON answer by the message cap, a stream's
 lines by it too); headers are waited for at most ``request_timeout`` seconds.
 The transport owns its ``HTTPConnectionPool`` and closes it in :meth:`close`.
+
+Tracing (on when the session has a span maker, :mod:`ai_tools.mcp.tracing`): a request
+whose ``params._meta`` carries a W3C ``traceparent`` (and ``tracestate``) goes with the
+same fields as HTTP headers; with tracing off there is none, and no header.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from ai_tools.mcp.jsonrpc import (
     decode_message,
     encode_message,
 )
+from ai_tools.mcp.tracing import carrier_of
 
 __all__ = ["HttpTransport", "McpHttpError", "SessionExpired"]
 
@@ -172,6 +177,9 @@ class HttpTransport:
     async def _post(self, message: Message) -> None:
         headers = self._headers(_ACCEPT)
         headers.setRawHeaders("Content-Type", ["application/json"])
+        if isinstance(message, Request) and message.params is not None:
+            for name, value in carrier_of(message.params.get("_meta")).items():
+                headers.setRawHeaders(name, [value])  # the trace context, as in ``_meta``
         had_session = self.session_id is not None
         response = await self._http.request(
             "POST", self.url, data=encode_message(message), headers=headers,

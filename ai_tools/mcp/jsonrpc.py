@@ -10,9 +10,11 @@ MCP 2025-06-18 removed JSON-RPC batches: an array is an invalid request.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import NoReturn
 
 import attrs
+
+from ai_tools.json_types import JSONObject, JSONValue
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -57,7 +59,7 @@ class JSONRPCError(Exception):
     ``data`` is any JSON value or ``None``.
     """
 
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
+    def __init__(self, code: int, message: str, data: JSONValue = None) -> None:
         super().__init__(f"{message} (JSON-RPC error {code})")
         self.code = code
         self.message = message
@@ -70,7 +72,7 @@ class Request:
 
     id: RequestId
     method: str
-    params: dict[str, Any] | None = None
+    params: JSONObject | None = None
 
 
 @attrs.frozen
@@ -78,7 +80,7 @@ class Notification:
     """A one-way message (no ``id``, no answer)."""
 
     method: str
-    params: dict[str, Any] | None = None
+    params: JSONObject | None = None
 
 
 @attrs.frozen
@@ -86,7 +88,7 @@ class Response:
     """The successful answer to the request with this ``id``."""
 
     id: RequestId
-    result: dict[str, Any]
+    result: JSONObject
 
 
 @attrs.frozen
@@ -96,7 +98,7 @@ class ErrorResponse:
     id: RequestId | None
     code: int
     message: str
-    data: Any = None
+    data: JSONValue = None
 
     def error(self) -> JSONRPCError:
         """The exception this answer stands for, for the caller's errback."""
@@ -110,7 +112,7 @@ _encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",",
 
 def encode_message(message: Message) -> bytes:
     """One message as compact UTF-8 JSON (no newline inside, so it frames as a line)."""
-    body: dict[str, Any] = {"jsonrpc": "2.0"}
+    body: JSONObject = {"jsonrpc": "2.0"}
     if isinstance(message, (Request, Notification)):
         if isinstance(message, Request):
             body["id"] = message.id
@@ -122,14 +124,14 @@ def encode_message(message: Message) -> bytes:
         body["result"] = message.result
     else:
         body["id"] = message.id
-        error: dict[str, Any] = {"code": message.code, "message": message.message}
+        error: JSONObject = {"code": message.code, "message": message.message}
         if message.data is not None:
             error["data"] = message.data
         body["error"] = error
     return _encode(body).encode("utf-8")
 
 
-def _refuse_constant(name: str) -> Any:
+def _refuse_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
@@ -148,29 +150,31 @@ def decode_message(data: bytes, max_bytes: int) -> Message:
     return parse_message(value)
 
 
-def _checked_id(value: Any) -> RequestId:
+def _checked_id(value: object) -> RequestId:
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise JSONRPCError(INVALID_REQUEST, "id must be a string or an integer")
     return value
 
 
-def _checked_params(value: Any) -> dict[str, Any] | None:
+def _checked_params(value: object) -> JSONObject | None:
     if value is not None and not isinstance(value, dict):
         raise JSONRPCError(INVALID_REQUEST, "params must be an object")
     return value
 
 
-def _parse_error(value: dict[str, Any]) -> ErrorResponse:
+def _parse_error(value: JSONObject) -> ErrorResponse:
     error = value["error"]
-    if not isinstance(error, dict) or not isinstance(error.get("code"), int) \
-            or not isinstance(error.get("message"), str):
+    code = error.get("code") if isinstance(error, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    if not isinstance(code, int) or isinstance(code, bool) or not isinstance(message, str):
         raise JSONRPCError(INVALID_REQUEST, "error must have an integer code and a message")
+    assert isinstance(error, dict)
     raw_id = value.get("id")
-    return ErrorResponse(None if raw_id is None else _checked_id(raw_id),
-                         error["code"], error["message"], error.get("data"))
+    return ErrorResponse(None if raw_id is None else _checked_id(raw_id), code, message,
+                         error.get("data"))
 
 
-def parse_message(value: Any) -> Message:
+def parse_message(value: object) -> Message:
     """The message a decoded JSON value stands for, or :class:`JSONRPCError`."""
     if not isinstance(value, dict) or value.get("jsonrpc") != "2.0":
         raise JSONRPCError(INVALID_REQUEST, "not a JSON-RPC 2.0 message object")
@@ -192,7 +196,7 @@ def parse_message(value: Any) -> Message:
     raise JSONRPCError(INVALID_REQUEST, "neither a request, a notification nor a response")
 
 
-def negotiate_version(requested: Any) -> str:
+def negotiate_version(requested: object) -> str:
     """The version a server answers ``initialize`` with: the client's when we speak
     it, else our newest (the client then decides whether to go on)."""
     if requested in SUPPORTED_PROTOCOL_VERSIONS:

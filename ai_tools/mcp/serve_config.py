@@ -57,7 +57,7 @@ class McpServeConfig:
         return frozenset(chosen)
 
 
-def _strings(value: Any, key: str) -> list[str]:
+def _strings(value: object, key: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ConfigError(f"{key} must be a list of names, not {value!r}")
     return list(value)
@@ -73,7 +73,7 @@ def _positive(table: Mapping[str, Any], key: str, where: str, default: float,
     return value
 
 
-def _categories(value: Any, where: str) -> frozenset[ToolCategory]:
+def _categories(value: object, where: str) -> frozenset[ToolCategory]:
     names = _strings(value, f"{where}.categories")
     try:
         return frozenset(ToolCategory(n) for n in names)
@@ -83,7 +83,7 @@ def _categories(value: Any, where: str) -> frozenset[ToolCategory]:
                           f"{names!r}") from None
 
 
-def parse_serve_table(mcp: Any, where: str = "mcp.serve") -> McpServeConfig | None:
+def parse_serve_table(mcp: object, where: str = "mcp.serve") -> McpServeConfig | None:
     """The ``serve`` table of ``[mcp]`` checked (None: absent, or ``enabled = false``)."""
     if mcp is None:
         return None

@@ -18,19 +18,25 @@ cancels the request's Deferred, and no answer is sent), and requests to the
 client (``sampling/createMessage``, ``elicitation/create``) with a deadline.
 Every request has a deadline too (``request_timeout``): a call still running
 then is cancelled and answered with an error.
+
+With tracing on (``McpServer.tracing``, :mod:`ai_tools.mcp.tracing`), every request is a
+SERVER span, parented from the context in its ``params._meta`` (else the transport's
+``traceparent`` header); a tool call's work goes below it (``RequestContext.trace``).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Protocol, TypeAlias, TypeVar
 
 import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ai_tools.clocks import Clock, Timer
+from ai_tools.json_types import JSONMapping, JSONObject, JSONValue
 from ai_tools.mcp.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -45,6 +51,10 @@ from ai_tools.mcp.jsonrpc import (
     Response,
     negotiate_version,
 )
+from ai_tools.mcp.tracing import ServerCallTrace, ServerTracing, carrier_of, outcome_of
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = [
     "LOG_LEVELS",
@@ -68,7 +78,13 @@ LOG_LEVELS: tuple[str, ...] = ("debug", "info", "notice", "warning", "error", "c
 REQUEST_CANCELLED = -32800
 """The code of an answer to a request the client cancelled (never sent: see the module)."""
 
+T = TypeVar("T")
+
 Answer = Response | ErrorResponse
+Handled: TypeAlias = "JSONObject | defer.Deferred[JSONObject]"
+"""What a method gives: its result, or a Deferred of it."""
+
+
 Send = Callable[[Message, "RequestId | None"], None]
 """How a session sends a message: the message and the id of the request it belongs to."""
 
@@ -76,11 +92,11 @@ Send = Callable[[Message, "RequestId | None"], None]
 class ToolProvider(Protocol):
     """The tools a server offers (the game's: :class:`~ai_tools.mcp.game_tools.GameTools`)."""
 
-    def list_tools(self) -> list[dict[str, Any]]:
+    def list_tools(self) -> list[JSONObject]:
         """The ``Tool`` objects of ``tools/list``."""
 
-    def call_tool(self, name: str, arguments: dict[str, Any],
-                  context: RequestContext) -> Any:
+    def call_tool(self, name: str, arguments: JSONObject,
+                  context: RequestContext) -> Handled:
         """A ``CallToolResult`` dict (or a Deferred of one); JSONRPCError for an unknown tool.
 
         Cancelling the Deferred cancels the call."""
@@ -89,23 +105,23 @@ class ToolProvider(Protocol):
 class ResourceProvider(Protocol):
     """Resources a server offers (optional)."""
 
-    def list_resources(self) -> list[dict[str, Any]]:
+    def list_resources(self) -> list[JSONObject]:
         """The ``Resource`` objects of ``resources/list``."""
 
-    def list_templates(self) -> list[dict[str, Any]]:
+    def list_templates(self) -> list[JSONObject]:
         """The ``ResourceTemplate`` objects of ``resources/templates/list``."""
 
-    def read(self, uri: str) -> list[dict[str, Any]]:
+    def read(self, uri: str) -> list[JSONObject]:
         """The contents of ``uri`` (JSONRPCError when there is none)."""
 
 
 class PromptProvider(Protocol):
     """Prompts a server offers (optional)."""
 
-    def list_prompts(self) -> list[dict[str, Any]]:
+    def list_prompts(self) -> list[JSONObject]:
         """The ``Prompt`` objects of ``prompts/list``."""
 
-    def get_prompt(self, name: str, arguments: Mapping[str, str]) -> dict[str, Any]:
+    def get_prompt(self, name: str, arguments: Mapping[str, str]) -> JSONObject:
         """The ``GetPromptResult`` (JSONRPCError for an unknown prompt or missing argument)."""
 
 
@@ -130,11 +146,11 @@ class ServerFeatures:
     tools: ToolProvider
     resources: ResourceProvider | None = None
     prompts: PromptProvider | None = None
-    complete: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    complete: Callable[[JSONObject], JSONObject] | None = None
     subscribe: bool = False
 
 
-def _answer_of(request_id: RequestId, value: Any) -> Answer:
+def _answer_of(request_id: RequestId, value: object) -> Answer:
     if isinstance(value, Failure):
         error = value.value
         if isinstance(error, JSONRPCError):
@@ -147,12 +163,11 @@ def _answer_of(request_id: RequestId, value: Any) -> Answer:
     return Response(request_id, value if isinstance(value, dict) else {})
 
 
-def _param(params: Mapping[str, Any], name: str, kind: type, required: bool = True) -> Any:
+def _string(params: JSONMapping, name: str) -> str:
+    """The string parameter ``name`` (INVALID_PARAMS when it is missing or no string)."""
     value = params.get(name)
-    if value is None and not required:
-        return None
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise JSONRPCError(INVALID_PARAMS, f"params.{name} must be a {kind.__name__}")
+    if not isinstance(value, str):
+        raise JSONRPCError(INVALID_PARAMS, f"params.{name} must be a str")
     return value
 
 
@@ -167,6 +182,8 @@ class RequestContext:
     session: McpSession
     request_id: RequestId
     progress_token: str | int | None = None
+    trace: ServerCallTrace | None = None
+    """The request's SERVER span (tracing on): the engine's span of the call goes below."""
     _progress_sent: float | None = attrs.field(default=None, init=False)
 
     def progress(self, progress: float, total: float | None = None,
@@ -177,18 +194,18 @@ class RequestContext:
         if self._progress_sent is not None and progress <= self._progress_sent:
             return
         self._progress_sent = progress
-        params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
+        params: JSONObject = {"progressToken": self.progress_token, "progress": progress}
         if total is not None:
             params["total"] = total
         if message is not None:
             params["message"] = message
         self.session.notify("notifications/progress", params, self.request_id)
 
-    def log(self, level: str, data: Any, logger: str | None = None) -> None:
+    def log(self, level: str, data: JSONValue, logger: str | None = None) -> None:
         """Send ``notifications/message`` when ``level`` reaches the session's level."""
         self.session.log(level, data, logger, self.request_id)
 
-    def request(self, method: str, params: dict[str, Any]) -> defer.Deferred[dict[str, Any]]:
+    def request(self, method: str, params: JSONObject) -> defer.Deferred[JSONObject]:
         """Ask the client (``sampling/createMessage``, ``elicitation/create``...)."""
         return self.session.request(method, params, self.request_id)
 
@@ -212,15 +229,17 @@ class McpServer:
     """
 
     features: ServerFeatures
-    clock: Any
+    clock: Clock
     info: ServerInfo = ServerInfo()
     request_timeout: float = 300.0
-    _ids: Any = attrs.field(factory=lambda: itertools.count(1), init=False)
+    tracing: Callable[[], ServerTracing | None] | None = None
+    """Gives the SERVER span maker when tracing is on (asked per request), else None."""
+    _ids: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
 
-    def capabilities(self) -> dict[str, Any]:
+    def capabilities(self) -> JSONObject:
         """The ``capabilities`` answered to ``initialize``."""
         features = self.features
-        capabilities: dict[str, Any] = {"tools": {"listChanged": False}, "logging": {}}
+        capabilities: JSONObject = {"tools": {"listChanged": False}, "logging": {}}
         if features.resources is not None:
             capabilities["resources"] = {"subscribe": features.subscribe, "listChanged": False}
         if features.prompts is not None:
@@ -246,28 +265,37 @@ class McpSession:
     send: Send
     number: int
     protocol_version: str | None = None
-    client_info: dict[str, Any] = attrs.field(factory=dict)
-    client_capabilities: dict[str, Any] = attrs.field(factory=dict)
+    client_info: JSONObject = attrs.field(factory=dict)
+    client_capabilities: JSONObject = attrs.field(factory=dict)
     log_level: str | None = None
     """None until the client sets one: then every level is sent."""
     initialized: bool = False
     closed: bool = False
     subscriptions: set[str] = attrs.field(factory=set)
+    session_id: str | None = None
+    """The transport's name of the session (HTTP's ``Mcp-Session-Id``), for its spans."""
     on_close_stream: Callable[[RequestId], None] | None = None
-    _in_flight: dict[RequestId, defer.Deferred[Any]] = attrs.field(factory=dict)
+    _in_flight: dict[RequestId, defer.Deferred[JSONObject]] = attrs.field(factory=dict)
     _cancelled: set[RequestId] = attrs.field(factory=set)
-    _pending: dict[RequestId, tuple[defer.Deferred[Any], Any]] = attrs.field(factory=dict)
-    _next_id: Any = attrs.field(factory=lambda: itertools.count(1))
+    _pending: dict[RequestId, tuple[defer.Deferred[JSONObject], Timer]] = attrs.field(
+        factory=dict)
+    _next_id: Iterator[int] = attrs.field(factory=lambda: itertools.count(1))
+    _traces: dict[RequestId, ServerCallTrace] = attrs.field(factory=dict)
 
     # -- receiving ------------------------------------------------------------------
 
-    def receive(self, message: Message) -> Answer | defer.Deferred[Answer | None] | None:
+    def receive(self, message: Message, headers: Mapping[str, str] | None = None
+                ) -> Answer | defer.Deferred[Answer | None] | None:
         """Handle one message: the answer of a request (value or Deferred), else None.
 
         A cancelled request's Deferred fires with None: nothing is answered.
+        ``headers``: the trace context fields of the transport (HTTP headers).
         """
         if isinstance(message, Request):
-            return self._request(message)
+            tracing = self.server.tracing() if self.server.tracing is not None else None
+            if tracing is None:
+                return self._request(message)
+            return self._traced_request(message, tracing, headers or {})
         if isinstance(message, Notification):
             self._notification(message)
         else:
@@ -290,13 +318,46 @@ class McpSession:
             return value.addBoth(lambda v: _answer_of(request.id, v))
         return self._track(request.id, value)
 
-    def _track(self, request_id: RequestId, d: defer.Deferred[Any]
+    def _traced_request(self, request: Request, tracing: ServerTracing,
+                        headers: Mapping[str, str]) -> Answer | defer.Deferred[Answer | None]:
+        """:meth:`_request` within its SERVER span."""
+        params = request.params or {}
+        target = params.get("name") if request.method in ("tools/call", "prompts/get") else None
+        version = self.protocol_version or params.get("protocolVersion")  # (initialize)
+        trace = tracing.request(
+            request.method, request.id, target if isinstance(target, str) else None,
+            meta=carrier_of(params.get("_meta")), headers=headers, session_id=self.session_id,
+            protocol_version=version if isinstance(version, str) else None)
+        self._traces[request.id] = trace
+        answer = self._request(request)
+        if isinstance(answer, defer.Deferred):
+            return answer.addCallback(self._trace_ended, request.id, trace)
+        self._trace_ended(answer, request.id, trace)
+        return answer
+
+    def _trace_ended(self, answer: Answer | None, request_id: RequestId,
+                     trace: ServerCallTrace) -> Answer | None:
+        if self._traces.get(request_id) is trace:
+            del self._traces[request_id]
+        if answer is None:
+            trace.end(outcome_of(defer.CancelledError()))
+        else:
+            trace.end(outcome_of(answer.error() if isinstance(answer, ErrorResponse)
+                                 else answer.result))
+        return answer
+
+    def trace_of(self, request_id: RequestId) -> ServerCallTrace | None:
+        """The SERVER span of the request in flight ``request_id`` (tracing on)."""
+        return self._traces.get(request_id)
+
+    def _track(self, request_id: RequestId, d: defer.Deferred[JSONObject]
                ) -> defer.Deferred[Answer | None]:
         """Keep ``d`` cancellable until it fires; bound it by the request deadline."""
         self._in_flight[request_id] = d
-        d.addTimeout(self.server.request_timeout, self.server.clock)
+        d.addTimeout(self.server.request_timeout,
+                     self.server.clock)  # type: ignore[arg-type]  # (an IReactorTime)
 
-        def done(value: Any) -> Answer | None:
+        def done(value: JSONObject | Failure) -> Answer | None:
             self._in_flight.pop(request_id, None)
             if request_id in self._cancelled:
                 self._cancelled.discard(request_id)
@@ -307,7 +368,7 @@ class McpSession:
 
         return d.addBoth(done)
 
-    def _dispatch(self, request: Request) -> Any:
+    def _dispatch(self, request: Request) -> Handled:
         method, params = request.method, request.params or {}
         if method == "initialize":
             return self._initialize(params)
@@ -321,20 +382,20 @@ class McpSession:
             raise JSONRPCError(METHOD_NOT_FOUND, f"method not found: {method}")
         return handler(self, request, params)
 
-    def _initialize(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    def _initialize(self, params: JSONMapping) -> JSONObject:
         if self.protocol_version is not None:
             raise JSONRPCError(INVALID_REQUEST, "the session is initialized already")
-        requested = _param(params, "protocolVersion", str)
+        requested = _string(params, "protocolVersion")
         info = params.get("clientInfo")
         capabilities = params.get("capabilities")
         self.client_info = dict(info) if isinstance(info, Mapping) else {}
         self.client_capabilities = dict(capabilities) if isinstance(capabilities, Mapping) else {}
         self.protocol_version = negotiate_version(requested)
         server = self.server
-        info_out: dict[str, Any] = {"name": server.info.name, "version": server.info.version}
+        info_out: JSONObject = {"name": server.info.name, "version": server.info.version}
         if server.info.title:
             info_out["title"] = server.info.title
-        result: dict[str, Any] = {"protocolVersion": self.protocol_version,
+        result: JSONObject = {"protocolVersion": self.protocol_version,
                                   "capabilities": server.capabilities(),
                                   "serverInfo": info_out}
         if server.info.instructions:
@@ -362,9 +423,11 @@ class McpSession:
 
     # -- cancelling and closing ---------------------------------------------------------
 
-    def cancel(self, request_id: Any) -> bool:
+    def cancel(self, request_id: object) -> bool:
         """Cancel the client's request ``request_id`` in flight (no answer goes out)."""
-        d = self._in_flight.get(request_id) if isinstance(request_id, str | int) else None
+        if not isinstance(request_id, str | int):
+            return False
+        d = self._in_flight.get(request_id)
         if d is None:
             return False
         self._cancelled.add(request_id)
@@ -391,13 +454,13 @@ class McpSession:
 
     # -- sending -----------------------------------------------------------------------
 
-    def notify(self, method: str, params: dict[str, Any] | None,
+    def notify(self, method: str, params: JSONObject | None,
                related: RequestId | None = None) -> None:
         """Send a notification (tagged with the request it belongs to, if any)."""
         if not self.closed:
             self.send(Notification(method, params), related)
 
-    def log(self, level: str, data: Any, logger: str | None = None,
+    def log(self, level: str, data: JSONValue, logger: str | None = None,
             related: RequestId | None = None) -> None:
         """``notifications/message`` when ``level`` reaches the level the client set."""
         if level not in LOG_LEVELS:
@@ -405,13 +468,13 @@ class McpSession:
         if self.log_level is not None and LOG_LEVELS.index(level) < LOG_LEVELS.index(
                 self.log_level):
             return
-        params: dict[str, Any] = {"level": level, "data": data}
+        params: JSONObject = {"level": level, "data": data}
         if logger is not None:
             params["logger"] = logger
         self.notify("notifications/message", params, related)
 
-    def request(self, method: str, params: dict[str, Any],
-                related: RequestId | None = None) -> defer.Deferred[dict[str, Any]]:
+    def request(self, method: str, params: JSONObject,
+                related: RequestId | None = None) -> defer.Deferred[JSONObject]:
         """Send a request to the client; fires with its result (JSONRPCError on an error,
         ``TimeoutError`` past the deadline).  Refused at once if the client did not
         declare the capability it needs."""
@@ -423,21 +486,21 @@ class McpSession:
             return defer.fail(JSONRPCError(INTERNAL_ERROR, "the session is closed"))
         request_id = f"s{next(self._next_id)}"
 
-        def cancelled(d: defer.Deferred[Any]) -> None:
+        def cancelled(d: defer.Deferred[JSONObject]) -> None:
             entry = self._pending.pop(request_id, None)
             if entry is not None and entry[1].active():
                 entry[1].cancel()
             self.notify("notifications/cancelled", {"requestId": request_id}, related)
 
-        d: defer.Deferred[dict[str, Any]] = defer.Deferred(cancelled)
-        timer = self.server.clock.callLater(self.server.request_timeout, self._expire,
-                                            request_id)
+        d: defer.Deferred[JSONObject] = defer.Deferred(cancelled)
+        timer = self.server.clock.callLater(
+            self.server.request_timeout, self._expire, request_id)
         self._pending[request_id] = (d, timer)
         d.addBoth(self._settled, request_id)
         self.send(Request(request_id, method, params), related)
         return d
 
-    def _settled(self, value: Any, request_id: RequestId) -> Any:
+    def _settled(self, value: T, request_id: RequestId) -> T:
         entry = self._pending.pop(request_id, None)
         if entry is not None and entry[1].active():
             entry[1].cancel()
@@ -452,19 +515,19 @@ class McpSession:
 # -- the methods ---------------------------------------------------------------------
 
 
-def _set_level(session: McpSession, request: Request, params: Mapping[str, Any]) -> dict[str, Any]:
-    level = _param(params, "level", str)
+def _set_level(session: McpSession, request: Request, params: JSONObject) -> JSONObject:
+    level = _string(params, "level")
     if level not in LOG_LEVELS:
         raise JSONRPCError(INVALID_PARAMS, f"level must be one of {', '.join(LOG_LEVELS)}")
     session.log_level = level
     return {}
 
 
-def _list_tools(session: McpSession, request: Request, params: Mapping[str, Any]) -> Any:
-    return {"tools": session.server.features.tools.list_tools()}
+def _list_tools(session: McpSession, request: Request, params: JSONObject) -> Handled:
+    return {"tools": [*session.server.features.tools.list_tools()]}
 
 
-def _progress_token(params: Mapping[str, Any]) -> str | int | None:
+def _progress_token(params: JSONMapping) -> str | int | None:
     meta = params.get("_meta")
     token = meta.get("progressToken") if isinstance(meta, Mapping) else None
     if isinstance(token, bool) or not isinstance(token, str | int):
@@ -472,16 +535,20 @@ def _progress_token(params: Mapping[str, Any]) -> str | int | None:
     return token
 
 
-def _call_tool(session: McpSession, request: Request, params: Mapping[str, Any]) -> Any:
-    name = _param(params, "name", str)
+def _call_tool(session: McpSession, request: Request, params: JSONObject) -> Handled:
+    name = _string(params, "name")
     arguments = params.get("arguments")
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
         raise JSONRPCError(INVALID_PARAMS, "params.arguments must be an object")
-    context = RequestContext(session, request.id, _progress_token(params))
-    return defer.maybeDeferred(session.server.features.tools.call_tool, name, arguments,
-                               context)
+    context = RequestContext(session, request.id, _progress_token(params),
+                             trace=session.trace_of(request.id))
+    try:
+        value = session.server.features.tools.call_tool(name, arguments, context)
+    except Exception:
+        return defer.fail()
+    return value if isinstance(value, defer.Deferred) else defer.succeed(value)
 
 
 def _resources(session: McpSession) -> ResourceProvider:
@@ -491,23 +558,23 @@ def _resources(session: McpSession) -> ResourceProvider:
     return provider
 
 
-def _list_resources(session: McpSession, request: Request, params: Mapping[str, Any]) -> Any:
-    return {"resources": _resources(session).list_resources()}
+def _list_resources(session: McpSession, request: Request, params: JSONObject) -> Handled:
+    return {"resources": [*_resources(session).list_resources()]}
 
 
-def _list_templates(session: McpSession, request: Request, params: Mapping[str, Any]) -> Any:
-    return {"resourceTemplates": _resources(session).list_templates()}
+def _list_templates(session: McpSession, request: Request, params: JSONObject) -> Handled:
+    return {"resourceTemplates": [*_resources(session).list_templates()]}
 
 
-def _read_resource(session: McpSession, request: Request, params: Mapping[str, Any]) -> Any:
-    return {"contents": _resources(session).read(_param(params, "uri", str))}
+def _read_resource(session: McpSession, request: Request, params: JSONObject) -> Handled:
+    return {"contents": [*_resources(session).read(_string(params, "uri"))]}
 
 
-def _subscribe(session: McpSession, request: Request, params: Mapping[str, Any]) -> Any:
+def _subscribe(session: McpSession, request: Request, params: JSONObject) -> Handled:
     _resources(session)
     if not session.server.features.subscribe:
         raise JSONRPCError(METHOD_NOT_FOUND, "this server offers no subscriptions")
-    uri = _param(params, "uri", str)
+    uri = _string(params, "uri")
     if request.method == "resources/subscribe":
         session.subscriptions.add(uri)
     else:
@@ -522,25 +589,28 @@ def _prompts(session: McpSession) -> PromptProvider:
     return provider
 
 
-def _list_prompts(session: McpSession, request: Request, params: Mapping[str, Any]) -> Any:
-    return {"prompts": _prompts(session).list_prompts()}
+def _list_prompts(session: McpSession, request: Request, params: JSONObject) -> Handled:
+    return {"prompts": [*_prompts(session).list_prompts()]}
 
 
-def _get_prompt(session: McpSession, request: Request, params: Mapping[str, Any]) -> Any:
-    arguments = params.get("arguments") or {}
-    if not isinstance(arguments, dict) or not all(isinstance(v, str) for v in arguments.values()):
+def _get_prompt(session: McpSession, request: Request, params: JSONObject) -> Handled:
+    given = params.get("arguments") or {}
+    if not isinstance(given, dict):
         raise JSONRPCError(INVALID_PARAMS, "params.arguments must map names to strings")
-    return _prompts(session).get_prompt(_param(params, "name", str), arguments)
+    arguments = {name: value for name, value in given.items() if isinstance(value, str)}
+    if len(arguments) != len(given):
+        raise JSONRPCError(INVALID_PARAMS, "params.arguments must map names to strings")
+    return _prompts(session).get_prompt(_string(params, "name"), arguments)
 
 
-def _complete(session: McpSession, request: Request, params: Mapping[str, Any]) -> Any:
+def _complete(session: McpSession, request: Request, params: JSONObject) -> Handled:
     complete = session.server.features.complete
     if complete is None:
         raise JSONRPCError(METHOD_NOT_FOUND, "this server offers no completions")
     return {"completion": complete(dict(params))}
 
 
-_HANDLERS: dict[str, Callable[[McpSession, Request, Mapping[str, Any]], Any]] = {
+_HANDLERS: dict[str, Callable[[McpSession, Request, JSONObject], Handled]] = {
     "logging/setLevel": _set_level,
     "tools/list": _list_tools,
     "tools/call": _call_tool,

@@ -29,15 +29,16 @@ from __future__ import annotations
 import itertools
 import secrets
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
 
 import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.web import server
 from twisted.web.resource import Resource
+from twisted.web.server import Request as HttpRequest
 
+from ai_tools.clocks import Clock, Timer, or_global_clock
 from ai_tools.mcp.jsonrpc import (
     PARSE_ERROR,
     SUPPORTED_PROTOCOL_VERSIONS,
@@ -50,6 +51,7 @@ from ai_tools.mcp.jsonrpc import (
     encode_message,
 )
 from ai_tools.mcp.server import McpServer, McpSession
+from ai_tools.mcp.tracing import TRACE_FIELDS
 from ai_tools.web.body import DEFAULT_MAX_BODY, check_content_type
 from ai_tools.web.errors import ApiError, error_body
 from ai_tools.web.origin import OriginPolicy
@@ -72,7 +74,7 @@ MAX_KEPT_STREAMS = 16
 """Streams of one session kept at once (open, or cut and waiting to be resumed)."""
 
 
-def _accepts(request: Any, *types: bytes) -> bool:
+def _accepts(request: HttpRequest, *types: bytes) -> bool:
     accept = (request.getHeader(b"accept") or b"").lower()
     return all(t in accept or b"*/*" in accept for t in types)
 
@@ -93,7 +95,7 @@ class _Stream:
     ended: bool = False
     events: deque[tuple[int, bytes]] = attrs.field(factory=deque)
     kept: int = 0
-    seq: Any = attrs.field(factory=lambda: itertools.count(1))
+    seq: Iterator[int] = attrs.field(factory=lambda: itertools.count(1))
 
     def event(self, message: Message) -> None:
         """Send (and keep) one message as an SSE event."""
@@ -145,7 +147,7 @@ class _HttpSession:
     session: McpSession
     last_seen: float
     streams: dict[int, _Stream] = attrs.field(factory=dict)
-    by_request: dict[RequestId, _Stream | Any] = attrs.field(factory=dict)
+    by_request: dict[RequestId, _Stream | HttpRequest] = attrs.field(factory=dict)
     """Per request in flight: its stream, or the HTTP request still waiting to answer JSON."""
     standalone: _Stream | None = None
 
@@ -161,7 +163,8 @@ class McpHttpEndpoint:
     """The MCP path of one site: its sessions, keyed by ``Mcp-Session-Id``."""
 
     server: McpServer
-    clock: Any
+    clock: Clock = attrs.field(converter=or_global_clock)
+    """The reactor or a ``task.Clock`` (None: the global reactor)."""
     max_sessions: int = 64
     session_idle: float = 3600.0
     stream_buffer: int = 256 * 1024
@@ -169,12 +172,12 @@ class McpHttpEndpoint:
     stall_timeout: float = 60.0
     max_message_bytes: int = DEFAULT_MAX_BODY
     _sessions: dict[str, _HttpSession] = attrs.field(factory=dict, init=False)
-    _stream_keys: Any = attrs.field(factory=lambda: itertools.count(1), init=False)
-    _timer: Any = attrs.field(default=None, init=False)
+    _stream_keys: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    _timer: Timer | None = attrs.field(default=None, init=False)
 
     # -- the three methods ------------------------------------------------------------
 
-    def render(self, request: Any) -> None:
+    def render(self, request: HttpRequest) -> None:
         """Answer an admitted request of the MCP path (raises ApiError to refuse it)."""
         method = request.method.upper()
         if method == b"POST":
@@ -187,7 +190,7 @@ class McpHttpEndpoint:
             raise ApiError(405, "the MCP endpoint takes POST, GET and DELETE",
                            headers={"Allow": "GET, POST, DELETE"})
 
-    def post(self, request: Any) -> None:
+    def post(self, request: HttpRequest) -> None:
         """One JSON-RPC message from the client."""
         if not _accepts(request, b"application/json", b"text/event-stream"):
             raise ApiError(406, "MCP clients must accept application/json and "
@@ -221,7 +224,7 @@ class McpHttpEndpoint:
                  id=http_session.id[:8], client=mcp_session.client_info.get("name", "?"),
                  version=mcp_session.protocol_version)
 
-    def get(self, request: Any) -> None:
+    def get(self, request: HttpRequest) -> None:
         """The session's stream of messages that belong to no request, or a resumed one."""
         if not _accepts(request, b"text/event-stream"):
             raise ApiError(406, "a GET of the MCP endpoint is an event stream: accept "
@@ -243,7 +246,7 @@ class McpHttpEndpoint:
         stream.attach(self._response(request), after)
         self._start_timer()
 
-    def delete(self, request: Any) -> None:
+    def delete(self, request: HttpRequest) -> None:
         """End the session."""
         http_session = self._session(request)
         self._end(http_session)
@@ -262,13 +265,14 @@ class McpHttpEndpoint:
         holder: list[_HttpSession] = []
         mcp_session = self.server.open_session(
             lambda message, related: self._send(holder[0], message, related))
+        mcp_session.session_id = session_id
         http_session = _HttpSession(session_id, mcp_session, self.clock.seconds())
         holder.append(http_session)
         mcp_session.on_close_stream = lambda rid: self._cut(http_session, rid)
         self._sessions[session_id] = http_session
         return http_session
 
-    def _session(self, request: Any) -> _HttpSession:
+    def _session(self, request: HttpRequest) -> _HttpSession:
         header = request.getHeader(SESSION_HEADER)
         if not header:
             raise ApiError(400, "send the Mcp-Session-Id header the initialize answer gave")
@@ -309,12 +313,12 @@ class McpHttpEndpoint:
 
     # -- answering -----------------------------------------------------------------
 
-    def _answer(self, http_session: _HttpSession, message: Request, request: Any) -> None:
+    def _answer(self, http_session: _HttpSession, message: Request, request: HttpRequest) -> None:
         gone: list[bool] = []
         request.notifyFinish().addErrback(lambda _: gone.append(True))
         http_session.by_request[message.id] = request
         try:
-            answer = http_session.session.receive(message)
+            answer = http_session.session.receive(message, _trace_headers(request))
         except Exception:
             http_session.by_request.pop(message.id, None)
             raise
@@ -325,7 +329,7 @@ class McpHttpEndpoint:
             self._answered(answer, http_session, message.id, request, gone)
 
     def _answered(self, answer: Message | None, http_session: _HttpSession,
-                  request_id: RequestId, request: Any, gone: list[bool]) -> None:
+                  request_id: RequestId, request: HttpRequest, gone: list[bool]) -> None:
         target = http_session.by_request.pop(request_id, None)
         if isinstance(target, _Stream):
             if answer is not None:
@@ -397,10 +401,10 @@ class McpHttpEndpoint:
                     break
         return stream
 
-    def _response(self, request: Any) -> EventStream:
+    def _response(self, request: HttpRequest) -> EventStream:
         return EventStream(request, self.clock, buffer_limit=self.stream_buffer)
 
-    def _write_json(self, request: Any, status: int, message: Message) -> None:
+    def _write_json(self, request: HttpRequest, status: int, message: Message) -> None:
         data = encode_message(message)
         request.setResponseCode(status)
         request.setHeader(b"content-type", b"application/json")
@@ -410,13 +414,13 @@ class McpHttpEndpoint:
 
     # -- checks --------------------------------------------------------------------
 
-    def _check_version(self, request: Any) -> None:
+    def _check_version(self, request: HttpRequest) -> None:
         header = request.getHeader(VERSION_HEADER)
         if header is not None and header.decode("latin-1").strip() not in HEADER_VERSIONS:
             raise ApiError(400, f"unsupported MCP-Protocol-Version {header.decode('latin-1')!r}"
                            f"; this server speaks {', '.join(SUPPORTED_PROTOCOL_VERSIONS)}")
 
-    def _body(self, request: Any) -> bytes:
+    def _body(self, request: HttpRequest) -> bytes:
         content = request.content
         if content is None:
             return b""
@@ -451,7 +455,17 @@ class McpHttpEndpoint:
             self._start_timer()
 
 
-def _write_error(request: Any, error: ApiError) -> None:
+def _trace_headers(request: HttpRequest) -> dict[str, str]:
+    """The W3C trace context fields among the request's headers (a caller's trace)."""
+    found: dict[str, str] = {}
+    for name in TRACE_FIELDS:
+        value = request.getHeader(name)
+        if isinstance(value, bytes | str):
+            found[name] = value.decode("latin-1") if isinstance(value, bytes) else value
+    return found
+
+
+def _write_error(request: HttpRequest, error: ApiError) -> None:
     import json
 
     for key, value in error.headers.items():
@@ -482,7 +496,7 @@ class McpResource(Resource):
         self.policy = policy if policy is not None else OriginPolicy()
         self._token = token.encode("utf-8") if token else None
 
-    def render(self, request: Any) -> Any:
+    def render(self, request: HttpRequest) -> bytes | int:
         """Admit the request, then let the endpoint answer it."""
         try:
             self.policy.check(request)
@@ -493,7 +507,7 @@ class McpResource(Resource):
             _write_error(request, error)
         return server.NOT_DONE_YET
 
-    def _check_token(self, request: Any) -> None:
+    def _check_token(self, request: HttpRequest) -> None:
         if self._token is None:
             return
         header = request.getHeader(b"authorization") or b""

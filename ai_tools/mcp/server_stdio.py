@@ -27,7 +27,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 from twisted.internet import defer, protocol
@@ -36,6 +36,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from ai_tools.clocks import Clock
 from ai_tools.default_reactor import global_reactor
 from ai_tools.llm.sse import SSEParser
 from ai_tools.mcp.jsonrpc import (
@@ -44,11 +45,17 @@ from ai_tools.mcp.jsonrpc import (
     JSONRPCError,
     LineSplitter,
     Request,
+    RequestId,
     decode_message,
     encode_message,
 )
 
+if TYPE_CHECKING:
+    from twisted.web.http_headers import Headers
+
 __all__ = ["StdioBridge", "main"]
+
+T = TypeVar("T")
 
 log = Logger()
 
@@ -107,7 +114,7 @@ class StdioBridge:
 
     url: str
     agent: Any
-    clock: Any
+    clock: Clock
     write: Callable[[bytes], None]
     token: str | None = None
     deadline: float = 330.0
@@ -115,7 +122,7 @@ class StdioBridge:
     session_id: bytes | None = None
     protocol_version: bytes | None = None
     _splitter: LineSplitter = attrs.field(init=False)
-    _in_flight: set[defer.Deferred[Any]] = attrs.field(factory=set, init=False)
+    _in_flight: set[defer.Deferred[None]] = attrs.field(factory=set, init=False)
     _opening: bool = attrs.field(default=False, init=False)
     _waiting: list[defer.Deferred[None]] = attrs.field(factory=list, init=False)
 
@@ -162,18 +169,18 @@ class StdioBridge:
         self._waiting.append(d)
         return d
 
-    def _opened(self, value: Any) -> Any:
+    def _opened(self, value: T) -> T:
         self._opening = False
         waiting, self._waiting = self._waiting, []
         for d in waiting:
             d.callback(None)
         return value
 
-    def _settled(self, value: Any, d: defer.Deferred[Any]) -> Any:
+    def _settled(self, value: T, d: defer.Deferred[None]) -> T:
         self._in_flight.discard(d)
         return value
 
-    def _headers(self) -> Any:
+    def _headers(self) -> Headers:
         from twisted.web.http_headers import Headers
 
         headers = Headers({b"content-type": [b"application/json"],
@@ -216,7 +223,7 @@ class StdioBridge:
         reader = _BodyReader(False, 64 * 1024, lines.append)
         response.deliverBody(reader)
 
-        def answer(_: Any) -> None:
+        def answer(_: object) -> None:
             try:
                 why = json.loads(lines[0]).get("error") if lines else None
             except (ValueError, AttributeError):
@@ -240,7 +247,7 @@ class StdioBridge:
             self.protocol_version = result["protocolVersion"].encode("ascii", "replace")
         self.write(data)
 
-    def _failed(self, failure: Failure, request_id: Any) -> None:
+    def _failed(self, failure: Failure, request_id: RequestId | None) -> None:
         why = ("no answer in time" if failure.check(defer.TimeoutError)
                else str(failure.value) or type(failure.value).__name__)
         log.warn("Posting to the MCP endpoint failed: {why}", why=why)
@@ -256,7 +263,7 @@ class StdioBridge:
         """End of stdin: wait for answers in flight, then end the session (``DELETE``)."""
         pending = defer.DeferredList(list(self._in_flight), consumeErrors=True)
 
-        def delete(_: Any) -> Any:
+        def delete(_: object) -> defer.Deferred[None] | None:
             if self.session_id is None:
                 return None
             d = self._exchange(b"DELETE", None)
@@ -294,7 +301,7 @@ class _StdioProtocol(protocol.Protocol):
         assert self.bridge is not None
         self.bridge.close().addBoth(self._close_stdout)
 
-    def _close_stdout(self, _: Any) -> None:
+    def _close_stdout(self, _: object) -> None:
         transport: Any = self.transport
         if transport is not None:
             transport.loseConnection()
@@ -355,6 +362,7 @@ def _log_warnings_to_stderr() -> None:
         textFileLogObserver,
     )
 
+    # (the classes provide the interfaces asked for, which mypy cannot see)
     predicate: Any = LogLevelFilterPredicate(defaultLogLevel=LogLevel.warn)
     observer: Any = textFileLogObserver(sys.stderr)
     filtered: Any = FilteringLogObserver(observer, [predicate])
@@ -366,7 +374,7 @@ def main(argv: list[str] | None = None) -> None:
     from twisted.internet import stdio
     from twisted.web.client import Agent, HTTPConnectionPool
 
-    reactor: Any = global_reactor()
+    reactor = global_reactor()
 
     args = _arguments(argv)
     _log_warnings_to_stderr()

@@ -20,25 +20,34 @@ calls in flight end with a clear error the model reads).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.application.service import Service
 from twisted.internet import defer, error
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ai_tools.json_types import JSONObject
 from ai_tools.mcp.client import McpSession, McpTransport, ServerGone, describe_error
 from ai_tools.mcp.config import McpServerConfig
 from ai_tools.mcp.content import tool_result
 from ai_tools.mcp.http_transport import SessionExpired
 from ai_tools.mcp.jsonrpc import JSONRPCError
+from ai_tools.mcp.server import Timer
 from ai_tools.mcp.tools import McpTool, build_tools
+from ai_tools.mcp.tracing import ClientTracing
 from ai_tools.tools.base import Actor
 from ai_tools.tools.registry import ToolRegistry
 
 __all__ = ["MAX_BACKOFF", "McpClientService", "McpServerConnection", "make_transport"]
 
+if TYPE_CHECKING:
+    from ai_tools.telemetry.setup import Telemetry
+
 log = Logger()
+
+TelemetrySource = Callable[[], "Telemetry | None"]
+"""Gives the telemetry the service traces with now (None: tracing off)."""
 
 MAX_BACKOFF = 60.0
 READY, CONNECTING, FAILED, RESTARTING, STOPPED = (
@@ -67,7 +76,7 @@ class McpServerConnection:
     def __init__(self, config: McpServerConfig, reactor: Any, *,
                  taken: Callable[[], Iterable[str]] = tuple,
                  transport_factory: Callable[[McpServerConfig, Any], McpTransport]
-                 = make_transport) -> None:
+                 = make_transport, telemetry: TelemetrySource | None = None) -> None:
         self.config = config
         self.name = config.name
         self.state = STOPPED
@@ -79,9 +88,10 @@ class McpServerConnection:
         self._reactor = reactor
         self._taken = taken
         self._factory = transport_factory
+        self._telemetry = telemetry
         self._failures = 0
-        self._next_attempt: Any = None
-        self._connecting: defer.Deferred[Any] | None = None
+        self._next_attempt: Timer | None = None
+        self._connecting: defer.Deferred[list[JSONObject]] | None = None
         self._waiting_for_session: list[defer.Deferred[None]] = []
         self._running = False
 
@@ -102,19 +112,25 @@ class McpServerConnection:
             self._attempt_failed(Failure(e))
             return
         session = self.session = McpSession(transport, name=self.name,
-                                            on_tools_changed=self._tools_changed)
+                                            on_tools_changed=self._tools_changed,
+                                            tracing=self._tracing())
         d = self._connecting = self._initialised_tools(session)
         d.addCallback(self._ready, session)
         d.addErrback(self._attempt_failed, session)
 
-    def _initialised_tools(self, session: McpSession) -> defer.Deferred[Any]:
+    def _tracing(self) -> ClientTracing | None:
+        """CLIENT spans for a new session when tracing is on (the service's telemetry)."""
+        telemetry = self._telemetry() if self._telemetry is not None else None
+        return None if telemetry is None else telemetry.mcp_client_tracing(self.config.url)
+
+    def _initialised_tools(self, session: McpSession) -> defer.Deferred[list[JSONObject]]:
         """Connect, initialise and list the tools, all within ``init_timeout``."""
-        d: defer.Deferred[Any] = session.connect(self.config.init_timeout, self._reactor)
-        d.addCallback(lambda _: session.list_tools(self.config.max_tools))
+        connected = session.connect(self.config.init_timeout, self._reactor)
+        d = connected.addCallback(lambda _: session.list_tools(self.config.max_tools))
         d.addTimeout(self.config.init_timeout, self._reactor)
         return d
 
-    def _ready(self, listed: list[dict[str, Any]], session: McpSession) -> None:
+    def _ready(self, listed: list[JSONObject], session: McpSession) -> None:
         self._connecting = None
         if session.closed:  # it died between the answer and now
             return
@@ -173,7 +189,7 @@ class McpServerConnection:
 
     # ---- tools
 
-    def _set_tools(self, listed: list[dict[str, Any]]) -> None:
+    def _set_tools(self, listed: list[JSONObject]) -> None:
         self.tools = tuple(build_tools(listed, self.config, self.call, set(self._taken())))
         self.tools_version += 1
 
@@ -194,8 +210,8 @@ class McpServerConnection:
         """Whether its tools can be offered now."""
         return self.state == READY
 
-    def call(self, remote_name: str, arguments: dict[str, Any],
-             actor: Actor | None = None) -> defer.Deferred[dict[str, Any]]:
+    def call(self, remote_name: str, arguments: JSONObject,
+             actor: Actor | None = None) -> defer.Deferred[JSONObject]:
         """Call a tool of this server: the result dict the model reads.
 
         Cancelling the Deferred sends ``notifications/cancelled``.  A server
@@ -212,13 +228,14 @@ class McpServerConnection:
                 f"MCP server {self.name} is not available ({self.state}"
                 f"{': ' + self.error if self.error else ''})"))
         progress = _progress_publisher(actor, self.name, remote_name)
-        d = session.call_tool(remote_name, arguments, on_progress=progress)
+        parent = _call_context(actor) if session.tracing is not None else None
+        d = session.call_tool(remote_name, arguments, on_progress=progress, trace_parent=parent)
         d.addCallback(tool_result, self.config.max_result_bytes)
         d.addErrback(self._call_failed, remote_name, arguments, actor)
         return d
 
-    def _call_failed(self, failure: Failure, remote_name: str, arguments: dict[str, Any],
-                     actor: Actor | None) -> Any:
+    def _call_failed(self, failure: Failure, remote_name: str, arguments: JSONObject,
+                     actor: Actor | None) -> JSONObject | defer.Deferred[JSONObject] | Failure:
         if failure.check(SessionExpired) and self._running:
             return self._reinitialise().addCallback(
                 lambda _: self.call(remote_name, arguments, actor))
@@ -240,7 +257,7 @@ class McpServerConnection:
             self._new_session().addBoth(self._session_renewed)
         return waiter
 
-    def _session_renewed(self, result: Any) -> None:
+    def _session_renewed(self, result: object) -> None:
         waiters, self._waiting_for_session = self._waiting_for_session, []
         for waiter in waiters:
             if isinstance(result, Failure):
@@ -248,13 +265,13 @@ class McpServerConnection:
             else:
                 waiter.callback(None)
 
-    def _new_session(self) -> defer.Deferred[Any]:
+    def _new_session(self) -> defer.Deferred[None]:
         session = self.session
         assert session is not None
         self.state = CONNECTING
         d = self._initialised_tools(session)
 
-        def done(listed: list[dict[str, Any]]) -> None:
+        def done(listed: list[JSONObject]) -> None:
             self._set_tools(listed)
             self.state = READY
 
@@ -264,7 +281,7 @@ class McpServerConnection:
 
         return d.addCallbacks(done, failed)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JSONObject:
         """What the operator API and the console show of this server."""
         return {
             "name": self.name, "transport": self.config.transport,
@@ -278,8 +295,20 @@ class McpServerConnection:
         }
 
 
+def _call_context(actor: Actor | None) -> object:
+    """The trace context of the ``execute_tool`` span of ``actor``'s call in flight: the
+    parent of its ``tools/call`` span (None outside a traced loop)."""
+    # the runtime's loop tracer, set while a loop of it runs with tracing on
+    if actor is None:
+        return None
+    tracer = getattr(actor.assistant, "tracer", None)
+    if tracer is None:
+        return None
+    return tracer.call_context(actor.call_id) or tracer.tool_context()
+
+
 def _progress_publisher(actor: Actor | None, server: str, tool: str
-                        ) -> Callable[[dict[str, Any]], None] | None:
+                        ) -> Callable[[JSONObject], None] | None:
     """Progress notifications as ``tool_progress`` events of the assistant (None: no one)."""
     assistant = actor.assistant if actor is not None else None
     host = getattr(assistant, "host", None)
@@ -289,7 +318,7 @@ def _progress_publisher(actor: Actor | None, server: str, tool: str
     name = str(assistant.name)
     call_id = actor.call_id if actor is not None else None
 
-    def progress(params: dict[str, Any]) -> None:
+    def progress(params: JSONObject) -> None:
         publish(name, {"type": "tool_progress", "server": server, "tool": tool,
                        "tool_call_id": call_id, "progress": params.get("progress"),
                        "total": params.get("total"),
@@ -304,7 +333,9 @@ class McpClientService(Service):
     def __init__(self, servers: Sequence[McpServerConfig], reactor: Any, *,
                  base: ToolRegistry | None = None,
                  transport_factory: Callable[[McpServerConfig, Any], McpTransport]
-                 = make_transport) -> None:
+                 = make_transport, telemetry: TelemetrySource | None = None) -> None:
+        """``telemetry`` says what the service traces with, asked at each connection
+        (None, or giving None: untraced)."""
         self.setName("mcp-client")
         self.base = base
         self.declared = frozenset(config.name for config in servers)
@@ -315,8 +346,8 @@ class McpClientService(Service):
                 continue
             self.connections[config.name] = McpServerConnection(
                 config, reactor, taken=self._taken_before(config.name),
-                transport_factory=transport_factory)
-        self._views: dict[tuple[Any, ...], ToolRegistry] = {}
+                transport_factory=transport_factory, telemetry=telemetry)
+        self._views: dict[tuple[object, ...], ToolRegistry] = {}
 
     def _taken_before(self, name: str) -> Callable[[], Iterable[str]]:
         """Names a server's tools must not take: ours, and the servers' listed before it."""
@@ -335,7 +366,7 @@ class McpClientService(Service):
         for connection in self.connections.values():
             connection.start()
 
-    def stopService(self) -> defer.Deferred[Any]:
+    def stopService(self) -> defer.Deferred[list[tuple[bool, None]]]:
         super().stopService()
         return defer.DeferredList([c.stop() for c in self.connections.values()],
                                   consumeErrors=True)
@@ -357,6 +388,6 @@ class McpClientService(Service):
             view = self._views[key] = base.with_tools(tools.values())
         return view
 
-    def status(self) -> list[dict[str, Any]]:
+    def status(self) -> list[JSONObject]:
         """Every server's status, in config order."""
         return [c.status() for c in self.connections.values()]

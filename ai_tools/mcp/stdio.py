@@ -86,6 +86,8 @@ class StdioTransport:
         self._ended_d: defer.Deferred[None] = defer.Deferred()
         self.ended = False
         self.pid: int | None = None
+        self.session_id: str | None = None
+        """Always None: a stdio connection is its session, with no id."""
 
     def environment(self) -> dict[str, str]:
         """What the child's environment is: a few of ours, then its configured ``env``."""

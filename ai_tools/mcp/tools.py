@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from twisted.internet import defer
 from twisted.logger import Logger
 
 from ai_tools.errors import ToolRegistrationError
 from ai_tools.json_encoding import model_json
+from ai_tools.json_types import JSONObject, JSONValue
 from ai_tools.mcp.config import McpServerConfig
 from ai_tools.tools.base import Actor, Tool, ToolCategory
 from ai_tools.tools.registry import ToolRegistry
@@ -44,7 +45,7 @@ MAX_DESCRIPTION_CHARS = 1000
 MAX_SCHEMA_BYTES = 16 * 1024
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
-Caller = Callable[[str, dict[str, Any], Actor], "defer.Deferred[dict[str, Any]]"]
+Caller = Callable[[str, JSONObject, Actor], "defer.Deferred[JSONObject]"]
 """How a tool reaches its server: ``(remote name, arguments, actor)`` → result dict."""
 
 
@@ -55,11 +56,11 @@ class McpTool(Tool):
     """The ``[mcp.servers.NAME]`` it comes from."""
     remote_name: ClassVar[str] = ""
     """Its name on the server (ours may be sanitised or prefixed)."""
-    annotations: ClassVar[dict[str, Any]] = {}
+    annotations: ClassVar[JSONObject] = {}
     caller: ClassVar[Caller | None] = None
     requires_character = False
 
-    def execute(self, actor: Actor, **params: Any) -> defer.Deferred[dict[str, Any]]:
+    def execute(self, actor: Actor, **params: JSONValue) -> defer.Deferred[JSONObject]:
         """Call the tool on its server; a Deferred whose cancellation cancels the call."""
         caller = type(self).caller
         assert caller is not None
@@ -71,7 +72,7 @@ def sanitise_name(name: str, prefix: str = "") -> str:
     return (prefix + _BAD_CHARS.sub("_", name))[:64] or "_"
 
 
-def category_of(annotations: Any, configured: ToolCategory | None) -> ToolCategory:
+def category_of(annotations: object, configured: ToolCategory | None) -> ToolCategory:
     """The category of a tool (see the module docstring)."""
     if configured is not None:
         return configured
@@ -98,17 +99,18 @@ def _our_name(remote: str, config: McpServerConfig, taken: Collection[str]) -> s
     return None if name in taken else name
 
 
-def _description(listed: dict[str, Any], config: McpServerConfig) -> str:
+def _description(listed: JSONObject, config: McpServerConfig) -> str:
     text = listed.get("description")
     if not isinstance(text, str) or not text.strip():
-        text = listed.get("title") if isinstance(listed.get("title"), str) else ""
+        title = listed.get("title")
+        text = title if isinstance(title, str) else ""
     text = (text or f"The {listed.get('name')} tool of the MCP server {config.name}.").strip()
     if len(text) > MAX_DESCRIPTION_CHARS:
         text = text[:MAX_DESCRIPTION_CHARS] + " [...]"
     return text
 
 
-def _schema(listed: dict[str, Any]) -> dict[str, Any] | str:
+def _schema(listed: JSONObject) -> JSONObject | str:
     """The tool's ``inputSchema`` as our ``parameters``, or why it is refused."""
     schema = listed.get("inputSchema")
     if not isinstance(schema, dict):
@@ -124,8 +126,8 @@ def _schema(listed: dict[str, Any]) -> dict[str, Any] | str:
     return schema
 
 
-def tool_class(listed: dict[str, Any], name: str, config: McpServerConfig,
-               parameters: dict[str, Any], caller: Caller) -> type[McpTool]:
+def tool_class(listed: JSONObject, name: str, config: McpServerConfig,
+               parameters: JSONObject, caller: Caller) -> type[McpTool]:
     """A Tool subclass standing for one listed tool."""
     annotations = listed.get("annotations")
     attributes = {
@@ -141,7 +143,7 @@ def tool_class(listed: dict[str, Any], name: str, config: McpServerConfig,
     return type(f"Mcp_{config.name}_{name}", (McpTool,), attributes)
 
 
-def build_tools(listed: list[dict[str, Any]], config: McpServerConfig, caller: Caller,
+def build_tools(listed: list[JSONObject], config: McpServerConfig, caller: Caller,
                 taken: Collection[str] = ()) -> list[McpTool]:
     """The registry entries of a server's listed tools (checked; refused ones logged).
 

@@ -26,12 +26,12 @@ import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from ai_tools.clocks import Clock, Timer
 from ai_tools.errors import NotFound
 from ai_tools.execution.approval import ApprovalDecision, ApprovalHook, needs_approval
 from ai_tools.execution.results import CLIPPED_KEY, clip_arguments, clip_text
 from ai_tools.json_types import JSONMapping
 from ai_tools.llm.events import ToolCall
-from ai_tools.service.scheduling import Clock, DelayedCall
 from ai_tools.tools.base import Tool
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class PendingApproval:
     requested_at: float
     expires_at: float
     waiting: defer.Deferred[ApprovalDecision] = attrs.field(repr=False)
-    timer: DelayedCall | None = attrs.field(default=None, repr=False)
+    timer: Timer | None = attrs.field(default=None, repr=False)
 
     def as_dict(self) -> dict[str, object]:
         """What lists and events show of it."""

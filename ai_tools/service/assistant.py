@@ -24,6 +24,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from ai_tools.clocks import Clock
 from ai_tools.errors import AIToolsError, ConfigError
 from ai_tools.execution.approval import check_approval_mode, check_tool_approval
 from ai_tools.execution.engine import ExecutionState
@@ -38,7 +39,7 @@ from ai_tools.loop.result import LoopResult
 from ai_tools.loop.usage import ContextMeter
 from ai_tools.numbers import is_positive_number
 from ai_tools.service.patterns import validate_execution_config
-from ai_tools.service.scheduling import Clock, TickScheduler
+from ai_tools.service.scheduling import TickScheduler
 from ai_tools.settings import near_name
 from ai_tools.store.state_json import EncodedState, StateEncoder
 from ai_tools.tools.registry import ToolRegistry

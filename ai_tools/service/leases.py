@@ -48,12 +48,12 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ai_tools.clocks import Clock, Timer
 from ai_tools.errors import ConfigError
 from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.service.assistant import AssistantConfig
 from ai_tools.service.collaborators import HeardWorld
 from ai_tools.service.roster import shared_roster
-from ai_tools.service.scheduling import Clock, DelayedCall
 
 if TYPE_CHECKING:
     from ai_tools.service.service import AssistantService
@@ -114,7 +114,7 @@ class LeaseManager:
     _loop: task.LoopingCall | None = attrs.field(init=False, default=None)
     _round: defer.Deferred[None] | None = attrs.field(init=False, default=None)
     _round_waiters: list[defer.Deferred[None]] = attrs.field(init=False, factory=list)
-    _deadline: DelayedCall | None = attrs.field(init=False, default=None)
+    _deadline: Timer | None = attrs.field(init=False, default=None)
     """The delayed call stopping every assistant when the leases expire unrenewed."""
     _stopping: bool = attrs.field(init=False, default=False)
     _by_name: dict[str, AssistantConfig] = attrs.field(init=False, factory=dict)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from twisted.logger import Logger
 
-from ai_tools.service.scheduling import Clock
+from ai_tools.clocks import Clock
 
 __all__ = ["Observer", "Observers"]
 

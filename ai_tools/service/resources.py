@@ -17,10 +17,10 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ai_tools.clocks import Clock
 from ai_tools.default_reactor import global_reactor
 from ai_tools.json_types import JSONObject, JSONValue
 from ai_tools.service.collaborators import AssistantStates, Closable
-from ai_tools.service.scheduling import Clock
 from ai_tools.service.waiting import pass_on
 from ai_tools.tools.registry import ToolRegistry
 

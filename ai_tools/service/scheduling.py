@@ -30,12 +30,13 @@ import functools
 import heapq
 import itertools
 from collections.abc import Callable
-from typing import Protocol
 
 import attrs
 from twisted.internet import defer, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+
+from ai_tools.clocks import Clock, Timer
 
 _GOLDEN = 0.6180339887498949
 
@@ -53,23 +54,6 @@ def _hand_on(outcome: object, waiters: list[defer.Deferred[object]]) -> None:
             waiter.errback(outcome)
         else:
             waiter.callback(outcome)
-
-
-class DelayedCall(Protocol):
-    """What ``callLater`` returns (``IDelayedCall``), as far as we use it."""
-
-    def active(self) -> bool: ...
-
-    def cancel(self) -> None: ...
-
-
-class Clock(Protocol):
-    """The part of ``IReactorTime`` the scheduler uses (a reactor or ``task.Clock``)."""
-
-    def seconds(self) -> float: ...
-
-    def callLater(self, delay: float, f: Callable[..., object], /, *args: object,
-                  **kw: object) -> DelayedCall: ...
 
 
 TickFunction = Callable[[str], object]
@@ -114,7 +98,7 @@ class TickScheduler:
     _seq: itertools.count[int] = attrs.field(init=False, factory=itertools.count)
     _added: int = attrs.field(init=False, default=0)
     _loop: task.LoopingCall | None = attrs.field(init=False, default=None)
-    _fill_call: DelayedCall | None = attrs.field(init=False, default=None)
+    _fill_call: Timer | None = attrs.field(init=False, default=None)
     _idle_waiters: list[defer.Deferred[None]] = attrs.field(init=False, factory=list)
     _filling: bool = attrs.field(init=False, default=False)
     wakeups: int = attrs.field(init=False, default=0)

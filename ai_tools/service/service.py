@@ -52,6 +52,7 @@ from twisted.application.service import MultiService
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from ai_tools.clocks import Clock
 from ai_tools.errors import ServiceNotRunning
 from ai_tools.failure_lines import RepeatedFailure
 from ai_tools.json_types import JSONMapping, JSONObject
@@ -63,7 +64,7 @@ from ai_tools.service.hearing import Hearing, world_message_to_event
 from ai_tools.service.live_roster import LiveRoster
 from ai_tools.service.observers import Observer, Observers
 from ai_tools.service.resources import SharedResources
-from ai_tools.service.scheduling import Clock, TickScheduler
+from ai_tools.service.scheduling import TickScheduler
 from ai_tools.service.state_writer import StateWriter
 from ai_tools.service.stopping import Stopping
 from ai_tools.service.subagents import Subagents

@@ -33,10 +33,10 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ai_tools.clocks import Clock, Timer
 from ai_tools.interfaces import IStore
 from ai_tools.json_types import JSONMapping
 from ai_tools.service.collaborators import AssistantStates
-from ai_tools.service.scheduling import Clock, DelayedCall
 
 __all__ = ["StateWriter"]
 
@@ -63,10 +63,10 @@ class StateWriter:
     _queued: dict[str, _Waiters] = attrs.field(init=False, factory=dict)
     """Waiters per queued assistant: one Deferred (the usual case) or a list of them."""
     _in_flight: bool = attrs.field(init=False, default=False)
-    _call: DelayedCall | None = attrs.field(init=False, default=None)
+    _call: Timer | None = attrs.field(init=False, default=None)
     _idle_waiters: list[defer.Deferred[None]] = attrs.field(init=False, factory=list)
     _lazy: dict[str, None] = attrs.field(init=False, factory=dict)
-    _lazy_call: DelayedCall | None = attrs.field(init=False, default=None)
+    _lazy_call: Timer | None = attrs.field(init=False, default=None)
     transactions: int = attrs.field(init=False, default=0)
     """Transactions written (for status and benchmarks)."""
     write_observers: list[Callable[[float, bool], object]] = attrs.field(init=False,

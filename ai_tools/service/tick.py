@@ -66,6 +66,8 @@ from ai_tools.telemetry.setup import trace_loop
 from ai_tools.tools.base import Actor, ToolCategory
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import SpanContext
+
     from ai_tools.service.assistant import Assistant, AssistantHost
 
 __all__ = [
@@ -180,6 +182,8 @@ class _Tick:
     errors: list[str] = attrs.field(factory=list)
     log_level: LogLevel = LogLevel.info
     """The level the tick's errors are logged at: the worst of them (:meth:`error`)."""
+    traced: list[SpanContext] = attrs.field(factory=list)
+    """The ``invoke_agent`` spans of its loops so far (tracing on): a later loop links them."""
 
     def error(self, message: str, level: LogLevel = LogLevel.error) -> None:
         """Record an error of this tick (logged once when the tick ends, at the worst
@@ -605,8 +609,11 @@ def _run_loop(
     ctx.on_event = functools.partial(host.publish, assistant.name)
     ctx.observed = functools.partial(host.observed, assistant.name)
     tracer = trace_loop(ctx, host.telemetry, attributes={
-        TICK: tick.number, CONTEXT_TYPE: context_type, REFLECTION: reflection})
+        TICK: tick.number, CONTEXT_TYPE: context_type, REFLECTION: reflection},
+        links=tick.traced)
     assistant.tracer = tracer
+    if tracer is not None:
+        tick.traced.append(tracer.root.get_span_context())
     if not reflection:
         ctx.checkpoint = functools.partial(_checkpoint_after, tick, control)
     try:

@@ -10,9 +10,11 @@ next start.
 
 from __future__ import annotations
 
+from typing import cast
+
 from twisted.internet import defer
 
-from ai_tools.service.scheduling import Clock
+from ai_tools.clocks import Clock, ThreadClock
 from ai_tools.telemetry.setup import Telemetry, telemetry_for
 
 __all__ = ["Tracing"]
@@ -38,4 +40,6 @@ class Tracing:
         telemetry = self.telemetry
         if telemetry is not None and telemetry is self._found:
             self.telemetry = self._found = None  # a restart looks again
-        return telemetry.shutdown(clock) if telemetry is not None else None
+        # Providers of its own are made only when the service found tracing itself, in a
+        # running program: its clock is then the reactor, which takes calls from threads.
+        return telemetry.shutdown(cast("ThreadClock", clock)) if telemetry is not None else None

@@ -13,7 +13,7 @@ from typing import TypeVar, cast
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from ai_tools.service.scheduling import Clock
+from ai_tools.clocks import Clock
 
 __all__ = ["first_failure", "observe", "pass_on", "within"]
 

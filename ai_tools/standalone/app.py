@@ -369,7 +369,8 @@ class StandaloneService(MultiService):
         from ai_tools.mcp.servers import McpClientService
 
         self.mcp_client = McpClientService(self.config.mcp_servers, self.reactor,
-                                           base=self.registry)
+                                           base=self.registry,
+                                           telemetry=lambda: service.telemetry)
         self.mcp_client.setServiceParent(self)
         service.tool_sources = self.mcp_client
 

@@ -10,12 +10,11 @@ the standard variables (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -41,7 +40,7 @@ def otlp_providers(endpoint: str | None, environ: Mapping[str, str]
     if _exporter(environ, "OTEL_TRACES_EXPORTER"):
         spans = OTLPSpanExporter(endpoint=f"{base}/v1/traces" if base else None)
         tracer_provider.add_span_processor(BatchSpanProcessor(spans))
-    readers: list[Any] = []
+    readers: list[MetricReader] = []
     if _exporter(environ, "OTEL_METRICS_EXPORTER"):
         exporter = OTLPMetricExporter(endpoint=f"{base}/v1/metrics" if base else None)
         readers.append(PeriodicExportingMetricReader(exporter))

@@ -24,21 +24,30 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 
 import ai_tools.telemetry.conventions as sc
 from ai_tools.execution.reasons import FAILURE_REASONS
+from ai_tools.json_types import JSONMapping
 from ai_tools.llm.events import RequestAttempt
 
-__all__ = ["LoopTracer"]
+if TYPE_CHECKING:
+    from opentelemetry.util.types import AttributeValue
 
-Observer = Callable[[dict[str, Any]], None]
+    from ai_tools.telemetry.setup import Telemetry
+
+__all__ = ["LoopTracer", "fail", "tool_result_attributes"]
+
+Event = dict[str, object]
+"""A loop event (``docs/http-api.md``)."""
+Observer = Callable[[Event], None]
+Attributes = dict[str, "AttributeValue"]
 
 _REFUSALS = frozenset({"unknown_tool", "blocked_by_tool_mode", "no_character",
                        "invalid_parameters"})
@@ -51,22 +60,25 @@ class LoopTracer:
 
     ``then`` is the observer the events go on to (the service's publisher).
     ``telemetry`` is the :class:`~ai_tools.telemetry.setup.Telemetry` in use;
-    ``attributes`` go on the loop's span besides the conventions' (its tick).
+    ``attributes`` go on the loop's span besides the conventions' (its tick);
+    ``links`` are span contexts it relates to without being their child (the
+    loops that ran before it in the same tick).
     """
 
     __slots__ = ("_chat", "_content", "_handlers", "_model", "_parent_tool", "_root",
                  "_server", "_telemetry", "_text", "_then", "_tokens", "_tools")
 
-    def __init__(self, telemetry: Any, assistant: str, llm: Any, *,
+    def __init__(self, telemetry: Telemetry, assistant: str, llm: object, *,
                  parent: Context | None = None, then: Observer | None = None,
-                 task_id: str | None = None, attributes: Mapping[str, Any] | None = None
-                 ) -> None:
+                 task_id: str | None = None,
+                 attributes: Mapping[str, AttributeValue] | None = None,
+                 links: Sequence[SpanContext] = ()) -> None:
         self._telemetry = telemetry
         self._then = then
         self._content: bool = telemetry.capture_content
         self._model = _model_names(llm)
         self._server = _server_of(llm)
-        root: dict[str, Any] = {
+        root: Attributes = {
             sc.OPERATION_NAME: sc.INVOKE_AGENT, sc.PROVIDER_NAME: sc.PROVIDER_OPENAI,
             sc.AGENT_NAME: assistant, sc.AGENT_ID: assistant, **(attributes or {})}
         if self._model[1]:
@@ -75,13 +87,14 @@ class LoopTracer:
             root[sc.SUBAGENT_TASK] = task_id
         self._root: Span = telemetry.tracer.start_span(
             f"{sc.INVOKE_AGENT} {assistant}", context=parent or Context(),
-            kind=SpanKind.INTERNAL, attributes=root)
+            kind=SpanKind.INTERNAL, attributes=root,
+            links=[Link(context) for context in links if context.is_valid])
         self._chat: Span | None = None
         self._text: list[str] | None = None
         self._tools: dict[str, Span] = {}
         self._parent_tool: Span | None = None
         self._tokens = [0, 0]
-        self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
+        self._handlers: dict[str, Callable[[Event], None]] = {
             "iteration": self._iteration, "model_request": self._model_request,
             "tool_call": self._tool_call, "tool_result": self._tool_result,
             "signal": self._signal, "termination": self._termination,
@@ -89,9 +102,9 @@ class LoopTracer:
 
     # -- the observers --------------------------------------------------------------------
 
-    def __call__(self, event: dict[str, Any]) -> None:
+    def __call__(self, event: Event) -> None:
         """One loop event: the spans it opens or closes, then on to ``then``."""
-        handler = self._handlers.get(event.get("type", ""))
+        handler = self._handlers.get(str(event.get("type", "")))
         if handler is not None:
             try:
                 handler(event)
@@ -113,6 +126,12 @@ class LoopTracer:
         span = self._parent_tool
         return trace.set_span_in_context(span) if span is not None else None
 
+    def call_context(self, call_id: str | None) -> Context | None:
+        """The context of the ``execute_tool`` span of the call ``call_id`` in flight (the
+        parent of what the call does elsewhere: an MCP request), None if none is."""
+        span = self._tools.get(call_id) if call_id is not None else None
+        return trace.set_span_in_context(span) if span is not None else None
+
     @property
     def root(self) -> Span:
         """The loop's ``invoke_agent`` span."""
@@ -122,7 +141,7 @@ class LoopTracer:
 
     def _open_chat(self, start: int | None = None) -> Span:
         profile, model = self._model
-        attributes: dict[str, Any] = {sc.OPERATION_NAME: sc.CHAT,
+        attributes: Attributes = {sc.OPERATION_NAME: sc.CHAT,
                                       sc.PROVIDER_NAME: sc.PROVIDER_OPENAI}
         if model:
             attributes[sc.REQUEST_MODEL] = model
@@ -135,16 +154,17 @@ class LoopTracer:
         self._text = [] if self._content else None
         return chat
 
-    def _iteration(self, event: dict[str, Any]) -> None:
+    def _iteration(self, event: Event) -> None:
         if self._chat is None:  # the model is asked right after (no wait in between)
             self._open_chat()
 
-    def _text_delta(self, event: dict[str, Any]) -> None:
+    def _text_delta(self, event: Event) -> None:
         if self._text is not None:
-            self._text.append(event.get("text") or "")
+            text = event.get("text")
+            self._text.append(text if isinstance(text, str) else "")
 
-    def _model_request(self, event: dict[str, Any]) -> None:
-        latency = float(event.get("latency_ms") or 0.0) / 1000.0
+    def _model_request(self, event: Event) -> None:
+        latency = _number(event.get("latency_ms")) / 1000.0
         chat = self._chat
         if chat is None:  # (no iteration event came: start it when the request did)
             chat = self._open_chat(start=_now_ns() - int(latency * 1e9))
@@ -159,21 +179,22 @@ class LoopTracer:
             self._text = None
         chat.set_attributes(attributes)
         if status != "ok":
-            _fail(chat, status, event.get("error"))
+            fail(chat, status, event.get("error"))
         chat.end()
         self._telemetry.record_request(self._model[1], event, self._server, latency)
 
-    def _add_tokens(self, attributes: Mapping[str, Any]) -> None:
+    def _add_tokens(self, attributes: Attributes) -> None:
         tokens = self._tokens
-        tokens[0] += attributes.get(sc.USAGE_INPUT_TOKENS, 0)
-        tokens[1] += attributes.get(sc.USAGE_OUTPUT_TOKENS, 0)
+        for index, key in enumerate((sc.USAGE_INPUT_TOKENS, sc.USAGE_OUTPUT_TOKENS)):
+            value = attributes.get(key, 0)
+            tokens[index] += value if isinstance(value, int) else 0
 
     # -- tool calls -----------------------------------------------------------------------
 
-    def _tool_call(self, event: dict[str, Any]) -> None:
+    def _tool_call(self, event: Event) -> None:
         name = str(event.get("tool") or "")
         call_id = str(event.get("tool_call_id") or "")
-        attributes: dict[str, Any] = {sc.OPERATION_NAME: sc.EXECUTE_TOOL, sc.TOOL_NAME: name,
+        attributes: Attributes = {sc.OPERATION_NAME: sc.EXECUTE_TOOL, sc.TOOL_NAME: name,
                                       sc.TOOL_CALL_ID: call_id, sc.TOOL_TYPE: "function"}
         category = event.get("category")
         if category:
@@ -186,7 +207,7 @@ class LoopTracer:
             kind=SpanKind.INTERNAL, attributes=attributes)
         self._tools[call_id] = self._parent_tool = span
 
-    def _tool_result(self, event: dict[str, Any]) -> None:
+    def _tool_result(self, event: Event) -> None:
         call_id = str(event.get("tool_call_id") or "")
         started = self._tools.pop(call_id, None)
         if started is not None:
@@ -201,38 +222,39 @@ class LoopTracer:
         if span is self._parent_tool:
             self._parent_tool = None
         status = str(event.get("status") or "")
-        span.set_attributes(_tool_result(event, status))
-        if self._content and isinstance(event.get("result"), str):
-            span.set_attribute(sc.TOOL_CALL_RESULT, self._telemetry.clip(event["result"]))
+        span.set_attributes(tool_result_attributes(event, status))
+        result = event.get("result")
+        if self._content and isinstance(result, str):
+            span.set_attribute(sc.TOOL_CALL_RESULT, self._telemetry.clip(result))
         if not event.get("success") and not event.get("skipped"):
-            _fail(span, status or "tool_error", event.get("error"))
+            fail(span, status or "tool_error", event.get("error"))
         span.end()
 
     # -- the loop's end -------------------------------------------------------------------
 
-    def _signal(self, event: dict[str, Any]) -> None:
+    def _signal(self, event: Event) -> None:
         self._root.add_event(sc.SIGNAL_EVENT, {"tool": str(event.get("tool_name") or "")})
 
-    def _termination(self, event: dict[str, Any]) -> None:
+    def _termination(self, event: Event) -> None:
         """Close whatever is open (a kill leaves the call in flight open), then the loop."""
         reason = str(event.get("reason") or "")
         if self._chat is not None:
-            _fail(self._chat, "cancelled", "the loop ended during the request")
+            fail(self._chat, "cancelled", "the loop ended during the request")
             self._chat.end()
             self._chat = None
         for span in self._tools.values():
             span.set_attribute(sc.TOOL_STATUS, "cancelled")
-            _fail(span, "cancelled", f"the loop ended during the call ({reason})")
+            fail(span, "cancelled", f"the loop ended during the call ({reason})")
             span.end()
         self._tools.clear()
         self._parent_tool = None
         root = self._root
         root.set_attributes({
-            sc.TERMINATION_REASON: reason, sc.ITERATIONS: int(event.get("iterations") or 0),
-            sc.EVENTS_RETURNED: int(event.get("events_returned") or 0),
+            sc.TERMINATION_REASON: reason, sc.ITERATIONS: _int(event.get("iterations")),
+            sc.EVENTS_RETURNED: _int(event.get("events_returned")),
             sc.USAGE_INPUT_TOKENS: self._tokens[0], sc.USAGE_OUTPUT_TOKENS: self._tokens[1]})
         if reason in FAILURE_REASONS:
-            _fail(root, reason, event.get("error"))
+            fail(root, reason, event.get("error"))
         root.end()
 
     def abandon(self, why: str) -> None:
@@ -241,11 +263,22 @@ class LoopTracer:
             self._termination({"reason": why, "error": why})
 
 
-def _chat_result(event: Mapping[str, Any]) -> dict[str, Any]:
+def _number(value: object) -> float:
+    """A measure of an event (0 when missing or not a number)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+def _int(value: object) -> int:
+    """A count of an event (0 when missing or not a number)."""
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+def _chat_result(event: JSONMapping) -> Attributes:
     """The attributes a ``model_request`` event gives its ``chat`` span."""
-    attributes: dict[str, Any] = {sc.MODEL_ATTEMPTS: int(event.get("attempts") or 0)}
-    if attributes[sc.MODEL_ATTEMPTS] > 1:
-        attributes[sc.RESEND_COUNT] = attributes[sc.MODEL_ATTEMPTS] - 1
+    attempts = _int(event.get("attempts"))
+    attributes: Attributes = {sc.MODEL_ATTEMPTS: attempts}
+    if attempts > 1:
+        attributes[sc.RESEND_COUNT] = attempts - 1
     for key, name in (("prompt_tokens", sc.USAGE_INPUT_TOKENS),
                       ("completion_tokens", sc.USAGE_OUTPUT_TOKENS)):
         value = event.get(key)
@@ -258,11 +291,11 @@ def _chat_result(event: Mapping[str, Any]) -> dict[str, Any]:
     return attributes
 
 
-def _tool_result(event: Mapping[str, Any], status: str) -> dict[str, Any]:
+def tool_result_attributes(event: JSONMapping, status: str) -> Attributes:
     """The attributes a ``tool_result`` event gives its ``execute_tool`` span."""
-    attributes: dict[str, Any] = {
+    attributes: Attributes = {
         sc.TOOL_STATUS: status, sc.TOOL_FROM_CACHE: bool(event.get("from_cache")),
-        sc.TOOL_ATTEMPTS: int(event.get("attempts") or 0),
+        sc.TOOL_ATTEMPTS: _int(event.get("attempts")),
         sc.TOOL_TIMED_OUT: status == "timed_out"}
     if status in _REFUSALS:
         attributes[sc.TOOL_REFUSED] = status
@@ -271,19 +304,20 @@ def _tool_result(event: Mapping[str, Any], status: str) -> dict[str, Any]:
     return attributes
 
 
-def _fail(span: Span, error_type: str, description: Any) -> None:
+def fail(span: Span, error_type: str, description: object) -> None:
+    """Mark ``span`` failed: ``error.type`` and an ERROR status saying ``description``."""
     span.set_attribute(sc.ERROR_TYPE, error_type)
     span.set_status(Status(StatusCode.ERROR, str(description or error_type)[:1024]))
 
 
-def _model_names(llm: Any) -> tuple[str | None, str | None]:
+def _model_names(llm: object) -> tuple[str | None, str | None]:
     """The model profile's label and the model's name (as ``model_request`` events say)."""
     profile = getattr(llm, "profile", None)
     model = getattr(llm, "model", None)
     return (getattr(profile, "label", None), model if isinstance(model, str) else None)
 
 
-def _server_of(llm: Any) -> dict[str, Any]:
+def _server_of(llm: object) -> Attributes:
     """``server.address`` and ``server.port`` of the client's chat URL (none if unknown)."""
     url = getattr(getattr(llm, "profile", None), "chat_url", None)
     if not isinstance(url, str):

@@ -22,14 +22,28 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
 
 import ai_tools.telemetry.conventions as sc
+from ai_tools.clocks import ThreadClock as Clock
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import Histogram, MeterProvider
+    from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+    from opentelemetry.trace import SpanContext, Tracer, TracerProvider
+    from opentelemetry.util.types import AttributeValue
+
+    from ai_tools.json_types import JSONMapping
+    from ai_tools.loop.context import LoopContext
+    from ai_tools.mcp.tracing import ClientTracing, ServerTracing
+    from ai_tools.telemetry.loop_tracer import LoopTracer
+
 
 __all__ = ["ATTRIBUTE_VALUE_BYTES", "Telemetry", "telemetry_for", "trace_loop"]
 
@@ -52,18 +66,24 @@ class Telemetry:
     empty when the embedding program's are used.
     """
 
-    tracer: Any
-    token_usage: Any
-    duration: Any
+    tracer: Tracer
+    token_usage: Histogram
+    duration: Histogram
     capture_content: bool = False
     content_bytes: int = ATTRIBUTE_VALUE_BYTES
-    providers: tuple[Any, ...] = ()
+    providers: tuple[SdkTracerProvider | SdkMeterProvider, ...] = ()
     log: Logger = log
+    mcp_client_duration: Histogram | None = None
+    """``mcp.client.operation.duration`` (seconds)."""
+    mcp_server_duration: Histogram | None = None
+    """``mcp.server.operation.duration`` (seconds)."""
+    _mcp_server: ServerTracing | None = attrs.field(default=None, init=False)
 
     @classmethod
-    def from_providers(cls, tracer_provider: Any, meter_provider: Any,
+    def from_providers(cls, tracer_provider: TracerProvider, meter_provider: MeterProvider,
                        environ: Mapping[str, str] | None = None,
-                       providers: tuple[Any, ...] = ()) -> Telemetry:
+                       providers: tuple[SdkTracerProvider | SdkMeterProvider, ...] = ()
+                       ) -> Telemetry:
         """Telemetry over these providers (the content opt-in read from ``environ``)."""
         environ = os.environ if environ is None else environ
         tracer = tracer_provider.get_tracer(sc.INSTRUMENTATION_NAME, _version(),
@@ -79,13 +99,43 @@ class Telemetry:
                 sc.OPERATION_DURATION, unit="s", description="GenAI operation duration",
                 explicit_bucket_boundaries_advisory=list(sc.DURATION_BUCKETS)),
             capture_content=environ.get(sc.CAPTURE_CONTENT_ENV, "").strip().lower() in _TRUE,
-            providers=providers)
+            providers=providers,
+            mcp_client_duration=meter.create_histogram(
+                sc.MCP_CLIENT_DURATION, unit="s", description="The duration of the MCP request "
+                "or notification as observed on the sender",
+                explicit_bucket_boundaries_advisory=list(sc.MCP_DURATION_BUCKETS)),
+            mcp_server_duration=meter.create_histogram(
+                sc.MCP_SERVER_DURATION, unit="s", description="MCP request or notification "
+                "duration as observed on the receiver",
+                explicit_bucket_boundaries_advisory=list(sc.MCP_DURATION_BUCKETS)))
 
-    def loop_tracer(self, assistant: str, llm: Any, **options: Any) -> Any:
+    def loop_tracer(self, assistant: str, llm: object, *, parent: object = None,
+                    then: Callable[[dict[str, object]], None] | None = None,
+                    task_id: str | None = None,
+                    attributes: Mapping[str, AttributeValue] | None = None,
+                    links: Sequence[SpanContext] = ()) -> LoopTracer:
         """A :class:`~ai_tools.telemetry.loop_tracer.LoopTracer` for one loop."""
+        from opentelemetry.context import Context
+
         from ai_tools.telemetry.loop_tracer import LoopTracer
 
-        return LoopTracer(self, assistant, llm, **options)
+        return LoopTracer(self, assistant, llm,
+                          parent=parent if isinstance(parent, Context) else None, then=then,
+                          task_id=task_id, attributes=attributes, links=links)
+
+    def mcp_client_tracing(self, url: str | None) -> ClientTracing:
+        """CLIENT spans for one MCP server's session (``url`` None: a child's stdio)."""
+        from ai_tools.telemetry.mcp_spans import McpClientTracing, client_facts
+
+        return McpClientTracing(self, client_facts(url))
+
+    def mcp_server_tracing(self) -> ServerTracing:
+        """SERVER spans for our MCP server's sessions (one, kept)."""
+        if self._mcp_server is None:
+            from ai_tools.telemetry.mcp_spans import McpServerTracing
+
+            self._mcp_server = McpServerTracing(self)
+        return self._mcp_server
 
     def clip(self, text: str) -> str:
         """``text`` cut to :attr:`content_bytes` (UTF-8), marked when cut."""
@@ -94,10 +144,10 @@ class Telemetry:
             return text
         return data[:self.content_bytes - 16].decode("utf-8", "ignore") + "...[clipped]"
 
-    def record_request(self, model: str | None, event: Mapping[str, Any],
-                       server: Mapping[str, Any], seconds: float) -> None:
+    def record_request(self, model: str | None, event: JSONMapping,
+                       server: Mapping[str, AttributeValue], seconds: float) -> None:
         """The two GenAI client metrics of one model request (a ``model_request`` event)."""
-        attributes: dict[str, Any] = {sc.OPERATION_NAME: sc.CHAT,
+        attributes: dict[str, AttributeValue] = {sc.OPERATION_NAME: sc.CHAT,
                                       sc.PROVIDER_NAME: sc.PROVIDER_OPENAI, **server}
         if model:
             attributes[sc.REQUEST_MODEL] = model
@@ -112,7 +162,7 @@ class Telemetry:
             if isinstance(value, int) and not isinstance(value, bool):
                 self.token_usage.record(value, {**attributes, sc.TOKEN_TYPE: kind})
 
-    def shutdown(self, clock: Any) -> defer.Deferred[None]:
+    def shutdown(self, clock: Clock) -> defer.Deferred[None]:
         """Export what is left and stop ai_tools' own providers, in a thread of their own
         (a daemon: neither the reactor nor the process waits for it), waiting
         :data:`SHUTDOWN_SECONDS` at most on ``clock`` — a dead collector cannot hold a stop."""
@@ -139,17 +189,19 @@ class Telemetry:
         return waited
 
 
-def trace_loop(ctx: Any, telemetry: Telemetry | None, *, parent: Any = None,
-               task_id: str | None = None, attributes: Mapping[str, Any] | None = None
-               ) -> Any:
+def trace_loop(ctx: LoopContext, telemetry: Telemetry | None, *, parent: object = None,
+               task_id: str | None = None,
+               attributes: Mapping[str, AttributeValue] | None = None,
+               links: Sequence[SpanContext] = ()) -> LoopTracer | None:
     """Attach a loop tracer to the loop context ``ctx`` — its ``on_event`` (the events
     then go on to the observer it had) and ``on_request`` — and return it; None, and
-    ``ctx`` untouched, with tracing off.  ``parent``: the context of a delegating call."""
+    ``ctx`` untouched, with tracing off.  ``parent``: the context of a delegating call;
+    ``links``: the loops of the same tick that ran before this one."""
     if telemetry is None:
         return None
     tracer = telemetry.loop_tracer(ctx.assistant_name, ctx.llm, parent=parent,
                                    then=ctx.on_event, task_id=task_id,
-                                   attributes=attributes)
+                                   attributes=attributes, links=links)
     ctx.on_event = tracer
     ctx.observed = None  # the tracer listens: every event is built
     ctx.on_request = tracer.on_request

@@ -68,11 +68,11 @@ from twisted.python.failure import Failure
 from twisted.web import server
 from twisted.web.resource import Resource
 
+from ai_tools.clocks import Clock
 from ai_tools.default_reactor import global_reactor
 from ai_tools.errors import ConfigError
 from ai_tools.web.answers import api_error, send_error_headers, write_json
 from ai_tools.web.body import DEFAULT_MAX_BODY, LimitedRequest
-from ai_tools.web.clock import Clock
 from ai_tools.web.connections import ConnectionLimits, GuardedChannel
 from ai_tools.web.console import ConsolePages, RawAnswer
 from ai_tools.web.errors import error_body
@@ -104,6 +104,7 @@ from ai_tools.web.traces import TraceRecorder
 from ai_tools.web.worker_auth import WorkerSigner
 
 if TYPE_CHECKING:
+    from ai_tools.interfaces import IWorld
     from ai_tools.llm.profile import Prices
     from ai_tools.mcp.serve_config import McpServeConfig
     from ai_tools.mcp.server_http import McpHttpEndpoint
@@ -463,7 +464,8 @@ def _mcp_endpoint(mcp: McpServeConfig, service: AssistantService, world: Sandbox
 
     the_clock = clock if clock is not None else service.clock
     return McpHttpEndpoint(
-        game_server(mcp, service, world, the_clock), the_clock,
+        # (a SandboxWorld provides IWorld; mypy cannot see a zope declaration)
+        game_server(mcp, service, cast("IWorld | None", world), the_clock), the_clock,
         max_sessions=mcp.max_sessions, session_idle=mcp.session_idle,
         stream_buffer=limits.stream_buffer, stall_timeout=limits.stream_stall_timeout,
         max_message_bytes=max_body)

@@ -28,7 +28,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.web.server import Request
 
-from ai_tools.web.clock import Clock
+from ai_tools.clocks import Clock
 from ai_tools.web.connections import remote_host
 from ai_tools.web.errors import ApiError
 from ai_tools.web.limits import HttpLimits

@@ -43,8 +43,8 @@ from twisted.web.http import PotentialDataLoss
 from twisted.web.server import Request
 from zope.interface import implementer
 
+from ai_tools.clocks import Clock
 from ai_tools.llm.transport import http_client, pooled_agent
-from ai_tools.web.clock import Clock
 from ai_tools.web.worker_auth import SIGNATURE_HEADER, WorkerSigner
 
 __all__ = ["FORWARDED_HEADER", "PASSED_HEADERS", "EventFeed", "Forwarder", "ForwardingError"]

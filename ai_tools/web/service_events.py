@@ -34,7 +34,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ai_tools.web.clock import Clock
+from ai_tools.clocks import Clock
 from ai_tools.web.event_hub import EventHub
 from ai_tools.web.forwarding import EventFeed, ForwardingError
 from ai_tools.web.other_workers import OtherWorkers

@@ -24,8 +24,8 @@ from twisted.python.failure import Failure
 from twisted.web.server import Request
 from zope.interface import implementer
 
+from ai_tools.clocks import Clock
 from ai_tools.web.answers import json_default
-from ai_tools.web.clock import Clock
 
 __all__ = ["EventStream", "Frame", "format_comment", "format_event"]
 

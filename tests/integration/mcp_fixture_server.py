@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import sys
 from pathlib import Path
@@ -51,6 +52,17 @@ async def slow(seconds: float, ctx: Context) -> str:
             (Path(marks) / f"cancelled-{count}").write_text("cancelled")
         raise
     return f"slept {seconds}"
+
+
+@server.tool()
+def traced(ctx: Context) -> str:
+    """The trace context the call came with: ``traceparent`` of its ``_meta`` and of its
+    HTTP request's headers (JSON; None where there is none)."""
+    meta = ctx.request_context.meta or {}
+    request = ctx.request_context.request
+    headers = getattr(request, "headers", None)
+    return json.dumps({"meta": meta.get("traceparent"),
+                       "header": headers.get("traceparent") if headers is not None else None})
 
 
 @server.tool()

@@ -53,6 +53,7 @@ class FakeServer:
             "tools/call": lambda r: {"content": [{"type": "text", "text": "ok"}]},
         }
         self.negotiated_version: str | None = None
+        self.session_id: str | None = None
         self.refuse_calls: Exception | None = None
         """Fail the sending of every ``tools/call`` with this (until ``initialize``)."""
 

@@ -152,3 +152,45 @@ def test_the_otlp_endpoint_setting_must_be_an_http_url() -> None:
     assert "service.otlp_endpoint must be a string" in error_of(data)
     message = error_of(base_config(), Overrides(environ={"AI_TOOLS_OTLP_ENDPOINT": "udp://x"}))
     assert "AI_TOOLS_OTLP_ENDPOINT" in message and "http://" in message
+
+
+class Chatty:
+    """A model that always answers in words (no tool call)."""
+
+    model = "scripted"
+    context_window = 100_000
+
+    def complete(self, messages: Any, tools: Any = None, tool_choice: Any = None,
+                 stream: Any = None, on_event: Any = None) -> defer.Deferred[ChatResponse]:
+        return defer.succeed(text("Noted."))
+
+    def close(self) -> defer.Deferred[None]:
+        return defer.succeed(None)
+
+
+def test_the_loops_of_one_tick_are_linked_not_nested() -> None:
+    """A tick that reflects, then answers: two invoke_agent roots with the same tick number,
+    the second linking the first (no span per tick)."""
+    recorded = Recorded()
+    clock, service, _ = make_service(loop=False, llm=Chatty(), telemetry=recorded.telemetry)
+    add(service, clock, name="ada", reflection_interval=2)
+    for _ in range(2):
+        service.send("ada", {"type": "say", "from": "bob", "text": "hi"})
+        clock.advance(1)
+        settle(clock)
+    before = len(recorded.named("invoke_agent ada"))
+    service.send("ada", {"type": "say", "from": "bob", "text": "and now?"})
+    clock.advance(1)
+    settle(clock)
+    reflection, answer_loop = recorded.named("invoke_agent ada")[before:]
+    assert reflection.attributes["ai_tools.loop.reflection"] is True
+    assert answer_loop.attributes["ai_tools.loop.reflection"] is False
+    assert reflection.attributes["ai_tools.tick"] == answer_loop.attributes["ai_tools.tick"]
+    assert reflection.parent is None and answer_loop.parent is None
+    assert not reflection.links
+    assert [link.context.span_id for link in answer_loop.links] == [
+        reflection.context.span_id]
+    assert len(recorded.spans) == len(recorded.named("invoke_agent")) + len(
+        recorded.named("chat"))  # nothing else: no tick spans
+    service.stopService()
+    settle(clock)

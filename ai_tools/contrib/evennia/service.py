@@ -143,7 +143,8 @@ def build_mcp_client(service: AssistantService,
         return None
     from ai_tools.mcp.servers import McpClientService
 
-    client = McpClientService(servers, reactor, base=service.registry)
+    client = McpClientService(servers, reactor, base=service.registry,
+                              telemetry=lambda: service.telemetry)
     service.tool_sources = client
     return client
 
