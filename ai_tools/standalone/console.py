@@ -182,6 +182,7 @@ def console_namespace(service: Any, world: Any, registry: Any) -> dict[str, Any]
         "stop": helpers.stop,
         "tools": helpers.tools,
         "cache_stats": helpers.cache_stats,
+        "model_servers": helpers.model_servers,
         "heard": helpers.heard,
         "approvals": helpers.approvals,
         "approve": helpers.approve,
@@ -233,6 +234,8 @@ class ConsoleHelpers:
             ("tools()", "the registered tools"),
             ("cache_stats()", "tool cache hits, misses and entries per assistant"
                               " (since this start; hits in all beside them)"),
+            ("model_servers()", "each model profile's server: slots, requests in flight "
+                                "and waiting (by assistant), waits, breakers"),
             ("heard(character_id, n=20)", "what a character heard in the world"),
             ("approvals()", "the tool calls waiting for an operator's approval"),
             ("approve(id)", "let a waiting call run"),
@@ -344,6 +347,18 @@ class ConsoleHelpers:
                            title="tool cache since this start (hits in all: every start, "
                                  "the assistant's cache_hits counter)")
 
+    def model_servers(self) -> Table:
+        """Each model profile's server: its slots, the requests in flight and waiting in the
+        service's queue (by assistant), the oldest and mean waits, the breakers."""
+        statuses = self.service.stats().get("model_servers") or {}
+        rows = [_model_server_row(profile, status)
+                for profile, status in sorted(statuses.items())]
+        return Table.build(
+            ("profile", "server", "kind", "slots", "in flight", "waiting", "oldest wait",
+             "mean wait", "granted", "breaker"), rows, width=70,
+            title="model servers (a server's queue is shared by the profiles pointed at it)",
+            empty="(no model server: the models answer in process)")
+
     def heard(self, character_id: str, n: int = 20) -> Table:
         """The last ``n`` lines ``character_id`` heard in the world."""
         reader = getattr(self.world, "heard", None)
@@ -384,6 +399,22 @@ class ConsoleHelpers:
             return Refusal.of_lines([str(exc)])
         verdict = "approved" if approve else "refused"
         return Table.of_lines([f"{done['assistant']}: {done['tool']} {verdict}"])
+
+
+def _model_server_row(profile: str, status: Mapping[str, object]) -> tuple[object, ...]:
+    """One profile's row of :meth:`ConsoleHelpers.model_servers`."""
+    by_assistant = status.get("waiting_by_assistant")
+    waiting = str(status.get("waiting", 0))
+    if isinstance(by_assistant, Mapping) and by_assistant:
+        waiting += " (" + ", ".join(f"{name or '-'}: {count}"
+                                    for name, count in sorted(by_assistant.items())) + ")"
+    breakers = status.get("assistant_breakers")
+    breaker = str(status.get("breaker"))
+    if isinstance(breakers, Mapping) and breakers:
+        breaker += "; " + ", ".join(f"{name}: {state}" for name, state in breakers.items())
+    return (profile, status.get("server"), status.get("kind"), status.get("slots"),
+            status.get("in_flight"), waiting, f"{status.get('oldest_wait_s', 0)}s",
+            f"{status.get('mean_wait_s', 0)}s", status.get("granted"), breaker)
 
 
 def _status_row(name: str, st: Mapping[str, Any], now: float) -> tuple[Any, ...]:
