@@ -19,7 +19,9 @@ at the server, and the chat requests in the server's own access log next to
 the HTTP requests the client counted (each sent once?) with the seconds the
 server computed each one (its ``llama_perf_context_print`` lines).
 
-Usage: ``python3 scripts/llama/company_run.py`` (after ``make venv llama-server``).
+Usage: ``python3 scripts/llama/company_run.py`` (after ``make venv llama-server``);
+``COMPANY_RUN_SERVER_CACHE=1`` starts the server with its RAM prompt cache
+(``--cache true``), which keeps each assistant's evaluated prompt when they take turns.
 Everything listens on 127.0.0.1; the state goes to a temporary directory.
 """
 
@@ -47,6 +49,8 @@ EVERY = float(os.environ.get("COMPANY_RUN_EVERY", "40"))
 SECONDS = float(os.environ.get("COMPANY_RUN_SECONDS", "600"))
 GRACE = float(os.environ.get("COMPANY_RUN_GRACE", "180"))
 POLL = float(os.environ.get("COMPANY_RUN_POLL", "3"))
+SERVER_CACHE = os.environ.get("COMPANY_RUN_SERVER_CACHE", "") not in ("", "0")
+"""Start the server with ``--cache true`` (its RAM cache of evaluated prompts)."""
 EVENTS_PREFIX = "[EVENTS]"
 PLAYERS: tuple[tuple[str, str, str, dict[str, str]], ...] = (
     # (assistant, speaker, what the message looks like, how it is sent)
@@ -150,7 +154,8 @@ def main() -> int:
         [str(prepare.VENV / "bin" / "python"), "-m", "llama_cpp.server", "--model",
          str(prepare.MODEL), "--model_alias", "local", "--host", "127.0.0.1", "--port",
          str(model_port), "--n_ctx", "8192", "--chat_format", "chatml-function-calling",
-         "--n_threads", "1", "--n_threads_batch", "1"], stdout=model_log, stderr=model_log)
+         "--n_threads", "1", "--n_threads_batch", "1",
+         *(["--cache", "true"] if SERVER_CACHE else [])], stdout=model_log, stderr=model_log)
     service = None
     try:
         wait_for(f"http://127.0.0.1:{model_port}/v1/models")
@@ -198,7 +203,8 @@ def report(api: str, watch: Watch, elapsed: float, work: Path) -> None:
     sent, answered = watch.sent, watch.answered
     waits = sorted(answered[key] - sent[key] for key in answered)
     print(f"player messages sent: {len(sent)} over {elapsed:.0f}s (every {EVERY:g}s per "
-          f"player, for {SECONDS:g}s, then up to {GRACE:g}s to finish)")
+          f"player, for {SECONDS:g}s, then up to {GRACE:g}s to finish); server prompt cache "
+          f"{'on (--cache true)' if SERVER_CACHE else 'off (its default)'}")
     print(f"answered by a model answer that saw them: {len(answered)} of {len(sent)}")
     if waits:
         print(f"  time to answer: min {waits[0]:.0f}s, median {statistics.median(waits):.0f}s,"
