@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 
 from ai_tools.execution.history import ConversationHistory
+from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.loop.prompts import format_events
 
 __all__ = ["EventDelivery"]
@@ -38,8 +39,8 @@ __all__ = ["EventDelivery"]
 class _Batch:
     """Events delivered together and the ``[EVENTS]`` message that carries them."""
 
-    events: list[dict[str, Any]]
-    message: dict[str, Any]
+    events: list[JSONObject]
+    message: JSONMapping
 
 
 @attrs.define(eq=False)
@@ -66,7 +67,7 @@ class EventDelivery:
         return delivery
 
     @property
-    def events(self) -> list[dict[str, Any]]:
+    def events(self) -> list[JSONObject]:
         """Every event delivered, in order."""
         return [event for batch in self.batches for event in batch.events]
 
@@ -111,9 +112,8 @@ class EventDelivery:
         """Undo the delivery of the batches not taken; returns how many events went back."""
         open_batches = self._open()
         self.returned = True
-        events: list[dict[str, Any]] = []
         for batch in open_batches:
             self.history.take_back(batch.message)
-            events.extend(batch.events)
+        events = [event for batch in open_batches for event in batch.events]
         self.pending[:0] = events
         return len(events)
