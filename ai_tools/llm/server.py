@@ -77,11 +77,16 @@ class FairSlots:
         self.in_use = 0
         self._queues: OrderedDict[str | None, deque[_Waiter]] = OrderedDict()
         self.waiting = 0
+        self.granted = 0
+        """Slots handed out so far (at once or after a wait)."""
+        self.waited = 0.0
+        """Seconds the requests granted so far waited in the queue, together."""
 
     def acquire(self, party: str | None = None) -> defer.Deferred[float]:
         """A slot for ``party`` (an assistant's name; None for a call without one)."""
         if self.in_use < self.capacity and not self.waiting:
             self.in_use += 1
+            self.granted += 1
             return defer.succeed(0.0)
         if party not in self._queues and len(self._queues) >= MAX_PARTIES:
             party = None
@@ -107,6 +112,10 @@ class FairSlots:
         """How many requests each party has waiting (``""``: calls without a party)."""
         return {party or "": len(queue) for party, queue in self._queues.items()}
 
+    def mean_wait(self) -> float:
+        """Seconds a granted request waited on average (0.0 before the first)."""
+        return self.waited / self.granted if self.granted else 0.0
+
     def oldest_wait(self) -> float:
         """Seconds the longest-waiting request has waited (0.0 when none waits)."""
         now = self._clock.seconds()
@@ -122,7 +131,10 @@ class FairSlots:
                 del self._queues[party]
             self.waiting -= 1
             self.in_use += 1
-            waiter.deferred.callback(max(0.0, self._clock.seconds() - waiter.since))
+            waited = max(0.0, self._clock.seconds() - waiter.since)
+            self.granted += 1
+            self.waited += waited
+            waiter.deferred.callback(waited)
 
     def _leave(self, waiter: _Waiter) -> None:
         queue = self._queues.get(waiter.party)
@@ -208,12 +220,14 @@ class ModelServer:
         return not streaming and self.kind in KEEPS_COMPUTING
 
     def status(self) -> dict[str, Any]:
-        """The server as status pages show it: slots in use, requests waiting."""
+        """The server as status pages show it: slots in use, requests waiting (by
+        assistant, the oldest's wait), requests granted a slot and their mean wait."""
         slots = self.slots
         return {"server": self.key, "kind": self.kind, "slots": slots.capacity,
                 "slots_source": self.slots_source, "in_flight": slots.in_use,
                 "waiting": slots.waiting, "waiting_by_assistant": slots.waiting_by_party(),
                 "oldest_wait_s": round(slots.oldest_wait(), 3),
+                "granted": slots.granted, "mean_wait_s": round(slots.mean_wait(), 3),
                 "breaker": self.breaker.state.value}
 
 

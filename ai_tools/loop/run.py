@@ -4,9 +4,11 @@
 iteration of :func:`_run` is the spec's steps, one function each:
 
 1. continuation check (stop requests, token usage, iteration cap);
-2. build the messages — the status (step, remaining tool budget, any token
-   advisory) is regenerated every iteration, at the end of the system prompt or,
-   with ``status_at_end``, in a system message after the history;
+2. build the messages — what the assistant heard since the last model call
+   joins the history first (:mod:`ai_tools.loop.events`); the status (step,
+   remaining tool budget, any token advisory) is regenerated every iteration,
+   at the end of the system prompt or, with ``status_at_end``, in a system
+   message after the history;
 3. call the model (streamed or not; a stop cancels the request in flight);
 4. parse the tool calls (native or fallback; exit tools become signals);
 5. to 8. run them in order (:func:`ai_tools.loop.calls.run_calls`): gate and
@@ -86,6 +88,7 @@ def _run(run: LoopRun) -> _Steps:
             continuation = _check_continuation(run)                       # 1
             if continuation is None:
                 break
+            run.deliver_heard()                      # what was heard meanwhile joins
             messages = _build_messages(run, plan, continuation)           # 2
             response = yield from _call_model(run, plan, messages)        # 3
             if response is None:

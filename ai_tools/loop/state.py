@@ -143,6 +143,21 @@ class LoopRun:
             run.nudge = (len(history), tick_message(ctx.reflection))
         return run
 
+    def deliver_heard(self) -> int:
+        """What the assistant heard since the last model call joins the history before
+        the next one (:meth:`EventDelivery.deliver_heard`): a player who speaks while a
+        long loop runs waits one model call, not the rest of the loop.  A reflection
+        takes none.  Returns how many events joined."""
+        ctx = self.ctx
+        if ctx.reflection or not ctx.pending_events:
+            return 0
+        if self.delivery is not None:
+            return self.delivery.deliver_heard()
+        self.delivery = EventDelivery.deliver(ctx.pending_events, self.history)
+        ctx.control.delivery = self.delivery
+        self.nudge = None  # not "no new events" any more
+        return len(self.delivery.events) if self.delivery is not None else 0
+
     def plan_for(self, persona: str) -> RequestPlan:
         """The request plan for ``persona`` (the same plan while the persona holds).
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Mapping
-from typing import Any, cast
+from collections.abc import Callable, Generator, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from twisted.application.service import IService, MultiService
 from twisted.internet import defer, error
@@ -41,6 +41,11 @@ from ai_tools.errors import AIToolsError
 from ai_tools.settings import near_name
 from ai_tools.standalone.config import Config, ModelSpec, split_endpoint
 from ai_tools.standalone.gc_tuning import GCTuning, tuning_from_environ
+
+if TYPE_CHECKING:
+    from ai_tools.llm.client import OpenAIChatClient
+    from ai_tools.llm.scripted import TestServer
+    from ai_tools.service.service import AssistantService
 
 __all__ = ["StandaloneService", "build_service", "busy_ports", "describe_failure"]
 
@@ -161,8 +166,8 @@ class StandaloneService(MultiService):
         self.registry: Any = None
         self.mcp_client: Any = None
         """The :class:`~ai_tools.mcp.servers.McpClientService` (None without MCP servers)."""
-        self.clients: dict[str, Any] = {}
-        self.scripted: dict[str, Any] = {}
+        self.clients: dict[str, OpenAIChatClient] = {}
+        self.scripted: dict[str, TestServer] = {}
         self.listeners: dict[str, IService] = {}
         self.addresses: dict[str, str] = {}
         self.failure: str | None = None
@@ -280,7 +285,7 @@ class StandaloneService(MultiService):
             # never fails, and a slow server does not hold the start (its first call waits)
             client.learn_context_window()
 
-    def _start_scripted(self, spec: ModelSpec) -> defer.Deferred[Any]:
+    def _start_scripted(self, spec: ModelSpec) -> defer.Deferred[TestServer]:
         from ai_tools.llm.scripted import Script, start_test_server
 
         assert spec.scenario is not None
@@ -357,7 +362,7 @@ class StandaloneService(MultiService):
             # the config file seeds, the store keeps; the last change wins (see roster)
             yield start_assistants(service, self.config.assistants)
 
-    def _start_mcp_client(self, service: Any) -> None:
+    def _start_mcp_client(self, service: AssistantService) -> None:
         """The MCP servers of ``[mcp.servers]``, connected before the assistants tick.
 
         A child of this service started before the assistants' (so stopped after
@@ -374,7 +379,7 @@ class StandaloneService(MultiService):
         self.mcp_client.setServiceParent(self)
         service.tool_sources = self.mcp_client
 
-    def _share_assistants(self, service: Any) -> defer.Deferred[None]:
+    def _share_assistants(self, service: AssistantService) -> defer.Deferred[None]:
         """With PostgreSQL this process is one worker of several: it runs the assistants
         whose lease it holds (:mod:`ai_tools.service.leases`)."""
         import socket
@@ -449,7 +454,7 @@ class StandaloneService(MultiService):
         self.listeners[name] = listener
         cast(Any, listener).setServiceParent(self)  # listens now; raises if it cannot
 
-    def namespace(self) -> dict[str, Any]:
+    def namespace(self) -> dict[str, object]:
         """The manhole's globals: the service, the world, the registry, the store, the config."""
         return {"service": self.assistants, "world": self.world, "registry": self.registry,
                 "store": self.store, "config": self.config, "app": self}
@@ -480,9 +485,9 @@ class StandaloneService(MultiService):
         """Wait for start-up to settle, stop listeners then assistants, close everything."""
         startup = self._startup
         if startup is not None and not startup.called:
-            waiting: defer.Deferred[Any] = defer.Deferred()
+            waiting: defer.Deferred[None] = defer.Deferred()
 
-            def settled(result: Any) -> Any:
+            def settled(result: object) -> object:
                 waiting.callback(None)
                 return result
 
@@ -514,7 +519,8 @@ class StandaloneService(MultiService):
 
     @staticmethod
     @defer.inlineCallbacks
-    def _quietly(fn: Callable[[], Any], what: str) -> Any:
+    def _quietly(fn: Callable[[], object], what: str
+                 ) -> Generator[defer.Deferred[object], object, None]:
         try:
             yield defer.maybeDeferred(fn)
         except Exception as exc:

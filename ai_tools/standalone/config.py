@@ -99,7 +99,7 @@ _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", dict: 
                float: "a number", list: "a list"}
 
 
-def _check_kind(value: Any, allowed: tuple[type, ...], key: str) -> None:
+def _check_kind(value: object, allowed: tuple[type, ...], key: str) -> None:
     """ConfigError unless ``value`` is one of ``allowed`` (a bool only when bool is; a
     float only when finite: TOML has ``nan`` and ``inf``)."""
     if isinstance(value, float) and float in allowed and not is_number(value):
@@ -257,7 +257,7 @@ def split_endpoint(description: str) -> list[str]:
     return re.split(r"(?<!\\):", description)
 
 
-def listen_endpoint(value: Any, key: str) -> str | None:
+def listen_endpoint(value: object, key: str) -> str | None:
     """A server endpoint string from a config value; None means the listener is off.
 
     Accepts a port number (``8080``), ``host:port`` (``0.0.0.0:8080``), an
@@ -442,7 +442,7 @@ def _check_keys(data: Mapping[str, Any], where: str, known: Any) -> None:
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
-def _label(name: Any) -> str:
+def _label(name: object) -> str:
     """A name as it may appear in a key path: plain when it is plain, else quoted."""
     text = str(name)
     return text if _PLAIN_NAME.fullmatch(text) else repr(text)
@@ -453,7 +453,7 @@ def _one_line(message: str) -> str:
     return message.replace("\r", "\\r").replace("\n", "\\n")
 
 
-def _type_name(value: Any) -> str:
+def _type_name(value: object) -> str:
     if isinstance(value, list):
         return "a list"
     if isinstance(value, str):
@@ -699,7 +699,7 @@ def _tool_lists(config: Mapping[str, Any], where: str) -> Iterator[tuple[str, An
                 yield f"{where}.contexts.{context}.allowed_tools", sub["allowed_tools"]
 
 
-def _unknown_tool(key: str, name: Any, registry: ToolRegistry) -> ConfigError:
+def _unknown_tool(key: str, name: object, registry: ToolRegistry) -> ConfigError:
     names = [t.name for t in registry.get_all_tools()]
     close = difflib.get_close_matches(str(name), names, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else " (see docs/tools.md for the names)"

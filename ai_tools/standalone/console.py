@@ -45,7 +45,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from twisted.application.service import MultiService
 from twisted.conch import manhole, manhole_ssh
@@ -73,6 +73,18 @@ from ai_tools.standalone.file_modes import (
     make_private_directories,
 )
 from ai_tools.web.listen import ListeningService, binds_locally
+
+if TYPE_CHECKING:
+    from twisted.conch.ssh.session import SSHSessionProcessProtocol
+    from twisted.internet.interfaces import IListeningPort
+
+    from ai_tools.interfaces import IWorld
+    from ai_tools.service.scheduling import Clock
+    from ai_tools.service.service import AssistantService
+    from ai_tools.tools.registry import ToolRegistry
+
+Namespace = dict[str, object]
+"""The console's globals: the objects and helpers a statement sees."""
 
 __all__ = [
     "AuthorizedKeysFile",
@@ -120,7 +132,7 @@ class Table(str):
     def build(
         cls,
         headers: Sequence[str],
-        rows: Iterable[Sequence[Any]],
+        rows: Iterable[Sequence[object]],
         *,
         title: str = "",
         footer: str = "",
@@ -152,7 +164,7 @@ class Refusal(Table):
     """A Table saying why a helper did nothing (an unknown name): ``ssh host CMD`` exits 1."""
 
 
-def _cell(value: Any, width: int) -> str:
+def _cell(value: object, width: int) -> str:
     if value is None:
         text = "-"
     elif isinstance(value, float):
@@ -168,7 +180,8 @@ def _cell(value: Any, width: int) -> str:
 # -- the namespace ------------------------------------------------------------------
 
 
-def console_namespace(service: Any, world: Any, registry: Any) -> dict[str, Any]:
+def console_namespace(service: AssistantService, world: IWorld | None,
+                      registry: ToolRegistry) -> Namespace:
     """The console's globals: ``service``, ``world``, ``registry`` and the helpers."""
     helpers = ConsoleHelpers(service, world, registry)
     return {
@@ -182,6 +195,7 @@ def console_namespace(service: Any, world: Any, registry: Any) -> dict[str, Any]
         "stop": helpers.stop,
         "tools": helpers.tools,
         "cache_stats": helpers.cache_stats,
+        "model_servers": helpers.model_servers,
         "heard": helpers.heard,
         "approvals": helpers.approvals,
         "approve": helpers.approve,
@@ -190,7 +204,7 @@ def console_namespace(service: Any, world: Any, registry: Any) -> dict[str, Any]
     }
 
 
-def with_helpers(namespace: Mapping[str, Any]) -> dict[str, Any]:
+def with_helpers(namespace: Mapping[str, object]) -> Namespace:
     """``namespace`` plus the helpers over its ``service`` (names it already has are kept).
 
     So a host that builds its own namespace (``service``, ``world``,
@@ -202,7 +216,10 @@ def with_helpers(namespace: Mapping[str, Any]) -> dict[str, Any]:
         return merged
     registry = merged.get("registry", getattr(service, "registry", None))
     world = merged.get("world", getattr(service, "world", None))
-    for key, value in console_namespace(service, world, registry).items():
+    # whatever the host put under these names is what the helpers use
+    helpers = console_namespace(cast("AssistantService", service), cast("IWorld | None", world),
+                                cast("ToolRegistry", registry))
+    for key, value in helpers.items():
         merged.setdefault(key, value)
     return merged
 
@@ -210,7 +227,8 @@ def with_helpers(namespace: Mapping[str, Any]) -> dict[str, Any]:
 class ConsoleHelpers:
     """The helper functions of the console namespace (each returns a Table or a Deferred)."""
 
-    def __init__(self, service: Any, world: Any, registry: Any) -> None:
+    def __init__(self, service: AssistantService, world: IWorld | None,
+                 registry: ToolRegistry) -> None:
         self.service = service
         self.world = world
         self.registry = registry
@@ -233,6 +251,8 @@ class ConsoleHelpers:
             ("tools()", "the registered tools"),
             ("cache_stats()", "tool cache hits, misses and entries per assistant"
                               " (since this start; hits in all beside them)"),
+            ("model_servers()", "each model profile's server: slots, requests in flight "
+                                "and waiting (by assistant), waits, breakers"),
             ("heard(character_id, n=20)", "what a character heard in the world"),
             ("approvals()", "the tool calls waiting for an operator's approval"),
             ("approve(id)", "let a waiting call run"),
@@ -282,26 +302,22 @@ class ConsoleHelpers:
         unknown = self._unknown(name)
         if unknown is not None:
             return unknown
-        d: defer.Deferred[Any] = self.service.send(
-            name, {"type": "say", "from": "console", "text": str(text)})
+        sent = self.service.send(name, {"type": "say", "from": "console", "text": str(text)})
         queued = f"queued for {name}: {text!r}"
         if not wait:
-            d.addCallback(lambda _: Table.of_lines([queued]).later())
-            return d
+            return sent.addCallback(lambda _: Table.of_lines([queued]).later())
         # The event's tick may have started already (it wakes the assistant):
         # run_tick then waits for that one instead of answering "already ticking".
-        d.addCallback(lambda _: self.service.run_tick(name))
-        d.addCallback(lambda result: Table.of_lines([queued, _tick_table(result)]).later())
-        return d
+        ticked = sent.addCallback(lambda _: self.service.run_tick(name))
+        return ticked.addCallback(
+            lambda result: Table.of_lines([queued, _tick_table(result)]).later())
 
     def tick(self, name: str) -> Table | defer.Deferred[Table]:
         """Run one tick of ``name`` now (or wait for the one running); fires with what it did."""
         unknown = self._unknown(name)
         if unknown is not None:
             return unknown
-        d: defer.Deferred[Any] = self.service.run_tick(name)
-        d.addCallback(lambda result: _tick_table(result).later())
-        return d
+        return self.service.run_tick(name).addCallback(lambda result: _tick_table(result).later())
 
     def stop(self, name: str) -> Table:
         """Kill what ``name`` is doing (its model call or tool in flight)."""
@@ -343,6 +359,18 @@ class ConsoleHelpers:
                             "hits in all"), rows,
                            title="tool cache since this start (hits in all: every start, "
                                  "the assistant's cache_hits counter)")
+
+    def model_servers(self) -> Table:
+        """Each model profile's server: its slots, the requests in flight and waiting in the
+        service's queue (by assistant), the oldest and mean waits, the breakers."""
+        statuses = self.service.stats().get("model_servers") or {}
+        rows = [_model_server_row(profile, status)
+                for profile, status in sorted(statuses.items())]
+        return Table.build(
+            ("profile", "server", "kind", "slots", "in flight", "waiting", "oldest wait",
+             "mean wait", "granted", "breaker"), rows, width=70,
+            title="model servers (a server's queue is shared by the profiles pointed at it)",
+            empty="(no model server: the models answer in process)")
 
     def heard(self, character_id: str, n: int = 20) -> Table:
         """The last ``n`` lines ``character_id`` heard in the world."""
@@ -386,7 +414,23 @@ class ConsoleHelpers:
         return Table.of_lines([f"{done['assistant']}: {done['tool']} {verdict}"])
 
 
-def _status_row(name: str, st: Mapping[str, Any], now: float) -> tuple[Any, ...]:
+def _model_server_row(profile: str, status: Mapping[str, object]) -> tuple[object, ...]:
+    """One profile's row of :meth:`ConsoleHelpers.model_servers`."""
+    by_assistant = status.get("waiting_by_assistant")
+    waiting = str(status.get("waiting", 0))
+    if isinstance(by_assistant, Mapping) and by_assistant:
+        waiting += " (" + ", ".join(f"{name or '-'}: {count}"
+                                    for name, count in sorted(by_assistant.items())) + ")"
+    breakers = status.get("assistant_breakers")
+    breaker = str(status.get("breaker"))
+    if isinstance(breakers, Mapping) and breakers:
+        breaker += "; " + ", ".join(f"{name}: {state}" for name, state in breakers.items())
+    return (profile, status.get("server"), status.get("kind"), status.get("slots"),
+            status.get("in_flight"), waiting, f"{status.get('oldest_wait_s', 0)}s",
+            f"{status.get('mean_wait_s', 0)}s", status.get("granted"), breaker)
+
+
+def _status_row(name: str, st: Mapping[str, Any], now: float) -> tuple[object, ...]:
     """One assistant's row of :meth:`ConsoleHelpers.status`."""
     last = st.get("last_tick") or {}
     last_text = (f"#{last.get('tick')} {last.get('status')}"
@@ -444,7 +488,7 @@ _SPOKEN = {"say": "said", "pose": "posed", "emit": "emitted", "whisper": "whispe
 """The world's message kinds a tool's result reports, and how ``tick()`` prints them."""
 
 
-def _spoken(results: Iterable[Mapping[str, Any]]) -> list[str]:
+def _spoken(results: Iterable[Mapping[str, object]]) -> list[str]:
     """What the players heard: the delivered text of each successful say, pose, whisper…"""
     lines = []
     for entry in results:
@@ -598,12 +642,12 @@ class PasswordFileChecker:
     credentialInterfaces = (credentials.IUsernamePassword,)
 
     def __init__(self, path: str | os.PathLike[str],
-                 run: Callable[..., defer.Deferred[Any]] | None = None) -> None:
+                 run: Callable[..., defer.Deferred[bool]] | None = None) -> None:
         self.path = Path(path).expanduser()
         read_password_file(self.path)  # refuse a bad file at start-up
         self._run = run or threads.deferToThread
 
-    def requestAvatarId(self, creds: Any) -> defer.Deferred[bytes]:
+    def requestAvatarId(self, creds: credentials.IUsernamePassword) -> defer.Deferred[bytes]:
         """Fires with the user name, or fails with UnauthorizedLogin."""
         try:
             users = read_password_file(self.path)
@@ -613,7 +657,7 @@ class PasswordFileChecker:
         username = creds.username.decode("utf-8", "replace")
         encoded = users.get(username)
         # An unknown user costs a hash check too, so timing does not tell names apart.
-        d: defer.Deferred[Any] = self._run(verify_password, creds.password,
+        d: defer.Deferred[bool] = self._run(verify_password, creds.password,
                       encoded or _dummy_hash(users.values()))
 
         def checked(ok: bool) -> bytes:
@@ -622,8 +666,7 @@ class PasswordFileChecker:
             log.info("Manhole: refused a password login as {user}", user=username)
             raise cred_error.UnauthorizedLogin("wrong user name or password")
 
-        d.addCallback(checked)
-        return d
+        return d.addCallback(checked)
 
 
 @implementer(IAuthorizedKeysDB)
@@ -762,7 +805,7 @@ class ConsoleSessionTransport:
 class _Pipe:
     """The minimal transport each side of the session sees."""
 
-    def __init__(self, write: Callable[[bytes], Any], close: Callable[[], Any]) -> None:
+    def __init__(self, write: Callable[[bytes], object], close: Callable[[], object]) -> None:
         self.write = write
         self.loseConnection = close
 
@@ -773,10 +816,10 @@ class _Pipe:
 class ConsoleSession(manhole_ssh.TerminalSession):
     """A manhole session: the interactive console, or one statement run by ``ssh host CMD``."""
 
-    namespace: dict[str, Any] = {}
-    reactor: Any = None
+    namespace: Namespace = {}
+    reactor: Clock | None = None
 
-    def windowChanged(self, newWindowSize: Any) -> None:
+    def windowChanged(self, newWindowSize: object) -> None:
         """The client's terminal was resized: nothing to redraw, ignore it."""
 
     def eofReceived(self) -> None:
@@ -801,7 +844,7 @@ class ConsoleRealm(manhole_ssh.TerminalRealm):
 
     sessionFactory = ConsoleSession
 
-    def __init__(self, namespace: dict[str, Any], reactor: Any = None) -> None:
+    def __init__(self, namespace: Namespace, reactor: Clock | None = None) -> None:
         super().__init__(ConsoleSessionTransport)
         self.namespace = namespace
         self.reactor = reactor
@@ -822,7 +865,7 @@ class ConsoleRealm(manhole_ssh.TerminalRealm):
         return user
 
 
-def run_statement(namespace: dict[str, Any], source: str, proto: Any) -> None:
+def run_statement(namespace: Namespace, source: str, proto: SSHSessionProcessProtocol) -> None:
     """Run ``source`` in ``namespace``, write its output (and value) to ``proto``, end it.
 
     A Deferred value is waited for.  Exit status 0, or 1 after an exception.
@@ -840,7 +883,7 @@ def run_statement(namespace: dict[str, Any], source: str, proto: Any) -> None:
         output.show(value)
 
 
-def _evaluate(namespace: dict[str, Any], source: str, output: _StatementOutput) -> Any:
+def _evaluate(namespace: Namespace, source: str, output: _StatementOutput) -> object:
     """The value of ``source`` (None for statements), with ``print`` going to ``output``."""
     stdout = sys.stdout
     sys.stdout = output
@@ -858,7 +901,7 @@ def _evaluate(namespace: dict[str, Any], source: str, output: _StatementOutput) 
 class _StatementOutput:
     """What one ``ssh host CMD`` prints, and its exit status (a file-like for ``print``)."""
 
-    def __init__(self, proto: Any) -> None:
+    def __init__(self, proto: SSHSessionProcessProtocol) -> None:
         self.proto = proto
 
     def write(self, text: str) -> int:
@@ -874,7 +917,7 @@ class _StatementOutput:
                   else internet_error.ProcessTerminated(exitCode=code))
         self.proto.processEnded(Failure(reason))
 
-    def show(self, result: Any) -> None:
+    def show(self, result: object) -> None:
         if result is not None:
             self.write(repr(result).lstrip("\n") + "\n")
         self.finish(1 if isinstance(result, Refusal) else 0)
@@ -932,26 +975,27 @@ class ConsoleFactory(manhole_ssh.ConchFactory):
 class ConsoleService(MultiService):
     """The manhole: one SSH listener (and nothing else)."""
 
-    def __init__(self, factory: ConsoleFactory, endpoint: str, reactor: Any = None) -> None:
+    def __init__(self, factory: ConsoleFactory, endpoint: str,
+                 reactor: Clock | None = None) -> None:
         super().__init__()
         self.factory = factory
         self.endpoint = endpoint
         self.listener = ListeningService(endpoint, factory, reactor=reactor)
         self.listener.setServiceParent(self)
 
-    def when_listening(self) -> defer.Deferred[Any]:
+    def when_listening(self) -> defer.Deferred[IListeningPort]:
         """Fires with the ``IListeningPort`` once listening."""
         return self.listener.when_listening()
 
 
 def make_manhole_service(
-    namespace: dict[str, Any],
+    namespace: Mapping[str, object],
     *,
     endpoint: str = "tcp:2222:interface=127.0.0.1",
     authorized_keys: str | os.PathLike[str] | None = None,
     password_file: str | os.PathLike[str] | None = None,
     host_key: str | os.PathLike[str] | None = None,
-    reactor: Any = None,
+    reactor: Clock | None = None,
 ) -> ConsoleService:
     """The manhole over SSH on ``endpoint`` (strports), with ``namespace`` as its globals.
 
@@ -967,7 +1011,7 @@ def make_manhole_service(
     if authorized_keys is None and password_file is None:
         raise ConfigError("the manhole needs authorized_keys or password_file: "
                           "it runs arbitrary code and is never open without a login")
-    checkers: list[Any] = []
+    checkers: list[SSHPublicKeyChecker | PasswordFileChecker] = []
     if authorized_keys is not None:
         checkers.append(SSHPublicKeyChecker(cast(Any, AuthorizedKeysFile(authorized_keys))))
     if password_file is not None:
@@ -977,7 +1021,8 @@ def make_manhole_service(
         log.warn("The manhole listens on {endpoint}, reachable from other machines: "
                  "it runs arbitrary code as this process", endpoint=endpoint)
     realm = ConsoleRealm(with_helpers(namespace), reactor)
-    factory = ConsoleFactory(portal.Portal(cast(Any, realm), checkers), key)
+    factory = ConsoleFactory(portal.Portal(cast(Any, realm),
+                                           cast("list[ICredentialsChecker]", checkers)), key)
     return ConsoleService(factory, endpoint, reactor=reactor)
 
 

@@ -26,7 +26,7 @@ import os
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, cast
 
 from twisted.internet import defer, task
 from twisted.logger import (
@@ -38,6 +38,19 @@ from twisted.logger import (
     textFileLogObserver,
 )
 from twisted.python.failure import Failure
+
+from ai_tools.json_types import JSONMapping
+
+if TYPE_CHECKING:
+    from twisted.internet.interfaces import IReactorTime
+    from twisted.logger import ILogFilterPredicate, ILogObserver
+
+    from ai_tools.llm.events import ToolCall
+    from ai_tools.service.service import AssistantService
+    from ai_tools.service.tick import TickResult
+    from ai_tools.standalone.app import StandaloneService
+    from ai_tools.standalone.config import Config
+    from ai_tools.world.messages import WorldMessage
 
 __all__ = ["PLAYER_LINES", "StepPrinter", "main", "run_demo", "summarise_result"]
 
@@ -64,19 +77,24 @@ Write = Callable[[str], None]
 # -- what the steps say ------------------------------------------------------------
 
 
-def _short(value: Any, limit: int = 90) -> str:
+def _short(value: object, limit: int = 90) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _keys(items: Any) -> str:
+def _number(value: object) -> float:
+    """A number of an event (0.0 when it has none)."""
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def _keys(items: object) -> str:
     if not isinstance(items, list):
         return ""
     return ", ".join(str(i.get("key", i.get("id", "?"))) for i in items if isinstance(i, Mapping))
 
 
-def summarise_result(result: Any) -> str:
+def summarise_result(result: object) -> str:
     """One line saying what a tool returned (the whole result is in the history)."""
     if not isinstance(result, Mapping):
         return _short(result)
@@ -116,7 +134,7 @@ def summarise_result(result: Any) -> str:
     return "; ".join(parts)
 
 
-ResultOf = Callable[[str, str], Any]
+ResultOf = Callable[[str, str], object]
 """``result_of(tool_call_id, tool)``: the decoded result of a finished call, from the history."""
 
 
@@ -135,22 +153,22 @@ class StepPrinter:
         self.tool_names = tool_names
         self.thinking: list[str] = []
         self.said = ""
-        self.written_calls: list[Any] = []
+        self.written_calls: list[ToolCall] = []
 
-    def __call__(self, event: Mapping[str, Any]) -> None:
+    def __call__(self, event: JSONMapping) -> None:
         handler = getattr(self, f"_on_{event.get('type')}", None)
         if handler is not None:
             handler(event)
 
-    def _on_iteration(self, event: Mapping[str, Any]) -> None:
+    def _on_iteration(self, event: JSONMapping) -> None:
         self.thinking = []
         self.write(f"  step {event.get('iteration')}: asking the model "
                    f"({event.get('usage_percent', 0)}% of the context used)")
 
-    def _on_text_delta(self, event: Mapping[str, Any]) -> None:
+    def _on_text_delta(self, event: JSONMapping) -> None:
         self.thinking.append(str(event.get("text", "")))
 
-    def _on_tool_call(self, event: Mapping[str, Any]) -> None:
+    def _on_tool_call(self, event: JSONMapping) -> None:
         reasoning = self._reasoning_for(str(event.get("tool")))
         if reasoning:
             self.write(f"    reasoning: {_short(reasoning, 100)}")
@@ -158,25 +176,25 @@ class StepPrinter:
         self.write(f"    tool:      {event.get('tool')}({_short(arguments, 80)})"
                    f"  [{event.get('category') or '?'}]")
 
-    def _on_tool_result(self, event: Mapping[str, Any]) -> None:
-        ms = float(event.get("duration_ms") or 0.0)
+    def _on_tool_result(self, event: JSONMapping) -> None:
+        ms = _number(event.get("duration_ms"))
         cache = ", cache hit" if event.get("from_cache") else ""
         status = "ok" if event.get("success") else str(event.get("status", "failed"))
         result = self.result_of(str(event.get("tool_call_id", "")), str(event.get("tool", "")))
         self.write(f"    result:    {status} in {ms:.1f} ms{cache}: {summarise_result(result)}")
 
-    def _on_signal(self, event: Mapping[str, Any]) -> None:
+    def _on_signal(self, event: JSONMapping) -> None:
         self.write(f"    signal:    {event.get('tool_name')}"
                    f"({_short(event.get('arguments') or {}, 60)})")
 
-    def _on_termination(self, event: Mapping[str, Any]) -> None:
+    def _on_termination(self, event: JSONMapping) -> None:
         thought = "".join(self.thinking).strip()
         if thought:
             self.write(f"    answer:    {_short(thought, 100)}")
         error = f" ({_short(event.get('error'), 160)})" if event.get("error") else ""
         self.write(f"  loop ended: {event.get('reason')}{error} after "
                    f"{event.get('iterations')} step(s), "
-                   f"{float(event.get('duration_ms') or 0) / 1000:.2f} s")
+                   f"{_number(event.get('duration_ms')) / 1000:.2f} s")
 
     def _reasoning_for(self, tool: str) -> str:
         """What the model wrote with this call: its text, without a call written as JSON
@@ -198,18 +216,20 @@ class StepPrinter:
         return " ".join(part for part in (said, call.reasoning or "") if part)
 
 
-def _result_lookup(service: Any, name: str) -> ResultOf:
+def _result_lookup(service: AssistantService, name: str) -> ResultOf:
     """Finds a call's result in the history: a ``tool`` message answering its id, or (fallback
     tool calling, where results are user messages) the latest result of that tool."""
     from ai_tools.history_format import fallback_result_parts
 
-    def decoded(content: Any) -> Any:
+    def decoded(content: object) -> object:
+        if not isinstance(content, str | bytes | bytearray) and content is not None:
+            return content
         try:
             return json.loads(content or "null")
-        except (TypeError, ValueError):
+        except ValueError:
             return content
 
-    def result_of(call_id: str, tool: str) -> Any:
+    def result_of(call_id: str, tool: str) -> object:
         for message in reversed(service.get(name).history.messages):
             if message.get("role") == "tool" and message.get("tool_call_id") == call_id:
                 return decoded(message.get("content"))
@@ -230,7 +250,7 @@ IGNORED = ("config", "db", "db_dsn", "http", "manhole")
 """Settings a variable cannot change for the demo."""
 
 
-def model_line(config: Any) -> str:
+def model_line(config: Config) -> str:
     """Which model plays Pip, as the demo announces it."""
     from ai_tools.settings import setting
 
@@ -267,35 +287,40 @@ def fresh_state(state_dir: Path) -> Path:
     return db
 
 
-@defer.inlineCallbacks
-def seed_memory(db: Path, reactor: Any) -> Any:
+async def seed_memory(db: Path, reactor: IReactorTime) -> None:
     """Give Pip one memory about Bob before the service starts (so she can recall it)."""
     from ai_tools.store.sqlite import SQLiteStore
     from ai_tools.tools.records import MEMORIES
 
     store = SQLiteStore(str(db), clock=reactor, reactor=reactor)
-    yield store.open()
+    await store.open()
     try:
         content, metadata = SEED_MEMORY
-        yield store.add_record(ASSISTANT, MEMORIES, content, dict(metadata))
+        await store.add_record(ASSISTANT, MEMORIES, content, dict(metadata))
     finally:
-        yield store.close()
+        await store.close()
 
 
 # -- the demo ----------------------------------------------------------------------
 
 
-@defer.inlineCallbacks
 def run_demo(
-    reactor: Any,
+    reactor: IReactorTime,
     write: Write,
     *,
     state_dir: Path,
     environ: Mapping[str, str],
     timeout: float = DEFAULT_TIMEOUT,
     config_path: Path = EXAMPLES / "assistant.toml",
-) -> Any:
+) -> defer.Deferred[int]:
     """Run the demo, printing through ``write``; fires with the exit status."""
+    return defer.Deferred.fromCoroutine(_run_demo(reactor, write, state_dir=state_dir,
+                                                  environ=environ, timeout=timeout,
+                                                  config_path=config_path))
+
+
+async def _run_demo(reactor: IReactorTime, write: Write, *, state_dir: Path,
+                    environ: Mapping[str, str], timeout: float, config_path: Path) -> int:
     from ai_tools.errors import ConfigError
     from ai_tools.standalone.app import build_service, describe_failure
     from ai_tools.standalone.config import Overrides, load_config
@@ -314,21 +339,21 @@ def run_demo(
               f"{shown(db)}, without listeners)")
     real_model = any(not spec.scripted for spec in config.models.values())
     _introduce(write, model_line(config), db, state_dir)
-    yield seed_memory(db, reactor)
+    await seed_memory(db, reactor)
     write(f"Pip remembers one thing already: {SEED_MEMORY[0]!r}")
 
     app = build_service(config, reactor=reactor)
     app.startService()
     try:
         try:
-            yield app.when_ready()
+            await app.when_ready()
         except Exception as exc:
             write(f"demo: the service did not start: {describe_failure(exc)}")
             return 1
-        status = yield _converse(app, write, reactor, timeout, real_model=real_model)
-        yield _print_summary(app, write)
+        status = await _converse(app, write, reactor, timeout, real_model=real_model)
+        await _print_summary(app, write)
     finally:
-        yield app.stopService()
+        await app.stopService()
     write("")
     write("The service stopped cleanly (state saved, store closed)." if status == 0
           else "The service stopped.")
@@ -345,9 +370,8 @@ def _introduce(write: Write, model: str, db: Path, state_dir: Path) -> None:
           f"{shown(state_dir / 'demo.log')})")
 
 
-@defer.inlineCallbacks
-def _converse(app: Any, write: Write, reactor: Any, timeout: float, *,
-              real_model: bool) -> Any:
+async def _converse(app: StandaloneService, write: Write, reactor: IReactorTime,
+                    timeout: float, *, real_model: bool) -> int:
     """Bob says each of his lines and waits for Pip; fires with the exit status."""
     service, world = app.assistants, app.world
     write(f"Service: {len(service.names())} assistants hosted ({', '.join(service.names())}) "
@@ -357,8 +381,8 @@ def _converse(app: Any, write: Write, reactor: Any, timeout: float, *,
     stop_observing = service.add_observer(printer, ASSISTANT)
     heard: list[str] = []
 
-    def bob_hears(message: Any) -> None:
-        if getattr(message, "sender_id", None) == f"char:{ASSISTANT}":
+    def bob_hears(message: WorldMessage) -> None:
+        if message.sender_id == f"char:{ASSISTANT}":
             line = message.render()
             heard.append(line)
             write(f"  Bob hears: {line}")
@@ -370,12 +394,12 @@ def _converse(app: Any, write: Write, reactor: Any, timeout: float, *,
             write(f'Bob, in {world.describe_location(PLAYER)["room"]["key"]}, says: "{line}"')
             said_before = len(heard)
             world.message_location(PLAYER, line)
-            tick = yield _answer(service, reactor, timeout)
+            tick = await _answer(service, reactor, timeout)
             problem = _no_answer(tick, timeout, real_model)
             if problem:
                 write(problem)
                 return 1
-            if len(heard) == said_before:
+            if len(heard) == said_before and tick is not None and tick.loop is not None:
                 reply = tick.loop.text.strip()
                 write(f"  Pip said nothing in the room{': ' + repr(reply) if reply else '.'}")
     finally:
@@ -384,8 +408,8 @@ def _converse(app: Any, write: Write, reactor: Any, timeout: float, *,
     return 0
 
 
-@defer.inlineCallbacks
-def _answer(service: Any, reactor: Any, timeout: float) -> Any:
+async def _answer(service: AssistantService, reactor: IReactorTime, timeout: float
+                  ) -> TickResult | None:
     """The tick that answers what Bob just said (None when none came within ``timeout``).
 
     Bob's line is already queued: ``run_tick`` starts the tick that takes it,
@@ -396,7 +420,7 @@ def _answer(service: Any, reactor: Any, timeout: float) -> Any:
         ticking = service.run_tick(ASSISTANT)
         ticking.addTimeout(timeout, reactor)
         try:
-            tick = yield ticking
+            tick = await ticking
         except defer.TimeoutError:
             return None
         if tick.loop is not None or not service.get(ASSISTANT).pending_events:
@@ -404,7 +428,7 @@ def _answer(service: Any, reactor: Any, timeout: float) -> Any:
     return tick
 
 
-def _no_answer(tick: Any, timeout: float, real_model: bool) -> str:
+def _no_answer(tick: TickResult | None, timeout: float, real_model: bool) -> str:
     """Why Bob got no answer (empty when he got one)."""
     if tick is None:
         return f"  (no answer within {timeout:.0f} s)"
@@ -425,13 +449,12 @@ def _no_answer(tick: Any, timeout: float, real_model: bool) -> str:
                                               if loop.error else ".")
 
 
-@defer.inlineCallbacks
-def _print_summary(app: Any, write: Write) -> Any:
+async def _print_summary(app: StandaloneService, write: Write) -> None:
     from ai_tools.tools.records import MEMORIES
 
     service = app.assistants
     counters = service.counters(ASSISTANT)
-    memories = yield app.store.list_records(ASSISTANT, MEMORIES, 10, False)
+    memories = await app.store.list_records(ASSISTANT, MEMORIES, 10, False)
     write("")
     write(f"Pip's memories now: {len(memories)}")
     for memory in memories:
@@ -450,9 +473,10 @@ def _start_logging(state_dir: Path) -> None:
     state_dir.mkdir(parents=True, exist_ok=True)
     log_file = open(state_dir / "demo.log", "a", encoding="utf-8")  # open until the process exits
     predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)
-    text_observer: Any = textFileLogObserver(log_file)
-    observer: Any = FilteringLogObserver(text_observer, [cast(Any, predicate)])
-    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
+    observer = FilteringLogObserver(cast("ILogObserver", textFileLogObserver(log_file)),
+                                    [cast("ILogFilterPredicate", predicate)])
+    globalLogBeginner.beginLoggingTo([cast("ILogObserver", observer)],
+                                     redirectStandardIO=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -481,11 +505,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.failure("The demo failed", failure)
         status.append(1)
 
-    def run(reactor: Any) -> defer.Deferred[None]:
+    def run(reactor: IReactorTime) -> defer.Deferred[None]:
         d = run_demo(reactor, write, state_dir=state_dir, environ=os.environ,
                      timeout=args.timeout)
-        d.addCallbacks(status.append, failed)
-        return d
+        return d.addCallbacks(status.append, failed)
 
     try:
         task.react(run)

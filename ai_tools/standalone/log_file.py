@@ -17,10 +17,11 @@ through the service's log chain cost 229 k instructions with
 
 from __future__ import annotations
 
-from typing import IO, Any
+from typing import IO
 
 from twisted.logger import (
     FileLogObserver,
+    LogEvent,
     formatEventAsClassicLogText,
     formatTime,
     timeFormatRFC3339,
@@ -36,7 +37,7 @@ class ClassicLines:
         self._second: int | None = None
         self._stamp = "-"
 
-    def __call__(self, event: Any) -> str | None:
+    def __call__(self, event: LogEvent) -> str | None:
         """The event's line (None: nothing to write), as the stock formatter makes it."""
         form = event.get("log_format")
         if (type(form) is not str or "()" in form or "log_failure" in event
@@ -63,11 +64,11 @@ class ClassicLines:
             self._second = second
         return self._stamp
 
-    def _stock(self, event: Any) -> str | None:
+    def _stock(self, event: LogEvent) -> str | None:
         return formatEventAsClassicLogText(
             event, formatTime=lambda when: formatTime(when, timeFormatRFC3339))
 
 
-def classic_text_observer(stream: IO[Any]) -> FileLogObserver:
+def classic_text_observer(stream: IO[str]) -> FileLogObserver:
     """What ``twisted.logger.textFileLogObserver(stream)`` is, with :class:`ClassicLines`."""
     return FileLogObserver(stream, ClassicLines())

@@ -16,7 +16,6 @@ import copy
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 import attrs
 
@@ -80,21 +79,21 @@ class Overrides:
 class Overlay:
     """The file's document with the outside values in place, and where they came from."""
 
-    data: dict[str, Any]
+    data: dict[str, object]
     origins: dict[tuple[str, str], str] = attrs.field(factory=dict)
     """``(table, key)`` → the label of the flag or variable that set it."""
     db_password: str | None = attrs.field(default=None, repr=False)
     """The PostgreSQL password, when given outside the file."""
     db_password_file: Given | None = None
 
-    def put(self, table: str, key: str, value: Any, label: str) -> None:
+    def put(self, table: str, key: str, value: object, label: str) -> None:
         """Set ``table.key`` (a table of the document, created when missing)."""
         target = self.table(table)
         if target is not None:
             target[key] = value
             self.origins[(table, key)] = label
 
-    def table(self, name: str) -> dict[str, Any] | None:
+    def table(self, name: str) -> dict[str, object] | None:
         """The document's table ``name`` (None when the file holds something else there)."""
         value = self.data.setdefault(name, {})
         return value if isinstance(value, dict) else None
@@ -137,7 +136,7 @@ def _path(given: Given) -> str:
     return os.path.abspath(os.path.expanduser(_text(given)))
 
 
-_VALUES: dict[str, Callable[[Given], Any]] = {
+_VALUES: dict[str, Callable[[Given], object]] = {
     "llm_context_window": _integer, "llm_max_tokens": _integer, "max_concurrent": _integer,
     "tick_interval": _number, "stop_grace": _number, "min_tick_rate": _number,
     "max_assistants": _integer,
@@ -148,7 +147,7 @@ _VALUES: dict[str, Callable[[Given], Any]] = {
 """How a setting's text becomes the file's value (default: the stripped text)."""
 
 
-def apply_overrides(data: Mapping[str, Any], overrides: Overrides) -> Overlay:
+def apply_overrides(data: Mapping[str, object], overrides: Overrides) -> Overlay:
     """The file's document with every setting given outside it written in (see the module)."""
     overlay = Overlay(copy.deepcopy(dict(data)))
     _apply_store(overlay, overrides)
@@ -163,7 +162,7 @@ def apply_overrides(data: Mapping[str, Any], overrides: Overrides) -> Overlay:
             _drop(overlay, "http", [k for k in _TOKEN_KEYS if k != entry.key])
         overlay.put(entry.section, entry.key, value, given.label)
         if entry.name in ("http", "manhole"):  # naming a listener turns it on (or off)
-            overlay.put(entry.section, "enabled", value.lower() not in _OFF, given.label)
+            overlay.put(entry.section, "enabled", _text(given).lower() not in _OFF, given.label)
     return overlay
 
 
@@ -242,7 +241,7 @@ def _apply_models(overlay: Overlay, overrides: Overrides) -> None:
             _apply_profile(overlay, f"models.{name}", profile, given)
 
 
-def _apply_profile(overlay: Overlay, where: str, profile: dict[str, Any],
+def _apply_profile(overlay: Overlay, where: str, profile: dict[str, object],
                    given: Mapping[str, Given]) -> None:
     scripted = "scenario" in profile
     url = given.get("llm_url")

@@ -32,11 +32,14 @@ import os
 import re
 import signal
 import sys
-from typing import Any, cast
+from collections.abc import Sequence
+from types import FrameType
+from typing import IO, Any, cast
 
-from twisted.application.service import IService, MultiService
+from twisted.application.service import IService, IServiceCollection, MultiService
 from twisted.logger import (
     FilteringLogObserver,
+    ILogFilterPredicate,
     ILogObserver,
     LegacyLogObserverWrapper,
     LogLevel,
@@ -61,7 +64,7 @@ _FLAGS = {entry.name: str(entry.option) for entry in SETTINGS if entry.flag}
 """Setting name → its twistd option (``llm_url`` → ``llm-url``)."""
 
 
-def _option(name: str) -> list[Any]:
+def _option(name: str) -> list[str | None]:
     """twistd's option entry for a setting: its flag, and its variable in the help."""
     entry = setting(name)
     short = "c" if name == "config" else None
@@ -100,7 +103,7 @@ class Options(usage.Options):
                  f"--config examples/assistant.toml")
         return str(path)
 
-    def parseOptions(self, options: Any = None) -> None:
+    def parseOptions(self, options: Sequence[str] | None = None) -> None:
         """Parse; a mistyped option exits with one line naming the near one."""
         try:
             super().parseOptions(options)
@@ -143,12 +146,12 @@ def fail(message: str) -> None:
 class _Root(MultiService):
     """The root handed to twistd: installs the log-level filter on the application."""
 
-    def __init__(self, level: str, server_options: Any) -> None:
+    def __init__(self, level: str, server_options: usage.Options | None) -> None:
         super().__init__()
         self.level = level
         self.server_options = server_options
 
-    def setServiceParent(self, parent: Any) -> None:
+    def setServiceParent(self, parent: IServiceCollection) -> None:
         """Give the twistd application our filtered log observer, then join it.
 
         Its filter is then the process's only log observer: armed as the level
@@ -162,8 +165,8 @@ class _Root(MultiService):
         super().setServiceParent(parent)
 
 
-def service_log_observer(level: str, server_options: Any, gate: LevelGate | None = None
-                         ) -> Any:
+def service_log_observer(level: str, server_options: usage.Options | None,
+                         gate: LevelGate | None = None) -> FilteringLogObserver | None:
     """The log destination twistd's options name, behind a ``--log-level`` filter.
 
     The filter is ``gate`` (a :class:`~ai_tools.log_gate.LevelGate` for ``level``
@@ -183,18 +186,20 @@ def service_log_observer(level: str, server_options: Any, gate: LevelGate | None
     if server_options.get("syslog"):
         from twisted.python.syslog import SyslogObserver
 
-        legacy: Any = SyslogObserver(server_options.get("prefix") or "twisted").emit
-        base: Any = LegacyLogObserverWrapper(legacy)
+        legacy = SyslogObserver(server_options.get("prefix") or "twisted").emit
+        base: ILogObserver = cast(ILogObserver, LegacyLogObserverWrapper(
+            cast(ILogObserver, legacy)))
     else:
         stream = _log_stream(server_options)
         if stream is None:
             return None
-        base = classic_text_observer(stream)  # textFileLogObserver's lines, cheaply
+        # textFileLogObserver's lines, cheaply
+        base = cast(ILogObserver, classic_text_observer(stream))
     predicate = gate or LevelGate(LogLevel.levelWithName(level))
-    return FilteringLogObserver(base, [cast(Any, predicate)])
+    return FilteringLogObserver(base, [cast(ILogFilterPredicate, predicate)])
 
 
-def _log_stream(server_options: Any) -> Any:
+def _log_stream(server_options: usage.Options) -> IO[str] | None:
     """Standard output or twistd's log file, as ``--logfile`` and ``-n`` choose."""
     path = server_options.get("logfile") or ""
     foreground = bool(server_options.get("nodaemon"))
@@ -203,11 +208,11 @@ def _log_stream(server_options: Any) -> Any:
     log_file = LogFile.fromFullPath(path or "twistd.log")
     if not signal.getsignal(signal.SIGUSR1):  # SIGUSR1 rotates the log, as under twistd
 
-        def rotate(signum: int, frame: Any) -> None:
+        def rotate(signum: int, frame: FrameType | None) -> None:
             global_reactor().callFromThread(log_file.rotate)
 
         signal.signal(signal.SIGUSR1, rotate)
-    return log_file
+    return cast("IO[str]", log_file)  # a text stream that rotates
 
 
 def _exit_on_fatal(message: str) -> None:

@@ -5,12 +5,23 @@ SmolLM2-135M, one thread, its defaults, ``interrupt_requests`` on) and the
 standalone service with ``examples/assistant.toml`` (two assistants, Pip and
 Mason) pointed at it.  Every ``COMPANY_RUN_EVERY`` seconds (40) Bob speaks
 to Pip and Alice pages Mason, for ``COMPANY_RUN_SECONDS`` (600); then the
-service gets ``COMPANY_RUN_GRACE`` seconds (180) to finish.  Printed at the
-end: messages sent, events still pending, the model requests by outcome, the
-time they waited in the client's queue and spent at the server, and the chat
-requests the server's own access log counts (each sent once?).
+service gets up to ``COMPANY_RUN_GRACE`` seconds (180) to answer what is left.
 
-Usage: ``python3 scripts/llama/company_run.py`` (after ``make venv llama-server``).
+A message counts as *answered* when a model answer that saw it is in the
+assistant's history (its ``[EVENTS]`` message followed by the assistant's
+answer), watched every ``COMPANY_RUN_POLL`` seconds (3) through the HTTP API;
+its *time to answer* runs from the player's POST to the first sight of that.
+Printed at the end: messages answered (and the time to answer: min, median,
+max), each one not answered and where it is (pending, in the history
+unanswered), the lines the players heard from the assistants (replies and
+in-world outcomes), the model requests by outcome and their time queued and
+at the server, and the chat requests in the server's own access log next to
+the HTTP requests the client counted (each sent once?) with the seconds the
+server computed each one (its ``llama_perf_context_print`` lines).
+
+Usage: ``python3 scripts/llama/company_run.py`` (after ``make venv llama-server``);
+``COMPANY_RUN_SERVER_CACHE=1`` starts the server with its RAM prompt cache
+(``--cache true``), which keeps each assistant's evaluated prompt when they take turns.
 Everything listens on 127.0.0.1; the state goes to a temporary directory.
 """
 
@@ -20,9 +31,11 @@ import json
 import os
 import re
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -35,6 +48,16 @@ import prepare  # noqa: E402
 EVERY = float(os.environ.get("COMPANY_RUN_EVERY", "40"))
 SECONDS = float(os.environ.get("COMPANY_RUN_SECONDS", "600"))
 GRACE = float(os.environ.get("COMPANY_RUN_GRACE", "180"))
+POLL = float(os.environ.get("COMPANY_RUN_POLL", "3"))
+SERVER_CACHE = os.environ.get("COMPANY_RUN_SERVER_CACHE", "") not in ("", "0")
+"""Start the server with ``--cache true`` (its RAM cache of evaluated prompts)."""
+EVENTS_PREFIX = "[EVENTS]"
+PLAYERS: tuple[tuple[str, str, str, dict[str, str]], ...] = (
+    # (assistant, speaker, what the message looks like, how it is sent)
+    ("pip", "char:bob", "Pip, what soup is there tonight? ({n})", {}),
+    ("mason", "char:alice", "Mason, can you build me a shed? ({n})",
+     {"kind": "page", "target": "char:mason"}),
+)
 
 
 def free_port() -> int:
@@ -71,6 +94,58 @@ def metrics(text: str, name: str) -> dict[str, float]:
             if line.startswith(name)}
 
 
+class Watch:
+    """When each player message was sent, and when a model answer that saw it was first
+    seen in its assistant's history (polled through the HTTP API in a thread)."""
+
+    def __init__(self, api: str) -> None:
+        self.api = api
+        self.sent: dict[tuple[str, str], float] = {}
+        self.answered: dict[tuple[str, str], float] = {}
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+
+    def send(self, assistant: str, speaker: str, text: str, extra: dict[str, str]) -> None:
+        with self.lock:
+            self.sent[(assistant, text)] = time.monotonic()
+        post(self.api + "/messages", {"character": speaker, "text": text, **extra})
+
+    def open(self) -> list[tuple[str, str]]:
+        with self.lock:
+            return [key for key in self.sent if key not in self.answered]
+
+    def poll(self) -> None:
+        while not self.stopping.wait(POLL):
+            for assistant in {key[0] for key in self.open()}:
+                try:
+                    page = json.loads(get(f"{self.api}/assistants/{assistant}/history"
+                                          "?limit=200"))
+                except (OSError, ValueError):
+                    continue
+                self.see(assistant, page["messages"], time.monotonic())
+
+    def see(self, assistant: str, messages: list[dict[str, object]], now: float) -> None:
+        """Mark the messages whose ``[EVENTS]`` entry an assistant answer follows."""
+        answered_after = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+        for index, message in enumerate(messages):
+            content = str(message.get("content") or "")
+            if message.get("role") != "user" or not content.startswith(EVENTS_PREFIX):
+                continue
+            if not any(i > index for i in answered_after):
+                continue
+            with self.lock:
+                for key in self.sent:
+                    if key[0] == assistant and key[1] in content:
+                        self.answered.setdefault(key, now)
+
+    def where(self, key: tuple[str, str], api: str) -> str:
+        """Where a message not answered is: pending, or in the history unanswered."""
+        status = json.loads(get(f"{api}/assistants/{key[0]}/history?limit=200"))
+        if any(key[1] in str(m.get("content")) for m in status["messages"]):
+            return "in the history, no answer after it yet (a loop is answering it)"
+        return "pending (no loop has delivered it yet)"
+
+
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="company-run-"))
     model_port, http_port = free_port(), free_port()
@@ -79,7 +154,8 @@ def main() -> int:
         [str(prepare.VENV / "bin" / "python"), "-m", "llama_cpp.server", "--model",
          str(prepare.MODEL), "--model_alias", "local", "--host", "127.0.0.1", "--port",
          str(model_port), "--n_ctx", "8192", "--chat_format", "chatml-function-calling",
-         "--n_threads", "1", "--n_threads_batch", "1"], stdout=model_log, stderr=model_log)
+         "--n_threads", "1", "--n_threads_batch", "1",
+         *(["--cache", "true"] if SERVER_CACHE else [])], stdout=model_log, stderr=model_log)
     service = None
     try:
         wait_for(f"http://127.0.0.1:{model_port}/v1/models")
@@ -93,23 +169,16 @@ def main() -> int:
                                    stderr=service_log)
         api = f"http://127.0.0.1:{http_port}"
         wait_for(api + "/metrics")
-        started, sent = time.monotonic(), 0
-        while time.monotonic() - started < SECONDS:
-            n = sent // 2 + 1
-            post(api + "/messages", {"character": "char:bob",
-                                     "text": f"Pip, what soup is there tonight? ({n})"})
-            post(api + "/messages", {"character": "char:alice", "kind": "page",
-                                     "target": "char:mason",
-                                     "text": f"Mason, can you build me a shed? ({n})"})
-            sent += 2
-            time.sleep(max(0.0, started + n * EVERY - time.monotonic()))
+        watch = Watch(api)
+        poller = threading.Thread(target=watch.poll, daemon=True)
+        poller.start()
+        started = speak(watch)
         deadline = time.monotonic() + GRACE
-        while time.monotonic() < deadline:
-            pending = metrics(get(api + "/metrics").decode(), "ai_tools_pending_events")
-            if not any(pending.values()):
-                break
-            time.sleep(5)
-        report(api, sent, time.monotonic() - started, work)
+        while watch.open() and time.monotonic() < deadline:
+            time.sleep(POLL)
+        watch.stopping.set()
+        poller.join(30)
+        report(api, watch, time.monotonic() - started, work)
     finally:
         for process in (service, model):
             if process is not None:
@@ -118,20 +187,65 @@ def main() -> int:
     return 0
 
 
-def report(api: str, sent: int, elapsed: float, work: Path) -> None:
+def speak(watch: Watch) -> float:
+    """The players' messages, every ``EVERY`` seconds for ``SECONDS``; returns the start."""
+    started, rounds = time.monotonic(), 0
+    while time.monotonic() - started < SECONDS:
+        rounds += 1
+        for assistant, speaker, text, extra in PLAYERS:
+            watch.send(assistant, speaker, text.format(n=rounds), extra)
+        time.sleep(max(0.0, started + rounds * EVERY - time.monotonic()))
+    return started
+
+
+def report(api: str, watch: Watch, elapsed: float, work: Path) -> None:
+    """The figures docs/models.md quotes."""
+    sent, answered = watch.sent, watch.answered
+    waits = sorted(answered[key] - sent[key] for key in answered)
+    print(f"player messages sent: {len(sent)} over {elapsed:.0f}s (every {EVERY:g}s per "
+          f"player, for {SECONDS:g}s, then up to {GRACE:g}s to finish); server prompt cache "
+          f"{'on (--cache true)' if SERVER_CACHE else 'off (its default)'}")
+    print(f"answered by a model answer that saw them: {len(answered)} of {len(sent)}")
+    if waits:
+        print(f"  time to answer: min {waits[0]:.0f}s, median {statistics.median(waits):.0f}s,"
+              f" max {waits[-1]:.0f}s")
+    for key in sorted(set(sent) - set(answered), key=lambda k: sent[k]):
+        print(f"  not answered: {key[0]} <- {key[1]!r}: {watch.where(key, api)}")
+    for _, speaker, _, _ in PLAYERS:
+        heard = json.loads(get(f"{api}/characters/{speaker}/heard?limit=500"))["messages"]
+        print(f"  lines {speaker} heard from others: {len(heard)}")
     text = get(api + "/metrics").decode()
-    print(f"player messages sent: {sent} over {elapsed:.0f}s (every {EVERY:g}s per player)")
     for name in ("ai_tools_pending_events", "ai_tools_model_requests_total",
                  "ai_tools_model_refusals_total", "ai_tools_model_http_requests_total",
                  "ai_tools_model_request_seconds_sum", "ai_tools_model_request_seconds_count",
                  "ai_tools_model_queue_seconds_sum", "ai_tools_model_queue_seconds_count",
                  "ai_tools_ticks_total"):
-        for key, value in sorted(metrics(text, name).items()):
-            print(f"  {key} {value:g}")
-    log = (work / "model.log").read_text(errors="replace")
-    posts = len(re.findall(r'"POST /v1/chat/completions HTTP/1\.1" 200', log))
-    print(f"chat requests in the server's access log: {posts}")
+        for series, value in sorted(metrics(text, name).items()):
+            print(f"  {series} {value:g}")
+    sent_requests = sum(metrics(text, "ai_tools_model_http_requests_total").values())
+    computed = server_seconds((work / "model.log").read_text(errors="replace"))
+    print(f"HTTP requests the client sent: {sent_requests:g}; chat requests in the server's "
+          f"access log: {len(computed)}")
+    if computed:
+        ordered = sorted(computed)
+        print(f"  seconds the server computed each: min {ordered[0]:.1f}, median "
+              f"{statistics.median(ordered):.1f}, max {ordered[-1]:.1f}, total "
+              f"{sum(ordered):.0f} of {elapsed:.0f}s")
     print(f"logs kept in {work}")
+
+
+def server_seconds(log: str) -> list[float]:
+    """Per chat request in llama-cpp-python's log, the seconds of its ``total time`` lines
+    (one per generation it ran; the access log line follows them)."""
+    seconds, current = [], 0.0
+    for line in log.splitlines():
+        found = re.search(r"total time =\s+([\d.]+) ms", line)
+        if found:
+            current += float(found.group(1)) / 1000.0
+        elif '"POST /v1/chat/completions HTTP/1.1" 200' in line:
+            seconds.append(current)
+            current = 0.0
+    return seconds
 
 
 if __name__ == "__main__":

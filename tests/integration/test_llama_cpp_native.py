@@ -6,8 +6,10 @@ runs here with SmolLM2-135M-Instruct (the model of ``make llama-server``), one
 thread, ``--parallel 2`` over a 4,096-token context and ``--jinja``: the
 model's own chat template, native tool calls.  What is checked is what only
 this server shows for real: the window of one slot and the slots, from its
-``/props``; native tool calls, whole and streamed under ``tool_choice: "auto"``;
-and that the client never has more requests out than the server has slots.
+``/props``; native tool calls, whole and streamed under ``tool_choice: "auto"``,
+and a real call of the 135M model under ``"required"`` with the answer begun at the
+template's call marker; and that the client never has more requests out than the
+server has slots.
 """
 
 from __future__ import annotations
@@ -124,6 +126,34 @@ async def test_streamed_auto_tool_choice_is_served_streamed(client: OpenAIChatCl
     assert client.status()["stream_tool_answers"] is True
 
 
+
+
+CALL_STARTED = {"role": "assistant", "content": "<tool_call>\n"}
+"""The answer begun with the template's call marker: llama-server continues a final
+assistant message (a prefill) under the tool grammar."""
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_135m_model_makes_a_real_native_tool_call(client: OpenAIChatClient) -> None:
+    """A real native call, whole and streamed: llama.cpp's chat parser turns the model's
+    output into ``tool_calls`` the client decodes, valid against the tool's schema.
+
+    ``tool_choice: "required"`` alone does not do it: the server's grammar (the tools'
+    names and argument schemas, in the template's ``<tool_call>`` form, which
+    ``--jinja``'s autoparser finds in ``data/chatml-tools.jinja``) lets free text come
+    before the call, and SmolLM2-135M writes text until ``max_tokens`` (seen: 400 tokens
+    of it).  With the answer begun at the call marker, the grammar leaves it the call
+    alone; the same prefill under ``"auto"`` makes the server answer 500 ("does not
+    match the expected peg-native format"), so only ``"required"`` is used here."""
+    messages = [{"role": "user", "content": "Look around."}, CALL_STARTED]
+    for stream in (False, True):
+        answer = await client.complete(messages, tools=[LOOK], tool_choice="required",
+                                       stream=stream, extra_body={"max_tokens": 96})
+        assert answer.finish_reason == "tool_calls", (stream, answer)
+        assert answer.tool_calls and answer.attempts == 1, (stream, answer)
+        for call in answer.tool_calls:
+            assert call.native and call.name == "look" and call.arguments_error is None
+            assert dict(call.arguments) in ({"detail": "brief"}, {"detail": "full"}), call
 
 
 @pytest_twisted.ensureDeferred

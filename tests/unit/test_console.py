@@ -75,7 +75,8 @@ def namespace_fixture() -> dict[str, Any]:
 def test_namespace_holds_the_objects_and_helpers(ns: dict[str, Any]) -> None:
     """service, world, registry and every helper the console promises."""
     for key in ("service", "world", "registry", "status", "history", "say", "tick", "stop",
-                "tools", "cache_stats", "heard", "helpers", "approvals", "approve", "refuse"):
+                "tools", "cache_stats", "heard", "helpers", "approvals", "approve", "refuse",
+                "model_servers"):
         assert key in ns
     assert ns["registry"] is ns["service"].registry
 
@@ -220,6 +221,32 @@ def test_cache_stats_after_a_restart_agree_with_the_status_counters(
     rows = {line.split()[0]: line.split() for line in text.splitlines()[3:]}
     assert rows["pip"][1] == "0" and rows["pip"][-1] == "2"
     assert rows["(total)"][-1] == "2"
+
+
+def test_model_servers_shows_the_slots_and_who_waits() -> None:
+    """model_servers(): one row per profile with its server's slots, the requests in
+    flight and waiting by assistant, the waits (a real client and its server's queue)."""
+    from twisted.internet import task
+
+    from ai_tools.llm.client import OpenAIChatClient
+    from ai_tools.llm.profile import ModelProfile
+
+    clock = task.Clock()
+    client = OpenAIChatClient(ModelProfile.from_mapping(
+        {"base_url": "http://127.0.0.1:9/v1", "model": "m", "server_slots": 1}), reactor=clock)
+    clock, service, _ = make_service(clock, llm=client)
+    slots = client.server.slots
+    slots.acquire("mason")
+    slots.acquire("pip")
+    clock.advance(4)
+    lines = console_namespace(service, None, service.registry)["model_servers"]().splitlines()
+    assert lines[1].split()[:4] == ["profile", "server", "kind", "slots"]
+    row = lines[3]
+    assert "http://127.0.0.1:9" in row and "1 (pip: 1)" in row and "4.0s" in row, row
+    assert "closed" in row
+    slots.release()
+    row = console_namespace(service, None, service.registry)["model_servers"]().splitlines()[3]
+    assert "0  " in row and "2.0s" in row, row  # pip waited 4 s: 2 granted, mean 2 s
 
 
 def test_heard_and_helpers(ns: dict[str, Any]) -> None:

@@ -68,6 +68,26 @@ def test_the_queue_reports_the_wait_and_a_cancelled_waiter_leaves() -> None:
         slots.release()
 
 
+def test_the_queue_counts_the_slots_granted_and_their_mean_wait() -> None:
+    """What the console's model-server panel shows: requests granted a slot (at once or
+    after waiting) and their mean wait; a waiter that left is not counted."""
+    clock = Clock()
+    slots = FairSlots(clock, 1)
+    assert slots.mean_wait() == 0.0
+    slots.acquire("alice")
+    slots.acquire("bob")
+    leaving = slots.acquire("carol")
+    leaving.addErrback(lambda f: f.trap(defer.CancelledError))
+    clock.advance(6)
+    leaving.cancel()
+    slots.release()  # bob waited 6 s
+    assert (slots.granted, slots.waited, slots.mean_wait()) == (2, 6.0, 3.0)
+    server = ModelServer(ModelProfile.from_mapping({"base_url": "http://127.0.0.1:1/v1",
+                                                    "model": "m"}), clock)
+    status = server.status()
+    assert status["granted"] == 0 and status["mean_wait_s"] == 0.0
+
+
 def test_more_capacity_lets_waiters_in_at_once() -> None:
     clock = Clock()
     slots = FairSlots(clock, 1)

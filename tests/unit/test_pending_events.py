@@ -123,6 +123,66 @@ def test_a_state_written_during_the_call_holds_the_batch_as_pending() -> None:
     assert pending == [E3] and len(events_messages(messages)) == 1
 
 
+def test_events_heard_during_a_loop_join_it_before_the_next_model_call() -> None:
+    """A player who speaks while a loop runs waits one model call, not the whole loop:
+    what was heard joins the history as another batch, and the next answer takes it."""
+    ctx = make_ctx(ScriptedLLM([]), pending_events=[dict(E1)])
+
+    def look_and_hear(messages: Any, tools: Any) -> Any:
+        ctx.pending_events.append(dict(E3))  # heard while the model thinks
+        return answer(call("look", {}, "c1"))
+
+    llm = ScriptedLLM([look_and_hear, text("Hello, Eve.")])
+    ctx.llm = llm
+    result = execute_react_loop(ctx).result
+    assert result.events_returned == 0 and ctx.pending_events == []
+    first, second = (events_messages(r["messages"]) for r in llm.requests)
+    assert len(first) == 1 and "eve" not in first[0]
+    assert len(second) == 2 and "me too" in second[1]
+    assert events_messages(ctx.history.messages) == second
+
+
+def test_a_batch_heard_during_the_loop_goes_back_alone_when_no_answer_saw_it() -> None:
+    """The first batch was answered (taken); the one heard meanwhile was not: only it
+    goes back to pending, and only its message leaves the history."""
+    ctx = make_ctx(ScriptedLLM([]), pending_events=[dict(E1)])
+
+    def look_and_hear(messages: Any, tools: Any) -> Any:
+        ctx.pending_events.append(dict(E3))
+        return answer(call("look", {}, "c1"))
+
+    ctx.llm = ScriptedLLM([look_and_hear, LLMError("gone")])
+    result = execute_react_loop(ctx).result
+    assert result.termination_reason == TerminationReason.LLM_ERROR
+    assert result.events_returned == 1 and ctx.pending_events == [E3]
+    kept = events_messages(ctx.history.messages)
+    assert len(kept) == 1 and "hello" in kept[0]
+
+
+def test_a_loop_started_without_events_takes_those_heard_later() -> None:
+    """An autonomous loop (no events, the transient [TICK] nudge) hears a player: the
+    batch is delivered, the nudge saying "no new events" goes, and a state written
+    during the next call holds the batch as pending."""
+    ctx = make_ctx(ScriptedLLM([]))
+    hanging = Pending()
+
+    def look_and_hear(messages: Any, tools: Any) -> Any:
+        ctx.pending_events.append(dict(E2))
+        return answer(call("look", {}, "c1"))
+
+    ctx.llm = llm = ScriptedLLM([look_and_hear, hanging])
+    d = execute_react_loop(ctx)
+    delivery = ctx.control.delivery
+    assert delivery is not None and ctx.pending_events == []
+    nudges = [m for m in llm.requests[1]["messages"] if "No new events" in str(m["content"])]
+    assert nudges == [] and len(events_messages(llm.requests[1]["messages"])) == 1
+    messages, pending = delivery.saved(ctx.history.messages, [])
+    assert pending == [E2] and events_messages(messages) == []
+    assert hanging.deferred is not None
+    hanging.deferred.callback(text("Anyone? Yes, me."))
+    assert d.result.events_returned == 0 and ctx.pending_events == []
+
+
 def test_the_result_carries_the_last_finish_reason() -> None:
     llm = ScriptedLLM([answer(call("look", {}, "c1")), text("done")])
     result = execute_react_loop(make_ctx(llm)).result

@@ -11,6 +11,7 @@ import { Manager } from "./manage.js";
 import { TraceView } from "./traces.js";
 import { Approvals } from "./approvals.js";
 import { refreshMcp } from "./mcp.js";
+import { renderModels } from "./models.js";
 
 const page = {
   statuses: new Map(),
@@ -122,6 +123,7 @@ async function refresh() {
   manager.statuses(answer.assistants, (answer.service || {}).models || []);
   renderAssistants();
   renderFacts();
+  renderModels(answer.service);
   refreshMcp();
 }
 
