@@ -29,3 +29,8 @@ JSONMapping: TypeAlias = "Mapping[str, object]"
 
 JSONSequence: TypeAlias = "Sequence[object]"
 """A JSON array as a parameter: read-only, any item (narrowed where it is used)."""
+
+
+def as_object(value: object) -> JSONMapping:
+    """``value`` if it is a JSON object, else an empty one (reading an optional object)."""
+    return value if isinstance(value, dict) else {}

@@ -67,6 +67,7 @@ from zope.interface import implementer
 
 from ai_tools.default_reactor import or_global_reactor
 from ai_tools.errors import ConfigError, NotFound
+from ai_tools.json_types import as_object
 from ai_tools.standalone.file_modes import (
     check_directories,
     check_login_file,
@@ -273,7 +274,7 @@ class ConsoleHelpers:
         footer = [f"{stats['assistants']} assistant(s), {stats['ticks_in_flight']} tick(s) "
                   f"running, {stats['states_written']} state write(s), "
                   f"{stats['state_write_failures']} failed"]
-        store = stats.get("store") or {}
+        store = as_object(stats.get("store"))
         if store.get("problem"):
             footer.append(f"STORE PROBLEM: {store['problem']}")
         if store.get("last_write_error"):
@@ -363,8 +364,8 @@ class ConsoleHelpers:
     def model_servers(self) -> Table:
         """Each model profile's server: its slots, the requests in flight and waiting in the
         service's queue (by assistant), the oldest and mean waits, the breakers."""
-        statuses = self.service.stats().get("model_servers") or {}
-        rows = [_model_server_row(profile, status)
+        statuses = as_object(self.service.stats().get("model_servers"))
+        rows = [_model_server_row(profile, as_object(status))
                 for profile, status in sorted(statuses.items())]
         return Table.build(
             ("profile", "server", "kind", "slots", "in flight", "waiting", "oldest wait",
@@ -391,7 +392,7 @@ class ConsoleHelpers:
         now = self.service.clock.seconds()
         rows = [(p["id"], p["assistant"], p["tool"],
                  json.dumps(p["arguments"], ensure_ascii=False),
-                 f"{max(0.0, p['expires_at'] - now):.0f}s") for p in
+                 f"{max(0.0, _seconds(p['expires_at'], now) - now):.0f}s") for p in
                 self.service.approvals.pending()]
         return Table.build(("id", "assistant", "tool", "arguments", "expires in"), rows,
                            width=70, empty="(no call waits for approval)")
@@ -412,6 +413,11 @@ class ConsoleHelpers:
             return Refusal.of_lines([str(exc)])
         verdict = "approved" if approve else "refused"
         return Table.of_lines([f"{done['assistant']}: {done['tool']} {verdict}"])
+
+
+def _seconds(value: object, default: float) -> float:
+    """A time read from a JSON status (``default`` when it is not a number)."""
+    return float(value) if isinstance(value, int | float) else default
 
 
 def _model_server_row(profile: str, status: Mapping[str, object]) -> tuple[object, ...]:
