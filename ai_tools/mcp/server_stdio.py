@@ -87,7 +87,7 @@ class _BodyReader(protocol.Protocol):
     def abort(self) -> None:
         """Drop the connection (a deadline, an oversized answer)."""
         if self.transport is not None:
-            self.transport.stopProducing()
+            self.transport.stopProducing()  # type: ignore[attr-defined]
 
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
         """The body ended: hand a JSON body on."""

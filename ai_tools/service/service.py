@@ -1075,7 +1075,7 @@ class AssistantService(MultiService):
         return LoopContext(
             assistant_name=f"{name}/{task_id}",
             actor=Actor(assistant.config.character_id, world=self.world, store=self.store,
-                        assistant=assistant),  # type: ignore[arg-type]
+                        assistant=assistant),
             registry=self.registry,
             llm=assistant_model(self, assistant.name, assistant.config.model),
             history=ConversationHistory(),

@@ -526,7 +526,7 @@ def _loop_context(assistant: Assistant, host: AssistantHost, context_type: str, 
     return LoopContext(
         assistant_name=assistant.name,
         actor=Actor(assistant.config.character_id, world=host.world, store=host.store,
-                    assistant=assistant),  # type: ignore[arg-type]
+                    assistant=assistant),
         registry=host.registry_for(assistant),  # fixed for the loop (MCP servers' tools too)
         llm=assistant_model(host, assistant.name, assistant.config.model),
         history=assistant.history,

@@ -603,7 +603,7 @@ class PasswordFileChecker:
         read_password_file(self.path)  # refuse a bad file at start-up
         self._run = run or threads.deferToThread
 
-    def requestAvatarId(self, creds: Any) -> defer.Deferred[bytes]:
+    def requestAvatarId(self, creds: Any) -> defer.Deferred[bytes | tuple[()]]:
         """Fires with the user name, or fails with UnauthorizedLogin."""
         try:
             users = read_password_file(self.path)
@@ -816,8 +816,8 @@ class ConsoleRealm(manhole_ssh.TerminalRealm):
         from twisted.conch import interfaces as conch_interfaces
 
         session = conch_interfaces.ISession(user.original)
-        session.namespace = self.namespace
-        session.reactor = self.reactor
+        session.namespace = self.namespace  # type: ignore[attr-defined]
+        session.reactor = self.reactor  # type: ignore[attr-defined]
         log.info("Manhole login: {user}", user=avatarId.decode("utf-8", "replace"))
         return user
 

@@ -113,7 +113,7 @@ class _BoundedBody(protocol.Protocol):
     def abort(self) -> None:
         """Stop reading: the connection is closed (not returned to the pool)."""
         if self.transport is not None:
-            self.transport.stopProducing()
+            self.transport.stopProducing()  # type: ignore[attr-defined]
 
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
         if self.done.called:
@@ -179,15 +179,15 @@ class _Relay(protocol.Protocol):
     # IPushProducer: our client's flow control reaches the other worker's connection.
     def pauseProducing(self) -> None:
         if self.transport is not None:
-            self.transport.pauseProducing()
+            self.transport.pauseProducing()  # type: ignore[attr-defined]
 
     def resumeProducing(self) -> None:
         if self.transport is not None:
-            self.transport.resumeProducing()
+            self.transport.resumeProducing()  # type: ignore[attr-defined]
 
     def stopProducing(self) -> None:
         if self.transport is not None:
-            self.transport.stopProducing()
+            self.transport.stopProducing()  # type: ignore[attr-defined]
 
 
 def _target(url: str) -> bytes:
@@ -263,7 +263,7 @@ class EventFeed(protocol.Protocol):
             self._why = why
         self._idle.cancel()
         if self.transport is not None:
-            self.transport.stopProducing()
+            self.transport.stopProducing()  # type: ignore[attr-defined]
         elif not self.ended.called:
             self.ended.callback(why)
 
