@@ -11,7 +11,7 @@ server) opens its own breaker, not the server's to the others.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from twisted.internet import defer
@@ -19,6 +19,7 @@ from zope.interface import implementer
 
 from ai_tools.errors import LLMUnavailable
 from ai_tools.interfaces import ILLMClient
+from ai_tools.json_types import JSONMapping
 from ai_tools.llm.breaker import CircuitBreaker
 from ai_tools.llm.consumer import EventCallback
 from ai_tools.llm.events import AttemptCallback, ChatResponse
@@ -69,13 +70,13 @@ class AssistantModel:
 
     def complete(
         self,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[JSONMapping],
         tools: Sequence[Any] | None = None,
         tool_choice: Any = None,
         stream: bool | None = None,
         on_event: EventCallback | None = None,
         *,
-        extra_body: Mapping[str, Any] | None = None,
+        extra_body: JSONMapping | None = None,
         on_attempt: AttemptCallback | None = None,
     ) -> defer.Deferred[ChatResponse]:
         """The client's ``complete``, as this assistant's call."""

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer
-from twisted.internet.interfaces import IProtocol, IPushProducer
+from twisted.internet.interfaces import IDelayedCall, IProtocol, IPushProducer, IReactorTime
 from twisted.python.components import proxyForInterface
 from twisted.python.failure import Failure
 from twisted.web.client import ResponseDone
@@ -111,7 +111,7 @@ class BodyReader:
 
     def __init__(
         self,
-        clock: Any,
+        clock: IReactorTime,
         sink: Callable[[bytes], None],
         idle_timeout: float | None,
         description: str = "response body",
@@ -131,7 +131,7 @@ class BodyReader:
         self._description = description
         self._max_bytes = max_bytes
         self._truncate = truncate
-        self._timer: Any = None
+        self._timer: IDelayedCall | None = None
         self.transport: Any = None
         self.done = False
         self.size = 0

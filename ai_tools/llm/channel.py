@@ -18,6 +18,7 @@ from typing import Any, Literal, cast
 import attrs
 import treq
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 from twisted.web.http_headers import Headers
@@ -86,7 +87,7 @@ class ModelChannel:
     def __init__(
         self,
         profile: ModelProfile,
-        clock: Any,
+        clock: IReactorTime,
         http: Any,
         *,
         breaker: CircuitBreaker,
@@ -234,7 +235,7 @@ class ModelChannel:
         total = self.profile.timeouts.total
         limit = min(PROBE_TIMEOUT, total or PROBE_TIMEOUT)
 
-        def late(result: Any, timeout: float) -> Any:
+        def late(result: object, timeout: float) -> Any:
             raise LLMTimeout(f"{probe.method} {probe.url}: no answer within {timeout:g}s")
 
         def unreachable(failure: Failure) -> Any:

@@ -32,6 +32,7 @@ from typing import Any, cast
 import attrs
 from twisted.internet import defer
 from twisted.internet.error import ConnectionDone
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.python.failure import Failure
 from twisted.web.client import ResponseNeverReceived
 
@@ -66,7 +67,7 @@ DRAIN_LIMIT = 600.0
 """Seconds an answer given up on may still take, without a total deadline to go by."""
 
 
-def at_deadline(clock: Any, deadline: float, expire: Any, *args: Any) -> Any:
+def at_deadline(clock: IReactorTime, deadline: float, expire: Any, *args: Any) -> Any:
     """A timer calling ``expire(*args)`` when the clock reaches ``deadline`` (at once if past)."""
     return clock.callLater(max(0.0, deadline - clock.seconds()), expire, *args)
 
@@ -123,7 +124,7 @@ class Exchange:
         self._detached = False
         self._keeps = False
         self._expired: str | None = None
-        self._timer: Any = None
+        self._timer: IDelayedCall | None = None
         self._pending: defer.Deferred[Any] | None = None
         self._reader: BodyReader | None = None
         self._response: Any = None

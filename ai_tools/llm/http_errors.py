@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ai_tools.errors import LLMError, LLMRequestError, LLMServerError
+from ai_tools.json_types import JSONMapping
 
 RETRYABLE_STATUSES = frozenset({408, 425, 429})
 SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key"})
@@ -52,7 +53,7 @@ def parse_retry_after(value: str | bytes | None, now: float) -> float | None:
     return max(0.0, seconds)
 
 
-def redact_headers(headers: Mapping[str, Any]) -> dict[str, Any]:
+def redact_headers(headers: JSONMapping) -> dict[str, object]:
     """A copy of ``headers`` with credentials replaced by ``<redacted>``."""
     return {
         k: ("<redacted>" if str(k).lower() in SECRET_HEADERS else v) for k, v in headers.items()

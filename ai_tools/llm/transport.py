@@ -16,6 +16,8 @@ content decoder, above ours, then finds nothing left to decode.
 from __future__ import annotations
 
 import ipaddress
+import urllib.request
+from http.client import HTTPResponse
 from http.cookiejar import CookieJar
 from typing import Any
 
@@ -50,10 +52,10 @@ class NoCookieJar(_CookieJarBase):
     """A jar that never stores or sends cookies: model APIs are stateless, and the
     standard jar parses every request and response URL for nothing."""
 
-    def add_cookie_header(self, request: Any) -> None:
+    def add_cookie_header(self, request: urllib.request.Request) -> None:
         """Send no cookies."""
 
-    def extract_cookies(self, response: Any, request: Any) -> None:
+    def extract_cookies(self, response: HTTPResponse, request: urllib.request.Request) -> None:
         """Keep no cookies."""
 
 
