@@ -2,34 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
+from ai_tools.json_types import JSONMapping
 from ai_tools.loop.advisory import DEFAULT_THRESHOLDS, AdvisoryThresholds
 from ai_tools.tools.base import ToolCategory
 
 __all__ = ["ExitTool", "GatePolicy", "LoopConfig", "use_native_tools"]
 
 
-def _check_max_iterations(instance: Any, attribute: Any, value: int) -> None:
+def _check_max_iterations(instance: object, attribute: Any, value: int) -> None:
     if not isinstance(value, int) or not 1 <= value <= 10:
         raise ValueError(f"max_iterations must be an integer from 1 to 10, got {value!r}")
 
 
-def _check_non_negative_or_none(instance: Any, attribute: Any, value: int | None) -> None:
+def _check_non_negative_or_none(instance: object, attribute: Any, value: int | None) -> None:
     if value is not None and (not isinstance(value, int) or value < 0):
         raise ValueError(f"{attribute.name} must be a non-negative integer or None, "
                          f"got {value!r}")
 
 
-def _check_positive(instance: Any, attribute: Any, value: int) -> None:
+def _check_positive(instance: object, attribute: Any, value: int) -> None:
     if not isinstance(value, int) or value < 1:
         raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
 
 
-def _check_optional_positive(instance: Any, attribute: Any, value: int | None) -> None:
+def _check_optional_positive(instance: object, attribute: Any, value: int | None) -> None:
     if value is not None:
         _check_positive(instance, attribute, value)
 
@@ -45,11 +45,11 @@ class ExitTool:
 
     name: str
     description: str = ""
-    parameters: Mapping[str, Any] = attrs.field(
+    parameters: JSONMapping = attrs.field(
         factory=lambda: {"type": "object", "properties": {}}
     )
 
-    def schema(self) -> dict[str, Any]:
+    def schema(self) -> dict[str, object]:
         """The OpenAI-compatible function schema."""
         return {
             "type": "function",

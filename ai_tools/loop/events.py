@@ -20,8 +20,6 @@ such a write starts again with the batch pending, and answers it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
 from ai_tools.execution.history import ConversationHistory
@@ -34,17 +32,17 @@ __all__ = ["EventDelivery"]
 class EventDelivery:
     """One batch of pending events delivered into a history, until taken or given back."""
 
-    pending: list[dict[str, Any]]
+    pending: list[dict[str, object]]
     """The assistant's pending list (the batch came from its front)."""
-    events: list[dict[str, Any]]
+    events: list[dict[str, object]]
     history: ConversationHistory
-    message: dict[str, Any]
+    message: dict[str, object]
     """The ``[EVENTS]`` message in the history."""
     taken: bool = False
     returned: bool = False
 
     @classmethod
-    def deliver(cls, pending: list[dict[str, Any]], history: ConversationHistory
+    def deliver(cls, pending: list[dict[str, object]], history: ConversationHistory
                 ) -> EventDelivery | None:
         """Move every pending event into ``history`` as one message (None: nothing pending)."""
         if not pending:
@@ -54,8 +52,8 @@ class EventDelivery:
         pending.clear()
         return cls(pending, events, history, message)
 
-    def saved(self, messages: list[dict[str, Any]], pending: list[dict[str, Any]]
-              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def saved(self, messages: list[dict[str, object]], pending: list[dict[str, object]]
+              ) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
         """The history ``messages`` and ``pending`` events a state written now holds.
 
         Taken or given back, they are as they are; still undecided, the batch is

@@ -148,7 +148,7 @@ def _critical_message(run: LoopRun, continuation: LoopContinuation) -> str:
 
 
 def _build_messages(run: LoopRun, plan: RequestPlan, continuation: LoopContinuation
-                    ) -> list[dict[str, Any]]:
+                    ) -> list[dict[str, object]]:
     """Step 2: the regenerated system prompt, then the history (fresh results advised)."""
     tally, advisory = run.tally, continuation.advisory
     status = system_prompt_status(tally.iteration - 1, run.max_iterations, tally.budget,
@@ -169,7 +169,7 @@ def _build_messages(run: LoopRun, plan: RequestPlan, continuation: LoopContinuat
     return messages
 
 
-def _call_model(run: LoopRun, plan: RequestPlan, messages: list[dict[str, Any]]) -> _Steps:
+def _call_model(run: LoopRun, plan: RequestPlan, messages: list[dict[str, object]]) -> _Steps:
     """Step 3: the model's answer, or None when the loop ends here (kill, model error)."""
     tally, control = run.tally, run.ctx.control
     llm: Any = run.ctx.llm  # (an ILLMClient: zope declares it, mypy cannot see it)
@@ -214,7 +214,7 @@ def _llm_reason(error: LLMError) -> TerminationReason:
         return TerminationReason.LLM_ERROR
 
 
-def _take_answer(run: LoopRun, response: Any, started: float) -> ChatResponse | None:
+def _take_answer(run: LoopRun, response: object, started: float) -> ChatResponse | None:
     """The answer arrived: count it; the events it saw are taken.  None if unusable.
 
     (A stop asked for meanwhile is seen before the answer's first call runs.)
@@ -281,7 +281,7 @@ def _unusable(parsed: ParsedCalls) -> str | None:
 
 def _record_signal(run: LoopRun, call: ToolCall) -> None:
     """An exit tool call: recorded (monotonic time) and published, never executed nor charged."""
-    arguments: dict[str, Any] = (dict(call.arguments) if call.arguments_error is None
+    arguments: dict[str, object] = (dict(call.arguments) if call.arguments_error is None
                                  else {"_raw": call.raw_arguments})
     signal = {"tool_name": call.name, "arguments": arguments,
               "emitted_at": run.ctx.monotonic()}

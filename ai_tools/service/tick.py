@@ -34,7 +34,7 @@ mode and pattern, and the guard is released in every case.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 from twisted.internet import defer
@@ -64,6 +64,8 @@ from ai_tools.telemetry.setup import trace_loop
 from ai_tools.tools.base import Actor, ToolCategory
 
 if TYPE_CHECKING:
+    from twisted.internet.interfaces import IReactorTime
+
     from ai_tools.service.assistant import Assistant, AssistantHost
 
 __all__ = [
@@ -530,7 +532,7 @@ def _loop_context(assistant: Assistant, host: AssistantHost, context_type: str, 
         registry=host.registry_for(assistant),  # fixed for the loop (MCP servers' tools too)
         llm=assistant_model(host, assistant.name, assistant.config.model),
         history=assistant.history,
-        clock=host.clock,
+        clock=cast("IReactorTime", host.clock),  # (its Clock protocol: seconds, callLater)
         cache=host.cache,
         cache_namespace=assistant.name,
         gate=_gate(assistant, context_type),
