@@ -16,7 +16,7 @@ from typing import cast
 import attrs
 
 from ai_tools.json_encoding import canonical_json
-from ai_tools.json_types import JSONMapping, JSONObject, JSONValue
+from ai_tools.json_types import JSONMapping, JSONObject
 
 
 @attrs.frozen
@@ -94,7 +94,7 @@ class ToolCall:
 
     id: str
     name: str
-    arguments: Mapping[str, JSONValue] = attrs.field(factory=dict)
+    arguments: JSONMapping = attrs.field(factory=dict)
     raw_arguments: str = ""
     reasoning: str | None = None
     native: bool = True

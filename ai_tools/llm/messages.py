@@ -55,7 +55,7 @@ def tool_result_message(call: ToolCall | str, result: JSONMapping | str) -> JSON
 
 def fallback_call_message(call: ToolCall) -> JSONObject:
     """Fallback: the assistant message holding the call as JSON text."""
-    body: JSONObject = {"tool": call.name, "parameters": dict(call.arguments)}
+    body: dict[str, object] = {"tool": call.name, "parameters": dict(call.arguments)}
     if call.reasoning:
         body["reasoning"] = call.reasoning
     return {"role": "assistant", "content": _json(body)}
