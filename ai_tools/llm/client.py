@@ -31,7 +31,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import attrs
 from twisted.internet import defer
@@ -43,7 +43,7 @@ from zope.interface import implementer
 
 from ai_tools.default_reactor import global_reactor
 from ai_tools.errors import LLMError, LLMRequestError
-from ai_tools.interfaces import ILLMClient
+from ai_tools.interfaces import IAttemptObservingLLMClient, IProfiledLLMClient
 from ai_tools.json_types import JSONMapping
 from ai_tools.llm.assistant_model import AssistantModel
 from ai_tools.llm.breaker import BreakerState, CircuitBreaker
@@ -61,7 +61,7 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 __all__ = ["OpenAIChatClient"]
 
 
-@implementer(ILLMClient)
+@implementer(IProfiledLLMClient, IAttemptObservingLLMClient)
 @attrs.define(eq=False, repr=False)
 class OpenAIChatClient:
     """Chat completions against one OpenAI-compatible server.
@@ -74,9 +74,6 @@ class OpenAIChatClient:
     """
 
     # Fixed once built: the client's channel holds them.
-    observes_attempts: ClassVar[bool] = True
-    """``complete()`` takes ``on_attempt`` (the loop passes it only to clients that do)."""
-
     profile: ModelProfile = attrs.field(on_setattr=attrs.setters.frozen)
     reactor: Any = attrs.field(default=None, on_setattr=attrs.setters.frozen)
     agent: IAgent | None = attrs.field(default=None, on_setattr=attrs.setters.frozen)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
+from ai_tools.interfaces import ILLMClient, IProfiledLLMClient
 from ai_tools.json_types import JSONMapping
 from ai_tools.loop.advisory import DEFAULT_THRESHOLDS, AdvisoryThresholds
 from ai_tools.tools.base import ToolCategory
@@ -125,7 +126,7 @@ class LoopConfig:
         return frozenset(t.name for t in self.exit_tools)
 
 
-def use_native_tools(setting: bool | None, llm: Any) -> bool:
+def use_native_tools(setting: bool | None, llm: ILLMClient) -> bool:
     """Native tool calling unless ``setting`` or the client's profile says fallback.
 
     ``setting`` is a config's ``native_tools`` (None: follow the model
@@ -134,5 +135,6 @@ def use_native_tools(setting: bool | None, llm: Any) -> bool:
     """
     if setting is not None:
         return setting
-    profile = getattr(llm, "profile", None)
-    return getattr(profile, "tool_calling", "native") != "fallback"
+    if not IProfiledLLMClient.providedBy(llm):
+        return True
+    return bool(cast(IProfiledLLMClient, llm).profile.tool_calling != "fallback")

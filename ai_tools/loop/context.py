@@ -150,7 +150,8 @@ class LoopContext:
     on_request: AttemptCallback | None = None
     """Observer of each HTTP attempt of the loop's model requests, which may add headers
     to it (tracing: the W3C ``traceparent``); given only to model clients that take it
-    (``observes_attempts``).  None, the default: nothing is asked."""
+    (:class:`~ai_tools.interfaces.IAttemptObservingLLMClient`).  None, the default:
+    nothing is asked."""
     observed: Callable[[], bool] | None = None
     """Whether ``on_event`` has anyone behind it now, asked before each event is
     built (None: always).  A service hands every loop its fan-out of observers and

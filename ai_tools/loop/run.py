@@ -19,13 +19,14 @@ then the checkpoint (the service persists the iteration).  The result is a
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from ai_tools.errors import LLMError
 from ai_tools.execution.reasons import TerminationReason
+from ai_tools.interfaces import IAttemptObservingLLMClient
 from ai_tools.llm.events import ChatResponse, ToolCall
 from ai_tools.llm.parsing import ParsedCalls, parse_tool_calls
 from ai_tools.log_gate import GatedLogger
@@ -172,14 +173,16 @@ def _build_messages(run: LoopRun, plan: RequestPlan, continuation: LoopContinuat
 def _call_model(run: LoopRun, plan: RequestPlan, messages: list[dict[str, object]]) -> _Steps:
     """Step 3: the model's answer, or None when the loop ends here (kill, model error)."""
     tally, control = run.tally, run.ctx.control
-    llm: Any = run.ctx.llm  # (an ILLMClient: zope declares it, mypy cannot see it)
+    llm = run.ctx.llm
     tally.deltas = []
     started = run.ctx.clock.seconds()
     try:
         on_attempt = run.ctx.on_request
-        if on_attempt is not None and getattr(llm, "observes_attempts", False):
-            asked = llm.complete(messages, tools=plan.request_tools, stream=run.config.stream,
-                                 on_event=run.on_llm_event, on_attempt=on_attempt)
+        if on_attempt is not None and IAttemptObservingLLMClient.providedBy(llm):
+            observing = cast(IAttemptObservingLLMClient, llm)
+            asked = observing.complete(messages, tools=plan.request_tools,
+                                       stream=run.config.stream, on_event=run.on_llm_event,
+                                       on_attempt=on_attempt)
         else:
             asked = llm.complete(messages, tools=plan.request_tools, stream=run.config.stream,
                                  on_event=run.on_llm_event)
