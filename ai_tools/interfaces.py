@@ -304,8 +304,7 @@ class IProfiledLLMClient(ILLMClient):
     """A model client configured by a :class:`~ai_tools.llm.profile.ModelProfile`.
 
     The loop follows the profile's ``tool_calling`` (native or fallback) when its
-    config does not say, and names the profile's ``label`` in its events.  A client
-    without a profile is taken as native and unnamed.
+    config does not say; a client that does not declare a profile is taken as native.
     """
 
     profile = Attribute("The client's ai_tools.llm.profile.ModelProfile.")

@@ -6,7 +6,7 @@ functions of a :class:`LoopRun`; nothing here decides anything, it only keeps.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import attrs
 
@@ -14,7 +14,6 @@ from ai_tools.execution.engine import ExecutionContext, ExecutionState
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.execution.reasons import TerminationReason
 from ai_tools.execution.results import clip_text
-from ai_tools.interfaces import IProfiledLLMClient
 from ai_tools.json_types import JSONMapping
 from ai_tools.llm.events import ChatResponse, TextDelta
 from ai_tools.log_gate import GatedLogger
@@ -211,9 +210,8 @@ class LoopRun:
             return
         if self.model_names is None:
             llm = self.ctx.llm
-            label = (cast(IProfiledLLMClient, llm).profile.label
-                     if IProfiledLLMClient.providedBy(llm) else None)
-            self.model_names = (label, getattr(llm, "model", None))
+            self.model_names = (getattr(getattr(llm, "profile", None), "label", None),
+                                getattr(llm, "model", None))
         usage = usage or {}
         self.emit("model_request", profile=self.model_names[0], model=self.model_names[1],
                   latency_ms=round((self.ctx.clock.seconds() - started) * 1000.0, 3),

@@ -54,16 +54,6 @@ def test_native_tools_follow_a_declared_profile_only() -> None:
     assert use_native_tools(True, DeclaredProfile([])) is True
 
 
-def test_loop_events_name_a_declared_profile() -> None:
-    """The model_request event carries the label of a declared profile, None otherwise."""
-    for llm, label in ((DeclaredProfile([text("hi")]), FALLBACK.label),
-                       (UndeclaredProfile([text("hi")]), None)):
-        events: list[dict[str, Any]] = []
-        execute_react_loop(make_ctx(llm, events=events), LoopConfig(max_iterations=1))
-        requested = [e for e in events if e.get("type") == "model_request"]
-        assert [e["profile"] for e in requested] == [label]
-
-
 @implementer(IAttemptObservingLLMClient)
 class ObservingLLM(ScriptedLLM):
     """A scripted client that takes ``on_attempt`` and keeps what it was given."""
