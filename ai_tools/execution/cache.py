@@ -23,7 +23,7 @@ Values are copied (one level) in and out, so a caller adding keys to a result
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 import attrs
 from twisted.internet import defer
@@ -31,6 +31,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ai_tools.interfaces import IStore
 from ai_tools.json_encoding import canonical_json
 from ai_tools.json_types import JSONMapping
 
@@ -94,7 +95,7 @@ class ToolCache:
 
     clock: IReactorTime
     """An ``IReactorTime`` (the reactor, or ``task.Clock`` in tests)."""
-    store: Any = None
+    store: IStore | None = None
     """An :class:`~ai_tools.interfaces.IStore`, or None (persistent scope kept in memory)."""
     max_entries: int = 1024
     _spaces: dict[str, _Namespace] = attrs.field(init=False, factory=dict)
@@ -133,7 +134,8 @@ class ToolCache:
         if self.is_local(scope):
             return defer.succeed(self.get_now(namespace, scope, key))
         space = self._space(namespace)
-        d = defer.maybeDeferred(self.store.cache_get, namespace, key, self.clock.seconds())
+        store = cast(IStore, self.store)  # (not local: the store is there)
+        d = defer.maybeDeferred(store.cache_get, namespace, key, self.clock.seconds())
         d.addCallbacks(self._count_persistent, self._read_failed,
                        callbackArgs=(space,), errbackArgs=(space, namespace))
         return d
@@ -190,7 +192,8 @@ class ToolCache:
         if ttl is not None and ttl <= 0:
             return defer.succeed(None)
         expires_at = None if ttl is None else self.clock.seconds() + ttl
-        d = defer.maybeDeferred(self.store.cache_put, namespace, key, dict(value), expires_at)
+        store = cast(IStore, self.store)  # (not local: the store is there)
+        d = defer.maybeDeferred(store.cache_put, namespace, key, dict(value), expires_at)
         d.addCallbacks(lambda _: None, self._log_store_failure, errbackArgs=(namespace,))
         return d
 

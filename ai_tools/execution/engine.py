@@ -136,7 +136,7 @@ def _never() -> bool:
     return False
 
 
-def _check_max_result_bytes(instance: object, attribute: Any, value: int) -> None:
+def _check_max_result_bytes(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if not isinstance(value, int) or value < MIN_MAX_RESULT_BYTES:
         raise ValueError(f"max_result_bytes must be an integer >= {MIN_MAX_RESULT_BYTES}, "
                          f"got {value!r}")

@@ -86,12 +86,12 @@ class CompactionConfig:
     """Each message is clipped to this in the transcript."""
 
     @preserve_window.validator
-    def _check_window(self, attribute: Any, value: int) -> None:
+    def _check_window(self, attribute: attrs.Attribute[int], value: int) -> None:
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"preserve_window must be a positive integer, got {value!r}")
 
     @target_percent.validator
-    def _check_target(self, attribute: Any, value: float) -> None:
+    def _check_target(self, attribute: attrs.Attribute[float], value: float) -> None:
         if not is_number(value) or not 0 < value <= 100:
             raise ValueError(f"target_percent must be a percentage in (0, 100], got {value!r}")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 import attrs
 
@@ -14,23 +14,26 @@ from ai_tools.tools.base import ToolCategory
 __all__ = ["ExitTool", "GatePolicy", "LoopConfig", "use_native_tools"]
 
 
-def _check_max_iterations(instance: object, attribute: Any, value: int) -> None:
+def _check_max_iterations(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if not isinstance(value, int) or not 1 <= value <= 10:
         raise ValueError(f"max_iterations must be an integer from 1 to 10, got {value!r}")
 
 
-def _check_non_negative_or_none(instance: object, attribute: Any, value: int | None) -> None:
+def _check_non_negative_or_none(instance: object, attribute: attrs.Attribute[int | None],
+                                value: int | None) -> None:
     if value is not None and (not isinstance(value, int) or value < 0):
         raise ValueError(f"{attribute.name} must be a non-negative integer or None, "
                          f"got {value!r}")
 
 
-def _check_positive(instance: object, attribute: Any, value: int) -> None:
+def _check_positive(instance: object, attribute: attrs.Attribute[int] | attrs.Attribute[int | None],
+                    value: int) -> None:
     if not isinstance(value, int) or value < 1:
         raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
 
 
-def _check_optional_positive(instance: object, attribute: Any, value: int | None) -> None:
+def _check_optional_positive(instance: object, attribute: attrs.Attribute[int | None],
+                             value: int | None) -> None:
     if value is not None:
         _check_positive(instance, attribute, value)
 

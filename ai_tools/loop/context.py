@@ -10,6 +10,7 @@ import attrs
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 
+from ai_tools.execution.cache import ToolCache
 from ai_tools.execution.engine import ExecutionState
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.execution.reasons import TerminationReason
@@ -132,7 +133,7 @@ class LoopContext:
     history: ConversationHistory
     clock: IReactorTime
     """An ``IReactorTime``: the reactor, or ``task.Clock`` in tests."""
-    cache: Any = None
+    cache: ToolCache | None = None
     """The service's ``ai_tools.execution.cache.ToolCache`` (None: no caching)."""
     cache_namespace: str = ""
     gate: GatePolicy = attrs.field(factory=GatePolicy)

@@ -6,8 +6,6 @@ functions of a :class:`LoopRun`; nothing here decides anything, it only keeps.
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
 from ai_tools.execution.engine import ExecutionContext, ExecutionState
@@ -177,7 +175,7 @@ class LoopRun:
         observed = ctx.observed
         return observed is None or observed()
 
-    def emit(self, kind: str, **fields: Any) -> None:
+    def emit(self, kind: str, **fields: object) -> None:
         """Publish one loop event to the observer; its errors are logged, never raised.
 
         Callers whose fields cost something to make ask :meth:`listening` first.
