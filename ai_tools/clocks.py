@@ -1,10 +1,12 @@
-"""What a clock is to ai_tools: the part of the reactor's time interfaces it uses.
+"""The clocks ai_tools runs on, where Twisted's interfaces do not say it alone.
 
-Every part that waits takes a clock — the reactor in production, ``task.Clock`` in tests
-— typed by these ``Protocol`` classes.  They stand where ``IReactorTime`` and
-``IDelayedCall`` would: mypy reads the methods of a zope interface as functions without
-``self``, so a parameter typed by the interface could not be called.  One definition here
-for every layer (the scheduler, the web API, the MCP sessions, the telemetry shutdown).
+A clock is Twisted's ``IReactorTime`` (the reactor, or ``task.Clock`` in tests) and its
+timers ``IDelayedCall``; mypy reads both through the mypy-zope plugin.  Two things have
+no single Twisted name, so they live here once for every layer:
+
+- :class:`ThreadClock`: a clock that other threads hand work to (``callLater`` and
+  ``callFromThread`` at once: the telemetry shutdown waits on both);
+- :func:`or_global_clock`: a clock, or the global reactor, typed for an attrs converter.
 """
 
 from __future__ import annotations
@@ -12,45 +14,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+
 from ai_tools.default_reactor import or_global_reactor
 
-__all__ = ["Clock", "ThreadClock", "Timer", "or_global_clock"]
+__all__ = ["ThreadClock", "or_global_clock"]
 
 
-class Timer(Protocol):
-    """What ``callLater`` returns (an ``IDelayedCall``), as far as ai_tools uses it."""
-
-    def active(self) -> bool:
-        """Whether the call is still to come."""
-        ...
-
-    def cancel(self) -> None:
-        """Take the call back (only while it is active)."""
-        ...
-
-
-class Clock(Protocol):
-    """``seconds()`` and ``callLater()`` of ``IReactorTime`` (a reactor or ``task.Clock``)."""
-
-    def seconds(self) -> float:
-        """The current time in seconds."""
-        ...
+class ThreadClock(Protocol):
+    """``callLater`` of ``IReactorTime`` and ``callFromThread`` of ``IReactorFromThreads``."""
 
     def callLater(self, delay: float, f: Callable[..., object], /, *args: object,
-                  **kw: object) -> Timer:
+                  **kw: object) -> IDelayedCall:
         """Call ``f(*args, **kw)`` in ``delay`` seconds."""
         ...
-
-
-class ThreadClock(Clock, Protocol):
-    """A clock that other threads can hand work to (``IReactorFromThreads``): a reactor."""
 
     def callFromThread(self, f: Callable[..., object], /, *args: object) -> None:
         """Call ``f(*args)`` in the reactor's thread."""
         ...
 
 
-def or_global_clock(clock: Clock | None) -> Clock:
+def or_global_clock(clock: IReactorTime | None) -> IReactorTime:
     """``clock``, or the global reactor when it is ``None`` (an attrs converter mypy can
     type, where the generic :func:`~ai_tools.default_reactor.or_global_reactor` cannot)."""
     return or_global_reactor(clock)

@@ -12,8 +12,6 @@ so any layer may use it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -39,7 +37,7 @@ class RepeatedFailure:
         """Whether the work has failed since it last worked."""
         return bool(self._since) or self._unsaid > 0
 
-    def failed(self, error: BaseException | Failure, **fields: Any) -> None:
+    def failed(self, error: BaseException | Failure, **fields: object) -> None:
         """One failure of the work: logged when its class is new, else counted.
 
         ``fields`` (``assistant=...``) go into the line of the first one."""

@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import cast
 
 import attrs
+
+from ai_tools.json_types import JSONMapping
 
 INTERRUPTED_ERROR = "interrupted: the process stopped before this tool call finished"
 """The error text of a synthetic result."""
@@ -72,7 +74,7 @@ def fallback_result_text(tool_name: str, content: str) -> str:
     return f"{FALLBACK_RESULT_PREFIX} {tool_name}]\n{content}"
 
 
-def is_fallback_result(message: Mapping[str, Any]) -> bool:
+def is_fallback_result(message: JSONMapping) -> bool:
     """Whether ``message`` is a fallback-format tool result (not a real user line)."""
     content = message.get("content")
     return (
@@ -82,7 +84,7 @@ def is_fallback_result(message: Mapping[str, Any]) -> bool:
     )
 
 
-def fallback_result_parts(message: Mapping[str, Any]) -> tuple[str, str] | None:
+def fallback_result_parts(message: JSONMapping) -> tuple[str, str] | None:
     """The tool name and the result text of a fallback-format result; ``None`` for another message.
 
     Reads ``[TOOL RESULT: name]`` and ``[TOOL RESULT:name]`` alike.
@@ -94,7 +96,7 @@ def fallback_result_parts(message: Mapping[str, Any]) -> tuple[str, str] | None:
     return (name[:-1].strip() if name.endswith("]") else name), body
 
 
-def content_text(content: Any) -> str:
+def content_text(content: object) -> str:
     """The text of a message content: a string, or a list of content parts.
 
     Text parts are joined as they came (they are pieces of one text); a part
@@ -112,12 +114,12 @@ def content_text(content: Any) -> str:
     return json.dumps(content, ensure_ascii=False, default=str)
 
 
-def interrupted_tool_message(tool_call_id: str) -> dict[str, Any]:
+def interrupted_tool_message(tool_call_id: str) -> dict[str, object]:
     """The synthetic native answer for an unanswered call."""
     return {"role": "tool", "tool_call_id": tool_call_id, "content": INTERRUPTED_CONTENT}
 
 
-def interrupted_fallback_message(tool_name: str) -> dict[str, Any]:
+def interrupted_fallback_message(tool_name: str) -> dict[str, object]:
     """The synthetic fallback answer (a user message) for an unanswered call."""
     return {
         "role": "user",
@@ -125,7 +127,7 @@ def interrupted_fallback_message(tool_name: str) -> dict[str, Any]:
     }
 
 
-def fallback_tool_calls(content: Any) -> list[str]:
+def fallback_tool_calls(content: object) -> list[str]:
     """Names of the tools called by a fallback-format assistant ``content``.
 
     The content is a JSON object with a string ``"tool"`` key, or a list of
@@ -153,24 +155,24 @@ def fallback_tool_calls(content: Any) -> list[str]:
     return names
 
 
-def _native_call_ids(message: Mapping[str, Any]) -> list[str]:
+def _native_call_ids(message: JSONMapping) -> list[str]:
     ids: list[str] = []
-    for call in message.get("tool_calls") or ():
+    for call in cast("Iterable[object]", message.get("tool_calls") or ()):
         if isinstance(call, Mapping) and call.get("id") is not None:
             ids.append(str(call["id"]))
     return ids
 
 
 def repair_history(
-    history: Sequence[Mapping[str, Any]],
-) -> tuple[list[dict[str, Any]], RepairReport]:
+    history: Sequence[JSONMapping],
+) -> tuple[list[dict[str, object]], RepairReport]:
     """Return a copy of ``history`` in which every tool call has exactly one answer.
 
     Missing answers are inserted right after the answers that do exist (so the
     order stays assistant → its results → whatever came next).  The input is
     not modified.
     """
-    repaired: list[dict[str, Any]] = []
+    repaired: list[dict[str, object]] = []
     added = dropped = 0
     pending_native: list[str] = []  # ids of the current block still unanswered
     answered_native: set[str] = set()
@@ -213,7 +215,7 @@ def repair_history(
     return repaired, RepairReport(added=added, dropped=dropped)
 
 
-def unanswered_tool_calls(history: Sequence[Mapping[str, Any]]) -> list[str]:
+def unanswered_tool_calls(history: Sequence[JSONMapping]) -> list[str]:
     """Ids (native) or names (fallback) of tool calls without an answer.
 
     Empty for a valid history; used by tests and by callers that only want to
@@ -244,7 +246,7 @@ def unanswered_tool_calls(history: Sequence[Mapping[str, Any]]) -> list[str]:
     return missing
 
 
-def repair_state(state: Mapping[str, Any]) -> tuple[dict[str, Any], RepairReport]:
+def repair_state(state: JSONMapping) -> tuple[dict[str, object], RepairReport]:
     """Repair the ``"history"`` list of an assistant state dict (a copy is returned)."""
     result = dict(state)
     history = result.get("history")

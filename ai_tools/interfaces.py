@@ -350,6 +350,28 @@ class ILLMClient(Interface):
         """Stop: close the connection pool. Deferred."""
 
 
+class IProfiledLLMClient(ILLMClient):
+    """A model client configured by a :class:`~ai_tools.llm.profile.ModelProfile`.
+
+    The loop follows the profile's ``tool_calling`` (native or fallback) when its
+    config does not say; a client that does not declare a profile is taken as native.
+    """
+
+    profile = Attribute("The client's ai_tools.llm.profile.ModelProfile.")
+
+
+class IAttemptObservingLLMClient(ILLMClient):
+    """A model client that tells an observer of each HTTP attempt of a request.
+
+    The loop passes its ``on_request`` observer (tracing adds a ``traceparent``
+    header there) only to clients that declare this interface.
+    """
+
+    def complete(messages, tools=None, tool_choice=None, stream=None, on_event=None, *,
+                 on_attempt=None):
+        """As :meth:`ILLMClient.complete`; ``on_attempt`` is called with each attempt."""
+
+
 class IAssistantRuntime(Interface):
     """What a tool may ask of the assistant it acts for.
 

@@ -10,23 +10,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
 
 __all__ = ["canonical_json", "compact_ascii_json", "model_json", "model_json_ascii"]
 
-canonical_json: Callable[[Any], str] = json.JSONEncoder(
+canonical_json: Callable[[object], str] = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), allow_nan=False).encode
 """Compact JSON with sorted keys: one text per value (tool-call arguments, cache keys).
 
 Raises TypeError for a value that is not JSON, ValueError for NaN/infinity or a
 circular reference."""
 
-compact_ascii_json: Callable[[Any], str] = json.JSONEncoder(
+compact_ascii_json: Callable[[object], str] = json.JSONEncoder(
     allow_nan=False, separators=(",", ":")).encode
 """Compact ASCII JSON (lone surrogates survive as ``\\u`` escapes): stored values."""
 
-model_json: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+model_json: Callable[[object], str] = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
 """JSON as a model reads it (non-ASCII text kept as is): tool results in history."""
 
-model_json_ascii: Callable[[Any], str] = json.JSONEncoder(allow_nan=False).encode
+model_json_ascii: Callable[[object], str] = json.JSONEncoder(allow_nan=False).encode
 """:data:`model_json` with non-ASCII escaped: for text a UTF-8 encoding refuses."""

@@ -35,7 +35,7 @@ debug event costs ~6.5 k (the call and its keyword fields), ~2.3 k when
 from __future__ import annotations
 
 from time import time
-from typing import Any
+from typing import cast
 
 from twisted.logger import (
     Logger,
@@ -54,18 +54,18 @@ _DEBUG, _INFO = LogLevel.debug, LogLevel.info
 class LevelGate(LogLevelFilterPredicate):
     """The service log's level filter, which also tells loggers what it would drop."""
 
-    def __init__(self, defaultLogLevel: Any = LogLevel.info) -> None:
+    def __init__(self, defaultLogLevel: LogLevel = LogLevel.info) -> None:
         self._lowest: dict[str, int] = {}
         super().__init__(defaultLogLevel)
 
-    def keeps(self, level: Any, namespace: str) -> bool:
+    def keeps(self, level: LogLevel, namespace: str) -> bool:
         """Whether an event of ``level`` in ``namespace`` would pass this filter."""
         lowest = self._lowest.get(namespace)
         if lowest is None:
             lowest = self._lowest[namespace] = _RANK[self.logLevelForNamespace(namespace)]
         return _RANK[level] >= lowest
 
-    def setLogLevelForNamespace(self, namespace: str, level: Any) -> None:
+    def setLogLevelForNamespace(self, namespace: str, level: LogLevel) -> None:
         """Set a namespace's level (as the stock predicate) and forget the cached answers."""
         super().setLogLevelForNamespace(namespace, level)
         self._lowest.clear()
@@ -98,7 +98,7 @@ def armed() -> LevelGate | None:
 class GatedLogger(Logger):
     """A ``Logger`` that builds no event the armed gate would drop (see the module)."""
 
-    def wants(self, level: Any) -> bool:
+    def wants(self, level: LogLevel) -> bool:
         """Whether an event of ``level`` would be kept: ask before building a costly one.
 
         ``if log.wants(LogLevel.debug): log.debug(...)`` builds not even the
@@ -109,7 +109,7 @@ class GatedLogger(Logger):
             return True
         return _armed[0].keeps(level, self.namespace)
 
-    def emit(self, level: Any, format: str | None = None, **kwargs: object) -> None:
+    def emit(self, level: LogLevel, format: str | None = None, **kwargs: object) -> None:
         """Emit at ``level`` unless the gate drops it (an invalid level: the stock path)."""
         if level not in _RANK:
             super().emit(level, format, **kwargs)
@@ -124,9 +124,9 @@ class GatedLogger(Logger):
         """Emit at ``info`` (the fields taken as they came: no second keyword packing)."""
         self._publish(_INFO, format, kwargs)
 
-    def _publish(self, level: Any, format: str | None, event: dict[str, Any]) -> None:
+    def _publish(self, level: LogLevel, format: str | None, event: dict[str, object]) -> None:
         """Complete the event with the documented ``log_*`` keys and hand it on."""
-        observer: Any = self.observer
+        observer = self.observer
         if _armed and observer is globalLogPublisher \
                 and not _armed[0].keeps(level, self.namespace):
             return
@@ -137,5 +137,5 @@ class GatedLogger(Logger):
         event["log_format"] = format
         event["log_time"] = time()
         if "log_trace" in event:
-            event["log_trace"].append((self, observer))
+            cast("list[object]", event["log_trace"]).append((self, observer))
         observer(event)

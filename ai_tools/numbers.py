@@ -11,18 +11,18 @@ of ai_tools, so any layer may use it.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TypeGuard
 
 __all__ = ["is_number", "is_positive_number"]
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: object) -> TypeGuard[int | float]:
     """Whether ``value`` is an int or a float (not a bool) and finite."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
     return isinstance(value, int) or math.isfinite(value)
 
 
-def is_positive_number(value: Any) -> bool:
+def is_positive_number(value: object) -> bool:
     """Whether ``value`` is a finite number above zero (:func:`is_number`)."""
     return is_number(value) and value > 0

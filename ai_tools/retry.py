@@ -36,7 +36,7 @@ _RETRYABLE_EXCEPTIONS: tuple[type[BaseException], ...] = (
 
 
 def _at_least(minimum: float) -> Callable[[Any, Any, Any], None]:
-    def check(instance: Any, attribute: Any, value: Any) -> None:
+    def check(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
         if not is_number(value) or value < minimum:
             raise ValueError(f"RetryPolicy.{attribute.name} must be a number >= {minimum}, "
                              f"got {value!r}")
@@ -70,7 +70,7 @@ class RetryPolicy:
 DEFAULT_RETRY_POLICY = RetryPolicy()
 
 
-def is_retryable_error(err: BaseException | Failure | dict[str, Any] | str | None) -> bool:
+def is_retryable_error(err: BaseException | Failure | dict[str, object] | str | None) -> bool:
     """Whether a failure is transient and worth another attempt.
 
     Accepts a raised exception (or its Failure), a tool's returned

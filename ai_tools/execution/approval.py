@@ -24,6 +24,7 @@ import attrs
 from twisted.internet import defer
 
 from ai_tools.errors import ConfigError
+from ai_tools.json_types import JSONMapping
 from ai_tools.llm.events import ToolCall
 from ai_tools.tools.base import Tool, ToolCategory
 
@@ -35,7 +36,7 @@ OPERATOR = "operator"
 APPROVAL_MODES = (NEVER, OPERATOR)
 """The values of an approval setting."""
 
-ApprovalHook = Callable[[Tool, ToolCall, Mapping[str, Any]], "defer.Deferred[Any] | None"]
+ApprovalHook = Callable[[Tool, ToolCall, JSONMapping], "defer.Deferred[Any] | None"]
 """Asked before a call's first attempt: None (run it) or a Deferred of an
 :class:`ApprovalDecision`."""
 
@@ -51,7 +52,7 @@ class ApprovalDecision:
     timed_out: bool = False
 
 
-def check_approval_mode(value: Any, where: str) -> str:
+def check_approval_mode(value: object, where: str) -> str:
     """``value`` if it is an approval mode, else a ConfigError naming ``where``."""
     if value not in APPROVAL_MODES:
         raise ConfigError(f"{where} must be one of {', '.join(map(repr, APPROVAL_MODES))}, "
@@ -59,7 +60,7 @@ def check_approval_mode(value: Any, where: str) -> str:
     return str(value)
 
 
-def check_tool_approval(value: Any, where: str) -> dict[str, str]:
+def check_tool_approval(value: object, where: str) -> dict[str, str]:
     """A ``{tool name: mode}`` table checked (ConfigError naming ``where``)."""
     if not isinstance(value, Mapping):
         raise ConfigError(f"{where} must be a table of tool name = \"never\" | \"operator\"")
@@ -79,7 +80,7 @@ def needs_approval(tool: Tool, approval: str, tool_approval: Mapping[str, str]) 
     return mode == OPERATOR
 
 
-def refusal_result(decision: ApprovalDecision) -> dict[str, Any]:
+def refusal_result(decision: ApprovalDecision) -> dict[str, object]:
     """What the model reads about a call that was not approved (it did not run)."""
     why = f": {decision.reason}" if decision.reason else ""
     if decision.timed_out:

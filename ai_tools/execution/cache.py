@@ -23,15 +23,17 @@ Values are copied (one level) in and out, so a caller adding keys to a result
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import cast
 
 import attrs
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ai_tools.interfaces import IStore
 from ai_tools.json_encoding import canonical_json
+from ai_tools.json_types import JSONMapping
 
 __all__ = ["SCOPES", "CacheStats", "ToolCache", "cache_key", "canonical_json"]
 
@@ -43,7 +45,7 @@ SCOPES = ("tick", "session", "persistent")
 _LOCAL_SCOPES = ("tick", "session")
 
 
-def cache_key(tool_name: str, params: Mapping[str, Any]) -> str:
+def cache_key(tool_name: str, params: JSONMapping) -> str:
     """``name`` + canonical JSON of ``params``; TypeError/ValueError if not JSON."""
     return f"{tool_name}:{canonical_json(params)}"
 
@@ -67,7 +69,7 @@ class CacheStats:
 class _Namespace:
     """One assistant's in-memory entries: ``{scope: {key: (value, expires_at)}}``."""
 
-    entries: dict[str, dict[str, tuple[dict[str, Any], float | None]]] = attrs.field(
+    entries: dict[str, dict[str, tuple[dict[str, object], float | None]]] = attrs.field(
         factory=lambda: {"tick": {}, "session": {}, "persistent": {}}
     )
     hits: int = 0
@@ -91,9 +93,9 @@ class ToolCache:
     oldest entry goes first).
     """
 
-    clock: Any
+    clock: IReactorTime
     """An ``IReactorTime`` (the reactor, or ``task.Clock`` in tests)."""
-    store: Any = None
+    store: IStore | None = None
     """An :class:`~ai_tools.interfaces.IStore`, or None (persistent scope kept in memory)."""
     max_entries: int = 1024
     _spaces: dict[str, _Namespace] = attrs.field(init=False, factory=dict)
@@ -111,7 +113,7 @@ class ToolCache:
         _check_scope(scope)
         return scope != "persistent" or self.store is None
 
-    def get_now(self, namespace: str, scope: str, key: str) -> dict[str, Any] | None:
+    def get_now(self, namespace: str, scope: str, key: str) -> dict[str, object] | None:
         """The cached value (a copy) or None, for a memory scope (see :meth:`is_local`)."""
         if not self.is_local(scope):
             raise ValueError(f"the {scope} scope lives in the store: use get()")
@@ -127,18 +129,19 @@ class ToolCache:
         space.misses += 1
         return None
 
-    def get(self, namespace: str, scope: str, key: str) -> defer.Deferred[dict[str, Any] | None]:
+    def get(self, namespace: str, scope: str, key: str) -> defer.Deferred[dict[str, object] | None]:
         """The cached value (a copy) or None, in any scope; fired at once for memory scopes."""
         if self.is_local(scope):
             return defer.succeed(self.get_now(namespace, scope, key))
         space = self._space(namespace)
-        d = defer.maybeDeferred(self.store.cache_get, namespace, key, self.clock.seconds())
+        store = cast(IStore, self.store)  # (not local: the store is there)
+        d = defer.maybeDeferred(store.cache_get, namespace, key, self.clock.seconds())
         d.addCallbacks(self._count_persistent, self._read_failed,
                        callbackArgs=(space,), errbackArgs=(space, namespace))
         return d
 
     @staticmethod
-    def _count_persistent(value: Any, space: _Namespace) -> dict[str, Any] | None:
+    def _count_persistent(value: object, space: _Namespace) -> dict[str, object] | None:
         if isinstance(value, dict):
             space.hits += 1
             return dict(value)
@@ -153,7 +156,7 @@ class ToolCache:
         space.misses += 1
         return None
 
-    def put_now(self, namespace: str, scope: str, key: str, value: Mapping[str, Any],
+    def put_now(self, namespace: str, scope: str, key: str, value: JSONMapping,
                 ttl: float | None = None) -> None:
         """Store ``value`` (a copy) in a memory scope for ``ttl`` seconds (None: until cleared).
 
@@ -175,7 +178,7 @@ class ToolCache:
         namespace: str,
         scope: str,
         key: str,
-        value: Mapping[str, Any],
+        value: JSONMapping,
         ttl: float | None = None,
     ) -> defer.Deferred[None]:
         """Store ``value`` in any scope; see :meth:`put_now`.
@@ -189,7 +192,8 @@ class ToolCache:
         if ttl is not None and ttl <= 0:
             return defer.succeed(None)
         expires_at = None if ttl is None else self.clock.seconds() + ttl
-        d = defer.maybeDeferred(self.store.cache_put, namespace, key, dict(value), expires_at)
+        store = cast(IStore, self.store)  # (not local: the store is there)
+        d = defer.maybeDeferred(store.cache_put, namespace, key, dict(value), expires_at)
         d.addCallbacks(lambda _: None, self._log_store_failure, errbackArgs=(namespace,))
         return d
 

@@ -15,12 +15,13 @@ import itertools
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 import attrs
 from twisted.logger import Logger
 
 from ai_tools.errors import AIToolsError
+from ai_tools.json_types import JSONMapping
 from ai_tools.llm.events import ToolCall
 
 __all__ = ["ToolCall", "ToolCallParseError", "check_tool_call", "new_tool_call_id",
@@ -44,7 +45,7 @@ def new_tool_call_id() -> str:
     return f"{_ID_PREFIX}{next(_ID_COUNTER):06d}"
 
 
-def parse_tool_call(tool_call: Any) -> ToolCall:
+def parse_tool_call(tool_call: object) -> ToolCall:
     """Make a checked :class:`~ai_tools.llm.events.ToolCall` of whatever the model sent.
 
     Accepted shapes: a ``ToolCall``; native ``{"id", "type": "function",
@@ -71,8 +72,9 @@ def parse_tool_call(tool_call: Any) -> ToolCall:
     reasoning = tool_call.get("reasoning", "")
     if not isinstance(reasoning, str):
         reasoning = "" if reasoning is None else json.dumps(reasoning, default=repr)
-    return check_tool_call(ToolCall(id=tool_call.get("id"), name=name, arguments=arguments,
-                                    reasoning=reasoning))
+    # the id as the model sent it: check_tool_call replaces one that is not a usable string
+    return check_tool_call(ToolCall(id=tool_call.get("id"),  # type: ignore[arg-type]
+                                    name=name, arguments=arguments, reasoning=reasoning))
 
 
 def check_tool_call(call: ToolCall) -> ToolCall:
@@ -106,7 +108,7 @@ def check_tool_call(call: ToolCall) -> ToolCall:
     return attrs.evolve(call, id=call_id, name=name)
 
 
-def _usable_id(raw: Any) -> str:
+def _usable_id(raw: object) -> str:
     """The model's id (blanks stripped) if it is usable, else a fresh one."""
     if type(raw) is int:
         raw = str(raw)
@@ -117,19 +119,19 @@ def _usable_id(raw: Any) -> str:
     return new_tool_call_id()
 
 
-def _is_mapping(value: Any) -> bool:
+def _is_mapping(value: object) -> TypeGuard[JSONMapping]:
     """A dict (checked first: the usual case, and cheaper than the ABC) or another mapping."""
     return isinstance(value, dict) or isinstance(value, Mapping)
 
 
-def _native_parts(function: Any) -> tuple[Any, dict[str, Any]]:
+def _native_parts(function: object) -> tuple[Any, dict[str, object]]:
     if not _is_mapping(function):
         raise ToolCallParseError("'function' must be an object with 'name' and 'arguments'")
     raw = function.get("arguments", function.get("parameters"))
     return function.get("name"), _decode_arguments(raw, "'function.arguments'")
 
 
-def _fallback_parts(tool_call: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+def _fallback_parts(tool_call: JSONMapping) -> tuple[Any, dict[str, object]]:
     name_key = "tool" if "tool" in tool_call else "name"
     name = tool_call.get(name_key)
     args_key = "parameters" if "parameters" in tool_call else "arguments"
@@ -143,7 +145,7 @@ def _fallback_parts(tool_call: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
     return name, arguments
 
 
-def _decode_arguments(value: Any, where: str) -> dict[str, Any]:
+def _decode_arguments(value: object, where: str) -> dict[str, object]:
     """Arguments as a dict: None/"" → {}, JSON text decoded (twice if double-encoded)."""
     if value is None:
         return {}

@@ -47,10 +47,11 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from types import CoroutineType
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import attrs
 from twisted.internet import defer, task
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import LogLevel
 from twisted.python.failure import Failure
 
@@ -115,7 +116,7 @@ class ExecutionState:
     """Attempts that timed out."""
     errors: int = 0
     """Calls answered with ``success: false`` (unknown, blocked, invalid, failed)."""
-    current_tool_call: dict[str, Any] | None = None
+    current_tool_call: dict[str, object] | None = None
     """``{"id", "tool", "parameters", "status", "started_at"}`` (+ ``success``,
     ``duration_ms`` when done) of the call in flight or the last one."""
 
@@ -135,7 +136,7 @@ def _never() -> bool:
     return False
 
 
-def _check_max_result_bytes(instance: Any, attribute: Any, value: int) -> None:
+def _check_max_result_bytes(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if not isinstance(value, int) or value < MIN_MAX_RESULT_BYTES:
         raise ValueError(f"max_result_bytes must be an integer >= {MIN_MAX_RESULT_BYTES}, "
                          f"got {value!r}")
@@ -154,7 +155,7 @@ class ExecutionContext:
     registry: ToolRegistry
     actor: Actor
     history: ConversationHistory
-    clock: Any
+    clock: IReactorTime
     """An ``IReactorTime``: the reactor, or ``task.Clock`` in tests."""
     cache: ToolCache | None = None
     cache_namespace: str = attrs.field(
@@ -198,7 +199,7 @@ class _ToolCallRun:
                  "killed", "logged", "outcome", "outcome_d", "params", "raw", "same_answer",
                  "started", "tool", "waiting", "warnings")
 
-    def __init__(self, context: ExecutionContext, tool_call: Any,
+    def __init__(self, context: ExecutionContext, tool_call: object,
                  assistant_content: str | None, same_answer: bool = False) -> None:
         self.ctx = context
         self.raw = tool_call
@@ -213,7 +214,7 @@ class _ToolCallRun:
         self.killed = False
         self.call: ToolCall | None = None
         self.tool: Tool | None = None
-        self.params: dict[str, Any] = {}
+        self.params: dict[str, object] = {}
         self.warnings: list[str] = []
         self.key: str | None = None
         self.attempts = 0
@@ -255,7 +256,7 @@ class _ToolCallRun:
         d.addCallbacks(self._resume, self._resume, callbackArgs=(callback,),
                        errbackArgs=(errback,))
 
-    def _resume(self, value: Any, step: Callable[[Any], None]) -> None:
+    def _resume(self, value: object, step: Callable[[Any], None]) -> None:
         self.waiting = None
         if self.killed:
             return
@@ -384,7 +385,7 @@ class _ToolCallRun:
             self._wait(cache.get(namespace, scope, self.key), self._on_lookup,
                        self._on_cache_failure)
 
-    def _on_lookup(self, cached: dict[str, Any] | None) -> None:
+    def _on_lookup(self, cached: dict[str, object] | None) -> None:
         if cached is None:
             self._dispatch()
             return
@@ -454,7 +455,7 @@ class _ToolCallRun:
             self._dispatch()
         else:
             result = refusal_result(decision)
-            status = CallStatus(result["status"])
+            status = CallStatus(cast(str, result["status"]))
             self._update_current(status, False, self._elapsed_ms())
             self._refuse(status, result)
 
@@ -475,7 +476,7 @@ class _ToolCallRun:
         wait = task.deferLater(self.ctx.clock, delay, lambda: None)
         self._wait(wait, lambda _: self._dispatch(), self._internal_error)
 
-    def _on_result(self, value: Any) -> None:
+    def _on_result(self, value: object) -> None:
         """What the tool returned: validated, retried if a retryable failure."""
         tool = self.tool
         assert tool is not None
@@ -506,7 +507,7 @@ class _ToolCallRun:
 
     # ---- step 8
 
-    def _complete(self, result: dict[str, Any], status: CallStatus | None = None,
+    def _complete(self, result: dict[str, object], status: CallStatus | None = None,
                   from_cache: bool = False) -> None:
         """Post-execution: restart, retry notes, shaping, cache, log, then the record."""
         if self.ctx.stop_requested():
@@ -541,7 +542,7 @@ class _ToolCallRun:
         self._update_current(status, success, duration_ms)
         self._record(status, shaped.result, shaped.content, from_cache, duration_ms)
 
-    def _after_success(self, tool: Tool, result: dict[str, Any]) -> None:
+    def _after_success(self, tool: Tool, result: dict[str, object]) -> None:
         """A tool ran and succeeded: activity counted, cache stored or invalidated."""
         ctx = self.ctx
         ctx.state.activity_since_wake += 1
@@ -553,7 +554,7 @@ class _ToolCallRun:
         if tool.cacheable and self.key is not None:
             cache.put(ctx.cache_namespace, tool.cache_scope, self.key, result, tool.cache_ttl)
 
-    def _finish_restart(self, result: dict[str, Any]) -> None:
+    def _finish_restart(self, result: dict[str, object]) -> None:
         self.ctx.state.activity_since_wake += 1
         log.info("Function call {name} asked for a context restart", name=self._name())
         self._update_current(CallStatus.CONTEXT_RESTART, True, self._elapsed_ms())
@@ -563,7 +564,7 @@ class _ToolCallRun:
             duration_ms=self._elapsed_ms(),
         ))
 
-    def _refuse(self, status: CallStatus, result: dict[str, Any]) -> None:
+    def _refuse(self, status: CallStatus, result: dict[str, object]) -> None:
         """Answer a call refused before dispatch (unknown, blocked, no character, invalid)."""
         log.info("Function call refused: {name} ({status})", name=self._name(), status=status,
                  tool_call_id=self._call_id(), assistant=self.ctx.cache_namespace)
@@ -571,7 +572,7 @@ class _ToolCallRun:
                               self.ctx.max_result_bytes)
         self._record(status, shaped.result, shaped.content, False, self._elapsed_ms())
 
-    def _record(self, status: str, result: dict[str, Any], content: str,
+    def _record(self, status: str, result: dict[str, object], content: str,
                 from_cache: bool, duration_ms: float) -> None:
         """The history entry (two messages, one operation) and the ``history`` outcome."""
         ctx = self.ctx
@@ -633,7 +634,7 @@ class _ToolCallRun:
 
 def run_tool_call(
     context: ExecutionContext,
-    tool_call: Any,
+    tool_call: object,
     *,
     assistant_content: str | None = None,
     same_answer: bool = False,
@@ -656,7 +657,7 @@ def run_tool_call(
 
 def execute_tool_call(
     context: ExecutionContext,
-    tool_call: Any,
+    tool_call: object,
     *,
     assistant_content: str | None = None,
 ) -> defer.Deferred[ToolCallOutcome]:
@@ -667,7 +668,7 @@ def execute_tool_call(
     return outcome
 
 
-def skip_tool_call(context: ExecutionContext, tool_call: Any, reason: str,
+def skip_tool_call(context: ExecutionContext, tool_call: object, reason: str,
                    same_answer: bool = False) -> ToolCallOutcome:
     """Answer a call that will not run because an earlier one ended the loop.
 

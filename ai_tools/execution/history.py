@@ -36,6 +36,7 @@ from ai_tools.history_format import (
     unanswered_tool_calls,
 )
 from ai_tools.json_encoding import model_json
+from ai_tools.json_types import JSONMapping
 from ai_tools.llm.events import ToolCall
 
 __all__ = [
@@ -51,17 +52,17 @@ ROLES = frozenset({"system", "user", "assistant", "tool"})
 """Roles a chat-completion message may have."""
 
 
-def is_tool_result(message: Mapping[str, Any]) -> bool:
+def is_tool_result(message: JSONMapping) -> bool:
     """Whether ``message`` answers a tool call (native ``tool`` or fallback ``[TOOL RESULT``)."""
     return message.get("role") == "tool" or is_fallback_result(message)
 
 
-def fallback_call_text(call: ToolCall, clipped: Mapping[str, Any] | None = None) -> str:
+def fallback_call_text(call: ToolCall, clipped: JSONMapping | None = None) -> str:
     """The assistant content of the fallback format: the call as a JSON object.
 
     ``clipped`` stands for arguments too large to keep (see :func:`build_tool_exchange`).
     """
-    body: dict[str, Any] = {"tool": call.name,
+    body: dict[str, object] = {"tool": call.name,
                             "parameters": dict(call.arguments if clipped is None else clipped)}
     if call.reasoning:
         body["reasoning"] = call.reasoning
@@ -75,7 +76,7 @@ def build_tool_exchange(
     native: bool,
     assistant_content: str | None = None,
     max_bytes: int = DEFAULT_MAX_RESULT_BYTES,
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[dict[str, object], dict[str, object]]:
     """The two messages recording ``call`` and its answer ``result_content`` (JSON text).
 
     ``assistant_content`` is text the model wrote next to a native call; in the
@@ -101,7 +102,7 @@ def _call_entry(call: ToolCall, native: bool, max_bytes: int) -> Any:
 
 
 def _assistant_message(native: bool, text: str | None, entries: Sequence[Any]
-                       ) -> dict[str, Any]:
+                       ) -> dict[str, object]:
     """The one assistant message of an answer: its text and every call it made.
 
     Fallback: one call is its JSON object, several a JSON array of them (both
@@ -113,7 +114,7 @@ def _assistant_message(native: bool, text: str | None, entries: Sequence[Any]
     return {"role": "assistant", "content": f"{text}\n{calls}" if text else calls}
 
 
-def _result_message(call: ToolCall, result_content: str, native: bool) -> dict[str, Any]:
+def _result_message(call: ToolCall, result_content: str, native: bool) -> dict[str, object]:
     if native:
         return {"role": "tool", "tool_call_id": call.id, "content": result_content}
     return {"role": "user", "content": fallback_result_text(call.name, result_content)}
@@ -132,7 +133,7 @@ class _OpenAnswer:
     entries: list[Any]
 
 
-def _native_ids(message: Mapping[str, Any]) -> Iterator[str]:
+def _native_ids(message: JSONMapping) -> Iterator[str]:
     calls = message.get("tool_calls")
     if not isinstance(calls, list):
         return
@@ -149,7 +150,7 @@ class ConversationHistory:
     are shared and must not be modified), iterate it, or take ``len()``.
     """
 
-    _messages: list[dict[str, Any]] = attrs.field(factory=list, alias="messages")
+    _messages: list[dict[str, object]] = attrs.field(factory=list, alias="messages")
     _tool_call_ids: set[str] = attrs.field(init=False, factory=set)
     _version: int = attrs.field(init=False, default=0)
     _rewrites: int = attrs.field(init=False, default=0)
@@ -173,18 +174,18 @@ class ConversationHistory:
     # -- reading ---------------------------------------------------------------
 
     @property
-    def messages(self) -> list[dict[str, Any]]:
+    def messages(self) -> list[dict[str, object]]:
         """A new list of the messages (what a model request sends)."""
         return list(self._messages)
 
-    def since(self, start: int) -> list[dict[str, Any]]:
+    def since(self, start: int) -> list[dict[str, object]]:
         """A new list of the messages from index ``start`` on (cheap for a short tail)."""
         return self._messages[start:]
 
     def __len__(self) -> int:
         return len(self._messages)
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[dict[str, object]]:
         return iter(list(self._messages))
 
     def has_tool_call_id(self, call_id: str) -> bool:
@@ -195,7 +196,7 @@ class ConversationHistory:
         """Ids (native) or names (fallback) of tool calls without an answer: ``[]`` when valid."""
         return unanswered_tool_calls(self._messages)
 
-    def to_list(self) -> list[dict[str, Any]]:
+    def to_list(self) -> list[dict[str, object]]:
         """A deep copy of the messages, for persistence."""
         return copy.deepcopy(self._messages)
 
@@ -205,7 +206,7 @@ class ConversationHistory:
 
     # -- writing ---------------------------------------------------------------
 
-    def append(self, message: Mapping[str, Any]) -> None:
+    def append(self, message: JSONMapping) -> None:
         """Add a plain message (system, user, or assistant text).
 
         Raises ValueError for a malformed message, a ``tool`` message or an
@@ -220,9 +221,9 @@ class ConversationHistory:
         self._messages.append(dict(message))
         self._version += 1
 
-    def add_user(self, content: str) -> dict[str, Any]:
+    def add_user(self, content: str) -> dict[str, object]:
         """Add a user message; returns it (the very object the history holds)."""
-        message = {"role": "user", "content": content}
+        message: dict[str, object] = {"role": "user", "content": content}
         self._messages.append(message)
         self._version += 1
         return message
@@ -241,7 +242,7 @@ class ConversationHistory:
         assistant_content: str | None = None,
         max_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         same_answer: bool = False,
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    ) -> tuple[dict[str, object], dict[str, object]]:
         """Append a tool call and its answer together; return the two messages.
 
         ``same_answer``: the call belongs to the model answer whose calls were
@@ -274,7 +275,7 @@ class ConversationHistory:
         return exchange
 
     def _join(self, opened: _OpenAnswer, call: ToolCall, result_content: str,
-              max_bytes: int) -> tuple[dict[str, Any], dict[str, Any]]:
+              max_bytes: int) -> tuple[dict[str, object], dict[str, object]]:
         """Add ``call`` to the open answer's assistant message; its result goes last."""
         opened.entries.append(_call_entry(call, opened.native, max_bytes))
         assistant = _assistant_message(opened.native, opened.text, opened.entries)
@@ -284,7 +285,7 @@ class ConversationHistory:
         self._rewrites += 1
         return assistant, result
 
-    def take_back(self, message: Mapping[str, Any]) -> bool:
+    def take_back(self, message: JSONMapping) -> bool:
         """Remove ``message`` (this very object, a plain message); True if it was there.
 
         For a message that turned out not to count: the pending events a loop
@@ -299,7 +300,7 @@ class ConversationHistory:
                 return True
         return False
 
-    def replace(self, messages: Iterable[Mapping[str, Any]]) -> None:
+    def replace(self, messages: Iterable[JSONMapping]) -> None:
         """Replace every message (loading, compaction); the new list is taken as is."""
         self._messages = [dict(m) for m in messages]
         self._tool_call_ids = {i for m in self._messages for i in _native_ids(m)}
@@ -319,7 +320,7 @@ class ConversationHistory:
         self.replace(())
 
     @classmethod
-    def from_list(cls, messages: Sequence[Mapping[str, Any]] | None) -> ConversationHistory:
+    def from_list(cls, messages: Sequence[JSONMapping] | None) -> ConversationHistory:
         """A history from saved messages (repaired so every call has an answer)."""
         history = cls([dict(m) for m in messages or ()])
         history.repair()

@@ -9,7 +9,6 @@ place, :attr:`ToolCallOutcome.ends_loop` — whether the call ends the loop.
 from __future__ import annotations
 
 import enum
-from typing import Any
 
 import attrs
 
@@ -74,13 +73,13 @@ class ToolCallOutcome:
 
     kind: OutcomeKind
     status: str
-    result: dict[str, Any]
+    result: dict[str, object]
     call: ToolCall | None = None
     category: ToolCategory | None = None
     attempts: int = 0
     duration_ms: float = 0.0
     from_cache: bool = False
-    history_entries: tuple[dict[str, Any], ...] = ()
+    history_entries: tuple[dict[str, object], ...] = ()
     recorded: bool = False
 
     @property
@@ -127,7 +126,7 @@ class ToolCallOutcome:
             return TerminationReason.TERMINAL_TOOL
         return None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """A JSON-serialisable summary (the start of the loop's ``results`` entries)."""
         return {
             "tool": self.tool_name,

@@ -20,8 +20,6 @@ messages it keeps.
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
 from ai_tools.json_encoding import model_json, model_json_ascii
@@ -50,13 +48,13 @@ class ShapedResult:
     say what happened to the tool's original value.
     """
 
-    result: dict[str, Any]
+    result: dict[str, object]
     content: str
     not_serialisable: bool = False
     truncated: bool = False
 
 
-def _dumps(value: Any, ascii_only: bool = False) -> str:
+def _dumps(value: object, ascii_only: bool = False) -> str:
     return (model_json_ascii if ascii_only else model_json)(value)
 
 
@@ -88,7 +86,7 @@ def clip_text(text: str, max_bytes: int) -> str:
     return _head(text, max_bytes - len(marker.encode("utf-8"))) + marker
 
 
-def clip_arguments(arguments_json: str, max_bytes: int) -> dict[str, Any] | None:
+def clip_arguments(arguments_json: str, max_bytes: int) -> dict[str, object] | None:
     """What the history records instead of oversized arguments, or None when they fit.
 
     ``arguments_json`` is the call's JSON text.  Oversized arguments become
@@ -109,7 +107,7 @@ def clip_arguments(arguments_json: str, max_bytes: int) -> dict[str, Any] | None
     return {CLIPPED_KEY: marker, "_preview": preview}
 
 
-def shape_result(result: dict[str, Any], tool_name: str,
+def shape_result(result: dict[str, object], tool_name: str,
                  max_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> ShapedResult:
     """Serialise ``result``; replace it by an error if it is not JSON, truncate it if too big."""
     try:
@@ -132,9 +130,9 @@ def shape_result(result: dict[str, Any], tool_name: str,
     return _truncate(result, content, max_bytes)
 
 
-def _truncate(result: dict[str, Any], content: str, max_bytes: int) -> ShapedResult:
+def _truncate(result: dict[str, object], content: str, max_bytes: int) -> ShapedResult:
     original = _size(content)
-    shaped: dict[str, Any] = {"success": result.get("success") is not False, "truncated": True}
+    shaped: dict[str, object] = {"success": result.get("success") is not False, "truncated": True}
     error = result.get("error")
     if isinstance(error, str):
         shaped["error"] = error[:_ERROR_TEXT_LIMIT].encode("utf-8", "replace").decode("utf-8")

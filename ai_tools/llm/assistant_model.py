@@ -11,22 +11,26 @@ server) opens its own breaker, not the server's to the others.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet import defer
 from zope.interface import implementer
 
 from ai_tools.errors import LLMUnavailable
-from ai_tools.interfaces import ILLMClient
+from ai_tools.interfaces import IAttemptObservingLLMClient, IProfiledLLMClient
+from ai_tools.json_types import JSONMapping
 from ai_tools.llm.breaker import CircuitBreaker
 from ai_tools.llm.consumer import EventCallback
 from ai_tools.llm.events import AttemptCallback, ChatResponse
 
+if TYPE_CHECKING:
+    from ai_tools.llm.client import OpenAIChatClient
+
 __all__ = ["AssistantModel"]
 
 
-@implementer(ILLMClient)
+@implementer(IProfiledLLMClient, IAttemptObservingLLMClient)
 class AssistantModel:
     """``client`` for assistant ``name``, behind ``breaker``.
 
@@ -34,7 +38,7 @@ class AssistantModel:
     :meth:`refusal` is the client's own (its window, its profile, its status).
     """
 
-    def __init__(self, client: Any, name: str, breaker: CircuitBreaker) -> None:
+    def __init__(self, client: OpenAIChatClient, name: str, breaker: CircuitBreaker) -> None:
         self.client = client
         self.name = name
         self.breaker = breaker
@@ -60,7 +64,8 @@ class AssistantModel:
     def refusal(self) -> LLMUnavailable | None:
         """The error a call would fail with at once now (this assistant's breaker or the
         server's is open and cooling down), else None: a tick asks before it starts."""
-        for breaker in (self.breaker, self.client.server.breaker):
+        # (a built client always has its server: None only asks it to make its own)
+        for breaker in (self.breaker, self.client.server.breaker):  # type: ignore[union-attr]
             try:
                 breaker.check()
             except LLMUnavailable as e:
@@ -69,13 +74,13 @@ class AssistantModel:
 
     def complete(
         self,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[JSONMapping],
         tools: Sequence[Any] | None = None,
         tool_choice: Any = None,
         stream: bool | None = None,
         on_event: EventCallback | None = None,
         *,
-        extra_body: Mapping[str, Any] | None = None,
+        extra_body: JSONMapping | None = None,
         on_attempt: AttemptCallback | None = None,
     ) -> defer.Deferred[ChatResponse]:
         """The client's ``complete``, as this assistant's call."""

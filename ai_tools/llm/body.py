@@ -23,7 +23,13 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer
-from twisted.internet.interfaces import IProtocol, IPushProducer
+from twisted.internet.interfaces import (
+    IConsumer,
+    IDelayedCall,
+    IProtocol,
+    IPushProducer,
+    IReactorTime,
+)
 from twisted.python.components import proxyForInterface
 from twisted.python.failure import Failure
 from twisted.web.client import ResponseDone
@@ -57,7 +63,7 @@ class BytesProducer:
         self.body = body
         self.length = len(body)
 
-    def startProducing(self, consumer: Any) -> defer.Deferred[None]:
+    def startProducing(self, consumer: IConsumer) -> defer.Deferred[None]:
         consumer.write(self.body)
         return defer.succeed(None)
 
@@ -111,7 +117,7 @@ class BodyReader:
 
     def __init__(
         self,
-        clock: Any,
+        clock: IReactorTime,
         sink: Callable[[bytes], None],
         idle_timeout: float | None,
         description: str = "response body",
@@ -131,15 +137,15 @@ class BodyReader:
         self._description = description
         self._max_bytes = max_bytes
         self._truncate = truncate
-        self._timer: Any = None
-        self.transport: Any = None
+        self._timer: IDelayedCall | None = None
+        self.transport: IPushProducer | None = None
         self.done = False
         self.size = 0
         self.last_data: float = clock.seconds()
         self.last_progress = self.last_data
         self.finished: defer.Deferred[None] = defer.Deferred(self._cancel)
 
-    def makeConnection(self, transport: Any) -> None:
+    def makeConnection(self, transport: Any) -> None:  # (an IPushProducer, not ITransport)
         """Twisted hands over the body's transport (used to abort)."""
         self.transport = transport
         self.connectionMade()
@@ -284,11 +290,11 @@ class BoundedGzipDecoder(proxyForInterface(IResponse)):  # type: ignore[misc]
     like Twisted's ``GzipDecoder`` but with a bound on each inflation step.
     """
 
-    def __init__(self, response: Any) -> None:
+    def __init__(self, response: IResponse) -> None:
         self.original = response
         self.length = UNKNOWN_LENGTH
 
-    def deliverBody(self, protocol: Any) -> None:
+    def deliverBody(self, protocol: IProtocol) -> None:
         self.original.deliverBody(_Inflater(protocol))
 
 
@@ -299,14 +305,14 @@ class _Inflater:
 
     __slots__ = ("_inflate", "_lost", "_protocol", "_stopped", "_transport")
 
-    def __init__(self, protocol: Any) -> None:
-        self._protocol: Any = protocol
+    def __init__(self, protocol: IProtocol) -> None:
+        self._protocol: Any = protocol  # made connected to this IPushProducer, no ITransport
         self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        self._transport: Any = None
+        self._transport: IPushProducer | None = None
         self._stopped = False
         self._lost = False
 
-    def makeConnection(self, transport: Any) -> None:
+    def makeConnection(self, transport: Any) -> None:  # (an IPushProducer, not ITransport)
         self._transport = transport
         self._protocol.makeConnection(self)
 

@@ -10,9 +10,9 @@ Time comes from an injected clock (``seconds()``), so tests use ``task.Clock``.
 from __future__ import annotations
 
 import enum
-from typing import Any
 
 import attrs
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger, LogLevel
 
 from ai_tools.errors import LLMUnavailable
@@ -34,7 +34,7 @@ class CircuitBreaker:
     open), then :meth:`record_success` or :meth:`record_failure`.
     """
 
-    clock: Any
+    clock: IReactorTime
     failure_threshold: int = 5
     cooldown: float = 30.0
     name: str = "model"

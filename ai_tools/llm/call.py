@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 import attrs
 from twisted.internet import defer
+from twisted.internet.interfaces import IDelayedCall
 from twisted.python.failure import Failure
 
 from ai_tools.errors import (
@@ -117,7 +118,7 @@ class ModelCall:
         self._deadline: float | None = None
         self._exchange: Exchange | None = None
         self._slot: defer.Deferred[Any] | None = None
-        self._timer: Any = None  # the queue's deadline, or the back-off
+        self._timer: IDelayedCall | None = None  # the queue's deadline, or the back-off
         self.result: defer.Deferred[ChatResponse] = defer.Deferred(self._cancel)
 
     def _breakers(self) -> tuple[CircuitBreaker, ...]:

@@ -13,14 +13,18 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, cast
 
 import attrs
 import treq
+from treq.client import HTTPClient
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
+from twisted.web.client import HTTPConnectionPool
 from twisted.web.http_headers import Headers
+from twisted.web.iweb import IResponse
 
 from ai_tools.errors import (
     LLMConnectionError,
@@ -40,6 +44,9 @@ from ai_tools.llm.server import ModelServer
 from ai_tools.llm.transport import prepared_url
 from ai_tools.llm.window import PROBE_BODY_BYTES, PROBE_TIMEOUT, ContextWindow, Probe
 from ai_tools.retry import RetryPolicy, is_retryable_error
+
+if TYPE_CHECKING:
+    from ai_tools.llm.call import ModelCall
 
 USER_AGENT = b"ai_tools (twisted; +openai-compatible)"
 ANSWER_CHARS_PER_TOKEN = 128
@@ -86,15 +93,15 @@ class ModelChannel:
     def __init__(
         self,
         profile: ModelProfile,
-        clock: Any,
-        http: Any,
+        clock: IReactorTime,
+        http: HTTPClient,
         *,
         breaker: CircuitBreaker,
         retry_policy: RetryPolicy,
         environ: Mapping[str, str] | None,
         rand: Callable[[], float],
         wall_clock: Callable[[], float],
-        pool: Any = None,
+        pool: HTTPConnectionPool | None = None,
         server: ModelServer | None = None,
     ) -> None:
         self.profile = profile
@@ -106,7 +113,7 @@ class ModelChannel:
         """The server's slots, fair queue, kind and breaker (shared by its clients)."""
         if profile.server_kind is not None:
             self.server.learn(profile.server_kind, None)
-        self.calls: set[Any] = set()
+        self.calls: set[ModelCall] = set()
         self.url = prepared_url(profile.chat_url)
         self._pool = pool
         self.window = ContextWindow.for_profile(profile)
@@ -119,6 +126,7 @@ class ModelChannel:
         """The body field of the reply cap: ``max_completion_tokens`` once the server
         refused ``max_tokens`` for it (OpenAI's reasoning models: o-series, gpt-5)."""
         self.log = Logger(namespace="ai_tools.llm.client")
+        # (treq types its reactor as one of every interface; ours is the IReactorTime clock)
         self._http: Any = http
         self._environ = environ
         self._rand = rand
@@ -165,7 +173,7 @@ class ModelChannel:
     # -- sending ---------------------------------------------------------------------------
 
     def send(self, body: bytes, streaming: bool,
-             extra_headers: Mapping[str, str] | None = None) -> defer.Deferred[Any]:
+             extra_headers: Mapping[str, str] | None = None) -> defer.Deferred[IResponse]:
         """POST ``body`` to the chat endpoint; a Deferred response (unbuffered).
 
         ``extra_headers`` (this request's own, e.g. a trace context) go on a copy of
@@ -227,17 +235,17 @@ class ModelChannel:
                 raise ValueError(f"more than {PROBE_BODY_BYTES} bytes")
             parts.append(chunk)
 
-        def read(response: Any) -> Any:
+        def read(response: IResponse) -> defer.Deferred[tuple[int, bytes]]:
             return treq.collect(response, keep).addCallbacks(
                 lambda _: (response.code, b"".join(parts)), lambda _: (0, b""))
 
         total = self.profile.timeouts.total
         limit = min(PROBE_TIMEOUT, total or PROBE_TIMEOUT)
 
-        def late(result: Any, timeout: float) -> Any:
+        def late(result: object, timeout: float) -> NoReturn:
             raise LLMTimeout(f"{probe.method} {probe.url}: no answer within {timeout:g}s")
 
-        def unreachable(failure: Failure) -> Any:
+        def unreachable(failure: Failure) -> Failure:
             if failure.check(LLMTimeout):
                 return failure
             raise LLMConnectionError(f"{probe.method} {probe.url}: "

@@ -31,7 +31,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import attrs
 from twisted.internet import defer
@@ -43,7 +43,8 @@ from zope.interface import implementer
 
 from ai_tools.default_reactor import global_reactor
 from ai_tools.errors import LLMError, LLMRequestError
-from ai_tools.interfaces import ILLMClient
+from ai_tools.interfaces import IAttemptObservingLLMClient, IProfiledLLMClient
+from ai_tools.json_types import JSONMapping
 from ai_tools.llm.assistant_model import AssistantModel
 from ai_tools.llm.breaker import BreakerState, CircuitBreaker
 from ai_tools.llm.call import ModelCall
@@ -53,14 +54,14 @@ from ai_tools.llm.events import AttemptCallback, ChatResponse
 from ai_tools.llm.profile import ModelProfile, default_max_tokens
 from ai_tools.llm.server import ModelServer
 from ai_tools.llm.transport import http_client, pooled_agent
-from ai_tools.llm.window import ServerFacts, discover_window
+from ai_tools.llm.window import Found, ServerFacts, discover_window
 from ai_tools.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 __all__ = ["OpenAIChatClient"]
 
 
-@implementer(ILLMClient)
+@implementer(IProfiledLLMClient, IAttemptObservingLLMClient)
 @attrs.define(eq=False, repr=False)
 class OpenAIChatClient:
     """Chat completions against one OpenAI-compatible server.
@@ -73,9 +74,6 @@ class OpenAIChatClient:
     """
 
     # Fixed once built: the client's channel holds them.
-    observes_attempts: ClassVar[bool] = True
-    """``complete()`` takes ``on_attempt`` (the loop passes it only to clients that do)."""
-
     profile: ModelProfile = attrs.field(on_setattr=attrs.setters.frozen)
     reactor: Any = attrs.field(default=None, on_setattr=attrs.setters.frozen)
     agent: IAgent | None = attrs.field(default=None, on_setattr=attrs.setters.frozen)
@@ -183,7 +181,7 @@ class OpenAIChatClient:
                 self._discovered, facts)
         return waiter
 
-    def _discovered(self, found: Any, facts: ServerFacts) -> None:
+    def _discovered(self, found: Found | Failure, facts: ServerFacts) -> None:
         window = self._channel.window
         closed_meanwhile = isinstance(found, Failure) and self._closed
         if not closed_meanwhile:  # (the service stopping: the failure is ours, not the server's)
@@ -226,7 +224,7 @@ class OpenAIChatClient:
                 name=f"{self.profile.label} for {name}"))
         return view
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, object]:
         """The client as status pages show it: the window, the server's slots and queue,
         the breakers that are not closed."""
         open_breakers = {name: view.breaker.state.value
@@ -239,13 +237,13 @@ class OpenAIChatClient:
 
     def complete(
         self,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[JSONMapping],
         tools: Sequence[Any] | None = None,
         tool_choice: Any = None,
         stream: bool | None = None,
         on_event: EventCallback | None = None,
         *,
-        extra_body: Mapping[str, Any] | None = None,
+        extra_body: JSONMapping | None = None,
         on_attempt: AttemptCallback | None = None,
         party: str | None = None,
         breaker: CircuitBreaker | None = None,
@@ -315,9 +313,9 @@ class _Request:
     __slots__ = ("_client", "_extra", "_messages", "_reply_room", "_tool_choice", "_tools",
                  "offers_tools")
 
-    def __init__(self, client: OpenAIChatClient, messages: Sequence[Mapping[str, Any]],
+    def __init__(self, client: OpenAIChatClient, messages: Sequence[JSONMapping],
                  tools: Sequence[Any] | None, tool_choice: Any,
-                 extra_body: Mapping[str, Any] | None) -> None:
+                 extra_body: JSONMapping | None) -> None:
         self._client = client
         self._messages = messages
         self._tools = tools
@@ -346,8 +344,8 @@ class _Request:
         """The request body: model, messages, tools and their choice, stream, max_tokens,
         the profile's extra body, then this call's."""
         profile = self._client.profile
-        body: dict[str, Any] = {"model": profile.model,
-                                "messages": sendable_messages(self._messages)}
+        body: dict[str, object] = {"model": profile.model,
+                                   "messages": sendable_messages(self._messages)}
         if self.offers_tools:
             body["tools"] = [t.schema() if callable(getattr(t, "schema", None)) else dict(t)
                              for t in self._tools or ()]
@@ -366,7 +364,7 @@ class _Request:
         return _ENCODER.encode(body).encode("utf-8")
 
 
-def sendable_messages(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
+def sendable_messages(messages: Sequence[JSONMapping]) -> list[Any]:
     """``messages`` as every server accepts them: an assistant message's ``content`` is
     ``""`` rather than null (llama-cpp-python answers 500 to null, e.g. beside
     ``tool_calls``), whatever the history holds.  Copies only the messages it changes."""
@@ -377,7 +375,7 @@ def sendable_messages(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
     return sendable
 
 
-def _tool_choice(choice: Any) -> Any:
+def _tool_choice(choice: object) -> Any:
     """A tool name becomes the ``{"type": "function", ...}`` object; the rest is sent as is."""
     if isinstance(choice, str) and choice not in ("auto", "none", "required"):
         return {"type": "function", "function": {"name": choice}}

@@ -8,10 +8,10 @@ handle one shape; the same answer cap and repeated-line check apply.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from typing import cast
 
 from ai_tools.errors import LLMProtocolError, LLMServerError, RepeatedLineLoop
+from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.llm.consumer import EventCallback, emit_event
 from ai_tools.llm.events import (
     AssistantMessageFinal,
@@ -46,10 +46,11 @@ def parse_completion(
     choice, message = _first_choice(data, raw, url)
     if message.get("content", "") is None:  # (beside tool calls): "" is what every server takes
         message = {**message, "content": ""}
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
+    usage = data.get("usage")
+    usage = usage if isinstance(usage, dict) else None
     response = ChatResponse.from_message(
         message,
-        finish_reason=choice.get("finish_reason"),
+        finish_reason=cast("str | None", choice.get("finish_reason")),
         usage=usage,
         model=str(data.get("model") or profile.model),
     )
@@ -76,7 +77,7 @@ def answer_chars(response: ChatResponse) -> int:
     return size + sum(len(call.raw_arguments) for call in response.tool_calls)
 
 
-def _decode(raw: bytes, url: str) -> dict[str, Any]:
+def _decode(raw: bytes, url: str) -> JSONObject:
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError):
@@ -93,8 +94,8 @@ def _decode(raw: bytes, url: str) -> dict[str, Any]:
 
 
 def _first_choice(
-    data: Mapping[str, Any], raw: bytes, url: str
-) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    data: JSONMapping, raw: bytes, url: str
+) -> tuple[JSONMapping, JSONMapping]:
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise LLMProtocolError(f"200 from {url} but the answer has no choices: {raw[:200]!r}")

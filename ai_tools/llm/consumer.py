@@ -39,7 +39,7 @@ def emit_event(on_event: EventCallback | None, event: LLMEvent) -> None:
 class StreamServerError(Exception):
     """The stream carried an error object (a ServerError event)."""
 
-    def __init__(self, error: Any) -> None:
+    def __init__(self, error: object) -> None:
         super().__init__(error)
         self.error = error
 

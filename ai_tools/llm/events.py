@@ -10,12 +10,13 @@ framed them.  A non-streaming request produces the same events (one
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import cast
 
 import attrs
 
 from ai_tools.json_encoding import canonical_json
+from ai_tools.json_types import JSONMapping, JSONObject
 
 
 @attrs.frozen
@@ -33,7 +34,7 @@ class AssistantMessageFinal:
     ``tool_calls`` when the model called tools) ready to go into history.
     """
 
-    message: Mapping[str, Any]
+    message: JSONMapping
 
 
 @attrs.frozen
@@ -45,14 +46,14 @@ class StreamDone:
 class ServerError:
     """An error the server reported inside an otherwise successful response."""
 
-    error: Mapping[str, Any] | str
+    error: JSONMapping | str
 
 
 @attrs.frozen
 class UsageUpdate:
     """Token usage (and timing, where the server reports it)."""
 
-    usage: Mapping[str, Any]
+    usage: JSONMapping
 
 
 @attrs.frozen
@@ -93,7 +94,7 @@ class ToolCall:
 
     id: str
     name: str
-    arguments: Mapping[str, Any] = attrs.field(factory=dict)
+    arguments: JSONMapping = attrs.field(factory=dict)
     raw_arguments: str = ""
     reasoning: str | None = None
     native: bool = True
@@ -114,7 +115,7 @@ class ToolCall:
         return text
 
     @classmethod
-    def from_openai(cls, call: Mapping[str, Any], index: int = 0) -> ToolCall:
+    def from_openai(cls, call: JSONMapping, index: int = 0) -> ToolCall:
         """Build a call from an OpenAI ``tool_calls`` entry (never raises).
 
         Accepts ``arguments`` as a JSON string (OpenAI, vLLM) or already as an
@@ -135,7 +136,7 @@ class ToolCall:
             arguments_error=problem,
         )
 
-    def to_openai(self) -> dict[str, Any]:
+    def to_openai(self) -> JSONObject:
         """The OpenAI ``tool_calls`` entry for history (arguments as JSON text)."""
         if self.arguments_error is None:
             raw = json.dumps(dict(self.arguments), ensure_ascii=False)
@@ -148,7 +149,7 @@ class ToolCall:
         }
 
 
-def decode_arguments(raw: Any) -> tuple[dict[str, Any], str, str | None]:
+def decode_arguments(raw: object) -> tuple[JSONObject, str, str | None]:
     """Decode tool-call arguments: ``(object, raw text, problem or None)``."""
     if raw is None:
         return {}, "", None
@@ -181,9 +182,9 @@ class ChatResponse:
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
     finish_reason: str | None = None
-    usage: Mapping[str, Any] | None = None
+    usage: JSONMapping | None = None
     model: str = ""
-    message: Mapping[str, Any] = attrs.field(factory=dict)
+    message: JSONMapping = attrs.field(factory=dict)
     attempts: int = 1
     """HTTP requests the call sent to get this answer (retries included)."""
     queued: float = 0.0
@@ -197,9 +198,9 @@ class ChatResponse:
     @classmethod
     def from_message(
         cls,
-        message: Mapping[str, Any],
+        message: JSONMapping,
         finish_reason: str | None = None,
-        usage: Mapping[str, Any] | None = None,
+        usage: JSONMapping | None = None,
         model: str = "",
     ) -> ChatResponse:
         """Build a response from an assistant message dict."""
@@ -207,7 +208,7 @@ class ChatResponse:
         raw_calls = message.get("tool_calls") or ()
         calls = tuple(
             ToolCall.from_openai(c, i)
-            for i, c in enumerate(raw_calls)
+            for i, c in enumerate(cast("Iterable[object]", raw_calls))
             if isinstance(c, Mapping)
         )
         return cls(

@@ -26,14 +26,16 @@ the connection and the slot until the server is done.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, cast
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 from twisted.internet import defer
 from twisted.internet.error import ConnectionDone
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.python.failure import Failure
 from twisted.web.client import ResponseNeverReceived
+from twisted.web.iweb import IResponse
 
 from ai_tools.errors import (
     LLMConnectionError,
@@ -62,11 +64,15 @@ from ai_tools.llm.redaction import Redactor
 from ai_tools.llm.sse import SSELineTooLong
 from ai_tools.llm.stream import StreamProtocolError
 
+if TYPE_CHECKING:
+    from ai_tools.llm.call import ModelCall
+
 DRAIN_LIMIT = 600.0
 """Seconds an answer given up on may still take, without a total deadline to go by."""
 
 
-def at_deadline(clock: Any, deadline: float, expire: Any, *args: Any) -> Any:
+def at_deadline(clock: IReactorTime, deadline: float, expire: Callable[..., object],
+                *args: object) -> IDelayedCall:
     """A timer calling ``expire(*args)`` when the clock reaches ``deadline`` (at once if past)."""
     return clock.callLater(max(0.0, deadline - clock.seconds()), expire, *args)
 
@@ -109,7 +115,7 @@ class Exchange:
 
     def __init__(
         self,
-        owner: Any,
+        owner: ModelCall,
         channel: ModelChannel,
         on_event: EventCallback | None,
         deadline: float | None,
@@ -123,7 +129,7 @@ class Exchange:
         self._detached = False
         self._keeps = False
         self._expired: str | None = None
-        self._timer: Any = None
+        self._timer: IDelayedCall | None = None
         self._pending: defer.Deferred[Any] | None = None
         self._reader: BodyReader | None = None
         self._response: Any = None
@@ -273,7 +279,7 @@ class Exchange:
                 error.reached = False
         self._fail(error)
 
-    def _got_response(self, response: Any) -> None:
+    def _got_response(self, response: IResponse) -> None:
         self._pending = None
         if self._done:
             return
@@ -293,7 +299,8 @@ class Exchange:
             self._read(self._collect, self._body_read, self._read_failed,
                        max_bytes=limits.body_bytes)
 
-    def _read(self, sink: Any, done: Any, failed: Any, description: str = "response body",
+    def _read(self, sink: Callable[[bytes], None], done: Callable[[None], object],
+              failed: Callable[[Failure], object], description: str = "response body",
               **bounds: Any) -> BodyReader:
         reader = BodyReader(self._channel.clock, sink, self._channel.profile.timeouts.idle,
                             description, arm_on_connect=False,
@@ -425,7 +432,7 @@ class Exchange:
                                   partial)
 
 
-def _is_json(response: Any) -> bool:
+def _is_json(response: IResponse) -> bool:
     """Whether a streaming request got a JSON answer instead (the server ignored stream)."""
     return "json" in (header_value(response.headers, "content-type") or "").lower()
 

@@ -11,9 +11,13 @@ import html
 import json
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ai_tools.errors import LLMError, LLMRequestError, LLMServerError
+from ai_tools.json_types import JSONMapping
+
+if TYPE_CHECKING:
+    from twisted.web.http_headers import Headers
 
 RETRYABLE_STATUSES = frozenset({408, 425, 429})
 SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key"})
@@ -52,7 +56,7 @@ def parse_retry_after(value: str | bytes | None, now: float) -> float | None:
     return max(0.0, seconds)
 
 
-def redact_headers(headers: Mapping[str, Any]) -> dict[str, Any]:
+def redact_headers(headers: JSONMapping) -> dict[str, object]:
     """A copy of ``headers`` with credentials replaced by ``<redacted>``."""
     return {
         k: ("<redacted>" if str(k).lower() in SECRET_HEADERS else v) for k, v in headers.items()
@@ -174,9 +178,9 @@ def error_for_status(
     return LLMRequestError(f"{where}: {detail}", status=status, url=url)
 
 
-def header_value(headers: Any, name: str) -> str | None:
+def header_value(headers: Headers, name: str) -> str | None:
     """First value of header ``name`` from a twisted ``Headers`` (or None)."""
-    raw: Iterable[Any] | None = headers.getRawHeaders(name)
+    raw: Iterable[str | bytes] | None = headers.getRawHeaders(name)
     if not raw:
         return None
     for value in raw:

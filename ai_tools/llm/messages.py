@@ -11,14 +11,14 @@ signals and never need an answer.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from ai_tools.history_format import (
     FALLBACK_RESULT_PREFIX,
     fallback_result_text,
     is_fallback_result,
 )
+from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.llm.events import ToolCall
 
 __all__ = [
@@ -31,13 +31,13 @@ __all__ = [
 ]
 
 
-def _json(value: Any) -> str:
+def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def assistant_tool_calls_message(
     calls: Iterable[ToolCall], content: str | None = None
-) -> dict[str, Any]:
+) -> JSONObject:
     """Native: the assistant message asking for ``calls`` (pass normal calls only)."""
     return {
         "role": "assistant",
@@ -46,22 +46,22 @@ def assistant_tool_calls_message(
     }
 
 
-def tool_result_message(call: ToolCall | str, result: Mapping[str, Any] | str) -> dict[str, Any]:
+def tool_result_message(call: ToolCall | str, result: JSONMapping | str) -> JSONObject:
     """Native: the answer to one call (``call`` is the call or its id)."""
     call_id = call.id if isinstance(call, ToolCall) else call
     content = result if isinstance(result, str) else _json(dict(result))
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
-def fallback_call_message(call: ToolCall) -> dict[str, Any]:
+def fallback_call_message(call: ToolCall) -> JSONObject:
     """Fallback: the assistant message holding the call as JSON text."""
-    body: dict[str, Any] = {"tool": call.name, "parameters": dict(call.arguments)}
+    body: dict[str, object] = {"tool": call.name, "parameters": dict(call.arguments)}
     if call.reasoning:
         body["reasoning"] = call.reasoning
     return {"role": "assistant", "content": _json(body)}
 
 
-def fallback_result_message(name: str, result: Mapping[str, Any] | str) -> dict[str, Any]:
+def fallback_result_message(name: str, result: JSONMapping | str) -> JSONObject:
     """Fallback: the result of tool ``name`` as a user message."""
     content = result if isinstance(result, str) else _json(dict(result))
     return {"role": "user", "content": fallback_result_text(name, content)}

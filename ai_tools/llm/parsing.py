@@ -24,6 +24,7 @@ from typing import Any
 import attrs
 
 from ai_tools.history_format import content_text
+from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.llm.events import ChatResponse, ToolCall, decode_arguments
 
 TOOL_PARSE_ERROR = "tool_parse_error"
@@ -86,7 +87,7 @@ class ParsedCalls:
 
 
 def parse_tool_calls(
-    response_or_message: ChatResponse | Mapping[str, Any] | str | None,
+    response_or_message: ChatResponse | JSONMapping | str | None,
     normal_tool_names: Collection[str],
     exit_tool_names: Collection[str] = (),
     *,
@@ -139,7 +140,7 @@ def plain_native_calls(response: ChatResponse, plain_names: Collection[str]
     return calls
 
 
-def _split_answer(answer: Any) -> tuple[str, tuple[ToolCall, ...]]:
+def _split_answer(answer: object) -> tuple[str, tuple[ToolCall, ...]]:
     if answer is None:
         return "", ()
     if isinstance(answer, ChatResponse):
@@ -158,7 +159,7 @@ def _split_answer(answer: Any) -> tuple[str, tuple[ToolCall, ...]]:
     return str(answer), ()
 
 
-def _bad_native_call(entry: Any, index: int) -> ToolCall:
+def _bad_native_call(entry: object, index: int) -> ToolCall:
     return ToolCall(
         id=f"call_{index}",
         name="",
@@ -226,7 +227,7 @@ class _Found:
     spans: list[tuple[int, int]] = attrs.field(factory=list)
     problem: str | None = None
 
-    def add(self, position: int, value: Any, span: tuple[int, int]) -> None:
+    def add(self, position: int, value: object, span: tuple[int, int]) -> None:
         self.objects.append((position, value))
         self.spans.append(span)
 
@@ -319,7 +320,7 @@ def _objects_anywhere(scan: str, known: frozenset[str], found: _Found) -> None:
         position = scan.find("{", end)
 
 
-def _as_list(value: Any) -> list[Any]:
+def _as_list(value: object) -> list[Any]:
     if isinstance(value, list):
         return value
     if value is None:
@@ -327,7 +328,7 @@ def _as_list(value: Any) -> list[Any]:
     return [value]
 
 
-def _is_tool_object(value: Any, known: frozenset[str]) -> bool:
+def _is_tool_object(value: object, known: frozenset[str]) -> bool:
     if not isinstance(value, dict):
         return False
     if isinstance(value.get("tool"), str):
@@ -339,7 +340,7 @@ def _is_tool_object(value: Any, known: frozenset[str]) -> bool:
     return isinstance(function, dict) and isinstance(function.get("name"), str)
 
 
-def _fallback_call(value: dict[str, Any], index: int, warnings: list[str]) -> ToolCall:
+def _fallback_call(value: JSONObject, index: int, warnings: list[str]) -> ToolCall:
     function = value.get("function")
     if isinstance(function, dict) and not isinstance(value.get("tool"), str):
         # {"type": "function", "function": {"name": ..., "arguments": ...}}

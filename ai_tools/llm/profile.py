@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import attrs
 
 from ai_tools.errors import ConfigError
+from ai_tools.json_types import JSONMapping
 from ai_tools.llm.repetition import RepetitionConfig
 from ai_tools.numbers import is_positive_number
 
@@ -50,7 +51,7 @@ def default_max_tokens(window: int) -> int:
     return max(1, min(window // MAX_TOKENS_SHARE, MAX_TOKENS_CEILING))
 
 
-def _seconds_or_none(instance: Any, attribute: Any, value: Any) -> None:
+def _seconds_or_none(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
     if value is None and attribute.name != "connect":
         return
     if not is_positive_number(value):
@@ -58,7 +59,7 @@ def _seconds_or_none(instance: Any, attribute: Any, value: Any) -> None:
                          f"{'' if attribute.name == 'connect' else ' or none'}, got {value!r}")
 
 
-def _positive_int(instance: Any, attribute: Any, value: Any) -> None:
+def _positive_int(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"limits.{attribute.name} must be a positive integer, got {value!r}")
 
@@ -143,7 +144,7 @@ class Prices:
         return (input_tokens * self.input + output_tokens * self.output) / 1_000_000
 
 
-def _price(name: str, value: Any) -> None:
+def _price(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not (
             0 <= value < float("inf")):
         raise ConfigError(f"'prices.{name}' must be a price per million tokens (a number "
@@ -173,7 +174,7 @@ class ModelProfile:
     model: str
     api_key_env: str | None = None
     context_window: int | None = None
-    extra_body: Mapping[str, Any] = attrs.field(factory=dict)
+    extra_body: JSONMapping = attrs.field(factory=dict)
     stream: bool = True
     timeouts: Timeouts = attrs.field(factory=Timeouts)
     max_concurrency: int = 8
@@ -252,7 +253,7 @@ class ModelProfile:
         return self.name or f"{self.model}@{urlsplit(self.base_url).netloc}"
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], where: str = "model profile") -> ModelProfile:
+    def from_mapping(cls, data: JSONMapping, where: str = "model profile") -> ModelProfile:
         """Build a profile from a config table; unknown keys are a ConfigError.
 
         ``timeouts``, ``repetition`` and ``limits`` may be nested tables.
@@ -264,7 +265,7 @@ class ModelProfile:
         for required in ("base_url", "model"):
             if not data.get(required):
                 raise ConfigError(f"{where}: '{required}' is required")
-        values = dict(data)
+        values: dict[str, Any] = dict(data)  # checked by the attrs validators
         if values.get("tool_choice") in ("off", ""):
             values["tool_choice"] = None
         try:
@@ -299,7 +300,7 @@ class ModelProfile:
             raise ConfigError(f"${ENV_URL} is not set (e.g. http://localhost:11434/v1)")
         if not model:
             raise ConfigError(f"${ENV_MODEL} is not set (the model name the server expects)")
-        values: dict[str, Any] = {"base_url": url, "model": model}
+        values: dict[str, object] = {"base_url": url, "model": model}
         if env.get(ENV_API_KEY_ENV, "").strip():
             values["api_key_env"] = env[ENV_API_KEY_ENV].strip()
         for variable, key in ((ENV_CONTEXT_WINDOW, "context_window"),

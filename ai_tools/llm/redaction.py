@@ -12,9 +12,9 @@ its argument as it is.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
+from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.llm.events import ChatResponse
 
 REDACTED = "<redacted>"
@@ -46,7 +46,7 @@ class Redactor:
             return text
         return text.replace(secret, REDACTED)
 
-    def value(self, value: Any) -> Any:
+    def value(self, value: object) -> Any:
         """A JSON value (an error object, a message) with the secret replaced in its strings.
 
         Returns ``value`` itself when the secret does not occur in it.
@@ -83,7 +83,7 @@ class Redactor:
         if isinstance(partial, str):
             error.partial_text = self.text(partial)  # type: ignore[attr-defined]
 
-    def headers(self, headers: Mapping[str, Any]) -> dict[str, Any]:
+    def headers(self, headers: JSONMapping) -> JSONObject:
         """Header values for display, the secret replaced in each (see also
         :func:`~ai_tools.llm.http_errors.redact_headers`, which hides credential
         headers by name)."""

@@ -42,17 +42,29 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import attrs
 from twisted.internet import defer
+from twisted.internet.address import IPv4Address
+from twisted.internet.interfaces import (
+    IDelayedCall,
+    IListeningPort,
+    IProtocolFactory,
+    IReactorCore,
+    IReactorTime,
+    ITCPTransport,
+)
 from twisted.logger import Logger
-from twisted.protocols.policies import WrappingFactory
+from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
+from twisted.web import http
 from twisted.web import server as web_server
 from twisted.web.resource import Resource
+from twisted.web.server import Request
 
 from ai_tools.default_reactor import global_reactor, or_global_reactor
 from ai_tools.history_format import is_fallback_result
+from ai_tools.json_types import JSONArray, JSONMapping, JSONObject, JSONValue
 from ai_tools.llm.profile import ModelProfile
 from ai_tools.llm.server_kinds import SERVER_KINDS, ServerKind
 
@@ -87,11 +99,11 @@ class ToolCallSpec:
     """A tool call a turn makes: name, arguments (object or raw JSON text), optional id."""
 
     name: str
-    arguments: Mapping[str, Any] | str = attrs.field(factory=dict)
+    arguments: JSONMapping | str = attrs.field(factory=dict)
     id: str | None = None
 
     @classmethod
-    def coerce(cls, value: Any) -> ToolCallSpec:
+    def coerce(cls, value: object) -> ToolCallSpec:
         """From a ToolCallSpec, a ``{"name", "arguments"}`` dict or a ``(name, args)`` pair."""
         if isinstance(value, ToolCallSpec):
             return value
@@ -104,7 +116,7 @@ class ToolCallSpec:
         raise ValueError(f"not a tool call: {value!r}")
 
 
-def _tool_calls(value: Iterable[Any]) -> tuple[ToolCallSpec, ...]:
+def _tool_calls(value: Iterable[object]) -> tuple[ToolCallSpec, ...]:
     return tuple(ToolCallSpec.coerce(v) for v in value)
 
 
@@ -210,9 +222,9 @@ class Fault:
         return cls("stream_error", message=message, after_chunks=after_chunks)
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> Fault:
+    def from_mapping(cls, data: JSONMapping) -> Fault:
         """From a scenario-file table: ``{"kind": "rate_limited", "retry_after": 2}``..."""
-        values = dict(data)
+        values: dict[str, Any] = dict(data)  # checked by the builders
         kind = str(values.pop("kind", ""))
         builders: dict[str, Callable[..., Fault]] = {
             "rate_limited": cls.rate_limited,
@@ -238,7 +250,7 @@ def _retry_after_text(value: float | str) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def _fault(value: Any) -> Fault | None:
+def _fault(value: object) -> Fault | None:
     if value is None or isinstance(value, Fault):
         return value
     if isinstance(value, Mapping):
@@ -265,7 +277,7 @@ class Turn:
     chunk_latency: float = 0.0
     chunk_chars: int = 16
     finish_reason: str | None = None
-    usage: Mapping[str, Any] | None = None
+    usage: JSONMapping | None = None
     fault: Fault | None = attrs.field(default=None, converter=_fault)
     has_placeholder: bool = attrs.field(init=False, eq=False, repr=False)
     """Whether ``{user_message}`` appears anywhere (computed once, not per request)."""
@@ -278,7 +290,7 @@ class Turn:
         )
 
     @classmethod
-    def coerce(cls, value: Any) -> Turn:
+    def coerce(cls, value: object) -> Turn:
         """From a Turn, a Fault (a turn that only fails), a string (text) or a mapping."""
         if isinstance(value, Turn):
             return value
@@ -291,7 +303,7 @@ class Turn:
         raise ValueError(f"not a turn: {value!r}")
 
 
-def _turns(value: Iterable[Any]) -> tuple[Turn, ...]:
+def _turns(value: Iterable[object]) -> tuple[Turn, ...]:
     return tuple(Turn.coerce(v) for v in value)
 
 
@@ -315,7 +327,7 @@ class Rule:
             raise ValueError(f"rule {self.match!r} has no turns")
 
     @classmethod
-    def coerce(cls, value: Any) -> Rule:
+    def coerce(cls, value: object) -> Rule:
         """From a Rule or a mapping ``{"match", "turns", "once"}``."""
         if isinstance(value, Rule):
             return value
@@ -324,11 +336,11 @@ class Rule:
         raise ValueError(f"not a rule: {value!r}")
 
 
-def _rules(value: Iterable[Any]) -> tuple[Rule, ...]:
+def _rules(value: Iterable[object]) -> tuple[Rule, ...]:
     return tuple(Rule.coerce(v) for v in value)
 
 
-def _optional_turn(value: Any) -> Turn | None:
+def _optional_turn(value: object) -> Turn | None:
     return None if value is None else Turn.coerce(value)
 
 
@@ -347,7 +359,7 @@ class Script:
     model: str = DEFAULT_MODEL_NAME
 
     @classmethod
-    def coerce(cls, value: Any) -> Script:
+    def coerce(cls, value: object) -> Script:
         """From a Script, a list of turns, or a scenario mapping."""
         if isinstance(value, Script):
             return value
@@ -358,13 +370,14 @@ class Script:
         raise ValueError(f"not a script: {value!r}")
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> Script:
+    def from_mapping(cls, data: JSONMapping) -> Script:
         """From a scenario table: ``turns``, ``rules``, ``default``, ``model``."""
         known = {"turns", "rules", "default", "model", "description"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"scenario: unknown key(s) {', '.join(unknown)}")
-        values = {k: v for k, v in data.items() if k in known and k != "description"}
+        values: dict[str, Any] = {k: v for k, v in data.items()
+                                  if k in known and k != "description"}
         return cls(**values)
 
     @classmethod
@@ -396,7 +409,7 @@ class _Conversation:
     played: int = 0
 
 
-def last_user_message(messages: Any) -> str | None:
+def last_user_message(messages: object) -> str | None:
     """The newest user line, if it is the newest non-system message (not a tool result)."""
     if not isinstance(messages, list):
         return None
@@ -415,7 +428,7 @@ def last_user_message(messages: Any) -> str | None:
     return None
 
 
-def default_conversation_key(headers: Mapping[str, str], body: Mapping[str, Any]) -> str:
+def default_conversation_key(headers: Mapping[str, str], body: JSONMapping) -> str:
     """``X-Conversation`` header, else the body's ``user`` field, else ``"default"``."""
     key = headers.get("x-conversation") or body.get("user")
     return str(key) if key else "default"
@@ -430,7 +443,7 @@ class ScriptedModel:
     _conversations: dict[str, _Conversation] = attrs.field(factory=dict, init=False)
 
     @classmethod
-    def build(cls, script: Any, model_name: str | None = None) -> ScriptedModel:
+    def build(cls, script: object, model_name: str | None = None) -> ScriptedModel:
         """From a script, a list of turns, or ``{conversation: script}``."""
         if isinstance(script, Mapping) and script and all(
             isinstance(v, Script | list | tuple) for v in script.values()
@@ -441,7 +454,7 @@ class ScriptedModel:
         name = model_name or next(iter(scripts.values())).model
         return cls(scripts, _scripted_name(name))
 
-    def next_turn(self, conversation: str, messages: Any) -> tuple[Turn | None, str]:
+    def next_turn(self, conversation: str, messages: object) -> tuple[Turn | None, str]:
         """The turn answering this request, and how it was chosen (for logs)."""
         script = self.scripts.get(conversation) or self.scripts.get("default")
         if script is None:
@@ -472,12 +485,13 @@ def _fill(turn: Turn, user: str | None) -> Turn:
     if user is None:
         user = ""
     calls = tuple(
-        attrs.evolve(c, arguments=_replace_in(c.arguments, user)) for c in turn.tool_calls
+        attrs.evolve(c, arguments=cast("JSONMapping | str", _replace_in(c.arguments, user)))
+        for c in turn.tool_calls
     )
     return attrs.evolve(turn, text=turn.text.replace(USER_PLACEHOLDER, user), tool_calls=calls)
 
 
-def _replace_in(value: Any, user: str) -> Any:
+def _replace_in(value: object, user: str) -> object:
     if isinstance(value, str):
         return value.replace(USER_PLACEHOLDER, user)
     if isinstance(value, Mapping):
@@ -503,24 +517,24 @@ class RecordedRequest:
     method: str
     path: str
     headers: dict[str, str]
-    body: Any
+    body: JSONValue
     conversation: str = "default"
     turn: Turn | None = None
     finished: defer.Deferred[bool] = attrs.field(factory=defer.Deferred)
     disconnected: bool = False
 
     @property
-    def messages(self) -> list[Any]:
+    def messages(self) -> JSONArray:
         """The chat messages sent."""
         if isinstance(self.body, Mapping):
-            return list(self.body.get("messages") or [])
+            return list(cast("JSONArray", self.body.get("messages") or []))
         return []
 
     @property
-    def tools(self) -> list[Any]:
+    def tools(self) -> JSONArray:
         """The tool schemas sent."""
         if isinstance(self.body, Mapping):
-            return list(self.body.get("tools") or [])
+            return list(cast("JSONArray", self.body.get("tools") or []))
         return []
 
 
@@ -529,7 +543,7 @@ def _chunks(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def _estimate_tokens(value: Any) -> int:
+def _estimate_tokens(value: object) -> int:
     return max(1, len(json.dumps(value, ensure_ascii=False, default=str)) // 4)
 
 
@@ -544,11 +558,11 @@ class ScriptedModelResource(Resource):
     def __init__(
         self,
         model: ScriptedModel,
-        reactor: Any,
+        reactor: IReactorTime,
         *,
         api_key: str | None = None,
         conversation_key: Callable[
-            [Mapping[str, str], Mapping[str, Any]], str
+            [Mapping[str, str], JSONMapping], str
         ] = default_conversation_key,
         log_requests: bool = True,
         server_kind: ServerKind | None = None,
@@ -563,8 +577,8 @@ class ScriptedModelResource(Resource):
         self.api_key = api_key
         self.conversation_key = conversation_key
         self.requests: list[RecordedRequest] = []
-        self._pending: set[Any] = set()
-        self._gone: weakref.WeakSet[Any] = weakref.WeakSet()  # requests the client dropped
+        self._pending: set[IDelayedCall] = set()
+        self._gone: weakref.WeakSet[Request] = weakref.WeakSet()  # requests the client dropped
         self._waiters: list[tuple[int, defer.Deferred[RecordedRequest]]] = []
         self._counter = 0
         self.in_flight = 0
@@ -587,7 +601,7 @@ class ScriptedModelResource(Resource):
                 call.cancel()
         self._pending.clear()
 
-    def _later(self, request: Any, delay: float, fn: Callable[[], None]) -> None:
+    def _later(self, request: Request, delay: float, fn: Callable[[], None]) -> None:
         if request in self._gone:
             return
         if delay <= 0:
@@ -604,12 +618,12 @@ class ScriptedModelResource(Resource):
 
     # -- dispatch
 
-    def render_GET(self, request: Any) -> bytes:
+    def render_GET(self, request: Request) -> bytes:
         path = request.path.decode("latin-1")
         self.metadata_requests.append(("GET", path))
         return self._metadata(request, "GET", path)
 
-    def _metadata(self, request: Any, method: str, path: str) -> bytes:
+    def _metadata(self, request: Request, method: str, path: str) -> bytes:
         """A metadata request, answered as the emulated server kind does (else 404)."""
         answer = self.server_kind.metadata(method, path, self.model.model_name)
         if answer is None:
@@ -619,12 +633,12 @@ class ScriptedModelResource(Resource):
         request.setHeader(b"content-type", b"application/json")
         return json.dumps(payload).encode()
 
-    def render_POST(self, request: Any) -> bytes | int:
+    def render_POST(self, request: Request) -> bytes | int:
         path = request.path.decode("latin-1")
         if not path.rstrip("/").endswith("/chat/completions"):
             self.metadata_requests.append(("POST", path))
             return self._metadata(request, "POST", path)
-        raw = request.content.read()
+        raw = cast("IO[bytes]", request.content).read()
         headers = {
             k.decode("latin-1").lower(): v[0].decode("latin-1")
             for k, v in request.requestHeaders.getAllRawHeaders()
@@ -676,14 +690,14 @@ class ScriptedModelResource(Resource):
         if not record.finished.called:
             record.finished.callback(delivered)
 
-    def _lost(self, record: RecordedRequest, request: Any) -> None:
+    def _lost(self, record: RecordedRequest, request: Request) -> None:
         self._gone.add(request)
         record.disconnected = True
         log.info("Scripted model: the client dropped request {path}", path=record.path)
         self._finished(record, False)
 
     def _error(
-        self, request: Any, status: int, message: str, code: str | None = None
+        self, request: Request, status: int, message: str, code: str | None = None
     ) -> bytes:
         request.setResponseCode(status)
         request.setHeader(b"content-type", b"application/json")
@@ -693,7 +707,7 @@ class ScriptedModelResource(Resource):
 
     # -- answers
 
-    def _respond(self, request: Any, body: Mapping[str, Any], turn: Turn) -> None:
+    def _respond(self, request: Request, body: JSONMapping, turn: Turn) -> None:
         fault = turn.fault
         if fault is not None and fault.kind == "status":
             request.setResponseCode(fault.status)
@@ -709,7 +723,7 @@ class ScriptedModelResource(Resource):
             request.finish()
             return
         if fault is not None and fault.kind == "reset":
-            request.channel.transport.abortConnection()
+            _connection(request).abortConnection()
             return
         stream = turn.stream if turn.stream is not None else bool(body.get("stream"))
         if fault is not None and fault.kind == "malformed_json" and not stream:
@@ -729,7 +743,7 @@ class ScriptedModelResource(Resource):
         self._counter += 1
         return f"chatcmpl-scripted-{self._counter}"
 
-    def _usage(self, body: Mapping[str, Any], turn: Turn) -> dict[str, Any]:
+    def _usage(self, body: JSONMapping, turn: Turn) -> dict[str, object]:
         if turn.usage is not None:
             return dict(turn.usage)
         prompt = _estimate_tokens(body.get("messages"))
@@ -748,9 +762,9 @@ class ScriptedModelResource(Resource):
     def _call_id(self, spec: ToolCallSpec, index: int, completion_id: str) -> str:
         return spec.id or f"call_{completion_id.rsplit('-', 1)[-1]}_{index}"
 
-    def _whole(self, request: Any, body: Mapping[str, Any], turn: Turn) -> None:
+    def _whole(self, request: Request, body: JSONMapping, turn: Turn) -> None:
         completion_id = self._completion_id()
-        message: dict[str, Any] = {"role": "assistant", "content": turn.text or None}
+        message: JSONObject = {"role": "assistant", "content": turn.text or None}
         if turn.tool_calls:
             message["tool_calls"] = [
                 {
@@ -775,11 +789,11 @@ class ScriptedModelResource(Resource):
         request.write(json.dumps(answer, ensure_ascii=False).encode("utf-8"))
         request.finish()
 
-    def _stream_chunks(self, body: Mapping[str, Any], turn: Turn) -> list[bytes]:
+    def _stream_chunks(self, body: JSONMapping, turn: Turn) -> list[bytes]:
         completion_id = self._completion_id()
         created = int(self.reactor.seconds())
 
-        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        def chunk(delta: JSONObject, finish: str | None = None) -> bytes:
             data = {
                 "id": completion_id,
                 "object": "chat.completion.chunk",
@@ -825,7 +839,7 @@ class ScriptedModelResource(Resource):
         out.append(b"data: [DONE]\n\n")
         return out
 
-    def _stream(self, request: Any, body: Mapping[str, Any], turn: Turn) -> None:
+    def _stream(self, request: Request, body: JSONMapping, turn: Turn) -> None:
         chunks = self._stream_chunks(body, turn)
         fault = turn.fault
         if fault is not None and fault.kind in ("truncate", "interrupt", "stall", "keep_alive",
@@ -854,14 +868,14 @@ class ScriptedModelResource(Resource):
 
         send_next()
 
-    def _stream_end(self, request: Any, fault: Fault | None) -> None:
+    def _stream_end(self, request: Request, fault: Fault | None) -> None:
         """What follows the last chunk: the end, or the turn's fault."""
         kind = fault.kind if fault is not None else None
         if kind == "interrupt":
             request.write(b"data: [DONE]\n\n")
-            request.channel.transport.loseConnection()
+            _connection(request).loseConnection()
         elif kind == "truncate":
-            request.channel.transport.loseConnection()
+            _connection(request).loseConnection()
         elif kind == "stall":
             return  # silence; the connection stays open until someone closes it
         elif kind == "keep_alive":
@@ -873,7 +887,7 @@ class ScriptedModelResource(Resource):
                 request.write(b"data: " + json.dumps(error).encode() + b"\n\n")
             request.finish()
 
-    def _keep_alive(self, request: Any, interval: float) -> None:
+    def _keep_alive(self, request: Request, interval: float) -> None:
         """An SSE comment every ``interval`` seconds until the client goes away."""
 
         def ping() -> None:
@@ -889,22 +903,27 @@ def _arguments_text(spec: ToolCallSpec) -> str:
     return json.dumps(dict(spec.arguments), ensure_ascii=False)
 
 
+def _connection(request: Request) -> ITCPTransport:
+    """The TCP connection ``request`` came on (a Site's requests always have one)."""
+    return cast("ITCPTransport", request.channel.transport)
+
+
 class _ScriptedSite(web_server.Site):
     """A Site without the access-log line: the resource logs each request itself
     (with the conversation and the turn), and a load test's server logs nothing."""
 
-    def log(self, request: Any) -> None:
+    def log(self, request: http.Request) -> None:
         pass
 
 
 class _TrackingFactory(WrappingFactory):
     """Counts open connections and tells waiters when they are all gone."""
 
-    def __init__(self, wrapped: Any) -> None:
+    def __init__(self, wrapped: IProtocolFactory) -> None:
         super().__init__(wrapped)
         self._idle_waiters: list[defer.Deferred[None]] = []
 
-    def unregisterProtocol(self, p: Any) -> None:
+    def unregisterProtocol(self, p: ProtocolWrapper) -> None:
         super().unregisterProtocol(p)
         if not self.protocols:
             waiters, self._idle_waiters = self._idle_waiters, []
@@ -926,14 +945,14 @@ class TestServer:
     __test__ = False  # not a pytest test class
 
     resource: ScriptedModelResource
-    port: Any
+    port: IListeningPort
     factory: _TrackingFactory
     host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
         """Base URL for clients, ending in ``/v1``."""
-        return f"http://{self.host}:{self.port.getHost().port}/v1"
+        return f"http://{self.host}:{cast('IPv4Address', self.port.getHost()).port}/v1"
 
     @property
     def model_name(self) -> str:
@@ -950,7 +969,7 @@ class TestServer:
         """Connections currently open."""
         return len(self.factory.protocols)
 
-    def profile(self, **overrides: Any) -> ModelProfile:
+    def profile(self, **overrides: object) -> ModelProfile:
         """A :class:`ModelProfile` pointing at this server."""
         values: dict[str, Any] = {"base_url": self.url, "model": self.model_name}
         values.update(overrides)
@@ -969,14 +988,17 @@ class TestServer:
         self.resource.cancel_pending()
         for wrapper in list(self.factory.protocols):
             wrapper.transport.abortConnection()
-        stopped = defer.maybeDeferred(self.port.stopListening)
+        # stopListening is typed ``Deferred[None] | None``, which no overload of
+        # maybeDeferred takes (it handles both).
+        stopped: defer.Deferred[None] = defer.maybeDeferred(
+            self.port.stopListening)  # type: ignore[call-overload]
         return defer.gatherResults([stopped, self.factory.wait_idle()]).addCallback(
             lambda _: None
         )
 
 
 def start_test_server(
-    script: Any,
+    script: object,
     reactor: Any = None,
     *,
     interface: str = "127.0.0.1",
@@ -984,7 +1006,7 @@ def start_test_server(
     model_name: str | None = None,
     api_key: str | None = None,
     conversation_key: Callable[
-        [Mapping[str, str], Mapping[str, Any]], str
+        [Mapping[str, str], JSONMapping], str
     ] = default_conversation_key,
     backlog: int = 511,
     log_requests: bool = True,
@@ -1030,7 +1052,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from twisted.logger import globalLogBeginner, textFileLogObserver
 
-    reactor: Any = global_reactor()
+    reactor: IReactorCore = global_reactor()
     parser = argparse.ArgumentParser(
         prog="python -m ai_tools.testing",
         description="Serve a scripted OpenAI-compatible model from a scenario file.",
@@ -1051,7 +1073,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cannot load scenario: {e}", file=sys.stderr)
         return 2
     if not args.quiet:
-        observer: Any = textFileLogObserver(sys.stderr)
+        observer = textFileLogObserver(sys.stderr)
         globalLogBeginner.beginLoggingTo([observer])
     try:
         kind = ServerKind(args.server_kind, args.context_window, args.slots)

@@ -24,6 +24,7 @@ from collections import OrderedDict, deque
 from typing import Any
 
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from ai_tools.default_reactor import or_global_reactor
@@ -69,7 +70,7 @@ class FairSlots:
     party that got the last slot goes to the back of the line.
     """
 
-    def __init__(self, clock: Any, capacity: int) -> None:
+    def __init__(self, clock: IReactorTime, capacity: int) -> None:
         if capacity < 1:
             raise ValueError("slots: capacity must be >= 1")
         self._clock = clock
@@ -155,7 +156,7 @@ class ModelServer:
     never learned), else ``max_concurrency`` until the server tells its own.
     """
 
-    def __init__(self, profile: ModelProfile, clock: Any) -> None:
+    def __init__(self, profile: ModelProfile, clock: IReactorTime) -> None:
         self.key = server_key(profile)
         self.clock = clock
         self.configured_slots = profile.server_slots
@@ -219,7 +220,7 @@ class ModelServer:
         """Whether a request left by its client still occupies the server to its end."""
         return not streaming and self.kind in KEEPS_COMPUTING
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, object]:
         """The server as status pages show it: slots in use, requests waiting (by
         assistant, the oldest's wait), requests granted a slot and their mean wait."""
         slots = self.slots
@@ -235,7 +236,7 @@ class ModelServers:
     """The model servers of one service, one per server (see :func:`server_key`): the
     clients of profiles pointed at one server share its slots, queue and breaker."""
 
-    def __init__(self, clock: Any = None) -> None:
+    def __init__(self, clock: IReactorTime | None = None) -> None:
         self._clock = or_global_reactor(clock)
         self._servers: dict[str, ModelServer] = {}
 

@@ -25,21 +25,20 @@ Without a ``context_window`` the kind reports none and never overflows.  The
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
 
 import attrs
 
+from ai_tools.json_types import JSONArray, JSONMapping, JSONObject
 from ai_tools.llm.profile import KNOWN_SERVER_KINDS
 
 __all__ = ["SERVER_KINDS", "ServerKind"]
 
 SERVER_KINDS = KNOWN_SERVER_KINDS
 
-Answer = tuple[int, dict[str, Any]]
+Answer = tuple[int, JSONObject]
 
 
-def _kind(instance: Any, attribute: Any, value: str) -> None:
+def _kind(instance: object, attribute: object, value: str) -> None:
     if value not in SERVER_KINDS:
         raise ValueError(f"server kind must be one of {', '.join(SERVER_KINDS)}, got {value!r}")
 
@@ -76,7 +75,8 @@ class ServerKind:
             answer = 200, {"default_generation_settings": {"n_ctx": self.slot_window},
                            "total_slots": self.slots, "model_alias": model}
         elif self.kind == "ollama" and method == "GET" and path == "/api/ps":
-            running = [{"name": model, "model": model, "context_length": self.context_window}]
+            running: JSONArray = [
+                {"name": model, "model": model, "context_length": self.context_window}]
             answer = 200, {"models": running if self.loaded else []}
         elif self.kind == "ollama" and method == "POST" and path == "/api/show":
             answer = 200, {"parameters": f"num_ctx {self.context_window}\nstop \"<|im_end|>\"",
@@ -89,8 +89,8 @@ class ServerKind:
                                       "config": {"context_length": self.context_window}}]}]}
         return answer
 
-    def _models(self, model: str) -> dict[str, Any]:
-        entry: dict[str, Any] = {"id": model, "object": "model", "owned_by": "ai_tools"}
+    def _models(self, model: str) -> JSONObject:
+        entry: JSONObject = {"id": model, "object": "model", "owned_by": "ai_tools"}
         if self.kind == "llama-cpp-python":
             entry = {"id": model, "object": "model", "owned_by": "me", "permissions": []}
         elif self.kind == "llama.cpp":
@@ -99,14 +99,14 @@ class ServerKind:
             entry["max_model_len"] = self.context_window
         return {"object": "list", "data": [entry]}
 
-    def breaks_stream(self, body: Mapping[str, Any]) -> bool:
+    def breaks_stream(self, body: JSONMapping) -> bool:
         """Whether this kind ends the stream of this request before its first chunk:
         llama-cpp-python does when tools are offered with ``tool_choice: "auto"`` (it
         cannot stream a call the model chose), without ``[DONE]``."""
         return (self.kind == "llama-cpp-python" and bool(body.get("stream"))
                 and bool(body.get("tools")) and body.get("tool_choice") == "auto")
 
-    def overflow(self, body: Mapping[str, Any]) -> Answer | None:
+    def overflow(self, body: JSONMapping) -> Answer | None:
         """The error a prompt longer than the window gets (None: it fits, or this kind
         truncates silently, as Ollama does).  Tokens are estimated at 4 characters."""
         window = self.slot_window
@@ -130,7 +130,7 @@ class ServerKind:
                        "completion). Please reduce the length of the messages or completion."}}
 
 
-def _vllm_overflow(window: int, prompt: int, max_tokens: Any) -> Answer | None:
+def _vllm_overflow(window: int, prompt: int, max_tokens: object) -> Answer | None:
     """vLLM's refusals: a prompt too long by itself, or one that fits only without the
     asked ``max_tokens`` (vLLM does not shorten the reply to fit; its texts as of 0.6)."""
     if prompt >= window:

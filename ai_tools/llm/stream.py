@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from json import decoder as _json_decoder
 from typing import Any
 
+from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.llm.events import (
     AssistantMessageFinal,
     ChatResponse,
@@ -110,10 +111,10 @@ class ChatStreamAssembler:
         self.text_parts: list[str] = []
         self.reasoning_parts: list[str] | None = None
         self.finish_reason: str | None = None
-        self.usage: Mapping[str, Any] | None = None
+        self.usage: JSONMapping | None = None
         self.model = ""
         self.finished = False
-        self.error: Mapping[str, Any] | str | None = None
+        self.error: JSONMapping | str | None = None
         self._fast = False
         self._calls: dict[int, _PendingCall] | None = None
 
@@ -192,7 +193,7 @@ class ChatStreamAssembler:
         self._fast = True  # fields like the model name come from a fully parsed chunk
         return self.feed_chunk(chunk)
 
-    def feed_chunk(self, chunk: Mapping[str, Any]) -> list[LLMEvent]:
+    def feed_chunk(self, chunk: JSONMapping) -> list[LLMEvent]:
         """Interpret one decoded ``chat.completion.chunk`` object."""
         events: list[LLMEvent] = []
         error = chunk.get("error")
@@ -222,9 +223,9 @@ class ChatStreamAssembler:
         self.finished = True
         return [AssistantMessageFinal(self.message()), StreamDone()]
 
-    def message(self) -> dict[str, Any]:
+    def message(self) -> JSONObject:
         """The assistant message assembled so far."""
-        message: dict[str, Any] = {"role": "assistant", "content": self.text}
+        message: JSONObject = {"role": "assistant", "content": self.text}
         if self._calls:
             message["tool_calls"] = [
                 {
@@ -244,13 +245,13 @@ class ChatStreamAssembler:
             self.message(), finish_reason=self.finish_reason, usage=self.usage, model=self.model
         )
 
-    def _server_error(self, error: Any) -> ServerError:
+    def _server_error(self, error: object) -> ServerError:
         if not isinstance(error, Mapping | str):
             error = str(error)
         self.error = error
         return ServerError(error)
 
-    def _choice(self, choice: Mapping[str, Any], events: list[LLMEvent]) -> None:
+    def _choice(self, choice: JSONMapping, events: list[LLMEvent]) -> None:
         delta = choice.get("delta")
         if type(delta) is not dict:
             # Some servers stream whole messages instead of deltas.
@@ -276,7 +277,7 @@ class ChatStreamAssembler:
         if finish:
             self.finish_reason = str(finish)
 
-    def _tool_fragment(self, fragment: Mapping[str, Any], position: int) -> None:
+    def _tool_fragment(self, fragment: JSONMapping, position: int) -> None:
         index = fragment.get("index")
         if not isinstance(index, int):
             # Servers that send each call whole, without an index.

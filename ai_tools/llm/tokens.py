@@ -20,11 +20,12 @@ import math
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from twisted.logger import Logger
 
 from ai_tools.history_format import content_text
+from ai_tools.json_types import JSONMapping
 
 log = Logger()
 
@@ -171,7 +172,7 @@ class TokenCounter:
             return math.ceil(len(text) / CHARS_PER_TOKEN)
         return len(encoding.encode(text, disallowed_special=()))
 
-    def count_message(self, message: Mapping[str, Any]) -> int:
+    def count_message(self, message: JSONMapping) -> int:
         """Tokens of one chat message, framing included."""
         if (self._encoding if self._loaded else self._get_encoding()) is None:
             return _estimate_message(message)
@@ -182,14 +183,14 @@ class TokenCounter:
             total += TOKENS_PER_NAME + self.count_text(str(message["name"]))
         if message.get("tool_call_id"):
             total += self.count_text(str(message["tool_call_id"]))
-        for call in message.get("tool_calls") or ():
+        for call in cast("Iterable[object]", message.get("tool_calls") or ()):
             total += self._count_call(call)
         return total
 
     def count_messages(
         self,
-        messages: Iterable[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        messages: Iterable[JSONMapping],
+        tools: Sequence[JSONMapping] | None = None,
     ) -> int:
         """Tokens of a whole request: every message, the tool schemas, reply priming."""
         total = sum(self.count_message(m) for m in messages)
@@ -214,7 +215,7 @@ class TokenCounter:
         )
 
 
-def _estimate_message(message: Mapping[str, Any]) -> int:
+def _estimate_message(message: JSONMapping) -> int:
     """``count_message`` with the characters-per-token estimate, in one pass.
 
     Same sum, piece by piece, as counting each text with ``count_text`` (the
@@ -233,7 +234,7 @@ def _estimate_message(message: Mapping[str, Any]) -> int:
     call_id = message.get("tool_call_id")
     if call_id:
         total += ceil(len(str(call_id)) / CHARS_PER_TOKEN)
-    for call in message.get("tool_calls") or ():
+    for call in cast("Iterable[object]", message.get("tool_calls") or ()):
         if type(call) is not dict and not isinstance(call, Mapping):
             total += ceil(len(str(call)) / CHARS_PER_TOKEN)
             continue
@@ -290,7 +291,7 @@ def default_counter() -> TokenCounter:
 
 
 def count_messages(
-    messages: Iterable[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+    messages: Iterable[JSONMapping], tools: Sequence[JSONMapping] | None = None
 ) -> int:
     """Tokens of a message list with the process-wide counter."""
     return default_counter().count_messages(messages, tools)

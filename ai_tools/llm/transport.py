@@ -16,19 +16,23 @@ content decoder, above ours, then finds nothing left to decode.
 from __future__ import annotations
 
 import ipaddress
+import urllib.request
+from http.client import HTTPResponse
 from http.cookiejar import CookieJar
 from typing import Any
 
 from hyperlink import URL
 from treq.client import HTTPClient
+from twisted.internet import defer
 from twisted.internet.endpoints import (
     HostnameEndpoint,
     TCP4ClientEndpoint,
     TCP6ClientEndpoint,
     wrapClientTLS,
 )
-from twisted.internet.interfaces import IStreamClientEndpoint
+from twisted.internet.interfaces import IProtocol, IProtocolFactory, IStreamClientEndpoint
 from twisted.web.client import (
+    URI,
     Agent,
     BrowserLikePolicyForHTTPS,
     ContentDecoderAgent,
@@ -50,10 +54,10 @@ class NoCookieJar(_CookieJarBase):
     """A jar that never stores or sends cookies: model APIs are stateless, and the
     standard jar parses every request and response URL for nothing."""
 
-    def add_cookie_header(self, request: Any) -> None:
+    def add_cookie_header(self, request: urllib.request.Request) -> None:
         """Send no cookies."""
 
-    def extract_cookies(self, response: Any, request: Any) -> None:
+    def extract_cookies(self, response: HTTPResponse, request: urllib.request.Request) -> None:
         """Keep no cookies."""
 
 
@@ -89,11 +93,12 @@ def prepared_url(url: str) -> URL:
 class _QuietEndpoint:
     """An endpoint whose connections log no "Starting factory" line each."""
 
-    def __init__(self, endpoint: Any) -> None:
-        self._endpoint: Any = endpoint
+    def __init__(self, endpoint: IStreamClientEndpoint) -> None:
+        self._endpoint = endpoint
 
-    def connect(self, protocolFactory: Any) -> Any:
-        protocolFactory.noisy = False
+    def connect(self, protocolFactory: IProtocolFactory) -> defer.Deferred[IProtocol]:
+        # an Agent's factories are Factory instances, which log when noisy
+        protocolFactory.noisy = False  # type: ignore[attr-defined]
         return self._endpoint.connect(protocolFactory)
 
 
@@ -109,9 +114,9 @@ class ModelEndpointFactory:
         self._reactor = reactor
         self._connect_timeout = connect_timeout
         self._policy = BrowserLikePolicyForHTTPS()
-        self._endpoints: dict[tuple[bytes, bytes, int], Any] = {}
+        self._endpoints: dict[tuple[bytes, bytes, int], IStreamClientEndpoint] = {}
 
-    def endpointForURI(self, uri: Any) -> Any:
+    def endpointForURI(self, uri: URI) -> IStreamClientEndpoint:
         key = (uri.scheme, uri.host, uri.port)
         endpoint = self._endpoints.get(key)
         if endpoint is None:
@@ -120,7 +125,7 @@ class ModelEndpointFactory:
             endpoint = self._endpoints[key] = _QuietEndpoint(self._build(uri))
         return endpoint
 
-    def _build(self, uri: Any) -> Any:
+    def _build(self, uri: URI) -> IStreamClientEndpoint:
         if uri.scheme not in (b"http", b"https"):
             raise SchemeNotSupported(f"Unsupported scheme: {uri.scheme!r}")
         try:
@@ -133,7 +138,8 @@ class ModelEndpointFactory:
         return wrapClientTLS(self._policy.creatorForNetloc(uri.host, uri.port), endpoint)
 
 
-def _tcp_endpoint(reactor: Any, host: str, port: int, timeout: float) -> Any:
+def _tcp_endpoint(reactor: Any, host: str, port: int, timeout: float
+                  ) -> IStreamClientEndpoint:
     """A plain TCP endpoint for an IP address (a refused connection is known at once),
     else a ``HostnameEndpoint`` (it resolves the name and races the addresses it gets,
     reporting a failure only after its 0.3 s attempt delay)."""

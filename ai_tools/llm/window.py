@@ -40,6 +40,7 @@ import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from ai_tools.json_types import JSONMapping
 from ai_tools.llm.profile import ModelProfile
 from ai_tools.llm.tokens import DEFAULT_CONTEXT_WINDOW, known_context_window
 
@@ -177,19 +178,19 @@ Found = tuple[int, str] | None
 Reader = Callable[[Any, str], Found]
 
 
-def _positive(value: Any) -> int | None:
+def _positive(value: object) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     return None
 
 
-def _same_model(name: Any, model: str) -> bool:
+def _same_model(name: object, model: str) -> bool:
     if not isinstance(name, str):
         return False
     return name in (model, f"{model}:latest") or f"{name}:latest" == model
 
 
-def _listed(data: Any, key: str, model: str) -> list[Mapping[str, Any]]:
+def _listed(data: object, key: str, model: str) -> list[JSONMapping]:
     """The entries of ``data[key]`` (a list of objects): the model's own, else all of them
     when there is only one (a server serving one model answers to any name)."""
     entries = data.get(key) if isinstance(data, Mapping) else None
@@ -201,7 +202,7 @@ def _listed(data: Any, key: str, model: str) -> list[Mapping[str, Any]]:
     return own or (entries if len(entries) == 1 else [])
 
 
-def read_vllm(data: Any, model: str) -> Found:
+def read_vllm(data: object, model: str) -> Found:
     """vLLM's ``/v1/models``: ``max_model_len`` of the model."""
     for entry in _listed(data, "data", model):
         tokens = _positive(entry.get("max_model_len"))
@@ -210,7 +211,7 @@ def read_vllm(data: Any, model: str) -> Found:
     return None
 
 
-def read_llama_cpp(data: Any, model: str) -> Found:
+def read_llama_cpp(data: object, model: str) -> Found:
     """llama.cpp's ``/props``: the slot's ``n_ctx`` (total / slots when only the total)."""
     if not isinstance(data, Mapping):
         return None
@@ -225,7 +226,7 @@ def read_llama_cpp(data: Any, model: str) -> Found:
     return None
 
 
-def read_ollama_running(data: Any, model: str) -> Found:
+def read_ollama_running(data: object, model: str) -> Found:
     """Ollama's ``/api/ps``: the runtime ``context_length`` of the loaded model."""
     for entry in _listed(data, "models", model):
         if _same_model(entry.get("name"), model) or _same_model(entry.get("model"), model):
@@ -238,7 +239,7 @@ def read_ollama_running(data: Any, model: str) -> Found:
 _NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)\s*$", re.MULTILINE)
 
 
-def read_ollama_modelfile(data: Any, model: str) -> Found:
+def read_ollama_modelfile(data: object, model: str) -> Found:
     """Ollama's ``/api/show``: the ``num_ctx`` its Modelfile sets (not the trained maximum)."""
     parameters = data.get("parameters") if isinstance(data, Mapping) else None
     match = _NUM_CTX.search(parameters) if isinstance(parameters, str) else None
@@ -247,7 +248,7 @@ def read_ollama_modelfile(data: Any, model: str) -> Found:
     return None
 
 
-def read_lm_studio(data: Any, model: str) -> Found:
+def read_lm_studio(data: object, model: str) -> Found:
     """LM Studio's ``/api/v1/models``: the loaded instance's ``context_length``."""
     for entry in _listed(data, "models", model):
         instances = entry.get("loaded_instances")
@@ -267,7 +268,7 @@ class Probe:
     method: str
     url: str
     read: Reader
-    body: Mapping[str, Any] | None = None
+    body: JSONMapping | None = None
 
 
 def probes(profile: ModelProfile) -> list[Probe]:
@@ -296,7 +297,7 @@ class ServerFacts:
     chat_template: str | None = None
     """llama.cpp's ``/props`` ``chat_template`` (the one the server formats prompts with)."""
 
-    def take(self, probe: Probe, data: Any) -> None:
+    def take(self, probe: Probe, data: object) -> None:
         """Read what ``probe``'s answer ``data`` tells of the server."""
         if probe.read is read_llama_cpp and isinstance(data, Mapping) and (
                 "total_slots" in data or "default_generation_settings" in data):

@@ -25,6 +25,8 @@ from typing import Any
 
 import attrs
 
+from ai_tools.json_types import JSONMapping
+
 __all__ = [
     "DEFAULT_THRESHOLDS",
     "AdvisoryLevel",
@@ -58,7 +60,7 @@ _MESSAGES: dict[AdvisoryLevel, str] = {
         "Context window {pct:.0f}% full: you must conclude now with a final response."
     ),
 }
-def _check_percent(instance: Any, attribute: attrs.Attribute[float], value: float) -> None:
+def _check_percent(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
     if not 0 < value <= 100:
         raise ValueError(f"{attribute.name} must be a percentage in (0, 100], got {value!r}")
 
@@ -134,7 +136,7 @@ class TokenAdvisory:
             message = message.format(pct=usage_pct)
         return cls(level, round(usage_pct, 1), message)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """The JSON form put into tool results and loop events."""
         return {
             "level": str(self.level),
@@ -144,10 +146,10 @@ class TokenAdvisory:
 
 
 def inject_token_advisory(
-    result: Mapping[str, Any],
+    result: JSONMapping,
     usage_pct: float,
     thresholds: AdvisoryThresholds = DEFAULT_THRESHOLDS,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Return ``result`` with ``_token_advisory`` added when usage is elevated.
 
     Below the MODERATE threshold the result comes back unchanged (as a new dict),
@@ -162,7 +164,7 @@ def inject_token_advisory(
     return out
 
 
-def advise_message(message: Mapping[str, Any], advisory: TokenAdvisory) -> dict[str, Any]:
+def advise_message(message: JSONMapping, advisory: TokenAdvisory) -> dict[str, object]:
     """A copy of a tool-result message whose JSON result carries ``_token_advisory``.
 
     Native results are ``{"role": "tool", "content": "{json}"}``; fallback ones
@@ -197,7 +199,7 @@ class LoopContinuation:
     advisory: TokenAdvisory
     iterations_remaining: int
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """The spec's dict form."""
         return {
             "should_continue": self.should_continue,

@@ -65,7 +65,7 @@ def run_calls(run: LoopRun, calls: Sequence[ToolCall], content: str | None
         run.add_answer(content)
 
 
-def _event_arguments(call: ToolCall) -> dict[str, Any]:
+def _event_arguments(call: ToolCall) -> dict[str, object]:
     """The call's arguments for the ``tool_call`` event, clipped like a history entry."""
     try:
         clipped = clip_arguments(call.arguments_json, EVENT_TEXT_BYTES)

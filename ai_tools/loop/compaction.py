@@ -25,8 +25,8 @@ The functions work on plain lists of chat-completion message dicts;
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, cast
 
 import attrs
 from twisted.internet import defer
@@ -34,6 +34,7 @@ from twisted.logger import Logger
 
 from ai_tools.execution.history import is_tool_result
 from ai_tools.interfaces import ILLMClient
+from ai_tools.json_types import JSONMapping
 from ai_tools.llm.tokens import CHARS_PER_TOKEN
 from ai_tools.loop.fitting import TRUNCATION_PREFIX, fit_messages
 from ai_tools.numbers import is_number
@@ -85,12 +86,12 @@ class CompactionConfig:
     """Each message is clipped to this in the transcript."""
 
     @preserve_window.validator
-    def _check_window(self, attribute: Any, value: int) -> None:
+    def _check_window(self, attribute: attrs.Attribute[int], value: int) -> None:
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"preserve_window must be a positive integer, got {value!r}")
 
     @target_percent.validator
-    def _check_target(self, attribute: Any, value: float) -> None:
+    def _check_target(self, attribute: attrs.Attribute[float], value: float) -> None:
         if not is_number(value) or not 0 < value <= 100:
             raise ValueError(f"target_percent must be a percentage in (0, 100], got {value!r}")
 
@@ -105,7 +106,7 @@ class HistoryBudget:
     """
 
     tokens: int
-    count: Callable[[Mapping[str, Any]], int]
+    count: Callable[[JSONMapping], int]
     window: int | None = None
 
 
@@ -116,7 +117,7 @@ DEFAULT_COMPACTION = CompactionConfig()
 class CompactionResult:
     """What a compaction did."""
 
-    messages: tuple[dict[str, Any], ...]
+    messages: tuple[dict[str, object], ...]
     method: str
     """``summary``, ``truncation``, ``clipping`` (only messages clipped or dropped to fit
     the budget) or ``none`` (nothing to compact)."""
@@ -136,7 +137,7 @@ def needs_compaction(
     return usage_pct >= threshold
 
 
-def split_point(messages: Sequence[Mapping[str, Any]], preserve: int) -> int:
+def split_point(messages: Sequence[JSONMapping], preserve: int) -> int:
     """Index where the kept window starts: ``messages[:i]`` may be compacted.
 
     Starts at ``len - preserve`` and moves earlier while the window would begin
@@ -152,18 +153,18 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 14] + " …[clipped]"
 
 
-def _render(message: Mapping[str, Any], limit: int) -> str:
+def _render(message: JSONMapping, limit: int) -> str:
     role = str(message.get("role", "?"))
     content = message.get("content")
     parts = [content if isinstance(content, str) else ""]
-    for call in message.get("tool_calls") or ():
+    for call in cast("Iterable[object]", message.get("tool_calls") or ()):
         fn = call.get("function", {}) if isinstance(call, Mapping) else {}
         parts.append(f"calls {fn.get('name', '?')}({fn.get('arguments', '')})")
     text = " ".join(p for p in parts if p) or json.dumps(dict(message), default=str)
     return f"{role}: {_clip(text, limit)}"
 
 
-def transcript(messages: Sequence[Mapping[str, Any]], config: CompactionConfig) -> str:
+def transcript(messages: Sequence[JSONMapping], config: CompactionConfig) -> str:
     """The old messages as plain text for the summariser, newest part kept if too long."""
     lines = [_render(m, config.max_message_chars) for m in messages]
     total = 0
@@ -178,21 +179,22 @@ def transcript(messages: Sequence[Mapping[str, Any]], config: CompactionConfig) 
 
 
 def truncate_messages(
-    messages: Sequence[Mapping[str, Any]], config: CompactionConfig = DEFAULT_COMPACTION
+    messages: Sequence[JSONMapping], config: CompactionConfig = DEFAULT_COMPACTION
 ) -> CompactionResult:
     """Drop the messages older than the preserve window, leaving a note (no model)."""
     index = split_point(messages, config.preserve_window)
     if index == 0:
         return CompactionResult(tuple(dict(m) for m in messages), "none")
-    note = {"role": "user",
-            "content": f"{TRUNCATION_PREFIX} {index} older messages were dropped to free "
-                       "context space; their content is no longer available."}
+    note: dict[str, object] = {
+        "role": "user",
+        "content": f"{TRUNCATION_PREFIX} {index} older messages were dropped to free "
+                   "context space; their content is no longer available."}
     kept = [dict(m) for m in messages[index:]]
     return CompactionResult((note, *kept), "truncation", removed=index)
 
 
 def compact_messages(
-    messages: Sequence[Mapping[str, Any]],
+    messages: Sequence[JSONMapping],
     llm: ILLMClient | None,
     config: CompactionConfig = DEFAULT_COMPACTION,
     budget: HistoryBudget | None = None,
@@ -224,7 +226,7 @@ def _fitted(result: CompactionResult, budget: HistoryBudget | None) -> Compactio
 
 
 @defer.inlineCallbacks
-def _summarise(messages: Sequence[Mapping[str, Any]], llm: ILLMClient | None,
+def _summarise(messages: Sequence[JSONMapping], llm: ILLMClient | None,
                config: CompactionConfig) -> Any:
     """The summary (or truncation) of the messages older than the preserve window."""
     index = split_point(messages, config.preserve_window)
@@ -250,12 +252,12 @@ def _summarise(messages: Sequence[Mapping[str, Any]], llm: ILLMClient | None,
                  error=str(e))
         result = truncate_messages(messages, config)
         return attrs.evolve(result, error=str(e) or type(e).__name__)
-    note = {"role": "user", "content": f"{SUMMARY_PREFIX}\n{summary}"}
+    note: dict[str, object] = {"role": "user", "content": f"{SUMMARY_PREFIX}\n{summary}"}
     kept = [dict(m) for m in messages[index:]]
     return CompactionResult((note, *kept), "summary", removed=index)
 
 
-def _get_messages(history: Any) -> list[dict[str, Any]]:
+def _get_messages(history: Any) -> list[dict[str, object]]:
     if isinstance(history, list):
         return history
     for attr in ("messages", "get_messages", "as_list"):
@@ -266,7 +268,7 @@ def _get_messages(history: Any) -> list[dict[str, Any]]:
     raise TypeError(f"cannot read messages from {type(history).__name__}")
 
 
-def _set_messages(history: Any, messages: Sequence[dict[str, Any]]) -> None:
+def _set_messages(history: Any, messages: Sequence[dict[str, object]]) -> None:
     if isinstance(history, list):
         history[:] = messages
         return

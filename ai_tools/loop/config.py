@@ -2,34 +2,38 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import cast
 
 import attrs
 
+from ai_tools.interfaces import ILLMClient, IProfiledLLMClient
+from ai_tools.json_types import JSONMapping
 from ai_tools.loop.advisory import DEFAULT_THRESHOLDS, AdvisoryThresholds
 from ai_tools.tools.base import ToolCategory
 
 __all__ = ["ExitTool", "GatePolicy", "LoopConfig", "use_native_tools"]
 
 
-def _check_max_iterations(instance: Any, attribute: Any, value: int) -> None:
+def _check_max_iterations(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if not isinstance(value, int) or not 1 <= value <= 10:
         raise ValueError(f"max_iterations must be an integer from 1 to 10, got {value!r}")
 
 
-def _check_non_negative_or_none(instance: Any, attribute: Any, value: int | None) -> None:
+def _check_non_negative_or_none(instance: object, attribute: attrs.Attribute[int | None],
+                                value: int | None) -> None:
     if value is not None and (not isinstance(value, int) or value < 0):
         raise ValueError(f"{attribute.name} must be a non-negative integer or None, "
                          f"got {value!r}")
 
 
-def _check_positive(instance: Any, attribute: Any, value: int) -> None:
+def _check_positive(instance: object, attribute: attrs.Attribute[int] | attrs.Attribute[int | None],
+                    value: int) -> None:
     if not isinstance(value, int) or value < 1:
         raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
 
 
-def _check_optional_positive(instance: Any, attribute: Any, value: int | None) -> None:
+def _check_optional_positive(instance: object, attribute: attrs.Attribute[int | None],
+                             value: int | None) -> None:
     if value is not None:
         _check_positive(instance, attribute, value)
 
@@ -45,11 +49,11 @@ class ExitTool:
 
     name: str
     description: str = ""
-    parameters: Mapping[str, Any] = attrs.field(
+    parameters: JSONMapping = attrs.field(
         factory=lambda: {"type": "object", "properties": {}}
     )
 
-    def schema(self) -> dict[str, Any]:
+    def schema(self) -> dict[str, object]:
         """The OpenAI-compatible function schema."""
         return {
             "type": "function",
@@ -125,7 +129,7 @@ class LoopConfig:
         return frozenset(t.name for t in self.exit_tools)
 
 
-def use_native_tools(setting: bool | None, llm: Any) -> bool:
+def use_native_tools(setting: bool | None, llm: ILLMClient) -> bool:
     """Native tool calling unless ``setting`` or the client's profile says fallback.
 
     ``setting`` is a config's ``native_tools`` (None: follow the model
@@ -134,5 +138,6 @@ def use_native_tools(setting: bool | None, llm: Any) -> bool:
     """
     if setting is not None:
         return setting
-    profile = getattr(llm, "profile", None)
-    return getattr(profile, "tool_calling", "native") != "fallback"
+    if not IProfiledLLMClient.providedBy(llm):
+        return True
+    return bool(cast(IProfiledLLMClient, llm).profile.tool_calling != "fallback")

@@ -8,7 +8,9 @@ from typing import Any
 
 import attrs
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 
+from ai_tools.execution.cache import ToolCache
 from ai_tools.execution.engine import ExecutionState
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.execution.reasons import TerminationReason
@@ -75,8 +77,8 @@ class LoopProgress:
 
     __slots__ = ("_results", "_signals", "_texts", "iteration", "tool_budget_remaining")
 
-    def __init__(self, iteration: int, results: Sequence[dict[str, Any]],
-                 signals: Sequence[dict[str, Any]], text: str | Sequence[str],
+    def __init__(self, iteration: int, results: Sequence[dict[str, object]],
+                 signals: Sequence[dict[str, object]], text: str | Sequence[str],
                  tool_budget_remaining: int | None) -> None:
         self.iteration = iteration
         self.tool_budget_remaining = tool_budget_remaining
@@ -85,13 +87,13 @@ class LoopProgress:
         self._texts = (text, 1 if isinstance(text, str) else len(text))
 
     @property
-    def results(self) -> tuple[dict[str, Any], ...]:
+    def results(self) -> tuple[dict[str, object], ...]:
         """The tool call records so far (``LoopResult.results``)."""
         items, count = self._results
         return tuple(items[:count])
 
     @property
-    def signals(self) -> tuple[dict[str, Any], ...]:
+    def signals(self) -> tuple[dict[str, object], ...]:
         """The exit-tool signals so far."""
         items, count = self._signals
         return tuple(items[:count])
@@ -129,27 +131,28 @@ class LoopContext:
     registry: ToolRegistry
     llm: ILLMClient
     history: ConversationHistory
-    clock: Any
+    clock: IReactorTime
     """An ``IReactorTime``: the reactor, or ``task.Clock`` in tests."""
-    cache: Any = None
+    cache: ToolCache | None = None
     """The service's ``ai_tools.execution.cache.ToolCache`` (None: no caching)."""
     cache_namespace: str = ""
     gate: GatePolicy = attrs.field(factory=GatePolicy)
     system_prompt: str | SystemPromptProvider = ""
     """The persona text, or a callable returning it (value or Deferred)."""
-    pending_events: list[dict[str, Any]] = attrs.field(factory=list)
+    pending_events: list[dict[str, object]] = attrs.field(factory=list)
     mode: str = "awake"
     """``awake`` or ``sleep`` (selects the prompt variant)."""
     reflection: bool = False
     """Reflection run: reflection prompt, history left untouched."""
-    on_event: Callable[[dict[str, Any]], None] | None = None
+    on_event: Callable[[dict[str, object]], None] | None = None
     """Observer of loop events (iteration, model_request, tool_call, tool_result,
     text_delta, signal, termination): where tracing, a console or an event stream
     attaches.  None: no event is built."""
     on_request: AttemptCallback | None = None
     """Observer of each HTTP attempt of the loop's model requests, which may add headers
     to it (tracing: the W3C ``traceparent``); given only to model clients that take it
-    (``observes_attempts``).  None, the default: nothing is asked."""
+    (:class:`~ai_tools.interfaces.IAttemptObservingLLMClient`).  None, the default:
+    nothing is asked."""
     observed: Callable[[], bool] | None = None
     """Whether ``on_event`` has anyone behind it now, asked before each event is
     built (None: always).  A service hands every loop its fan-out of observers and
@@ -162,7 +165,7 @@ class LoopContext:
     next model call, so the service can persist the state first."""
     execution_state: ExecutionState | None = None
     """The assistant's execution counters (owned and persisted by the service)."""
-    execution_options: Mapping[str, Any] = attrs.field(factory=dict)
+    execution_options: Mapping[str, Any] = attrs.field(factory=dict)  # ExecutionContext's
     """Extra ``ExecutionContext`` fields: ``retry_policy``, ``rand``, ``max_result_bytes``."""
     meter: ContextMeter | None = None
     """Measures the context usage (None: a meter of the model layer's counter, made

@@ -24,12 +24,10 @@ answers them.
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
 from ai_tools.execution.history import ConversationHistory
-from ai_tools.json_types import JSONMapping, JSONObject
+from ai_tools.json_types import JSONMapping
 from ai_tools.loop.prompts import format_events
 
 __all__ = ["EventDelivery"]
@@ -39,7 +37,7 @@ __all__ = ["EventDelivery"]
 class _Batch:
     """Events delivered together and the ``[EVENTS]`` message that carries them."""
 
-    events: list[JSONObject]
+    events: list[dict[str, object]]
     message: JSONMapping
 
 
@@ -48,7 +46,7 @@ class EventDelivery:
     """The batches of pending events one loop delivered into a history, until each is
     taken or given back."""
 
-    pending: list[dict[str, Any]]
+    pending: list[dict[str, object]]
     """The assistant's pending list (each batch came from its front)."""
     history: ConversationHistory
     batches: list[_Batch]
@@ -57,7 +55,7 @@ class EventDelivery:
     returned: bool = False
 
     @classmethod
-    def deliver(cls, pending: list[dict[str, Any]], history: ConversationHistory
+    def deliver(cls, pending: list[dict[str, object]], history: ConversationHistory
                 ) -> EventDelivery | None:
         """Move every pending event into ``history`` as one message (None: nothing pending)."""
         if not pending:
@@ -67,7 +65,7 @@ class EventDelivery:
         return delivery
 
     @property
-    def events(self) -> list[JSONObject]:
+    def events(self) -> list[dict[str, object]]:
         """Every event delivered, in order."""
         return [event for batch in self.batches for event in batch.events]
 
@@ -89,8 +87,8 @@ class EventDelivery:
     def _open(self) -> list[_Batch]:
         return [] if self.returned else self.batches[self.taken_batches:]
 
-    def saved(self, messages: list[dict[str, Any]], pending: list[dict[str, Any]]
-              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def saved(self, messages: list[dict[str, object]], pending: list[dict[str, object]]
+              ) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
         """The history ``messages`` and ``pending`` events a state written now holds.
 
         Batches taken or given back are as they are; the others are pending (in

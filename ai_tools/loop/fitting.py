@@ -34,6 +34,7 @@ from ai_tools.execution.results import (
 )
 from ai_tools.history_format import fallback_tool_calls
 from ai_tools.json_encoding import model_json
+from ai_tools.json_types import JSONMapping
 from ai_tools.llm.tokens import CHARS_PER_TOKEN
 
 __all__ = ["MIN_CLIP_BYTES", "TRUNCATION_PREFIX", "FitResult", "fit_messages"]
@@ -49,15 +50,15 @@ TRUNCATION_PREFIX = "[EARLIER CONVERSATION REMOVED]"
 class FitResult:
     """The messages fitted into a budget, and what it took."""
 
-    messages: tuple[dict[str, Any], ...]
+    messages: tuple[dict[str, object], ...]
     clipped: int = 0
     """Messages whose text, arguments or result were clipped."""
     dropped: int = 0
     """Oldest messages dropped (clipping alone was not enough)."""
 
 
-def fit_messages(messages: Sequence[Mapping[str, Any]], budget: int,
-                 count: Callable[[Mapping[str, Any]], int]) -> FitResult:
+def fit_messages(messages: Sequence[JSONMapping], budget: int,
+                 count: Callable[[JSONMapping], int]) -> FitResult:
     """``messages`` within ``budget`` tokens as ``count`` counts a message (see the module).
 
     Messages that fit already are returned unchanged.  The newest message is
@@ -85,13 +86,13 @@ def fit_messages(messages: Sequence[Mapping[str, Any]], budget: int,
     return FitResult((_note(start), *kept[start:]), clipped=clipped, dropped=start)
 
 
-def _note(dropped: int) -> dict[str, Any]:
+def _note(dropped: int) -> dict[str, object]:
     """The message left in place of the ``dropped`` oldest messages."""
     return {"role": "user", "content": f"{TRUNCATION_PREFIX} {dropped} older messages were "
                                        "dropped to free context space."}
 
 
-def _first_kept(messages: Sequence[Mapping[str, Any]], sizes: Sequence[int],
+def _first_kept(messages: Sequence[JSONMapping], sizes: Sequence[int],
                 allowed: int) -> int:
     """Where the kept messages start: the earliest place whose tail fits ``allowed``,
     never a tool result (its call goes with it); at worst the last such place."""
@@ -107,12 +108,12 @@ def _first_kept(messages: Sequence[Mapping[str, Any]], sizes: Sequence[int],
     return last_start
 
 
-def _clip_message(message: dict[str, Any], limit: int) -> dict[str, Any]:
+def _clip_message(message: dict[str, object], limit: int) -> dict[str, object]:
     """``message`` with its text and call arguments clipped to ``limit`` bytes each.
 
     The same object when nothing needed clipping.
     """
-    changed: dict[str, Any] = {}
+    changed: dict[str, object] = {}
     content = message.get("content")
     if isinstance(content, str) and len(content) > limit // 4:
         names = fallback_tool_calls(content) if message.get("role") == "assistant" else []

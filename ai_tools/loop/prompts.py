@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import attrs
 
+from ai_tools.json_types import JSONMapping
 from ai_tools.loop.advisory import AdvisoryLevel, TokenAdvisory
 
 __all__ = [
@@ -85,11 +85,11 @@ class PromptInputs:
     persona: str = ""
     mode: str = "awake"
     reflection: bool = False
-    tool_schemas: Sequence[Mapping[str, Any]] = ()
+    tool_schemas: Sequence[JSONMapping] = ()
     """OpenAI function schemas of the normal tools offered."""
     tool_categories: Mapping[str, str] = attrs.field(factory=dict)
     """Tool name → category value, to mark TERMINAL / DANGEROUS tools."""
-    exit_tool_schemas: Sequence[Mapping[str, Any]] = ()
+    exit_tool_schemas: Sequence[JSONMapping] = ()
     native_tools: bool = True
     tool_budget_remaining: int | None = None
     iteration: int = 0
@@ -102,7 +102,7 @@ class PromptInputs:
     a loop passes it so the tool list is not rebuilt on every iteration."""
 
 
-def _function(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+def _function(schema: JSONMapping) -> JSONMapping:
     fn = schema.get("function", schema)
     return fn if isinstance(fn, Mapping) else {}
 
@@ -114,7 +114,7 @@ _SIGNAL_NOTE = ("one-way notices to your operator: recorded, not executed, "
                 "they return nothing")
 
 
-def _fallback_line(fn: Mapping[str, Any], mark: str) -> str:
+def _fallback_line(fn: JSONMapping, mark: str) -> str:
     """A tool as fallback mode lists it: name, mark, description, then its parameters."""
     line = f"- {fn.get('name', '')}{mark}: {fn.get('description', '')}".rstrip(": ")
     params = json.dumps(fn.get("parameters", {}), sort_keys=True, separators=(",", ":"))
@@ -197,7 +197,7 @@ def build_system_prompt(inputs: PromptInputs) -> str:
     return f"{system_prompt_head(inputs)}\n\n{status}"
 
 
-def event_line(event: Mapping[str, Any]) -> str:
+def event_line(event: JSONMapping) -> str:
     """One event as a line: ``speaker (kind): text`` with whatever fields exist."""
     text = event.get("text", event.get("message", event.get("content")))
     speaker = event.get("from", event.get("sender", event.get("speaker")))
@@ -209,7 +209,7 @@ def event_line(event: Mapping[str, Any]) -> str:
     return f"- {head}: {text}" if head else f"- {text}"
 
 
-def format_events(events: Sequence[Mapping[str, Any]]) -> str:
+def format_events(events: Sequence[JSONMapping]) -> str:
     """The user message content carrying pending events (what happened since last turn)."""
     lines = [f"{EVENTS_PREFIX} Since your last turn:"]
     lines.extend(event_line(e) for e in events)

@@ -36,6 +36,7 @@ from twisted.logger import Logger
 
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.json_encoding import canonical_json
+from ai_tools.json_types import JSONMapping
 from ai_tools.loop.config import ExitTool, LoopConfig, use_native_tools
 from ai_tools.loop.context import LoopContext
 from ai_tools.loop.prompts import PromptInputs, system_prompt_head
@@ -64,11 +65,11 @@ class RequestPlan:
     """Everything the plan depends on (a new key means a new plan)."""
     persona: str
     native: bool
-    schemas: tuple[dict[str, Any], ...]
+    schemas: tuple[JSONMapping, ...]
     """The offered tools' function schemas, ``noop`` last unless a tool has its name."""
     categories: Mapping[str, str]
     """Offered tool name → category value (the prompt marks TERMINAL and DANGEROUS)."""
-    request_tools: list[dict[str, Any]] | None
+    request_tools: list[JSONMapping] | None
     """The ``tools=`` field: offered tools, noop and exit tools (None in fallback mode)."""
     normal_names: frozenset[str]
     """Every registered tool name and ``noop``, minus exit tools: how calls are sorted."""
@@ -169,7 +170,7 @@ def _keep(key: tuple[Any, ...], plan: RequestPlan) -> None:
     _PLANS[key] = plan
 
 
-def _json(value: Any) -> str:
+def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
@@ -185,7 +186,7 @@ def _make_plan(key: tuple[Any, ...], ctx: LoopContext, config: LoopConfig, perso
     native = key[4]
     exit_names = config.exit_tool_names
     categories = {t.name: t.category.value for t in offered}
-    schemas = [t.schema() for t in offered]
+    schemas: list[JSONMapping] = [t.schema() for t in offered]
     if config.noop_tool not in categories:
         schemas.append(ExitTool(config.noop_tool, NOOP_DESCRIPTION).schema())
     exit_schemas = [t.schema() for t in config.exit_tools]

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import attrs
 
 from ai_tools.execution.reasons import TerminationReason
+from ai_tools.json_types import JSONMapping
 
 __all__ = ["LoopResult"]
 
@@ -18,17 +16,17 @@ class LoopResult:
     duration."""
 
     iterations: int
-    results: tuple[dict[str, Any], ...]
+    results: tuple[dict[str, object], ...]
     termination_reason: TerminationReason = attrs.field(converter=TerminationReason)
     success: bool
     """At least one tool call succeeded."""
     success_count: int
     pattern_mode: str
     max_allowed_iterations: int
-    signals: tuple[dict[str, Any], ...] = ()
+    signals: tuple[dict[str, object], ...] = ()
     text: str = ""
     """All text the model produced during the loop, kept on every failure."""
-    usage: Mapping[str, Any] = attrs.field(factory=dict)
+    usage: JSONMapping = attrs.field(factory=dict)
     duration_ms: float = 0.0
     error: str | None = None
     """Detail of a failure or stop reason (None when the loop ended normally)."""
@@ -44,7 +42,7 @@ class LoopResult:
         """Whether the termination reason is a failure."""
         return self.termination_reason.failed
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """JSON form (iterations, results, termination reason, success first)."""
         return {
             "iterations": self.iterations,

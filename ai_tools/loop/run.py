@@ -21,13 +21,14 @@ then the checkpoint (the service persists the iteration).  The result is a
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from ai_tools.errors import LLMError
 from ai_tools.execution.reasons import TerminationReason
+from ai_tools.interfaces import IAttemptObservingLLMClient
 from ai_tools.llm.events import ChatResponse, ToolCall
 from ai_tools.llm.parsing import ParsedCalls, parse_tool_calls
 from ai_tools.log_gate import GatedLogger
@@ -151,7 +152,7 @@ def _critical_message(run: LoopRun, continuation: LoopContinuation) -> str:
 
 
 def _build_messages(run: LoopRun, plan: RequestPlan, continuation: LoopContinuation
-                    ) -> list[dict[str, Any]]:
+                    ) -> list[dict[str, object]]:
     """Step 2: the regenerated system prompt, then the history (fresh results advised)."""
     tally, advisory = run.tally, continuation.advisory
     status = system_prompt_status(tally.iteration - 1, run.max_iterations, tally.budget,
@@ -172,17 +173,19 @@ def _build_messages(run: LoopRun, plan: RequestPlan, continuation: LoopContinuat
     return messages
 
 
-def _call_model(run: LoopRun, plan: RequestPlan, messages: list[dict[str, Any]]) -> _Steps:
+def _call_model(run: LoopRun, plan: RequestPlan, messages: list[dict[str, object]]) -> _Steps:
     """Step 3: the model's answer, or None when the loop ends here (kill, model error)."""
     tally, control = run.tally, run.ctx.control
-    llm: Any = run.ctx.llm  # (an ILLMClient: zope declares it, mypy cannot see it)
+    llm = run.ctx.llm
     tally.deltas = []
     started = run.ctx.clock.seconds()
     try:
         on_attempt = run.ctx.on_request
-        if on_attempt is not None and getattr(llm, "observes_attempts", False):
-            asked = llm.complete(messages, tools=plan.request_tools, stream=run.config.stream,
-                                 on_event=run.on_llm_event, on_attempt=on_attempt)
+        if on_attempt is not None and IAttemptObservingLLMClient.providedBy(llm):
+            observing = cast(IAttemptObservingLLMClient, llm)
+            asked = observing.complete(messages, tools=plan.request_tools,
+                                       stream=run.config.stream, on_event=run.on_llm_event,
+                                       on_attempt=on_attempt)
         else:
             asked = llm.complete(messages, tools=plan.request_tools, stream=run.config.stream,
                                  on_event=run.on_llm_event)
@@ -217,7 +220,7 @@ def _llm_reason(error: LLMError) -> TerminationReason:
         return TerminationReason.LLM_ERROR
 
 
-def _take_answer(run: LoopRun, response: Any, started: float) -> ChatResponse | None:
+def _take_answer(run: LoopRun, response: object, started: float) -> ChatResponse | None:
     """The answer arrived: count it; the events it saw are taken.  None if unusable.
 
     (A stop asked for meanwhile is seen before the answer's first call runs.)
@@ -284,7 +287,7 @@ def _unusable(parsed: ParsedCalls) -> str | None:
 
 def _record_signal(run: LoopRun, call: ToolCall) -> None:
     """An exit tool call: recorded (monotonic time) and published, never executed nor charged."""
-    arguments: dict[str, Any] = (dict(call.arguments) if call.arguments_error is None
+    arguments: dict[str, object] = (dict(call.arguments) if call.arguments_error is None
                                  else {"_raw": call.raw_arguments})
     signal = {"tool_name": call.name, "arguments": arguments,
               "emitted_at": run.ctx.monotonic()}

@@ -6,15 +6,13 @@ functions of a :class:`LoopRun`; nothing here decides anything, it only keeps.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import attrs
 
 from ai_tools.execution.engine import ExecutionContext, ExecutionState
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.execution.reasons import TerminationReason
 from ai_tools.execution.results import clip_text
+from ai_tools.json_types import JSONMapping
 from ai_tools.llm.events import ChatResponse, TextDelta
 from ai_tools.log_gate import GatedLogger
 from ai_tools.loop.config import LoopConfig, use_native_tools
@@ -35,7 +33,7 @@ EVENT_TEXT_BYTES = 2048
 observers (the event stream, a console) see what happened, clipped with a marker."""
 
 
-def _new_usage() -> dict[str, Any]:
+def _new_usage() -> dict[str, float]:
     return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "requests": 0,
             "context_tokens": 0, "context_percent": 0.0}
 
@@ -47,17 +45,17 @@ class LoopTally:
     budget: int | None
     """Normal tool calls still allowed (None: unlimited)."""
     iteration: int = 0
-    results: list[dict[str, Any]] = attrs.field(factory=list)
-    signals: list[dict[str, Any]] = attrs.field(factory=list)
+    results: list[dict[str, object]] = attrs.field(factory=list)
+    signals: list[dict[str, object]] = attrs.field(factory=list)
     texts: list[str] = attrs.field(factory=list)
     deltas: list[str] = attrs.field(factory=list)
     """Text streamed during the model call in flight (kept if the call fails)."""
-    usage: dict[str, Any] = attrs.field(factory=_new_usage)
+    usage: dict[str, float] = attrs.field(factory=_new_usage)
     consecutive_errors: int = 0
     reason: TerminationReason | None = None
     error: str | None = None
     finish_reason: str | None = None
-    fresh_results: list[Mapping[str, Any]] = attrs.field(factory=list)
+    fresh_results: list[JSONMapping] = attrs.field(factory=list)
     """Tool-result messages of the last iteration (the next request advises them)."""
 
     def end(self, reason: TerminationReason, error: str | None = None) -> None:
@@ -71,7 +69,7 @@ class LoopTally:
         if text:
             self.texts.append(text)
 
-    def add_usage(self, usage: Mapping[str, Any] | None, attempts: int = 1) -> None:
+    def add_usage(self, usage: JSONMapping | None, attempts: int = 1) -> None:
         """Add one model answer's token counts, and the HTTP requests it took."""
         totals = self.usage
         totals["requests"] += attempts
@@ -192,7 +190,7 @@ class LoopRun:
         observed = ctx.observed
         return observed is None or observed()
 
-    def emit(self, kind: str, **fields: Any) -> None:
+    def emit(self, kind: str, **fields: object) -> None:
         """Publish one loop event to the observer; its errors are logged, never raised.
 
         Callers whose fields cost something to make ask :meth:`listening` first.
@@ -209,7 +207,7 @@ class LoopRun:
                         assistant=self.ctx.assistant_name, kind=kind)
 
     def model_requested(self, started: float, status: str, error: str | None = None,
-                        usage: Mapping[str, Any] | None = None, attempts: int = 1,
+                        usage: JSONMapping | None = None, attempts: int = 1,
                         response: ChatResponse | None = None, queued: float = 0.0) -> None:
         """Publish one ``model_request`` event: what was asked of whom, how long, what came.
 
@@ -237,7 +235,7 @@ class LoopRun:
                   response_model=(response.model or None) if response is not None else None,
                   finish_reason=response.finish_reason if response is not None else None)
 
-    def on_llm_event(self, event: Any) -> None:
+    def on_llm_event(self, event: object) -> None:
         """Keep streamed text (preserved if the call fails) and relay it to observers."""
         if isinstance(event, TextDelta):
             self.tally.deltas.append(event.text)

@@ -22,19 +22,19 @@ one meter per assistant, so a tick and the loops it runs share the counts.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import attrs
 
 from ai_tools.execution.history import ConversationHistory
+from ai_tools.interfaces import ILLMClient
 from ai_tools.llm.tokens import DEFAULT_CONTEXT_WINDOW, TokenCounter, default_counter
 
 __all__ = ["ContextMeter", "ContextUsage", "context_window"]
 
-_NOTHING: Any = object()
+_NOTHING = object()
 
 
-def context_window(configured: int | None, llm: Any) -> int:
+def context_window(configured: int | None, llm: ILLMClient) -> int:
     """The context window in tokens: ``configured``, else the client's, else 8,192.
 
     The one rule for every measure: an unknown window counts as a small one
@@ -75,17 +75,17 @@ class ContextMeter:
     counter: TokenCounter = attrs.field(factory=default_counter)
     last: ContextUsage | None = None
     """The last measure taken (status pages show it)."""
-    _prompt_key: Any = _NOTHING
+    _prompt_key: object = _NOTHING
     _prompt_tokens: int = 0
-    _measured: tuple[Any, int, int] | None = None
+    _measured: tuple[ConversationHistory, int, int] | None = None
     """(history, its version, window) of :attr:`last`."""
     _history: ConversationHistory | None = None
     _counted: int = 0
-    _last_message: Any = None
+    _last_message: object = None
     _history_tokens: int = 0
     _rewrites: int = 0
 
-    def measure(self, prompt_key: Any, prompt_text: Callable[[], str],
+    def measure(self, prompt_key: object, prompt_text: Callable[[], str],
                 history: ConversationHistory, window: int) -> ContextUsage:
         """The usage of a request whose prompt is ``prompt_key`` over ``history``.
 

@@ -22,10 +22,10 @@ from typing import Protocol, TypeVar
 
 import attrs
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ai_tools.clocks import Clock
 from ai_tools.errors import AIToolsError
 from ai_tools.json_types import JSONMapping, JSONObject, JSONValue
 from ai_tools.mcp.jsonrpc import (
@@ -130,11 +130,11 @@ class McpSession:
 
     # ---- lifecycle
 
-    def connect(self, deadline: float, clock: Clock) -> defer.Deferred[McpSession]:
+    def connect(self, deadline: float, clock: IReactorTime) -> defer.Deferred[McpSession]:
         """Start the transport and ``initialize``, within ``deadline`` seconds."""
         started = self.transport.start(self._received, self._connection_lost)
         d = started.addCallback(lambda _: self._initialize())
-        d.addTimeout(deadline, clock)  # type: ignore[arg-type]  # (IReactorTime)
+        d.addTimeout(deadline, clock)
         return d
 
     def when_lost(self, callback: Callable[[Failure], None]) -> None:

@@ -16,13 +16,13 @@ Cancelling the call (``notifications/cancelled``, a closed session) kills it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import attrs
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from ai_tools.clocks import Clock
 from ai_tools.default_reactor import or_global_reactor
 from ai_tools.execution.cache import ToolCache
 from ai_tools.execution.engine import ExecutionContext, ExecutionState, execute_tool_call
@@ -72,7 +72,7 @@ def annotations_for(tool: Tool) -> JSONObject:
     }
 
 
-def _event_arguments(call: ToolCall) -> JSONObject:
+def _event_arguments(call: ToolCall) -> dict[str, object]:
     """The call's arguments for the ``tool_call`` event, clipped as the loop's events are."""
     try:
         clipped = clip_arguments(call.arguments_json, EVENT_TEXT_BYTES)
@@ -108,7 +108,7 @@ class GameTools:
 
     registry: ToolRegistry
     actor: Actor
-    clock: Clock
+    clock: IReactorTime
     gate: GatePolicy
     name: str = "mcp"
     cache: ToolCache | None = None
@@ -190,7 +190,7 @@ class GameTools:
         answer: JSONObject = {"content": [{"type": "text", "text": text}],
                                   "isError": not outcome.success}
         if outcome.success and _output_schema(tool) is not None:
-            answer["structuredContent"] = result
+            answer["structuredContent"] = cast(JSONValue, result)
         return answer
 
     def _trim_history(self) -> None:
@@ -199,13 +199,13 @@ class GameTools:
         if len(self.history) > limit:
             self.history.replace(self.history.messages[-limit:] if limit else [])
 
-    def _emit(self, kind: str, **fields: JSONValue) -> None:
+    def _emit(self, kind: str, **fields: object) -> None:
         if self.publish is not None:
             self.publish(self.name, {"type": kind, **fields})
 
 
 def game_tools(config: McpServeConfig, registry: ToolRegistry, *, world: IWorld | None,
-               store: IStore | None, clock: Clock, cache: ToolCache | None = None,
+               store: IStore | None, clock: IReactorTime, cache: ToolCache | None = None,
                publish: Publish | None = None,
                halted: Callable[[], bool] | None = None) -> GameTools:
     """The game's tools for ``[mcp.serve]``: its character, gate and audit name;
@@ -218,7 +218,7 @@ def game_tools(config: McpServeConfig, registry: ToolRegistry, *, world: IWorld 
 
 
 def game_server(config: McpServeConfig, service: AssistantService, world: IWorld | None,
-                clock: Clock | None) -> McpServer:
+                clock: IReactorTime | None) -> McpServer:
     """The game's MCP server for ``[mcp.serve]``: the service's registry, store and cache,
     its observers for the audit events, acting as the configured character."""
     from ai_tools import __version__

@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias, TypeVar
 
 import attrs
 from twisted.internet import defer
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ai_tools.clocks import Clock, Timer
 from ai_tools.json_types import JSONMapping, JSONObject, JSONValue
 from ai_tools.mcp.jsonrpc import (
     INTERNAL_ERROR,
@@ -229,7 +229,7 @@ class McpServer:
     """
 
     features: ServerFeatures
-    clock: Clock
+    clock: IReactorTime
     info: ServerInfo = ServerInfo()
     request_timeout: float = 300.0
     tracing: Callable[[], ServerTracing | None] | None = None
@@ -277,7 +277,7 @@ class McpSession:
     on_close_stream: Callable[[RequestId], None] | None = None
     _in_flight: dict[RequestId, defer.Deferred[JSONObject]] = attrs.field(factory=dict)
     _cancelled: set[RequestId] = attrs.field(factory=set)
-    _pending: dict[RequestId, tuple[defer.Deferred[JSONObject], Timer]] = attrs.field(
+    _pending: dict[RequestId, tuple[defer.Deferred[JSONObject], IDelayedCall]] = attrs.field(
         factory=dict)
     _next_id: Iterator[int] = attrs.field(factory=lambda: itertools.count(1))
     _traces: dict[RequestId, ServerCallTrace] = attrs.field(factory=dict)
@@ -355,7 +355,7 @@ class McpSession:
         """Keep ``d`` cancellable until it fires; bound it by the request deadline."""
         self._in_flight[request_id] = d
         d.addTimeout(self.server.request_timeout,
-                     self.server.clock)  # type: ignore[arg-type]  # (an IReactorTime)
+                     self.server.clock)
 
         def done(value: JSONObject | Failure) -> Answer | None:
             self._in_flight.pop(request_id, None)

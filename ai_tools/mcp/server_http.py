@@ -33,12 +33,13 @@ from collections.abc import Callable, Iterator
 
 import attrs
 from twisted.internet import defer
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.web import server
 from twisted.web.resource import Resource
 from twisted.web.server import Request as HttpRequest
 
-from ai_tools.clocks import Clock, Timer, or_global_clock
+from ai_tools.clocks import or_global_clock
 from ai_tools.mcp.jsonrpc import (
     PARSE_ERROR,
     SUPPORTED_PROTOCOL_VERSIONS,
@@ -163,7 +164,7 @@ class McpHttpEndpoint:
     """The MCP path of one site: its sessions, keyed by ``Mcp-Session-Id``."""
 
     server: McpServer
-    clock: Clock = attrs.field(converter=or_global_clock)
+    clock: IReactorTime = attrs.field(converter=or_global_clock)
     """The reactor or a ``task.Clock`` (None: the global reactor)."""
     max_sessions: int = 64
     session_idle: float = 3600.0
@@ -173,7 +174,7 @@ class McpHttpEndpoint:
     max_message_bytes: int = DEFAULT_MAX_BODY
     _sessions: dict[str, _HttpSession] = attrs.field(factory=dict, init=False)
     _stream_keys: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
-    _timer: Timer | None = attrs.field(default=None, init=False)
+    _timer: IDelayedCall | None = attrs.field(default=None, init=False)
 
     # -- the three methods ------------------------------------------------------------
 

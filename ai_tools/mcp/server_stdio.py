@@ -31,12 +31,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 from twisted.internet import defer, protocol
-from twisted.internet.interfaces import IHalfCloseableProtocol
+from twisted.internet.interfaces import IHalfCloseableProtocol, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from ai_tools.clocks import Clock
 from ai_tools.default_reactor import global_reactor
 from ai_tools.llm.sse import SSEParser
 from ai_tools.mcp.jsonrpc import (
@@ -94,7 +93,7 @@ class _BodyReader(protocol.Protocol):
     def abort(self) -> None:
         """Drop the connection (a deadline, an oversized answer)."""
         if self.transport is not None:
-            self.transport.stopProducing()
+            self.transport.stopProducing()  # type: ignore[attr-defined]
 
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
         """The body ended: hand a JSON body on."""
@@ -114,7 +113,7 @@ class StdioBridge:
 
     url: str
     agent: Any
-    clock: Clock
+    clock: IReactorTime
     write: Callable[[bytes], None]
     token: str | None = None
     deadline: float = 330.0

@@ -33,7 +33,6 @@ from ai_tools.mcp.config import McpServerConfig
 from ai_tools.mcp.content import tool_result
 from ai_tools.mcp.http_transport import SessionExpired
 from ai_tools.mcp.jsonrpc import JSONRPCError
-from ai_tools.mcp.server import Timer
 from ai_tools.mcp.tools import McpTool, build_tools
 from ai_tools.mcp.tracing import ClientTracing
 from ai_tools.tools.base import Actor
@@ -42,6 +41,8 @@ from ai_tools.tools.registry import ToolRegistry
 __all__ = ["MAX_BACKOFF", "McpClientService", "McpServerConnection", "make_transport"]
 
 if TYPE_CHECKING:
+    from twisted.internet.interfaces import IDelayedCall
+
     from ai_tools.telemetry.setup import Telemetry
 
 log = Logger()
@@ -90,7 +91,7 @@ class McpServerConnection:
         self._factory = transport_factory
         self._telemetry = telemetry
         self._failures = 0
-        self._next_attempt: Timer | None = None
+        self._next_attempt: IDelayedCall | None = None
         self._connecting: defer.Deferred[list[JSONObject]] | None = None
         self._waiting_for_session: list[defer.Deferred[None]] = []
         self._running = False

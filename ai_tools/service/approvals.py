@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 
 import attrs
 from twisted.internet import defer
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
-from ai_tools.clocks import Clock, Timer
 from ai_tools.errors import NotFound
 from ai_tools.execution.approval import ApprovalDecision, ApprovalHook, needs_approval
 from ai_tools.execution.results import CLIPPED_KEY, clip_arguments, clip_text
@@ -64,7 +64,7 @@ class PendingApproval:
     requested_at: float
     expires_at: float
     waiting: defer.Deferred[ApprovalDecision] = attrs.field(repr=False)
-    timer: Timer | None = attrs.field(default=None, repr=False)
+    timer: IDelayedCall | None = attrs.field(default=None, repr=False)
 
     def as_dict(self) -> dict[str, object]:
         """What lists and events show of it."""
@@ -90,7 +90,7 @@ class ApprovalBoard:
     to the service's observers (the event stream, the console).
     """
 
-    clock: Clock
+    clock: IReactorTime
     publish: Callable[[str, dict[str, object]], None]
     max_pending: int = MAX_PENDING_APPROVALS
     _pending: dict[str, PendingApproval] = attrs.field(init=False, factory=dict)

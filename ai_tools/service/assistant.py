@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import attrs
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from ai_tools.clocks import Clock
 from ai_tools.errors import AIToolsError, ConfigError
 from ai_tools.execution.approval import check_approval_mode, check_tool_approval
 from ai_tools.execution.engine import ExecutionState
@@ -315,9 +315,10 @@ class AssistantConfig:
         """JSON form (round-trips through :meth:`from_mapping`)."""
         data: JSONObject = attrs.asdict(self, recurse=False)
         data["execution_config"] = cast(JSONObject, dict(self.execution_config))
-        data["tool_approval"] = dict(self.tool_approval)
+        data["tool_approval"] = cast(JSONObject, dict(self.tool_approval))
         data["exit_tools"] = [
-            {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
+            {"name": t.name, "description": t.description,
+             "parameters": cast(JSONObject, dict(t.parameters))}
             for t in self.exit_tools
         ]
         data["compaction"] = attrs.asdict(self.compaction)
@@ -336,7 +337,7 @@ class AssistantHost(Protocol):
     """
 
     @property
-    def clock(self) -> Clock:
+    def clock(self) -> IReactorTime:
         """The reactor or a ``task.Clock``."""
 
     @property
@@ -427,14 +428,14 @@ def _addressed(event: JSONMapping, config: AssistantConfig) -> bool:
     return False
 
 
-def normalise_event(event: object, now: float) -> JSONObject:
+def normalise_event(event: object, now: float) -> dict[str, object]:
     """A pending-event dict from what a caller passed (a dict or a plain string).
 
     Raises TypeError for anything else, or for a dict that cannot be stored
     (keys must be strings, values JSON-serialisable).
     """
     if isinstance(event, str):
-        data: JSONObject = {"type": "message", "text": event}
+        data: dict[str, object] = {"type": "message", "text": event}
     elif isinstance(event, Mapping):
         if not all(isinstance(k, str) for k in event):
             raise TypeError("event keys must be strings")
@@ -465,7 +466,7 @@ class Assistant:
     enabled: bool = True
     emergency_stopped: bool = False
     history: ConversationHistory = attrs.field(factory=ConversationHistory)
-    pending_events: list[JSONObject] = attrs.field(factory=list)
+    pending_events: list[dict[str, object]] = attrs.field(factory=list)
     persona_override: str | None = None
     execution_state: ExecutionState = attrs.field(factory=ExecutionState)
     counters: dict[str, int] = attrs.field(factory=dict)
@@ -752,7 +753,7 @@ class Assistant:
         return EncodedState(self._encoder.encode_parts(
             self._config_json_dict(), history, rest, replaced))
 
-    def _history_and_pending(self) -> tuple[list[JSONObject], list[JSONObject]]:
+    def _history_and_pending(self) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
         """The history messages and pending events a state written now holds.
 
         While a loop's model call is in flight, the batch of pending events it
@@ -770,7 +771,7 @@ class Assistant:
             cached = self._config_dict = (self.config, self.config.to_dict())
         return cached[1]
 
-    def _state_fields(self, pending: list[JSONObject]) -> dict[str, object]:
+    def _state_fields(self, pending: list[dict[str, object]]) -> dict[str, object]:
         """Every saved field but ``config`` and ``history`` (``pending``: the events)."""
         execution: dict[str, object] = dict(self.execution_state.counters())
         execution["current_tool_call"] = self.execution_state.current_tool_call

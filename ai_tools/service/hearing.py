@@ -18,6 +18,7 @@ import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from ai_tools.interfaces import IWorld
 from ai_tools.service.collaborators import HeardWorld
 from ai_tools.service.waiting import first_failure
 
@@ -91,7 +92,7 @@ class Hearing:
         when there is no world, no character, or it is already subscribed.
         """
         name, char_id = assistant.name, assistant.config.character_id
-        world: HeardWorld | None = self.world
+        world = cast("HeardWorld | None", self.world)  # (a log of what was heard: the sandbox)
         if world is None or not char_id or name in self._listening:
             return False
         listener = functools.partial(self.heard, assistant, char_id)

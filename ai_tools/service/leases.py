@@ -45,10 +45,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 from twisted.internet import defer, task
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ai_tools.clocks import Clock, Timer
 from ai_tools.errors import ConfigError
 from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.service.assistant import AssistantConfig
@@ -97,7 +97,7 @@ class LeaseManager:
     """Seconds between rounds (renewals, taking and giving up assistants)."""
     keep: float = 600.0
     """Seconds the write log and dead workers' rows are kept."""
-    clock: Clock | None = None
+    clock: IReactorTime | None = None
     """What tells the time of leases and runs the rounds' timer: the store's clock
     (lease expiries are its seconds); default the service's."""
     api_url: str | None = None
@@ -114,11 +114,11 @@ class LeaseManager:
     _loop: task.LoopingCall | None = attrs.field(init=False, default=None)
     _round: defer.Deferred[None] | None = attrs.field(init=False, default=None)
     _round_waiters: list[defer.Deferred[None]] = attrs.field(init=False, factory=list)
-    _deadline: Timer | None = attrs.field(init=False, default=None)
+    _deadline: IDelayedCall | None = attrs.field(init=False, default=None)
     """The delayed call stopping every assistant when the leases expire unrenewed."""
     _stopping: bool = attrs.field(init=False, default=False)
     _by_name: dict[str, AssistantConfig] = attrs.field(init=False, factory=dict)
-    _time: Clock = attrs.field(init=False)
+    _time: IReactorTime = attrs.field(init=False)
     """``clock`` as given, else found (see :attr:`clock`)."""
 
     def __attrs_post_init__(self) -> None:
@@ -179,7 +179,7 @@ class LeaseManager:
         if self._stopping:
             return
         loop = task.LoopingCall(self._timer)
-        loop.clock = self._time  # type: ignore[assignment]  # (a Clock provides it)
+        loop.clock = self._time
         self._loop = loop
         loop.start(self.interval, now=False).addErrback(
             lambda f: log.failure("lease timer stopped", f))
@@ -304,7 +304,7 @@ class LeaseManager:
         config = self._by_name[name]
         self.epochs[name] = epoch
         after = yield self.store.heard_seq(name)
-        world: HeardWorld | None = self.service.world
+        world = cast("HeardWorld | None", self.service.world)  # (the shared world, heard log)
         char_id = config.character_id
         if world is not None and char_id and config.hearing:
             if after is None:  # never owned before: it hears from now on

@@ -18,9 +18,9 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from ai_tools.errors import ConfigError, NotFound
+from ai_tools.interfaces import IStore
 from ai_tools.json_types import JSONMapping
 from ai_tools.service.assistant import AWAKE, Assistant, AssistantConfig
-from ai_tools.service.collaborators import AssistantStates
 from ai_tools.service.tick import TickResult, at_tick
 from ai_tools.service.waiting import observe, within
 
@@ -116,7 +116,7 @@ class LiveRoster:
         self._adding.add(name)
         try:
             yield service.resources.open()
-            store: AssistantStates = service.store
+            store: IStore = service.store
             state = (yield store.load_assistant(name)) if restore else None
             assistant = Assistant.from_state(
                 state if isinstance(state, Mapping) else None, config, host=service)
@@ -158,7 +158,7 @@ class LiveRoster:
         """Add every assistant the store has saved and that is not here yet; fires with
         the names restored (one that cannot be restored is logged and skipped)."""
         yield self._service.resources.open()
-        store: AssistantStates = self._service.store
+        store: IStore = self._service.store
         names = yield store.list_assistants()
         restored = []
         for name in cast("list[str]", names):
@@ -172,7 +172,7 @@ class LiveRoster:
     def restore(self, name: str) -> Generator[defer.Deferred[Any], object, bool]:
         """Bring back one saved assistant with its saved configuration; fires True, or
         False after logging why it could not (unknown model, bad config)."""
-        store: AssistantStates = self._service.store
+        store: IStore = self._service.store
         state = yield store.load_assistant(name)
         saved = state.get("config") if isinstance(state, Mapping) else None
         try:
@@ -213,7 +213,7 @@ class LiveRoster:
         service.cache.forget(name)
         if forget:
             yield service.writer.flush()
-            store: AssistantStates = service.store
+            store: IStore = service.store
             yield store.delete_assistant(name)
             yield service.cache.clear_persistent(name)
         assistant.host = None

@@ -1,3 +1,4 @@
+
 """Who watches a service's assistants: observers of loop and tick events.
 
 :class:`Observers` is where every event of every assistant goes (``publish``): the
@@ -9,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
-
-from ai_tools.clocks import Clock
 
 __all__ = ["Observer", "Observers"]
 
@@ -28,7 +28,7 @@ class Observers:
     event is published: the service's clock may be looked up late).
     """
 
-    def __init__(self, clock: Callable[[], Clock]) -> None:
+    def __init__(self, clock: Callable[[], IReactorTime]) -> None:
         self._clock = clock
         # A tuple, replaced on change: publishing iterates it without a copy.
         self.entries: tuple[tuple[Observer, str | None], ...] = ()

@@ -14,13 +14,14 @@ from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ai_tools.clocks import Clock
 from ai_tools.default_reactor import global_reactor
+from ai_tools.interfaces import IStore
 from ai_tools.json_types import JSONObject, JSONValue
-from ai_tools.service.collaborators import AssistantStates, Closable
+from ai_tools.service.collaborators import Closable
 from ai_tools.service.waiting import pass_on
 from ai_tools.tools.registry import ToolRegistry
 
@@ -33,7 +34,7 @@ __all__ = ["SharedResources"]
 log = Logger()
 
 
-def _memory_store(clock: Clock | None) -> IStore:
+def _memory_store(clock: IReactorTime | None) -> IStore:
     """The store of a service given none: memory only (imported on use: a layer below)."""
     from ai_tools.store.memory import MemoryStore
 
@@ -70,7 +71,7 @@ class SharedResources:
         store: IStore | None = None,
         registry: ToolRegistry | None = None,
         world: IWorld | None = None,
-        clock: Clock | None = None,
+        clock: IReactorTime | None = None,
         cache: ToolCache | None = None,
     ) -> None:
         self.models: dict[str, ILLMClient] = dict(llms or {})
@@ -86,10 +87,10 @@ class SharedResources:
         self._closed = False
 
     @property
-    def clock(self) -> Clock:
+    def clock(self) -> IReactorTime:
         """The reactor (or the clock given to the constructor)."""
         if self._clock is None:
-            self._clock = cast(Clock, global_reactor())
+            self._clock = cast(IReactorTime, global_reactor())
         return self._clock
 
     @property
@@ -109,7 +110,7 @@ class SharedResources:
         """Open the store once; every caller gets a Deferred of that (a failed opening is
         logged, and a later call tries again)."""
         if self._opened is None:
-            store: AssistantStates = self.store
+            store: IStore = self.store
             opened: defer.Deferred[object] = defer.maybeDeferred(store.open)
             self._opened = opened
             opened.addErrback(self._open_failed)

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any, cast
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from ai_tools.interfaces import IStore
 from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.service.assistant import AssistantConfig
-from ai_tools.service.collaborators import AssistantStates, RecordStore
 
 if TYPE_CHECKING:
     from ai_tools.interfaces import IStore
@@ -110,7 +110,7 @@ class Roster:
     """What the store remembers of the roster: removed names, the file's last configs."""
 
     def __init__(self, store: IStore) -> None:
-        self.store: RecordStore = store
+        self.store: IStore = store
 
     @defer.inlineCallbacks
     def _records(self, collection: str
@@ -167,7 +167,7 @@ def start_assistants(service: AssistantService, configured: Sequence[AssistantCo
     Fires with the names added, in order.
     """
     roster = Roster(service.store)
-    states: AssistantStates = service.store
+    states: IStore = service.store
     saved = set(cast("list[str]", (yield states.list_assistants())))
     removed = cast("set[str]", (yield roster.removed()))
     before = cast("dict[str, JSONMapping]", (yield roster.file_configs()))
@@ -202,7 +202,7 @@ def _from_store(service: AssistantService, config: AssistantConfig, file_now: JS
                 ) -> Generator[defer.Deferred[Any], object, AssistantConfig]:
     """The configuration of a file assistant the store holds: the store's, plus the file's edits."""
     name = config.name
-    states: AssistantStates = service.store
+    states: IStore = service.store
     state = cast("JSONObject | None", (yield states.load_assistant(name)))
     saved = (state or {}).get("config")
     if not isinstance(saved, Mapping):

@@ -1,3 +1,4 @@
+
 """One timer for many assistants: the tick scheduler behind :class:`AssistantService`.
 
 Ten thousand assistants must not mean ten thousand timers.  A single
@@ -33,10 +34,9 @@ from collections.abc import Callable
 
 import attrs
 from twisted.internet import defer, task
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-
-from ai_tools.clocks import Clock, Timer
 
 _GOLDEN = 0.6180339887498949
 
@@ -82,7 +82,7 @@ class TickScheduler:
     returns the assistant's current tick period in seconds.
     """
 
-    clock: Clock
+    clock: IReactorTime
     tick: TickFunction
     rate_of: Callable[[str], float]
     interval: float = 1.0
@@ -98,7 +98,7 @@ class TickScheduler:
     _seq: itertools.count[int] = attrs.field(init=False, factory=itertools.count)
     _added: int = attrs.field(init=False, default=0)
     _loop: task.LoopingCall | None = attrs.field(init=False, default=None)
-    _fill_call: Timer | None = attrs.field(init=False, default=None)
+    _fill_call: IDelayedCall | None = attrs.field(init=False, default=None)
     _idle_waiters: list[defer.Deferred[None]] = attrs.field(init=False, factory=list)
     _filling: bool = attrs.field(init=False, default=False)
     wakeups: int = attrs.field(init=False, default=0)
@@ -190,7 +190,7 @@ class TickScheduler:
         if self._loop is not None and self._loop.running:
             return
         loop = task.LoopingCall(self._wake)
-        loop.clock = self.clock  # type: ignore[assignment]
+        loop.clock = self.clock
         self._loop = loop
         d = loop.start(self.interval, now=True)
         d.addErrback(self._loop_died)
@@ -214,7 +214,7 @@ class TickScheduler:
         self._log.failure("tick scheduler timer stopped unexpectedly", failure)
 
     def _wake(self) -> None:
-        """Timer callback: start what is due.  Never raises."""
+        """IDelayedCall callback: start what is due.  Never raises."""
         self.wakeups += 1
         try:
             self.start_due()

@@ -50,9 +50,9 @@ from typing import TYPE_CHECKING, cast
 import attrs
 from twisted.application.service import MultiService
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from ai_tools.clocks import Clock
 from ai_tools.errors import ServiceNotRunning
 from ai_tools.failure_lines import RepeatedFailure
 from ai_tools.json_types import JSONMapping, JSONObject
@@ -155,7 +155,7 @@ class AssistantService(MultiService):
         store: IStore | None = None,
         registry: ToolRegistry | None = None,
         world: IWorld | None = None,
-        clock: Clock | None = None,
+        clock: IReactorTime | None = None,
         cache: ToolCache | None = None,
         tick_interval: float = 1.0,
         max_concurrent: int = 100,
@@ -232,7 +232,7 @@ class AssistantService(MultiService):
     # -- the parts made on first use (the clock may be looked up late) -------------
 
     @property
-    def clock(self) -> Clock:
+    def clock(self) -> IReactorTime:
         """The reactor (or the clock given to the constructor)."""
         return self.resources.clock
 

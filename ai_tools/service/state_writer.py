@@ -30,13 +30,12 @@ from collections.abc import Callable, Mapping
 
 import attrs
 from twisted.internet import defer
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ai_tools.clocks import Clock, Timer
 from ai_tools.interfaces import IStore
 from ai_tools.json_types import JSONMapping
-from ai_tools.service.collaborators import AssistantStates
 
 __all__ = ["StateWriter"]
 
@@ -50,7 +49,7 @@ class StateWriter:
     store: IStore
     state_of: Callable[[str], JSONMapping | None]
     """Returns the current state dict of an assistant (None: it is gone, skip it)."""
-    clock: Clock
+    clock: IReactorTime
     max_batch: int = 1000
     lazy_delay: float = 1.0
     """Longest wait of a :meth:`save_soon` request."""
@@ -63,10 +62,10 @@ class StateWriter:
     _queued: dict[str, _Waiters] = attrs.field(init=False, factory=dict)
     """Waiters per queued assistant: one Deferred (the usual case) or a list of them."""
     _in_flight: bool = attrs.field(init=False, default=False)
-    _call: Timer | None = attrs.field(init=False, default=None)
+    _call: IDelayedCall | None = attrs.field(init=False, default=None)
     _idle_waiters: list[defer.Deferred[None]] = attrs.field(init=False, factory=list)
     _lazy: dict[str, None] = attrs.field(init=False, factory=dict)
-    _lazy_call: Timer | None = attrs.field(init=False, default=None)
+    _lazy_call: IDelayedCall | None = attrs.field(init=False, default=None)
     transactions: int = attrs.field(init=False, default=0)
     """Transactions written (for status and benchmarks)."""
     write_observers: list[Callable[[float, bool], object]] = attrs.field(init=False,
@@ -132,7 +131,7 @@ class StateWriter:
         return d
 
     def _save_many(self, states: Mapping[str, JSONMapping]) -> defer.Deferred[None]:
-        store: AssistantStates = self.store
+        store: IStore = self.store
         if self.save_options is None:
             return store.save_many(states)
         return store.save_many(states, **self.save_options(states))

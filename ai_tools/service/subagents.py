@@ -103,7 +103,7 @@ class Subagents:
         return LoopContext(
             assistant_name=f"{name}/{task_id}",
             actor=Actor(assistant.config.character_id, world=service.world,
-                        store=service.store, assistant=assistant),  # type: ignore[arg-type]
+                        store=service.store, assistant=assistant),
             registry=service.registry,
             llm=assistant_model(service, assistant.name, assistant.config.model),
             history=ConversationHistory(),

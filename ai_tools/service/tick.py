@@ -42,6 +42,7 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from ai_tools.execution.reasons import TerminationReason
+from ai_tools.interfaces import IStore, IWorld
 from ai_tools.json_types import JSONObject
 from ai_tools.loop.compaction import HistoryBudget, compact_history, needs_compaction
 from ai_tools.loop.config import GatePolicy, LoopConfig
@@ -51,7 +52,6 @@ from ai_tools.loop.request import measure_context
 from ai_tools.loop.result import LoopResult
 from ai_tools.loop.usage import ContextUsage
 from ai_tools.service.assistant import AWAKE, SLEEP, assistant_model
-from ai_tools.service.collaborators import RecordStore, SpeakingWorld
 from ai_tools.service.episodes import EPISODES, episode_record
 from ai_tools.service.patterns import (
     ExecutionPattern,
@@ -134,7 +134,7 @@ class TickResult:
         """No error met during the tick."""
         return not self.errors and self.status != ERROR
 
-    def as_dict(self) -> JSONObject:
+    def as_dict(self) -> dict[str, object]:
         """JSON form (status pages, the HTTP API)."""
         return {
             "assistant": self.assistant,
@@ -532,7 +532,7 @@ def _loop_context(assistant: Assistant, host: AssistantHost, context_type: str, 
     return LoopContext(
         assistant_name=assistant.name,
         actor=Actor(assistant.config.character_id, world=host.world, store=host.store,
-                    assistant=assistant),  # type: ignore[arg-type]
+                    assistant=assistant),
         registry=host.registry_for(assistant),  # fixed for the loop (MCP servers' tools too)
         llm=assistant_model(host, assistant.name, assistant.config.model),
         history=assistant.history,
@@ -687,7 +687,7 @@ def _say_unavailable(tick: _Tick) -> defer.Deferred[None] | None:
              attempts=assistant.failed_deliveries)
     host.publish(assistant.name, {"type": "unavailable", "text": text,
                                   "failed_attempts": assistant.failed_deliveries})
-    world: SpeakingWorld | None = host.world
+    world: IWorld | None = host.world
     if world is None:
         return None
     d = defer.maybeDeferred(world.message_location, assistant.config.character_id, text,
@@ -705,7 +705,7 @@ def _say_failed(failure: Failure, tick: _Tick) -> Failure | None:
 
 
 def _record_episode(
-    tick: _Tick, events: list[JSONObject], history_start: int
+    tick: _Tick, events: list[dict[str, object]], history_start: int
 ) -> defer.Deferred[None] | None:
     """Write this tick's conversation as an episode; a failed write is logged, never fatal."""
     assistant, host = tick.assistant, tick.host
@@ -719,7 +719,7 @@ def _record_episode(
     content, metadata = episode
     metadata["tick"] = tick.number
     try:
-        records: RecordStore = host.store
+        records: IStore = host.store
         d = records.add_record(assistant.name, EPISODES, content, metadata)
     except Exception:
         d = defer.fail()

@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import cast
 
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 
-from ai_tools.clocks import Clock, ThreadClock
+from ai_tools.clocks import ThreadClock
 from ai_tools.telemetry.setup import Telemetry, telemetry_for
 
 __all__ = ["Tracing"]
@@ -35,7 +36,7 @@ class Tracing:
         if self.telemetry is None:
             self.telemetry = self._found = telemetry_for(self._endpoint)
 
-    def stop(self, clock: Clock) -> defer.Deferred[None] | None:
+    def stop(self, clock: IReactorTime) -> defer.Deferred[None] | None:
         """Export the last spans of ai_tools' own OpenTelemetry providers (bounded wait)."""
         telemetry = self.telemetry
         if telemetry is not None and telemetry is self._found:

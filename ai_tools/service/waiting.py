@@ -1,3 +1,4 @@
+
 """Waiting on Deferreds the service does not own: without touching them, and with a deadline.
 
 Removing or reconfiguring an assistant waits for its tick in flight, and stopping the
@@ -11,9 +12,8 @@ from collections.abc import Generator
 from typing import TypeVar, cast
 
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
-
-from ai_tools.clocks import Clock
 
 __all__ = ["first_failure", "observe", "pass_on", "within"]
 
@@ -34,7 +34,7 @@ def observe(d: defer.Deferred[_T]) -> defer.Deferred[None]:
 
 @defer.inlineCallbacks
 def within(d: defer.Deferred[_T], seconds: float,
-           clock: Clock) -> Generator[defer.Deferred[bool], object, bool]:
+           clock: IReactorTime) -> Generator[defer.Deferred[bool], object, bool]:
     """Wait for ``d`` at most ``seconds``; fires True if it fired in time, else False.
 
     ``d``'s result is consumed: pass an :func:`observe` of a Deferred others use.

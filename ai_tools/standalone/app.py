@@ -43,7 +43,6 @@ from ai_tools.standalone.config import Config, ModelSpec, split_endpoint
 from ai_tools.standalone.gc_tuning import GCTuning, tuning_from_environ
 
 if TYPE_CHECKING:
-    from ai_tools.interfaces import ILLMClient
     from ai_tools.llm.client import OpenAIChatClient
     from ai_tools.llm.scripted import TestServer
     from ai_tools.service.service import AssistantService
@@ -346,8 +345,7 @@ class StandaloneService(MultiService):
         self._check_characters()
         self.registry = register_default_tools()
         service = AssistantService(
-            # (an OpenAIChatClient provides ILLMClient; mypy cannot see a zope declaration)
-            llms=cast("Mapping[str, ILLMClient]", self.clients), store=self.store,
+            llms=self.clients, store=self.store,
             registry=self.registry, world=self.world,
             clock=self.reactor, tick_interval=settings.tick_interval,
             max_concurrent=settings.max_concurrent, stop_grace=settings.stop_grace,

@@ -77,10 +77,9 @@ from ai_tools.web.listen import ListeningService, binds_locally
 
 if TYPE_CHECKING:
     from twisted.conch.ssh.session import SSHSessionProcessProtocol
-    from twisted.internet.interfaces import IListeningPort
+    from twisted.internet.interfaces import IListeningPort, IReactorTime
 
     from ai_tools.interfaces import IWorld
-    from ai_tools.service.scheduling import Clock
     from ai_tools.service.service import AssistantService
     from ai_tools.tools.registry import ToolRegistry
 
@@ -653,7 +652,8 @@ class PasswordFileChecker:
         read_password_file(self.path)  # refuse a bad file at start-up
         self._run = run or threads.deferToThread
 
-    def requestAvatarId(self, creds: credentials.IUsernamePassword) -> defer.Deferred[bytes]:
+    def requestAvatarId(
+            self, creds: credentials.IUsernamePassword) -> defer.Deferred[bytes | tuple[()]]:
         """Fires with the user name, or fails with UnauthorizedLogin."""
         try:
             users = read_password_file(self.path)
@@ -823,7 +823,7 @@ class ConsoleSession(manhole_ssh.TerminalSession):
     """A manhole session: the interactive console, or one statement run by ``ssh host CMD``."""
 
     namespace: Namespace = {}
-    reactor: Clock | None = None
+    reactor: IReactorTime | None = None
 
     def windowChanged(self, newWindowSize: object) -> None:
         """The client's terminal was resized: nothing to redraw, ignore it."""
@@ -850,7 +850,7 @@ class ConsoleRealm(manhole_ssh.TerminalRealm):
 
     sessionFactory = ConsoleSession
 
-    def __init__(self, namespace: Namespace, reactor: Clock | None = None) -> None:
+    def __init__(self, namespace: Namespace, reactor: IReactorTime | None = None) -> None:
         super().__init__(ConsoleSessionTransport)
         self.namespace = namespace
         self.reactor = reactor
@@ -865,8 +865,8 @@ class ConsoleRealm(manhole_ssh.TerminalRealm):
         from twisted.conch import interfaces as conch_interfaces
 
         session = conch_interfaces.ISession(user.original)
-        session.namespace = self.namespace
-        session.reactor = self.reactor
+        session.namespace = self.namespace  # type: ignore[attr-defined]
+        session.reactor = self.reactor  # type: ignore[attr-defined]
         log.info("Manhole login: {user}", user=avatarId.decode("utf-8", "replace"))
         return user
 
@@ -982,7 +982,7 @@ class ConsoleService(MultiService):
     """The manhole: one SSH listener (and nothing else)."""
 
     def __init__(self, factory: ConsoleFactory, endpoint: str,
-                 reactor: Clock | None = None) -> None:
+                 reactor: IReactorTime | None = None) -> None:
         super().__init__()
         self.factory = factory
         self.endpoint = endpoint
@@ -1001,7 +1001,7 @@ def make_manhole_service(
     authorized_keys: str | os.PathLike[str] | None = None,
     password_file: str | os.PathLike[str] | None = None,
     host_key: str | os.PathLike[str] | None = None,
-    reactor: Clock | None = None,
+    reactor: IReactorTime | None = None,
 ) -> ConsoleService:
     """The manhole over SSH on ``endpoint`` (strports), with ``namespace`` as its globals.
 

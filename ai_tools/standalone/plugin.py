@@ -184,11 +184,12 @@ def service_log_observer(level: str, server_options: usage.Options | None,
     if server_options is None or server_options.get("logger"):
         return None
     if server_options.get("syslog"):
+        from twisted.python.log import ILogObserver as LegacyILogObserver
         from twisted.python.syslog import SyslogObserver
 
         legacy = SyslogObserver(server_options.get("prefix") or "twisted").emit
         base: ILogObserver = cast(ILogObserver, LegacyLogObserverWrapper(
-            cast(ILogObserver, legacy)))
+            cast("LegacyILogObserver", legacy)))
     else:
         stream = _log_stream(server_options)
         if stream is None:

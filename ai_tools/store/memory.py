@@ -79,11 +79,11 @@ class MemoryStore:
 
     # -- assistants -------------------------------------------------------
 
-    def load_assistant(self, name: str) -> defer.Deferred[JSONObject | None]:
+    def load_assistant(self, name: str) -> defer.Deferred[dict[str, object] | None]:
         """The saved state of ``name`` with its history repaired, or None."""
         return self._call(self._load_assistant, name)
 
-    def _load_assistant(self, name: str) -> JSONObject | None:
+    def _load_assistant(self, name: str) -> dict[str, object] | None:
         encoded = self._assistants.get(check_name(name, "assistant name"))
         if encoded is None:
             return None

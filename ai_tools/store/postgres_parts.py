@@ -13,9 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from twisted.internet import defer
-from zope.interface import implementer
 
-from ai_tools.interfaces import ISharedWorldStore
 from ai_tools.json_types import JSONMapping
 from ai_tools.store import postgres_statements as sql
 from ai_tools.store import postgres_world as world_sql
@@ -139,7 +137,6 @@ class Leases(PostgreSQLRunner):
         return self._query(sql.assistant_writes)
 
 
-@implementer(ISharedWorldStore)
 class SharedWorldRows(PostgreSQLRunner):
     """ISharedWorldStore but ``listen_world`` (the store's own connection), and the world's
     writes of IWorldStore: versioned rows, one message sequence, the world clock."""

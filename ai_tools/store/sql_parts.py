@@ -87,7 +87,7 @@ class AssistantStates(SQLRunner):
 
     __slots__ = ()
 
-    def load_assistant(self, name: str) -> defer.Deferred[JSONObject | None]:
+    def load_assistant(self, name: str) -> defer.Deferred[dict[str, object] | None]:
         """The saved state of ``name`` with its history repaired, or None."""
         try:
             check_name(name, "assistant name")
@@ -113,8 +113,8 @@ class AssistantStates(SQLRunner):
         return self._query(sql.list_assistants, self.dialect)
 
 
-def _report_repair(loaded: tuple[JSONObject, RepairReport] | None, name: str
-                   ) -> JSONObject | None:
+def _report_repair(loaded: tuple[dict[str, object], RepairReport] | None, name: str
+                   ) -> dict[str, object] | None:
     """The loaded state, once what its repair changed is logged."""
     if loaded is None:
         return None

@@ -32,7 +32,7 @@ _ID_RANGE = range(-(2**63), 2**63)
 
 
 def load_assistant(cursor: DBCursor, dialect: SQLDialect, name: str
-                   ) -> tuple[JSONObject, RepairReport] | None:
+                   ) -> tuple[dict[str, object], RepairReport] | None:
     """The saved state of ``name`` decoded and repaired, or None."""
     cursor.execute(dialect.sql("SELECT state FROM assistants WHERE name = ?"), (name,))
     row = cursor.fetchone()

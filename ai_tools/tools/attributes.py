@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
+from ai_tools.json_types import JSONObject
 from ai_tools.tools import outcomes
 from ai_tools.tools.base import Actor, ToolCategory
 from ai_tools.tools.library_tool import (
@@ -16,7 +17,7 @@ from ai_tools.tools.library_tool import (
 )
 from ai_tools.tools.validation import ValidationResult
 
-ATTRIBUTE_NAME: dict[str, Any] = {
+ATTRIBUTE_NAME: JSONObject = {
     "type": "string",
     "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,63}$",
     "description": "Letters, digits, '_'.",
@@ -33,7 +34,7 @@ class GetAttributesTool(LibraryTool):
     category = ToolCategory.SAFE_CHAIN
     cacheable = True
     cache_scope = "tick"
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "object": OBJECT_REFERENCE,
@@ -48,11 +49,11 @@ class GetAttributesTool(LibraryTool):
         "required": ["object"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"object": "lantern", "names": ["fuel"]}
+    example: ClassVar[JSONObject] = {"object": "lantern", "names": ["fuel"]}
 
     async def run(
-        self, actor: Actor, object: str, names: list[str] | None = None, **_: Any
-    ) -> dict[str, Any]:
+        self, actor: Actor, object: str, names: list[str] | None = None, **_: object
+    ) -> JSONObject:
         world = self.world(actor)
         target = await resolve_object(world, self.character(actor), object)
         values = dict(await call(world.get_attributes, target["id"], names) or {})
@@ -72,15 +73,15 @@ class ListAttributesTool(LibraryTool):
     category = ToolCategory.SAFE_CHAIN
     cacheable = True
     cache_scope = "tick"
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {"object": OBJECT_REFERENCE},
         "required": ["object"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"object": "here"}
+    example: ClassVar[JSONObject] = {"object": "here"}
 
-    async def run(self, actor: Actor, object: str, **_: Any) -> dict[str, Any]:
+    async def run(self, actor: Actor, object: str, **_: object) -> JSONObject:
         world = self.world(actor)
         target = await resolve_object(world, self.character(actor), object)
         values = dict(await call(world.get_attributes, target["id"], None) or {})
@@ -94,7 +95,7 @@ class SetAttributeTool(LibraryTool):
     name = "set_attribute"
     description = "Set an object's attribute; returns the old value."
     category = ToolCategory.DANGEROUS
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "object": OBJECT_REFERENCE,
@@ -106,9 +107,9 @@ class SetAttributeTool(LibraryTool):
         "required": ["object", "name", "value"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"object": "lantern", "name": "fuel", "value": 10}
+    example: ClassVar[JSONObject] = {"object": "lantern", "name": "fuel", "value": 10}
 
-    def custom_validation(self, params: dict[str, Any], result: ValidationResult) -> None:
+    def custom_validation(self, params: dict[str, object], result: ValidationResult) -> None:
         """Refuse values too large to be a sensible attribute."""
         size = len(json.dumps(params.get("value"), ensure_ascii=False).encode("utf-8"))
         if size > MAX_VALUE_BYTES:
@@ -117,8 +118,8 @@ class SetAttributeTool(LibraryTool):
             )
 
     async def run(
-        self, actor: Actor, object: str, name: str, value: Any, **_: Any
-    ) -> dict[str, Any]:
+        self, actor: Actor, object: str, name: str, value: Any, **_: object
+    ) -> JSONObject:
         world = self.world(actor)
         char_id = self.character(actor)
         target = await resolve_object(world, char_id, object)
@@ -134,7 +135,7 @@ class SetAttributeTool(LibraryTool):
         )
 
 
-def _json_type(value: Any) -> str:
+def _json_type(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):

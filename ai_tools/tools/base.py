@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 from twisted.logger import Logger
 
+from ai_tools.json_types import JSONObject
 from ai_tools.tools.model_view import model_view
 from ai_tools.tools.validation import (
     ParameterValidator,
@@ -79,7 +80,7 @@ class Actor:
             return str(self.assistant.name)
         return self.character_id or "anonymous"
 
-    def effect_key(self, tool: str, *effect: Any) -> str | None:
+    def effect_key(self, tool: str, *effect: object) -> str | None:
         """The key of this call's world effect, so a re-run delivers it once; None if no key.
 
         A worker killed after a tool's effect committed but before the
@@ -124,7 +125,7 @@ class Tool:
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
-    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
+    parameters: ClassVar[JSONObject] = {"type": "object", "properties": {}}
     timeout: ClassVar[float] = 30
     category: ClassVar[ToolCategory] = ToolCategory.SAFE_CHAIN
     cacheable: ClassVar[bool] = False
@@ -153,7 +154,7 @@ class Tool:
         """
         raise NotImplementedError(f"tool {self.name!r} does not implement execute()")
 
-    def custom_validation(self, params: dict[str, Any], result: ValidationResult) -> None:
+    def custom_validation(self, params: dict[str, object], result: ValidationResult) -> None:
         """Hook for tool-specific checks, run after the schema checks pass.
 
         ``params`` are the cleaned parameters (change them to normalise a
@@ -161,7 +162,7 @@ class Tool:
         refuse the call.
         """
 
-    def validate_parameters(self, params: Any) -> ValidationResult:
+    def validate_parameters(self, params: object) -> ValidationResult:
         """Validate (and safely coerce) ``params`` against :attr:`parameters`; never raises."""
         result = self.parameter_validator.validate(params)
         if result.valid:
@@ -176,7 +177,7 @@ class Tool:
                 )
         return result
 
-    def schema(self) -> dict[str, Any]:
+    def schema(self) -> JSONObject:
         """The OpenAI-compatible function schema of this tool (a fresh copy).
 
         Its ``parameters`` are :func:`~ai_tools.tools.model_view.model_view` of

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ai_tools.errors import NotFound, PermissionDenied
+from ai_tools.json_types import JSONObject
 from ai_tools.tools import outcomes
 from ai_tools.tools.attributes import ATTRIBUTE_NAME
 from ai_tools.tools.base import Actor, ToolCategory
@@ -26,7 +27,7 @@ class SpawnPrototypeTool(LibraryTool):
     name = "spawn_prototype"
     description = "Create an object from a prototype (a template)."
     category = ToolCategory.DANGEROUS
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "prototype": {
@@ -59,7 +60,7 @@ class SpawnPrototypeTool(LibraryTool):
         "required": ["prototype"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {
+    example: ClassVar[JSONObject] = {
         "prototype": "lantern",
         "key": "brass lantern",
         "attributes": {"fuel": 10},
@@ -72,15 +73,15 @@ class SpawnPrototypeTool(LibraryTool):
         location: str | None = None,
         key: str | None = None,
         description: str | None = None,
-        attributes: dict[str, Any] | None = None,
-        **_: Any,
-    ) -> dict[str, Any]:
+        attributes: JSONObject | None = None,
+        **_: object,
+    ) -> JSONObject:
         world = self.world(actor)
         char_id = self.character(actor)
         destination = None
         if location is not None:
             destination = (await resolve_object(world, char_id, location))["id"]
-        overrides: dict[str, Any] = {}
+        overrides: JSONObject = {}
         if key is not None:
             overrides["key"] = key
         if description is not None:
@@ -104,7 +105,7 @@ class ExecuteBatchcodeTool(LibraryTool):
     description = "Run game commands in order."
     category = ToolCategory.DANGEROUS
     timeout = 120
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "commands": {
@@ -121,19 +122,19 @@ class ExecuteBatchcodeTool(LibraryTool):
         "required": ["commands"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {
+    example: ClassVar[JSONObject] = {
         "commands": ["look", "inventory"],
         "stop_on_error": True,
     }
 
     async def run(
-        self, actor: Actor, commands: list[str], stop_on_error: bool = True, **_: Any
-    ) -> dict[str, Any]:
+        self, actor: Actor, commands: list[str], stop_on_error: bool = True, **_: object
+    ) -> JSONObject:
         world = self.world(actor)
         char_id = self.character(actor)
         if not await call(world.has_permission, char_id, BATCH_PERMISSION):
             raise PermissionDenied(f"running a batch of commands needs {BATCH_PERMISSION} rights")
-        results: list[dict[str, Any]] = []
+        results: list[JSONObject] = []
         failures: list[dict[str, Any]] = []
         for index, command in enumerate(commands):
             try:

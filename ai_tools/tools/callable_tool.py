@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from twisted.internet import defer
 
+from ai_tools.json_types import JSONObject
 from ai_tools.tools import outcomes
 from ai_tools.tools.base import Actor, Tool, ToolCategory
 from ai_tools.tools.registration import check_tool_class
@@ -25,7 +26,7 @@ from ai_tools.tools.validation import compile_validator
 
 __all__ = ["CallableTool", "ToolCall", "callable_tool"]
 
-ToolCall = Callable[[Actor, dict[str, Any]], Any]
+ToolCall = Callable[[Actor, dict[str, object]], Any]
 """``call(actor, params)``: the validated parameters in, a result (a dict, a Deferred of one,
 or a coroutine) out."""
 
@@ -44,8 +45,8 @@ class CallableTool(Tool):
             return type(self).call(actor, params)
         return self._permitted_call(actor, params)
 
-    def _permitted_call(self, actor: Actor, params: dict[str, Any]) -> Any:
-        world: Any = actor.world  # a zope interface: its methods are not typed
+    def _permitted_call(self, actor: Actor, params: dict[str, object]) -> Any:
+        world = actor.world
         if world is None:
             return outcomes.unavailable(self.name, f"it needs the {self.permission} "
                                                    "permission and no world is attached")
@@ -53,7 +54,7 @@ class CallableTool(Tool):
         d.addCallback(self._call_if_allowed, actor, params)
         return d
 
-    def _call_if_allowed(self, allowed: bool, actor: Actor, params: dict[str, Any]) -> Any:
+    def _call_if_allowed(self, allowed: bool, actor: Actor, params: dict[str, object]) -> Any:
         if not allowed:
             return outcomes.permission_denied(f"{self.name} needs the {self.permission} "
                                               "permission")
@@ -65,7 +66,7 @@ def callable_tool(
     *,
     name: str,
     description: str,
-    parameters: dict[str, Any],
+    parameters: JSONObject,
     category: ToolCategory = ToolCategory.SAFE_CHAIN,
     timeout: float = 30,
     retries: int | None = None,
@@ -76,7 +77,7 @@ def callable_tool(
     permission: str | None = None,
     module: str | None = None,
     qualname: str | None = None,
-    attributes: dict[str, Any] | None = None,
+    attributes: dict[str, object] | None = None,
 ) -> type[CallableTool]:
     """A checked Tool class whose ``execute(actor, **params)`` is ``call(actor, params)``.
 
@@ -88,7 +89,7 @@ def callable_tool(
     :class:`~ai_tools.errors.ToolRegistrationError` naming every problem, as
     :meth:`ToolRegistry.register <ai_tools.tools.registry.ToolRegistry.register>` would.
     """
-    namespace: dict[str, Any] = {
+    namespace: dict[str, object] = {
         "name": name, "description": description, "parameters": parameters,
         "category": category, "timeout": timeout, "cacheable": cacheable,
         "cache_scope": cache_scope, "cache_ttl": cache_ttl,
@@ -105,7 +106,7 @@ def callable_tool(
     return tool_class
 
 
-def _attempts(retries: Any) -> Any:
+def _attempts(retries: object) -> object:
     """``retries + 1`` for a count; anything else as it is, for the check to name."""
     if isinstance(retries, int) and not isinstance(retries, bool):
         return retries + 1

@@ -3,9 +3,10 @@ key: made again after a failover with the same call id, it is delivered once).""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ai_tools.errors import NotFound
+from ai_tools.json_types import JSONObject
 from ai_tools.tools import outcomes
 from ai_tools.tools.base import Actor, ToolCategory
 from ai_tools.tools.library_tool import LibraryTool, call
@@ -17,7 +18,7 @@ class ChannelSendTool(LibraryTool):
     name = "channel_send"
     description = "Post on a chat channel, e.g. 'public'."
     category = ToolCategory.TERMINAL
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "channel": {
@@ -34,9 +35,9 @@ class ChannelSendTool(LibraryTool):
         "required": ["channel", "message"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"channel": "public", "message": "The market opens."}
+    example: ClassVar[JSONObject] = {"channel": "public", "message": "The market opens."}
 
-    async def run(self, actor: Actor, channel: str, message: str, **_: Any) -> dict[str, Any]:
+    async def run(self, actor: Actor, channel: str, message: str, **_: object) -> JSONObject:
         text = message.strip()
         if not text:
             return outcomes.invalid("message is blank")

@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
 
 import attrs
 
@@ -38,7 +37,7 @@ _BOOLEAN_TEXT = {"true": True, "false": False}
 _MAX_NUMBER_TEXT = 100  # longer "numbers" are not what a model means; refuse them
 
 
-def is_json_type(value: Any, type_name: str) -> bool:
+def is_json_type(value: object, type_name: str) -> bool:
     """Whether ``value`` is an instance of the JSON Schema type ``type_name``.
 
     Follows JSON Schema (and jsonschema's defaults): booleans are never
@@ -63,7 +62,7 @@ def is_json_type(value: Any, type_name: str) -> bool:
     return True  # an unknown type name constrains nothing here; the schema check decides
 
 
-def declared_types(schema: Mapping[str, Any]) -> tuple[str, ...]:
+def declared_types(schema: Mapping[str, object]) -> tuple[str, ...]:
     """The type names a schema declares (empty when it declares none)."""
     declared = schema.get("type")
     if isinstance(declared, str):
@@ -85,7 +84,7 @@ _PYTHON_TYPES: dict[str, frozenset[type]] = {
 _ALL_JSON_TYPES = frozenset().union(*_PYTHON_TYPES.values())
 
 
-def untouched_types(schema: Any, *, walk_containers: bool = True) -> frozenset[type] | None:
+def untouched_types(schema: object, *, walk_containers: bool = True) -> frozenset[type] | None:
     """The exact Python types of values :func:`coerce_value` returns as they are, unreported.
 
     None means any value.  A value whose ``type()`` is in the set matches a
@@ -114,7 +113,7 @@ def untouched_types(schema: Any, *, walk_containers: bool = True) -> frozenset[t
     return frozenset(accepted)
 
 
-def coerce_text(text: str, type_name: str) -> tuple[bool, Any]:
+def coerce_text(text: str, type_name: str) -> tuple[bool, object]:
     """Convert ``text`` to ``type_name`` if that is lossless; ``(ok, value)``."""
     stripped = text.strip()
     if type_name == "integer":
@@ -140,10 +139,11 @@ class TypeMismatch:
 
     path: Path
     expected: tuple[str, ...]
-    got: Any
+    got: object
 
 
-def coerce_value(value: Any, schema: Any, path: Path, mismatches: list[TypeMismatch]) -> Any:
+def coerce_value(value: object, schema: object, path: Path,
+                 mismatches: list[TypeMismatch]) -> object:
     """Return ``value`` with safe coercions applied, following ``schema``.
 
     Values that cannot be made to match their declared type are left as they
@@ -176,12 +176,13 @@ def coerce_value(value: Any, schema: Any, path: Path, mismatches: list[TypeMisma
 
 
 def _coerce_object(
-    value: dict[Any, Any], schema: Mapping[str, Any], path: Path, mismatches: list[TypeMismatch]
-) -> dict[Any, Any]:
+    value: dict[str, object], schema: Mapping[str, object], path: Path,
+    mismatches: list[TypeMismatch],
+) -> dict[str, object]:
     properties = schema.get("properties")
     if not isinstance(properties, Mapping):
         return value
-    changed: dict[Any, Any] | None = None
+    changed: dict[str, object] | None = None
     for key, item in value.items():
         if key not in properties:
             continue
@@ -194,12 +195,12 @@ def _coerce_object(
 
 
 def _coerce_array(
-    value: list[Any], schema: Mapping[str, Any], path: Path, mismatches: list[TypeMismatch]
-) -> list[Any]:
+    value: list[object], schema: Mapping[str, object], path: Path, mismatches: list[TypeMismatch]
+) -> list[object]:
     items = schema.get("items")
     if not isinstance(items, Mapping):
         return value
-    changed: list[Any] | None = None
+    changed: list[object] | None = None
     for index, item in enumerate(value):
         new = coerce_value(item, items, (*path, index), mismatches)
         if new is not item:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from ai_tools.interfaces import IWorld
+from ai_tools.json_types import JSONObject
 from ai_tools.tools import outcomes
 from ai_tools.tools.base import Actor, ToolCategory
 from ai_tools.tools.library_tool import LibraryTool, call
 
-COMMAND_TEXT: dict[str, Any] = {
+COMMAND_TEXT: JSONObject = {
     "type": "string",
     "minLength": 1,
     "maxLength": 1000,
@@ -17,7 +19,7 @@ COMMAND_TEXT: dict[str, Any] = {
 }
 
 
-async def run_world_command(world: Any, char_id: str, command: str) -> dict[str, Any]:
+async def run_world_command(world: IWorld, char_id: str, command: str) -> JSONObject:
     """Run one command; the world's answer as ``{command, output: [lines], success[, error]}``.
 
     A world reports a refused or failed command in its answer (``success``
@@ -38,7 +40,7 @@ async def run_world_command(world: Any, char_id: str, command: str) -> dict[str,
     return ran
 
 
-def command_refusal(ran: dict[str, Any], **fields: Any) -> dict[str, Any]:
+def command_refusal(ran: dict[str, Any], **fields: Any) -> JSONObject:
     """The model-visible refusal of a failed command (its status is the world's code)."""
     first = ran["output"][0] if ran["output"] else ran["error"]
     status = ran["error"]
@@ -58,15 +60,15 @@ class ExecuteCommandTool(LibraryTool):
     name = "execute_command"
     description = "Run a game command (when no tool fits) and read its output."
     category = ToolCategory.DANGEROUS
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {"command": COMMAND_TEXT},
         "required": ["command"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"command": "look"}
+    example: ClassVar[JSONObject] = {"command": "look"}
 
-    async def run(self, actor: Actor, command: str, **_: Any) -> dict[str, Any]:
+    async def run(self, actor: Actor, command: str, **_: object) -> JSONObject:
         ran = await run_world_command(self.world(actor), self.character(actor), command.strip())
         if not ran["success"]:
             return command_refusal(ran)

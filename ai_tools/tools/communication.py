@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from ai_tools.json_types import JSONObject
 from ai_tools.tools import outcomes
 from ai_tools.tools.base import Actor, ToolCategory
 from ai_tools.tools.library_tool import LibraryTool, call, resolve_object, summarize
@@ -16,11 +17,11 @@ from ai_tools.tools.library_tool import LibraryTool, call, resolve_object, summa
 MAX_MESSAGE = 2000
 
 
-TEXT: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": MAX_MESSAGE}
+TEXT: JSONObject = {"type": "string", "minLength": 1, "maxLength": MAX_MESSAGE}
 """JSON Schema of a message's text."""
 
 
-TARGET: dict[str, Any] = {
+TARGET: JSONObject = {
     "type": "string",
     "minLength": 1,
     "maxLength": 200,
@@ -34,7 +35,7 @@ class _RoomMessageTool(LibraryTool):
     kind: ClassVar[str] = "say"
     text_param: ClassVar[str] = "message"
 
-    async def run(self, actor: Actor, **params: Any) -> dict[str, Any]:
+    async def run(self, actor: Actor, **params: Any) -> JSONObject:
         text = str(params[self.text_param]).strip()
         if not text:
             return outcomes.invalid(f"{self.text_param} is blank")
@@ -55,13 +56,13 @@ class SayTool(_RoomMessageTool):
     name = "say"
     description = "Say something to everyone in your room."
     kind = "say"
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {"message": TEXT},
         "required": ["message"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"message": "The lantern is ready."}
+    example: ClassVar[JSONObject] = {"message": "The lantern is ready."}
 
 
 class PoseTool(_RoomMessageTool):
@@ -71,13 +72,13 @@ class PoseTool(_RoomMessageTool):
     description = "Show an action: 'nods.' shows as '<your name> nods.'"
     kind = "pose"
     text_param = "action"
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {"action": TEXT},
         "required": ["action"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"action": "polishes the brass lantern."}
+    example: ClassVar[JSONObject] = {"action": "polishes the brass lantern."}
 
 
 class EmitTool(_RoomMessageTool):
@@ -86,13 +87,13 @@ class EmitTool(_RoomMessageTool):
     name = "emit"
     description = "Narrate to your room, shown as written, without your name."
     kind = "emit"
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {"message": TEXT},
         "required": ["message"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"message": "A cold wind sweeps across the plaza."}
+    example: ClassVar[JSONObject] = {"message": "A cold wind sweeps across the plaza."}
 
 
 class _DirectMessageTool(LibraryTool):
@@ -100,14 +101,14 @@ class _DirectMessageTool(LibraryTool):
 
     category = ToolCategory.TERMINAL
     kind: ClassVar[str] = "whisper"
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {"target": TARGET, "message": TEXT},
         "required": ["target", "message"],
         "additionalProperties": False,
     }
 
-    async def run(self, actor: Actor, target: str, message: str, **_: Any) -> dict[str, Any]:
+    async def run(self, actor: Actor, target: str, message: str, **_: object) -> JSONObject:
         text = message.strip()
         if not text:
             return outcomes.invalid("message is blank")
@@ -128,7 +129,7 @@ class WhisperTool(_DirectMessageTool):
     name = "whisper"
     description = "Whisper to one character in your room."
     kind = "whisper"
-    example: ClassVar[dict[str, Any]] = {"target": "Bob", "message": "Meet me at the well."}
+    example: ClassVar[JSONObject] = {"target": "Bob", "message": "Meet me at the well."}
 
 
 class PageTool(_DirectMessageTool):
@@ -137,7 +138,7 @@ class PageTool(_DirectMessageTool):
     name = "page"
     description = "Message a character anywhere in the world."
     kind = "page"
-    example: ClassVar[dict[str, Any]] = {"target": "Bob", "message": "Your shop is built."}
+    example: ClassVar[JSONObject] = {"target": "Bob", "message": "Your shop is built."}
 
 
 TOOLS = (SayTool, PoseTool, EmitTool, PageTool, WhisperTool)

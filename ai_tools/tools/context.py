@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from ai_tools.json_types import JSONObject
 from ai_tools.tools import outcomes, records
 from ai_tools.tools.base import Actor, ToolCategory
 from ai_tools.tools.goals import STATUSES
@@ -11,7 +12,7 @@ from ai_tools.tools.library_tool import LibraryTool, call
 from ai_tools.tools.validation import ValidationResult
 
 SCAN_LIMIT = 500
-NOTE_KEY: dict[str, Any] = {
+NOTE_KEY: JSONObject = {
     "type": "string",
     "pattern": "^[A-Za-z0-9_.:-]{1,64}$",
     "description": "Letters, digits, '_', '.', ':' or '-'.",
@@ -27,7 +28,7 @@ class SessionMemoryTool(LibraryTool):
     needs_world = False
     needs_store = True
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "action": {
@@ -44,13 +45,13 @@ class SessionMemoryTool(LibraryTool):
         "required": ["action"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {
+    example: ClassVar[JSONObject] = {
         "action": "set",
         "key": "lantern_id",
         "value": "obj:lantern-1",
     }
 
-    def custom_validation(self, params: dict[str, Any], result: ValidationResult) -> None:
+    def custom_validation(self, params: dict[str, object], result: ValidationResult) -> None:
         """'set' needs key and value; 'get' and 'delete' need a key."""
         action = params.get("action")
         if action in ("set", "get", "delete") and "key" not in params:
@@ -64,11 +65,11 @@ class SessionMemoryTool(LibraryTool):
         action: str,
         key: str | None = None,
         value: str | None = None,
-        **_: Any,
-    ) -> dict[str, Any]:
+        **_: object,
+    ) -> JSONObject:
         store = self.store(actor)
         rows = await call(store.list_records, actor.owner, records.SESSION, SCAN_LIMIT, True)
-        notes: dict[str, dict[str, Any]] = {}
+        notes: dict[str, JSONObject] = {}
         for row in rows:
             note_key = (row.get("metadata") or {}).get("key")
             if note_key is not None and note_key not in notes:
@@ -107,7 +108,7 @@ class ListProjectsTool(LibraryTool):
     needs_world = False
     needs_store = True
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "status": {
@@ -125,11 +126,11 @@ class ListProjectsTool(LibraryTool):
         "required": [],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"status": "active"}
+    example: ClassVar[JSONObject] = {"status": "active"}
 
     async def run(
-        self, actor: Actor, status: str = "active", limit: int = 10, **_: Any
-    ) -> dict[str, Any]:
+        self, actor: Actor, status: str = "active", limit: int = 10, **_: object
+    ) -> JSONObject:
         store = self.store(actor)
         goals = await call(store.list_records, actor.owner, records.GOALS, SCAN_LIMIT, True)
         children: dict[int, list[dict[str, Any]]] = {}
@@ -166,19 +167,19 @@ class GetSystemStatusTool(LibraryTool):
     needs_world = False
     needs_assistant = True
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {},
         "required": [],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {}
+    example: ClassVar[JSONObject] = {}
 
-    async def run(self, actor: Actor, **_: Any) -> dict[str, Any]:
+    async def run(self, actor: Actor, **_: object) -> JSONObject:
         assistant = self.assistant(actor)
         status = dict(await call(assistant.status) or {})
         world = self.world(actor)
-        where: dict[str, Any] = {"world": getattr(world, "name", None) if world else None}
+        where: JSONObject = {"world": getattr(world, "name", None) if world else None}
         if world is not None and actor.character_id:
             me = await call(world.get_object, actor.character_id)
             where["character"] = actor.character_id

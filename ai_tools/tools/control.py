@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import ClassVar
 
 from ai_tools.errors import PermissionDenied
+from ai_tools.json_types import JSONObject
 from ai_tools.tools import outcomes
 from ai_tools.tools.base import Actor, ToolCategory
 from ai_tools.tools.function_tool import tool
@@ -22,7 +24,7 @@ class UpdateSystemPromptTool(LibraryTool):
     category = ToolCategory.DANGEROUS
     needs_world = True
     needs_assistant = True
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "prompt": {
@@ -41,12 +43,12 @@ class UpdateSystemPromptTool(LibraryTool):
         "required": ["prompt", "reason"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {
+    example: ClassVar[JSONObject] = {
         "prompt": "You are Ada, the plaza's patient builder. Answer briefly.",
         "reason": "the game's admin asked for a shorter style",
     }
 
-    async def run(self, actor: Actor, prompt: str, reason: str, **_: Any) -> dict[str, Any]:
+    async def run(self, actor: Actor, prompt: str, reason: str, **_: object) -> JSONObject:
         allowed = await call(
             self.world(actor).has_permission, self.character(actor), PROMPT_PERMISSION
         )
@@ -60,7 +62,7 @@ class UpdateSystemPromptTool(LibraryTool):
 
 # SAFE_CHAIN: it has no effect; the ReAct loop recognises it by name and stops.
 @tool(example={"reason": "no one is asking for anything"})
-def noop(reason: Reason = "") -> dict[str, Any]:
+def noop(reason: Reason = "") -> Mapping[str, object]:
     """Nothing (more) to do now: end the turn."""
     return outcomes.succeed(noop=True, reason=reason)
 

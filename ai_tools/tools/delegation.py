@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from ai_tools.json_types import JSONObject
 from ai_tools.tools import outcomes
 from ai_tools.tools.base import Actor, ToolCategory
 from ai_tools.tools.library_tool import LibraryTool, call
@@ -45,7 +46,7 @@ class DelegateTaskTool(LibraryTool):
     needs_world = False
     needs_assistant = True
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "task": {
@@ -71,15 +72,15 @@ class DelegateTaskTool(LibraryTool):
         "required": ["task", "tools"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {
+    example: ClassVar[JSONObject] = {
         "task": "Find every object tagged 'market' and list their names and locations.",
         "tools": ["search_by_tag", "get_attributes"],
         "budget": 5,
     }
 
     async def run(
-        self, actor: Actor, task: str, tools: list[str], budget: int | None = None, **_: Any
-    ) -> dict[str, Any]:
+        self, actor: Actor, task: str, tools: list[str], budget: int | None = None, **_: object
+    ) -> JSONObject:
         assistant = self.assistant(actor)
         enabled, cap = delegation_settings(getattr(assistant, "execution_config", None))
         if not enabled:
@@ -113,7 +114,7 @@ class GetDelegationStatusTool(LibraryTool):
     needs_world = False
     needs_assistant = True
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "task_id": {
@@ -125,9 +126,9 @@ class GetDelegationStatusTool(LibraryTool):
         "required": ["task_id"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"task_id": "sub-1"}
+    example: ClassVar[JSONObject] = {"task_id": "sub-1"}
 
-    async def run(self, actor: Actor, task_id: str, **_: Any) -> dict[str, Any]:
+    async def run(self, actor: Actor, task_id: str, **_: object) -> JSONObject:
         status = await call(self.assistant(actor).subagent_status, task_id)
         if status is None:
             return outcomes.not_found(f"no delegated task {task_id!r}")

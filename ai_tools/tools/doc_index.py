@@ -12,11 +12,11 @@ import re
 from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import attrs
 
 import ai_tools
+from ai_tools.json_types import JSONObject
 from ai_tools.store.text_search import BM25, query_terms
 
 _HEADING = re.compile(r"^(#{1,4})\s+(.*?)\s*#*\s*$")
@@ -92,7 +92,7 @@ class DocumentationIndex:
         """The pages indexed, sorted."""
         return sorted({s.page for s in self.sections})
 
-    def search(self, query: str, limit: int = 3) -> list[dict[str, Any]]:
+    def search(self, query: str, limit: int = 3) -> list[JSONObject]:
         """The best sections for ``query``: page, section, score, excerpt."""
         terms = query_terms(query)
         if not terms or not self.sections:
@@ -101,7 +101,7 @@ class DocumentationIndex:
             (score, i) for i, score in enumerate(self._bm25.scores(terms)) if score > 0
         ]
         scored.sort(key=lambda hit: (-hit[0], hit[1]))
-        hits = []
+        hits: list[JSONObject] = []
         for score, i in scored[:limit]:
             section = self.sections[i]
             text = section.text

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
+from ai_tools.json_types import JSONObject
 from ai_tools.tools import outcomes
 from ai_tools.tools.base import Actor, ToolCategory
 from ai_tools.tools.doc_index import DocumentationIndex, default_doc_directories
@@ -21,7 +22,7 @@ class DocLookupTool(LibraryTool):
     cache_scope = "session"
     needs_world = False
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "query": {
@@ -45,7 +46,7 @@ class DocLookupTool(LibraryTool):
         "required": ["query"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"query": "tag categories", "source": "all"}
+    example: ClassVar[JSONObject] = {"query": "tag categories", "source": "all"}
 
     doc_directories: ClassVar[tuple[Path, ...] | None] = None
     """Override where pages are read from (None: the packaged docs or a checkout's docs/)."""
@@ -59,10 +60,10 @@ class DocLookupTool(LibraryTool):
         return self._index
 
     async def run(
-        self, actor: Actor, query: str, source: str = "all", limit: int = 3, **_: Any
-    ) -> dict[str, Any]:
-        docs: list[dict[str, Any]] = []
-        help_entries: list[dict[str, Any]] = []
+        self, actor: Actor, query: str, source: str = "all", limit: int = 3, **_: object
+    ) -> JSONObject:
+        docs: list[JSONObject] = []
+        help_entries: list[JSONObject] = []
         if source in ("all", "docs"):
             docs = self.index().search(query, limit)
         world = self.world(actor)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ai_tools.errors import NotFound
+from ai_tools.interfaces import IStore
+from ai_tools.json_types import JSONObject
 from ai_tools.tools import outcomes, records
 from ai_tools.tools.base import Actor, ToolCategory
 from ai_tools.tools.library_tool import (
@@ -23,7 +25,7 @@ from ai_tools.tools.library_tool import (
 from ai_tools.tools.memory import involves
 from ai_tools.tools.validation import ValidationResult
 
-ENTITY: dict[str, Any] = {
+ENTITY: JSONObject = {
     "type": "string",
     "minLength": 1,
     "maxLength": 200,
@@ -59,7 +61,7 @@ def _names_entity(record: dict[str, Any], names: set[str]) -> bool:
     )
 
 
-async def _relationship(actor: Actor, store: Any, names: set[str]) -> dict[str, Any] | None:
+async def _relationship(actor: Actor, store: IStore, names: set[str]) -> dict[str, Any] | None:
     rows = await call(store.list_records, actor.owner, records.ENTITIES, SCAN_LIMIT, True)
     for row in rows:
         if _names_entity(row, names):
@@ -76,7 +78,7 @@ class RecallEntityProfileTool(LibraryTool):
     needs_world = False
     needs_store = True
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "entity": ENTITY,
@@ -90,15 +92,15 @@ class RecallEntityProfileTool(LibraryTool):
         "required": ["entity"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"entity": "Bob"}
+    example: ClassVar[JSONObject] = {"entity": "Bob"}
 
     async def run(
-        self, actor: Actor, entity: str, memory_limit: int = 5, **_: Any
-    ) -> dict[str, Any]:
+        self, actor: Actor, entity: str, memory_limit: int = 5, **_: object
+    ) -> JSONObject:
         store = self.store(actor)
         obj, names, key = await identify(actor, entity)
         relation = await _relationship(actor, store, names)
-        memories: list[dict[str, Any]] = []
+        memories: list[JSONObject] = []
         if memory_limit:
             rows = await call(store.list_records, actor.owner, records.MEMORIES, SCAN_LIMIT, True)
             about = [r for r in rows if _names_entity(r, names)]
@@ -138,7 +140,7 @@ class RelationshipsTool(LibraryTool):
     needs_world = False
     needs_store = True
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "action": {
@@ -173,7 +175,7 @@ class RelationshipsTool(LibraryTool):
         "required": [],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {
+    example: ClassVar[JSONObject] = {
         "action": "set",
         "entity": "Bob",
         "relation": "client",
@@ -181,7 +183,7 @@ class RelationshipsTool(LibraryTool):
         "notes": "Ordered a lantern for his stall.",
     }
 
-    def custom_validation(self, params: dict[str, Any], result: ValidationResult) -> None:
+    def custom_validation(self, params: dict[str, object], result: ValidationResult) -> None:
         """'set' needs an entity and something to record."""
         if params.get("action") != "set":
             return
@@ -202,8 +204,8 @@ class RelationshipsTool(LibraryTool):
         sentiment: int | None = None,
         notes: str | None = None,
         limit: int = 20,
-        **_: Any,
-    ) -> dict[str, Any]:
+        **_: object,
+    ) -> JSONObject:
         store = self.store(actor)
         if action == "set":
             if entity is None:
@@ -224,12 +226,12 @@ class RelationshipsTool(LibraryTool):
     async def _set(
         self,
         actor: Actor,
-        store: Any,
+        store: IStore,
         entity: str,
         relation: str | None,
         sentiment: int | None,
         notes: str | None,
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         obj, names, key = await identify(actor, entity)
         existing = await _relationship(actor, store, names)
         metadata = dict((existing or {}).get("metadata") or {})
@@ -260,7 +262,7 @@ class RecallConversationContextTool(LibraryTool):
     needs_world = False
     needs_store = True
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "entity": ENTITY,
@@ -274,9 +276,9 @@ class RecallConversationContextTool(LibraryTool):
         "required": ["entity"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"entity": "Bob", "limit": 5}
+    example: ClassVar[JSONObject] = {"entity": "Bob", "limit": 5}
 
-    async def run(self, actor: Actor, entity: str, limit: int = 10, **_: Any) -> dict[str, Any]:
+    async def run(self, actor: Actor, entity: str, limit: int = 10, **_: object) -> JSONObject:
         store = self.store(actor)
         _obj, names, key = await identify(actor, entity)
         rows = await call(store.list_records, actor.owner, records.EPISODES, SCAN_LIMIT, True)

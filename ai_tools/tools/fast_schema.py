@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = ["FastCheck", "compile_fast_check"]
 
-FastCheck = Callable[[Any], bool]
+FastCheck = Callable[[object], bool]
 """True: jsonschema accepts the value.  False: it does not, or ask it."""
 
 _NoneType = type(None)
@@ -60,23 +60,23 @@ _SCALARS = (str, int, bool, _NoneType)
 """Types of the ``enum`` / ``const`` members the fast check compares itself."""
 
 
-def _always(value: Any) -> bool:
+def _always(value: object) -> bool:
     return True
 
 
-def _never(value: Any) -> bool:
+def _never(value: object) -> bool:
     return False
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> bool:
     return type(value) in (int, float)
 
 
-def _is_count(value: Any) -> bool:
+def _is_count(value: object) -> TypeGuard[int]:
     return type(value) is int and value >= 0
 
 
-def compile_fast_check(schema: Any) -> FastCheck | None:
+def compile_fast_check(schema: object) -> FastCheck | None:
     """The fast check of ``schema``, or None when it uses anything outside the subset."""
     try:
         return _compile(schema)
@@ -84,7 +84,7 @@ def compile_fast_check(schema: Any) -> FastCheck | None:
         return None
 
 
-def _compile(schema: Any) -> FastCheck | None:
+def _compile(schema: object) -> FastCheck | None:
     if schema is True:
         return _always
     if schema is False:
@@ -94,7 +94,7 @@ def _compile(schema: Any) -> FastCheck | None:
     type_set = _compile_type(schema.get("type", None))
     if type_set is None:
         return None
-    checks: list[Callable[[Any, type], bool]] = []
+    checks: list[Callable[[object, type], bool]] = []
     for build in (_compile_values, _compile_numbers, _compile_strings, _compile_arrays,
                   _compile_objects):
         built = build(schema)
@@ -105,18 +105,18 @@ def _compile(schema: Any) -> FastCheck | None:
 
 
 def _typed_check(accepted: frozenset[type],
-                 constraints: tuple[Callable[[Any, type], bool], ...]) -> FastCheck:
+                 constraints: tuple[Callable[[object, type], bool], ...]) -> FastCheck:
     """A value of an ``accepted`` type that passes every constraint."""
     if not constraints:
         if accepted is _JSON_TYPES:
             return _json_value
 
-        def check_type(value: Any) -> bool:
+        def check_type(value: object) -> bool:
             return type(value) in accepted
 
         return check_type
 
-    def check(value: Any) -> bool:
+    def check(value: object) -> bool:
         kind = type(value)
         if kind not in accepted:
             return False
@@ -128,11 +128,11 @@ def _typed_check(accepted: frozenset[type],
     return check
 
 
-def _json_value(value: Any) -> bool:
+def _json_value(value: object) -> bool:
     return type(value) in _JSON_TYPES
 
 
-def _compile_type(declared: Any) -> frozenset[type] | None:
+def _compile_type(declared: object) -> frozenset[type] | None:
     """The exact Python types ``type`` accepts (all JSON types when absent)."""
     if declared is None:
         return _JSON_TYPES
@@ -148,7 +148,7 @@ def _compile_type(declared: Any) -> frozenset[type] | None:
     return frozenset(accepted)
 
 
-def _member_keys(members: Any) -> frozenset[tuple[type, Any]] | None:
+def _member_keys(members: object) -> frozenset[tuple[type, object]] | None:
     """``(type, value)`` of scalar ``enum`` members (so True and 1 stay apart)."""
     if type(members) is not list:
         return None
@@ -157,14 +157,14 @@ def _member_keys(members: Any) -> frozenset[tuple[type, Any]] | None:
     return frozenset((type(m), m) for m in members)
 
 
-def _compile_values(schema: Mapping[str, Any]) -> list[Callable[[Any, type], bool]] | None:
-    checks: list[Callable[[Any, type], bool]] = []
+def _compile_values(schema: Mapping[str, object]) -> list[Callable[[object, type], bool]] | None:
+    checks: list[Callable[[object, type], bool]] = []
     if "enum" in schema:
         members = _member_keys(schema["enum"])
         if members is None:
             return None
 
-        def enum(value: Any, kind: type) -> bool:
+        def enum(value: object, kind: type) -> bool:
             return kind in _SCALAR_SET and (kind, value) in members
 
         checks.append(enum)
@@ -173,7 +173,7 @@ def _compile_values(schema: Mapping[str, Any]) -> list[Callable[[Any, type], boo
         if const is None:
             return None
 
-        def const_(value: Any, kind: type) -> bool:
+        def const_(value: object, kind: type) -> bool:
             return kind in _SCALAR_SET and (kind, value) in const
 
         checks.append(const_)
@@ -183,7 +183,7 @@ def _compile_values(schema: Mapping[str, Any]) -> list[Callable[[Any, type], boo
 _SCALAR_SET = frozenset(_SCALARS)
 
 
-def _compile_numbers(schema: Mapping[str, Any]) -> list[Callable[[Any, type], bool]] | None:
+def _compile_numbers(schema: Mapping[str, object]) -> list[Callable[[object, type], bool]] | None:
     bounds = [(key, schema[key]) for key in
               ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") if key in schema]
     if not bounds:
@@ -195,7 +195,7 @@ def _compile_numbers(schema: Mapping[str, Any]) -> list[Callable[[Any, type], bo
     low_x = schema.get("exclusiveMinimum")
     high_x = schema.get("exclusiveMaximum")
 
-    def numbers(value: Any, kind: type) -> bool:
+    def numbers(value: Any, kind: type) -> bool:  # kind narrows it
         if kind is not int and kind is not float:
             return True
         if low is not None and value < low:
@@ -209,14 +209,14 @@ def _compile_numbers(schema: Mapping[str, Any]) -> list[Callable[[Any, type], bo
     return [numbers]
 
 
-def _compile_strings(schema: Mapping[str, Any]) -> list[Callable[[Any, type], bool]] | None:
-    checks: list[Callable[[Any, type], bool]] = []
+def _compile_strings(schema: Mapping[str, object]) -> list[Callable[[object, type], bool]] | None:
+    checks: list[Callable[[object, type], bool]] = []
     low = schema.get("minLength", 0)
     high = schema.get("maxLength")
     if not _is_count(low) or (high is not None and not _is_count(high)):
         return None
     if low or high is not None:
-        def lengths(value: Any, kind: type) -> bool:
+        def lengths(value: Any, kind: type) -> bool:  # kind narrows it
             if kind is not str:
                 return True
             return low <= len(value) and (high is None or len(value) <= high)
@@ -228,21 +228,21 @@ def _compile_strings(schema: Mapping[str, Any]) -> list[Callable[[Any, type], bo
             return None
         search = re.compile(pattern).search
 
-        def matches(value: Any, kind: type) -> bool:
+        def matches(value: Any, kind: type) -> bool:  # kind narrows it
             return kind is not str or search(value) is not None
 
         checks.append(matches)
     return checks
 
 
-def _compile_arrays(schema: Mapping[str, Any]) -> list[Callable[[Any, type], bool]] | None:
-    checks: list[Callable[[Any, type], bool]] = []
+def _compile_arrays(schema: Mapping[str, object]) -> list[Callable[[object, type], bool]] | None:
+    checks: list[Callable[[object, type], bool]] = []
     low = schema.get("minItems", 0)
     high = schema.get("maxItems")
     if not _is_count(low) or (high is not None and not _is_count(high)):
         return None
     if low or high is not None:
-        def sizes(value: Any, kind: type) -> bool:
+        def sizes(value: Any, kind: type) -> bool:  # kind narrows it
             if kind is not list:
                 return True
             return low <= len(value) and (high is None or len(value) <= high)
@@ -253,7 +253,7 @@ def _compile_arrays(schema: Mapping[str, Any]) -> list[Callable[[Any, type], boo
         if item is None:
             return None
 
-        def items(value: Any, kind: type) -> bool:
+        def items(value: Any, kind: type) -> bool:  # kind narrows it
             if kind is not list:
                 return True
             for element in value:
@@ -265,7 +265,7 @@ def _compile_arrays(schema: Mapping[str, Any]) -> list[Callable[[Any, type], boo
     return checks
 
 
-def _compile_properties(properties: Any) -> dict[str, FastCheck] | None:
+def _compile_properties(properties: object) -> dict[str, FastCheck] | None:
     if type(properties) is not dict:
         return None
     compiled: dict[str, FastCheck] = {}
@@ -277,7 +277,7 @@ def _compile_properties(properties: Any) -> dict[str, FastCheck] | None:
     return compiled
 
 
-def _compile_objects(schema: Mapping[str, Any]) -> list[Callable[[Any, type], bool]] | None:
+def _compile_objects(schema: Mapping[str, object]) -> list[Callable[[object, type], bool]] | None:
     required = schema.get("required", [])
     additional = schema.get("additionalProperties", True)
     if (type(required) is not list or type(additional) is not bool
@@ -291,7 +291,7 @@ def _compile_objects(schema: Mapping[str, Any]) -> list[Callable[[Any, type], bo
     needed = tuple(required)
     closed = not additional
 
-    def objects(value: Any, kind: type) -> bool:
+    def objects(value: Any, kind: type) -> bool:  # kind narrows it
         if kind is not dict:
             return True
         for name in needed:

@@ -40,6 +40,7 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from ai_tools.errors import ToolRegistrationError
+from ai_tools.json_types import JSONObject
 from ai_tools.tools import outcomes
 from ai_tools.tools.base import Actor, ToolCategory
 from ai_tools.tools.callable_tool import CallableTool, ToolCall, callable_tool
@@ -182,7 +183,7 @@ def _call_of(function: Function, signature: SignatureSchema, tool_name: str) -> 
     if not converted and actor_parameter is None:  # plain JSON in: nothing to do per call
         return lambda actor, params: _as_result(function, params, tool_name)
 
-    def call(actor: Actor, params: dict[str, Any]) -> Any:
+    def call(actor: Actor, params: dict[str, object]) -> Any:
         for param, annotation in converted.items():
             if param in params:
                 try:
@@ -196,7 +197,7 @@ def _call_of(function: Function, signature: SignatureSchema, tool_name: str) -> 
     return call
 
 
-def _as_result(function: Function, params: dict[str, Any], tool_name: str) -> Any:
+def _as_result(function: Function, params: dict[str, object], tool_name: str) -> Any:
     """Call the function; what it returns as a result dict (or a Deferred of one)."""
     try:
         value = function(**params)
@@ -211,12 +212,12 @@ def _as_result(function: Function, params: dict[str, Any], tool_name: str) -> An
     return _result_of(value, tool_name)
 
 
-def _refused(failure: Failure) -> dict[str, Any]:
+def _refused(failure: Failure) -> JSONObject:
     failure.trap(*REFUSALS)
     return refusal(cast(Exception, failure.value))
 
 
-def _result_of(value: Any, tool_name: str) -> dict[str, Any]:
+def _result_of(value: Any, tool_name: str) -> JSONObject:
     if isinstance(value, dict):
         return value
     if value is None:

@@ -12,17 +12,19 @@ import json
 import re
 from typing import Any, ClassVar
 
+from ai_tools.interfaces import IStore
+from ai_tools.json_types import JSONArray, JSONObject
 from ai_tools.tools import outcomes, records
 from ai_tools.tools.base import Actor, ToolCategory
 from ai_tools.tools.library_tool import LibraryTool, call
 from ai_tools.tools.validation import ValidationResult
 
-STATUSES = ["active", "blocked", "completed", "abandoned"]
-PRIORITIES = ["low", "normal", "high", "urgent"]
+STATUSES: JSONArray = ["active", "blocked", "completed", "abandoned"]
+PRIORITIES: JSONArray = ["low", "normal", "high", "urgent"]
 MAX_NOTES = 20
 """Progress notes kept on one goal (the oldest are dropped)."""
 
-GOAL_TEXT: dict[str, Any] = {
+GOAL_TEXT: JSONObject = {
     "type": "string",
     "minLength": 3,
     "maxLength": 1000,
@@ -30,7 +32,7 @@ GOAL_TEXT: dict[str, Any] = {
 }
 
 
-async def load_goal(actor: Actor, store: Any, goal_id: int) -> dict[str, Any] | None:
+async def load_goal(actor: Actor, store: IStore, goal_id: int) -> dict[str, Any] | None:
     """The assistant's goal ``goal_id``, or None (other owners' records do not count)."""
     record = await call(store.get_record, goal_id)
     if record is None or record.get("owner") != actor.owner:
@@ -49,7 +51,7 @@ class AddGoalTool(LibraryTool):
     needs_world = False
     needs_store = True
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "description": GOAL_TEXT,
@@ -63,7 +65,7 @@ class AddGoalTool(LibraryTool):
         "required": ["description"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"description": "Furnish the plaza", "priority": "high"}
+    example: ClassVar[JSONObject] = {"description": "Furnish the plaza", "priority": "high"}
 
     async def run(
         self,
@@ -71,8 +73,8 @@ class AddGoalTool(LibraryTool):
         description: str,
         priority: str = "normal",
         parent_id: int | None = None,
-        **_: Any,
-    ) -> dict[str, Any]:
+        **_: object,
+    ) -> JSONObject:
         store = self.store(actor)
         if parent_id is not None and await load_goal(actor, store, parent_id) is None:
             return outcomes.not_found(f"goal {parent_id} (the parent_id)")
@@ -92,7 +94,7 @@ class UpdateGoalTool(LibraryTool):
     needs_world = False
     needs_store = True
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "goal_id": records.RECORD_ID,
@@ -114,9 +116,9 @@ class UpdateGoalTool(LibraryTool):
         "required": ["goal_id"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"goal_id": 3, "progress": 50, "note": "Lantern placed."}
+    example: ClassVar[JSONObject] = {"goal_id": 3, "progress": 50, "note": "Lantern placed."}
 
-    def custom_validation(self, params: dict[str, Any], result: ValidationResult) -> None:
+    def custom_validation(self, params: dict[str, object], result: ValidationResult) -> None:
         """Something must change."""
         if not any(k in params for k in ("status", "progress", "priority", "description", "note")):
             result.add_error(
@@ -134,8 +136,8 @@ class UpdateGoalTool(LibraryTool):
         priority: str | None = None,
         description: str | None = None,
         note: str | None = None,
-        **_: Any,
-    ) -> dict[str, Any]:
+        **_: object,
+    ) -> JSONObject:
         store = self.store(actor)
         goal = await load_goal(actor, store, goal_id)
         if goal is None:
@@ -170,7 +172,7 @@ def parse_subgoals(text: str, limit: int) -> list[str]:
     """Sub-goal sentences from a model's answer: a JSON array, else a list of lines."""
     text = text.strip()
     match = re.search(r"\[.*\]", text, re.DOTALL)
-    items: list[Any] = []
+    items: list[object] = []
     if match:
         try:
             parsed = json.loads(match.group(0))
@@ -201,7 +203,7 @@ class DecomposeGoalTool(LibraryTool):
     needs_store = True
     needs_assistant = True
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "goal_id": records.RECORD_ID,
@@ -220,7 +222,7 @@ class DecomposeGoalTool(LibraryTool):
         "required": ["goal_id"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"goal_id": 3, "max_subgoals": 4}
+    example: ClassVar[JSONObject] = {"goal_id": 3, "max_subgoals": 4}
 
     async def run(
         self,
@@ -228,8 +230,8 @@ class DecomposeGoalTool(LibraryTool):
         goal_id: int,
         max_subgoals: int = 5,
         guidance: str | None = None,
-        **_: Any,
-    ) -> dict[str, Any]:
+        **_: object,
+    ) -> JSONObject:
         store = self.store(actor)
         goal = await load_goal(actor, store, goal_id)
         if goal is None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
+from ai_tools.json_types import JSONObject
 from ai_tools.tools import outcomes, records
 from ai_tools.tools.base import Actor, ToolCategory
 from ai_tools.tools.library_tool import LibraryTool, call
@@ -19,7 +20,7 @@ class AddJournalEntryTool(LibraryTool):
     needs_world = False
     needs_store = True
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "entry": {
@@ -38,7 +39,7 @@ class AddJournalEntryTool(LibraryTool):
         "required": ["entry"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {
+    example: ClassVar[JSONObject] = {
         "title": "Lantern for the plaza",
         "entry": "Spawned a lantern in the plaza, set fuel to 10, tagged it lighting.",
         "tags": ["plaza"],
@@ -50,9 +51,9 @@ class AddJournalEntryTool(LibraryTool):
         entry: str,
         title: str | None = None,
         tags: list[str] | None = None,
-        **_: Any,
-    ) -> dict[str, Any]:
-        metadata: dict[str, Any] = {"tags": list(tags or ())}
+        **_: object,
+    ) -> JSONObject:
+        metadata: JSONObject = {"tags": list(tags or ())}
         if title:
             metadata["title"] = title.strip()
         record = await call(
@@ -70,7 +71,7 @@ class ReviewJournalTool(LibraryTool):
     needs_world = False
     needs_store = True
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "limit": {
@@ -93,7 +94,7 @@ class ReviewJournalTool(LibraryTool):
         "required": [],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"limit": 5, "tag": "plaza"}
+    example: ClassVar[JSONObject] = {"limit": 5, "tag": "plaza"}
 
     async def run(
         self,
@@ -101,8 +102,8 @@ class ReviewJournalTool(LibraryTool):
         limit: int = 10,
         tag: str | None = None,
         order: str = "newest_first",
-        **_: Any,
-    ) -> dict[str, Any]:
+        **_: object,
+    ) -> JSONObject:
         store = self.store(actor)
         fetch = 500 if tag else limit
         found = await call(store.list_records, actor.owner, records.JOURNAL, fetch, True)
@@ -127,7 +128,7 @@ class SearchJournalTool(LibraryTool):
     needs_world = False
     needs_store = True
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "query": QUERY,
@@ -141,9 +142,9 @@ class SearchJournalTool(LibraryTool):
         "required": ["query"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"query": "lantern fuel"}
+    example: ClassVar[JSONObject] = {"query": "lantern fuel"}
 
-    async def run(self, actor: Actor, query: str, limit: int = 5, **_: Any) -> dict[str, Any]:
+    async def run(self, actor: Actor, query: str, limit: int = 5, **_: object) -> JSONObject:
         found = await call(
             self.store(actor).search_records, actor.owner, records.JOURNAL, query, limit
         )

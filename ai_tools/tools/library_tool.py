@@ -19,16 +19,18 @@ and the Evennia adapter.
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, cast
 
 import msgspec
 from twisted.internet import defer
 
 from ai_tools.errors import NotFound, PermissionDenied
+from ai_tools.interfaces import IAssistantRuntime, IStore, IWorld
+from ai_tools.json_types import JSONObject
 from ai_tools.tools import outcomes
 from ai_tools.tools.base import Actor, Tool
 
-OBJECT_REFERENCE: dict[str, Any] = {
+OBJECT_REFERENCE: JSONObject = {
     "type": "string",
     "minLength": 1,
     "maxLength": 200,
@@ -46,18 +48,18 @@ SELF_WORDS = frozenset({"me", "self", "myself"})
 class AmbiguousReference(Exception):
     """A name matched several objects equally well."""
 
-    def __init__(self, reference: str, candidates: list[dict[str, Any]]) -> None:
+    def __init__(self, reference: str, candidates: list[JSONObject]) -> None:
         super().__init__(reference)
         self.reference = reference
         self.candidates = candidates
 
 
-async def call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+async def call(function: Callable[..., Any], *args: object, **kwargs: object) -> Any:
     """Call a world/store/assistant method that returns a value or a Deferred."""
     return await defer.maybeDeferred(function, *args, **kwargs)
 
 
-def summarize(obj: dict[str, Any]) -> dict[str, Any]:
+def summarize(obj: JSONObject) -> JSONObject:
     """The short form of an object dict used in results (id, key, kind, location)."""
     return {
         "id": obj.get("id"),
@@ -73,7 +75,7 @@ def _names(obj: dict[str, Any]) -> set[str]:
     return names
 
 
-async def location_of(world: Any, char_id: str) -> str | None:
+async def location_of(world: IWorld, char_id: str) -> str | None:
     """The id of the room ``char_id`` stands in (None if it is nowhere)."""
     me = await call(world.get_object, char_id)
     if me is None:
@@ -83,8 +85,8 @@ async def location_of(world: Any, char_id: str) -> str | None:
 
 
 async def resolve_object(
-    world: Any, char_id: str, reference: str, kind: str | None = None
-) -> dict[str, Any]:
+    world: IWorld, char_id: str, reference: str, kind: str | None = None
+) -> JSONObject:
     """Find the object a model means by ``reference``.
 
     Tries, in order: 'here'/'me', an exact id, then a name search in the
@@ -133,7 +135,7 @@ REFUSALS = (PermissionDenied, NotFound, ValueError, AmbiguousReference)
 """What a tool raises to refuse a call: :func:`refusal` turns it into the model's result."""
 
 
-def refusal(exc: Exception) -> dict[str, Any]:
+def refusal(exc: Exception) -> JSONObject:
     """The result for a refusal a tool raised (one of :data:`REFUSALS`): never retried."""
     if isinstance(exc, PermissionDenied):
         return outcomes.permission_denied(exc)
@@ -156,16 +158,16 @@ class LibraryTool(Tool):
     needs_world: ClassVar[bool] = True
     needs_store: ClassVar[bool] = False
     needs_assistant: ClassVar[bool] = False
-    example: ClassVar[dict[str, Any]] = {}
+    example: ClassVar[JSONObject] = {}
     """An example call's parameters, shown in docs/tools.md."""
 
-    run: Callable[..., Coroutine[Any, Any, dict[str, Any]]]
+    run: Callable[..., Coroutine[Any, Any, JSONObject]]
     """The tool's work, ``async def run(self, actor, **params)``; subclasses define it.
 
     It raises PermissionDenied/NotFound for refusals (turned into results).
     """
 
-    def execute(self, actor: Actor, **params: Any) -> defer.Deferred[dict[str, Any]]:
+    def execute(self, actor: Actor, **params: Any) -> defer.Deferred[JSONObject]:
         """Run the tool; fires with a result dict (refusals included)."""
         return defer.ensureDeferred(self._guarded(actor, params))
 
@@ -183,7 +185,7 @@ class LibraryTool(Tool):
             return "it needs an assistant and this call is not made by one"
         return None
 
-    async def _guarded(self, actor: Actor, params: dict[str, Any]) -> dict[str, Any]:
+    async def _guarded(self, actor: Actor, params: JSONObject) -> JSONObject:
         missing = self.missing_requirement(actor)
         if missing is not None:
             return outcomes.unavailable(self.name, missing)
@@ -193,21 +195,21 @@ class LibraryTool(Tool):
             return refusal(exc)
 
 
-    # Typed accessors: the interfaces are zope declarations, so tools hold them as Any.
+    # Typed accessors: present whenever run() is called (missing_requirement checks them).
     @staticmethod
-    def world(actor: Actor) -> Any:
+    def world(actor: Actor) -> IWorld:
         """The actor's world (checked present by :meth:`missing_requirement`)."""
-        return actor.world
+        return cast("IWorld", actor.world)
 
     @staticmethod
-    def store(actor: Actor) -> Any:
+    def store(actor: Actor) -> IStore:
         """The actor's store (checked present by :meth:`missing_requirement`)."""
-        return actor.store
+        return cast("IStore", actor.store)
 
     @staticmethod
-    def assistant(actor: Actor) -> Any:
+    def assistant(actor: Actor) -> IAssistantRuntime:
         """The actor's assistant runtime (checked present by :meth:`missing_requirement`)."""
-        return actor.assistant
+        return cast("IAssistantRuntime", actor.assistant)
 
     @staticmethod
     def character(actor: Actor) -> str:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
+from ai_tools.json_types import JSONObject
 from ai_tools.tools import outcomes
 from ai_tools.tools.base import Actor, ToolCategory
 from ai_tools.tools.library_tool import LibraryTool, call
@@ -17,7 +18,7 @@ class InspectLocationTool(LibraryTool):
     category = ToolCategory.SAFE_CHAIN
     cacheable = True
     cache_scope = "tick"
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "detail_level": {
@@ -29,9 +30,9 @@ class InspectLocationTool(LibraryTool):
         "required": [],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"detail_level": "normal"}
+    example: ClassVar[JSONObject] = {"detail_level": "normal"}
 
-    async def run(self, actor: Actor, detail_level: str = "normal", **_: Any) -> dict[str, Any]:
+    async def run(self, actor: Actor, detail_level: str = "normal", **_: object) -> JSONObject:
         world = self.world(actor)
         described = await call(world.describe_location, self.character(actor), detail_level)
         if not described or described.get("room") is None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from ai_tools.json_types import JSONObject
 from ai_tools.tools import outcomes, records
 from ai_tools.tools.base import Actor, ToolCategory
 from ai_tools.tools.library_tool import LibraryTool, call
 
-QUERY: dict[str, Any] = {
+QUERY: JSONObject = {
     "type": "string",
     "minLength": 1,
     "maxLength": 500,
@@ -16,7 +17,7 @@ QUERY: dict[str, Any] = {
 }
 
 
-def _limit(default: int, maximum: int = 50) -> dict[str, Any]:
+def _limit(default: int, maximum: int = 50) -> JSONObject:
     return {
         "type": "integer",
         "minimum": 1,
@@ -34,7 +35,7 @@ class StoreMemoryTool(LibraryTool):
     needs_world = False
     needs_store = True
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "content": {
@@ -60,7 +61,7 @@ class StoreMemoryTool(LibraryTool):
         "required": ["content"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {
+    example: ClassVar[JSONObject] = {
         "content": "Bob prefers brass fittings over iron.",
         "importance": 6,
         "tags": ["preference"],
@@ -74,9 +75,9 @@ class StoreMemoryTool(LibraryTool):
         importance: int = 5,
         tags: list[str] | None = None,
         about: str | None = None,
-        **_: Any,
-    ) -> dict[str, Any]:
-        metadata: dict[str, Any] = {"importance": importance, "tags": list(tags or ())}
+        **_: object,
+    ) -> JSONObject:
+        metadata: JSONObject = {"importance": importance, "tags": list(tags or ())}
         if about:
             metadata["about"] = about
         if actor.character_id:
@@ -96,7 +97,7 @@ class RecallMemoriesTool(LibraryTool):
     needs_world = False
     needs_store = True
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "query": QUERY,
@@ -110,7 +111,7 @@ class RecallMemoriesTool(LibraryTool):
         "required": [],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"query": "Bob brass", "limit": 5}
+    example: ClassVar[JSONObject] = {"query": "Bob brass", "limit": 5}
 
     async def run(
         self,
@@ -118,8 +119,8 @@ class RecallMemoriesTool(LibraryTool):
         query: str | None = None,
         limit: int = 5,
         min_importance: int | None = None,
-        **_: Any,
-    ) -> dict[str, Any]:
+        **_: object,
+    ) -> JSONObject:
         store = self.store(actor)
         # Fetch extra when filtering so the filter does not starve the answer.
         fetch = min(200, limit * 4) if min_importance else limit
@@ -148,7 +149,7 @@ class SearchEpisodicTool(LibraryTool):
     needs_world = False
     needs_store = True
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "query": QUERY,
@@ -162,7 +163,7 @@ class SearchEpisodicTool(LibraryTool):
         "required": ["query"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"query": "market stall", "participant": "Bob"}
+    example: ClassVar[JSONObject] = {"query": "market stall", "participant": "Bob"}
 
     async def run(
         self,
@@ -170,8 +171,8 @@ class SearchEpisodicTool(LibraryTool):
         query: str,
         participant: str | None = None,
         limit: int = 5,
-        **_: Any,
-    ) -> dict[str, Any]:
+        **_: object,
+    ) -> JSONObject:
         store = self.store(actor)
         fetch = min(200, limit * 4) if participant else limit
         found = await call(store.search_records, actor.owner, records.EPISODES, query, fetch)

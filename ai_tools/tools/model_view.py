@@ -19,7 +19,7 @@ meaning (an importance from 1 to 10).
 
 from __future__ import annotations
 
-from typing import Any
+from ai_tools.json_types import JSONObject, JSONValue
 
 __all__ = ["LEFT_OUT", "model_view"]
 
@@ -38,7 +38,7 @@ _NAME_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions
 """Keywords whose value maps names to schemas: the names are kept, the schemas viewed."""
 
 
-def model_view(schema: Any) -> Any:
+def model_view(schema: JSONValue) -> JSONValue:
     """A copy of the JSON Schema ``schema`` without :data:`LEFT_OUT`.
 
     Also left out: ``additionalProperties: false`` (a validation bound: the
@@ -49,7 +49,7 @@ def model_view(schema: Any) -> Any:
         return [model_view(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    view: dict[str, Any] = {}
+    view: JSONObject = {}
     for key, value in schema.items():
         if key in LEFT_OUT or (key == "additionalProperties" and value is False):
             continue
@@ -64,7 +64,7 @@ def model_view(schema: Any) -> Any:
     return view
 
 
-def _copy(value: Any) -> Any:
+def _copy(value: JSONValue) -> JSONValue:
     """A deep copy of plain JSON data (lists and dicts are never shared with the tool)."""
     if isinstance(value, list):
         return [_copy(v) for v in value]

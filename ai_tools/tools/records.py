@@ -26,6 +26,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from ai_tools.json_types import JSONObject
+
 MEMORIES = "memories"
 JOURNAL = "journal"
 EPISODES = "episodes"
@@ -33,12 +35,12 @@ ENTITIES = "entities"
 GOALS = "goals"
 SESSION = "session"
 
-RECORD_ID: dict[str, Any] = {
+RECORD_ID: JSONObject = {
     "type": "integer",
     "minimum": 1,
 }
 
-SHORT_TAGS: dict[str, Any] = {
+SHORT_TAGS: JSONObject = {
     "type": "array",
     "items": {"type": "string", "minLength": 1, "maxLength": 40, "pattern": "^\\S(.*\\S)?$"},
     "maxItems": 10,
@@ -54,9 +56,9 @@ def iso_time(timestamp: float) -> str:
     return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def present(record: dict[str, Any]) -> dict[str, Any]:
+def present(record: dict[str, Any]) -> JSONObject:
     """A record as a tool result shows it: id, content, times, score, its metadata."""
-    shown: dict[str, Any] = {"id": record["id"], "content": record["content"]}
+    shown: JSONObject = {"id": record["id"], "content": record["content"]}
     created = float(record.get("created_at") or 0.0)
     shown["created_at"] = created
     shown["time"] = iso_time(created)

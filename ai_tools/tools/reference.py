@@ -196,8 +196,9 @@ def render_tool(tool: Tool) -> list[str]:
         f"needs: {_needs(tool)} · timeout {tool.timeout:g}s",
         "",
     ]
-    properties = tool.parameters.get("properties", {})
-    required = set(tool.parameters.get("required", []))
+    parameters: dict[str, Any] = tool.parameters
+    properties = parameters.get("properties", {})
+    required = set(parameters.get("required", []))
     if properties:
         lines += ["| parameter | type | required | constraints | meaning |",
                   "| --- | --- | --- | --- | --- |"]

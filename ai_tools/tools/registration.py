@@ -13,7 +13,6 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from ai_tools.errors import ToolRegistrationError
 from ai_tools.tools.base import CACHE_SCOPES, Tool, ToolCategory
@@ -23,14 +22,14 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """Function names the OpenAI-compatible APIs accept."""
 
 
-def describe_class(tool_class: Any) -> str:
+def describe_class(tool_class: object) -> str:
     """``module.QualName`` of a class (or the repr of anything else)."""
     if inspect.isclass(tool_class):
         return f"{tool_class.__module__}.{tool_class.__qualname__}"
     return repr(tool_class)
 
 
-def check_tool_class(tool_class: Any, existing: Mapping[str, Tool]) -> None:
+def check_tool_class(tool_class: object, existing: Mapping[str, Tool]) -> None:
     """Raise ToolRegistrationError if ``tool_class`` cannot be registered.
 
     ``existing`` maps the names already registered to their tools.
@@ -91,7 +90,7 @@ def tool_class_problems(tool_class: type[Tool], existing: Mapping[str, Tool]) ->
     return problems
 
 
-def _name_problems(name: Any, existing: Mapping[str, Tool]) -> list[str]:
+def _name_problems(name: object, existing: Mapping[str, Tool]) -> list[str]:
     if not isinstance(name, str) or not name:
         return ["'name' must be a non-empty string"]
     if not NAME_PATTERN.fullmatch(name):
@@ -103,7 +102,7 @@ def _name_problems(name: Any, existing: Mapping[str, Tool]) -> list[str]:
     return []
 
 
-def parameters_problems(parameters: Any) -> list[str]:
+def parameters_problems(parameters: object) -> list[str]:
     """What is wrong with a tool's ``parameters`` schema (empty when fine).
 
     It must be a JSON-serialisable JSON Schema (checked against the
@@ -135,7 +134,7 @@ def parameters_problems(parameters: Any) -> list[str]:
     return problems
 
 
-def _positive_number(value: Any) -> bool:
+def _positive_number(value: object) -> bool:
     return (
         isinstance(value, int | float)
         and not isinstance(value, bool)

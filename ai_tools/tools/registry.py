@@ -7,9 +7,10 @@ schema, category, cache scope, timeout, ``execute``) before an instance joins.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ai_tools.errors import ToolRegistrationError
+from ai_tools.json_types import JSONObject
 from ai_tools.tools.base import Tool, ToolCategory
 from ai_tools.tools.registration import check_tool_class, describe_class
 
@@ -125,7 +126,7 @@ class ToolRegistry:
         self,
         categories: Iterable[ToolCategory] | None = None,
         tool_names: Iterable[str] | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[JSONObject]:
         """OpenAI-compatible function schemas (for the ``tools=`` request field)."""
         tools = self.filter_tools(include_categories=categories, tool_names=tool_names)
         return [tool.schema() for tool in tools]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
+from ai_tools.json_types import JSONArray, JSONObject
 from ai_tools.tools import outcomes
 from ai_tools.tools.base import Actor, ToolCategory
 from ai_tools.tools.library_tool import LibraryTool, call, location_of
 
-OBJECT_KINDS = ["room", "exit", "character", "object"]
+OBJECT_KINDS: JSONArray = ["room", "exit", "character", "object"]
 
 
 class SearchObjectTool(LibraryTool):
@@ -19,7 +20,7 @@ class SearchObjectTool(LibraryTool):
     category = ToolCategory.SAFE_CHAIN
     cacheable = True
     cache_scope = "tick"
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "query": {
@@ -46,7 +47,7 @@ class SearchObjectTool(LibraryTool):
         "required": ["query"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"query": "lantern", "scope": "here"}
+    example: ClassVar[JSONObject] = {"query": "lantern", "scope": "here"}
 
     async def run(
         self,
@@ -55,8 +56,8 @@ class SearchObjectTool(LibraryTool):
         kind: str | None = None,
         scope: str = "world",
         limit: int = 10,
-        **_: Any,
-    ) -> dict[str, Any]:
+        **_: object,
+    ) -> JSONObject:
         world = self.world(actor)
         char_id = self.character(actor)
         location = await location_of(world, char_id) if scope == "here" else None

@@ -28,12 +28,13 @@ import inspect
 import json
 import types
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
 import msgspec
 
+from ai_tools.json_types import JSONArray, JSONObject
 from ai_tools.tools.base import Actor
 
 __all__ = ["SignatureSchema", "describe_signature"]
@@ -47,15 +48,15 @@ _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 class SignatureSchema:
     """What the engine needs to call a function as a tool."""
 
-    parameters: dict[str, Any]
+    parameters: JSONObject
     """The object JSON Schema of the parameters the model gives."""
     actor_parameter: str | None
     """The name of the parameter the actor is passed as, or None."""
-    converted: dict[str, Any]
+    converted: dict[str, object]
     """Parameters whose validated JSON is converted (by msgspec) to their type: name -> type."""
 
 
-def describe_signature(function: Callable[..., Any],
+def describe_signature(function: Callable[..., object],
                        descriptions: Mapping[str, str]) -> SignatureSchema:
     """The schema of ``function``'s parameters; ``descriptions`` come from its docstring.
 
@@ -69,8 +70,8 @@ def describe_signature(function: Callable[..., Any],
     except Exception as e:  # an undefined name in an annotation...
         raise ValueError(f"its type hints cannot be resolved: {type(e).__name__}: {e}") from e
     actor_parameter = None
-    described: dict[str, Any] = {}
-    required: list[str] = []
+    described: dict[str, object] = {}
+    required: JSONArray = []
     for name, parameter in signature.parameters.items():
         annotation = _checked_annotation(name, parameter, hints)
         if _is_actor(annotation):
@@ -83,7 +84,7 @@ def describe_signature(function: Callable[..., Any],
         if parameter.default is inspect.Parameter.empty:
             required.append(name)
     properties = _properties(described, descriptions, signature)
-    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    schema: JSONObject = {"type": "object", "properties": properties}
     if required:
         schema["required"] = required
     schema["additionalProperties"] = False
@@ -94,7 +95,7 @@ def describe_signature(function: Callable[..., Any],
 
 
 def _checked_annotation(name: str, parameter: inspect.Parameter,
-                        hints: Mapping[str, Any]) -> Any:
+                        hints: Mapping[str, object]) -> object:
     kind = parameter.kind
     if kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
         star = "*" if kind is parameter.VAR_POSITIONAL else "**"
@@ -108,8 +109,8 @@ def _checked_annotation(name: str, parameter: inspect.Parameter,
     return hints[name]
 
 
-def _properties(described: Mapping[str, Any], descriptions: Mapping[str, str],
-                signature: inspect.Signature) -> dict[str, Any]:
+def _properties(described: Mapping[str, object], descriptions: Mapping[str, str],
+                signature: inspect.Signature) -> JSONObject:
     """Each parameter's schema, definitions written in place, with its description."""
     for name, annotation in described.items():
         try:
@@ -120,7 +121,7 @@ def _properties(described: Mapping[str, Any], descriptions: Mapping[str, str],
     schemas, definitions = msgspec.json.schema_components(
         list(described.values()), ref_template="#/$defs/{name}")
     _describe_fields(described.values(), definitions)
-    properties: dict[str, Any] = {}
+    properties: JSONObject = {}
     for (name, annotation), schema in zip(described.items(), schemas, strict=True):
         try:
             prop = _inline(schema, definitions, ())
@@ -136,7 +137,7 @@ def _properties(described: Mapping[str, Any], descriptions: Mapping[str, str],
     return properties
 
 
-def _inline(schema: Any, definitions: Mapping[str, Any], seen: tuple[str, ...]) -> Any:
+def _inline(schema: object, definitions: Mapping[str, object], seen: tuple[str, ...]) -> Any:
     """``schema`` with every ``$ref`` replaced by its definition (titles left out)."""
     if isinstance(schema, list):
         return [_inline(item, definitions, seen) for item in schema]
@@ -158,7 +159,7 @@ def _inline(schema: Any, definitions: Mapping[str, Any], seen: tuple[str, ...]) 
     return inlined
 
 
-def _describe_fields(annotations: Any, definitions: dict[str, Any]) -> None:
+def _describe_fields(annotations: Iterable[object], definitions: dict[str, Any]) -> None:
     """Field descriptions msgspec does not read: ``Annotated[..., "text"]`` and
     ``metadata={"description": ...}`` of dataclass and attrs fields."""
     for cls in _classes(annotations):
@@ -188,14 +189,14 @@ def _field_descriptions(cls: type) -> dict[str, str]:
     return texts
 
 
-def _class_hints(cls: type) -> dict[str, Any]:
+def _class_hints(cls: type) -> dict[str, object]:
     try:
         return typing.get_type_hints(cls, include_extras=True)
     except Exception:  # msgspec resolved them already, or refused the type
         return {}
 
 
-def _classes(annotations: Any) -> Iterator[type]:
+def _classes(annotations: Iterable[object]) -> Iterator[type]:
     """Every dataclass, attrs class and TypedDict reachable from ``annotations``."""
     pending, seen = list(annotations), set()
     while pending:
@@ -213,7 +214,7 @@ def _is_record(tp: type) -> bool:
     return dataclasses.is_dataclass(tp) or attrs.has(tp) or typing.is_typeddict(tp)
 
 
-def _is_actor(annotation: Any) -> bool:
+def _is_actor(annotation: object) -> bool:
     """``Actor``, or ``Actor | None`` (a default of None keeps the function callable alone)."""
     tp = _strip_annotated(annotation)
     if typing.get_origin(tp) in _UNION_ORIGINS:
@@ -221,7 +222,7 @@ def _is_actor(annotation: Any) -> bool:
     return tp is Actor
 
 
-def _needs_conversion(annotation: Any) -> bool:
+def _needs_conversion(annotation: object) -> bool:
     """Whether a validated JSON value must be converted to be of this type."""
     tp = _strip_annotated(annotation)
     origin = typing.get_origin(tp)
@@ -239,21 +240,21 @@ def _needs_conversion(annotation: Any) -> bool:
     return True  # enums, dataclasses, attrs classes, tuples, sets, dates...
 
 
-def _strip_annotated(annotation: Any) -> Any:
+def _strip_annotated(annotation: object) -> object:
     while typing.get_origin(annotation) is typing.Annotated:
-        annotation = annotation.__origin__
+        annotation = typing.get_args(annotation)[0]  # Annotated[T, ...]: T
     return annotation
 
 
-def _annotated_text(annotation: Any) -> str | None:
+def _annotated_text(annotation: object) -> str | None:
     """The description ``Annotated[..., "text"]`` gives (the last string), or None."""
     if typing.get_origin(annotation) is not typing.Annotated:
         return None
-    texts = [m for m in annotation.__metadata__ if isinstance(m, str)]
+    texts = [m for m in typing.get_args(annotation)[1:] if isinstance(m, str)]
     return " ".join(texts[-1].split()) if texts else None
 
 
-def _is_json(value: Any) -> bool:
+def _is_json(value: object) -> bool:
     if isinstance(value, enum.Enum):
         return False
     try:
@@ -263,7 +264,7 @@ def _is_json(value: Any) -> bool:
     return True
 
 
-def _type_name(annotation: Any) -> str:
+def _type_name(annotation: object) -> str:
     if isinstance(annotation, type) and typing.get_origin(annotation) is None:
         return annotation.__qualname__
     return repr(annotation).replace("typing.", "")

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import ClassVar
 
+from ai_tools.json_types import JSONObject
 from ai_tools.tools import outcomes
 from ai_tools.tools.base import Actor, ToolCategory
 from ai_tools.tools.function_tool import tool
 from ai_tools.tools.library_tool import LibraryTool, Reason, call
 
-REASON: dict[str, Any] = {
+REASON: JSONObject = {
     "type": "string",
     "minLength": 1,
     "maxLength": 500,
@@ -24,15 +26,15 @@ class GoToSleepTool(LibraryTool):
     needs_world = False
     needs_assistant = True
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {"reason": REASON},
         "required": [],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"reason": "the plaza is quiet"}
+    example: ClassVar[JSONObject] = {"reason": "the plaza is quiet"}
 
-    async def run(self, actor: Actor, reason: str = "", **_: Any) -> dict[str, Any]:
+    async def run(self, actor: Actor, reason: str = "", **_: object) -> JSONObject:
         assistant = self.assistant(actor)
         previous = getattr(assistant, "mode", None)
         if previous == "sleep":
@@ -43,7 +45,7 @@ class GoToSleepTool(LibraryTool):
 
 # TERMINAL: like speaking, waiting ends the loop to await the next input.
 @tool(category=ToolCategory.TERMINAL, example={"reason": "waiting for Bob's answer"})
-def wait(reason: Reason = "") -> dict[str, Any]:
+def wait(reason: Reason = "") -> Mapping[str, object]:
     """Wait for an answer or an event without speaking."""
     return outcomes.succeed(waiting=True, reason=reason)
 

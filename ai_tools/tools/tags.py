@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
+from ai_tools.json_types import JSONObject
 from ai_tools.tools import outcomes
 from ai_tools.tools.base import Actor, ToolCategory
 from ai_tools.tools.library_tool import (
@@ -14,13 +15,13 @@ from ai_tools.tools.library_tool import (
     summarize,
 )
 
-TAG: dict[str, Any] = {
+TAG: JSONObject = {
     "type": "string",
     "minLength": 1,
     "maxLength": 64,
     "pattern": "^\\S(.*\\S)?$",
 }
-TAG_CATEGORY: dict[str, Any] = {
+TAG_CATEGORY: JSONObject = {
     "type": "string",
     "minLength": 1,
     "maxLength": 64,
@@ -36,17 +37,17 @@ class GetTagsTool(LibraryTool):
     category = ToolCategory.SAFE_CHAIN
     cacheable = True
     cache_scope = "tick"
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {"object": OBJECT_REFERENCE, "category": TAG_CATEGORY},
         "required": ["object"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"object": "here", "category": "zone"}
+    example: ClassVar[JSONObject] = {"object": "here", "category": "zone"}
 
     async def run(
-        self, actor: Actor, object: str, category: str | None = None, **_: Any
-    ) -> dict[str, Any]:
+        self, actor: Actor, object: str, category: str | None = None, **_: object
+    ) -> JSONObject:
         world = self.world(actor)
         target = await resolve_object(world, self.character(actor), object)
         tags = [dict(t) for t in await call(world.get_tags, target["id"], category) or ()]
@@ -59,17 +60,17 @@ class AddTagTool(LibraryTool):
     name = "add_tag"
     description = "Tag an object, optionally in a category."
     category = ToolCategory.DANGEROUS
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {"object": OBJECT_REFERENCE, "tag": TAG, "category": TAG_CATEGORY},
         "required": ["object", "tag"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"object": "lantern", "tag": "lighting", "category": "kind"}
+    example: ClassVar[JSONObject] = {"object": "lantern", "tag": "lighting", "category": "kind"}
 
     async def run(
-        self, actor: Actor, object: str, tag: str, category: str | None = None, **_: Any
-    ) -> dict[str, Any]:
+        self, actor: Actor, object: str, tag: str, category: str | None = None, **_: object
+    ) -> JSONObject:
         world = self.world(actor)
         char_id = self.character(actor)
         target = await resolve_object(world, char_id, object)
@@ -83,17 +84,17 @@ class RemoveTagTool(LibraryTool):
     name = "remove_tag"
     description = "Remove a tag from an object."
     category = ToolCategory.DANGEROUS
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {"object": OBJECT_REFERENCE, "tag": TAG, "category": TAG_CATEGORY},
         "required": ["object", "tag"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"object": "lantern", "tag": "lighting", "category": "kind"}
+    example: ClassVar[JSONObject] = {"object": "lantern", "tag": "lighting", "category": "kind"}
 
     async def run(
-        self, actor: Actor, object: str, tag: str, category: str | None = None, **_: Any
-    ) -> dict[str, Any]:
+        self, actor: Actor, object: str, tag: str, category: str | None = None, **_: object
+    ) -> JSONObject:
         world = self.world(actor)
         char_id = self.character(actor)
         target = await resolve_object(world, char_id, object)
@@ -115,7 +116,7 @@ class SearchByTagTool(LibraryTool):
     cacheable = True
     cache_scope = "tick"
     requires_character = False
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "tag": TAG,
@@ -130,11 +131,11 @@ class SearchByTagTool(LibraryTool):
         "required": ["tag"],
         "additionalProperties": False,
     }
-    example: ClassVar[dict[str, Any]] = {"tag": "market", "category": "zone"}
+    example: ClassVar[JSONObject] = {"tag": "market", "category": "zone"}
 
     async def run(
-        self, actor: Actor, tag: str, category: str | None = None, limit: int = 20, **_: Any
-    ) -> dict[str, Any]:
+        self, actor: Actor, tag: str, category: str | None = None, limit: int = 20, **_: object
+    ) -> JSONObject:
         world = self.world(actor)
         found = await call(world.search_by_tag, tag, category, limit)
         results = [dict(o) for o in found or ()][:limit]

@@ -27,15 +27,17 @@ Validation never raises: whatever it is fed, it returns a
 from __future__ import annotations
 
 import difflib
+import enum
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Final, cast
 
 import attrs
 import jsonschema
 from twisted.logger import Logger
 
-from ai_tools.tools.coercion import TypeMismatch, coerce_value, untouched_types
+from ai_tools.json_types import JSONMapping
+from ai_tools.tools.coercion import Path, TypeMismatch, coerce_value, untouched_types
 from ai_tools.tools.fast_schema import FastCheck, compile_fast_check
 from ai_tools.tools.validation_messages import (
     NOT_GIVEN,
@@ -53,6 +55,9 @@ from ai_tools.tools.validation_messages import (
     missing_constraint,
     preview,
 )
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
 
 log = Logger()
 
@@ -77,16 +82,16 @@ class ValidationResult:
     """
 
     valid: bool = True
-    errors: list[dict[str, Any]] = attrs.field(factory=list)
-    warnings: list[dict[str, Any]] = attrs.field(factory=list)
-    cleaned_params: dict[str, Any] = attrs.field(factory=dict)
+    errors: list[dict[str, object]] = attrs.field(factory=list)
+    warnings: list[dict[str, object]] = attrs.field(factory=list)
+    cleaned_params: dict[str, object] = attrs.field(factory=dict)
 
     def add_error(
         self,
         param: str,
         message: str,
         constraint: str | None = None,
-        got: Any = NOT_GIVEN,
+        got: object = NOT_GIVEN,
         *,
         stage: str = STAGE_CUSTOM,
     ) -> None:
@@ -96,7 +101,7 @@ class ValidationResult:
         missing parameter) — ``got=None`` means the model sent ``null``.
         """
         self.valid = False
-        error: dict[str, Any] = {
+        error: dict[str, object] = {
             "param": param,
             "message": message,
             "constraint": constraint,
@@ -132,7 +137,7 @@ class ValidationResult:
         return "\n".join(_format_line(w) for w in self.warnings)
 
 
-def _format_line(entry: Mapping[str, Any]) -> str:
+def _format_line(entry: Mapping[str, object]) -> str:
     line = f"  - {entry.get('param')}: {entry.get('message')}"
     if entry.get("constraint"):
         line += f" (expected: {entry['constraint']})"
@@ -143,13 +148,13 @@ def _format_line(entry: Mapping[str, Any]) -> str:
 
 # --------------------------------------------------------------------------- backends
 
-SchemaCheck = Callable[[Any], Iterator[SchemaProblem]]
-InstanceCheck = Callable[[Any], bool]
-SubschemaCheck = Callable[[Any, Any], bool]
+SchemaCheck = Callable[[object], Iterator[SchemaProblem]]
+InstanceCheck = Callable[[object], bool]
+SubschemaCheck = Callable[[object, object], bool]
 
 
-def _legacy_dependencies(validator: Any, dependencies: Any, instance: Any, schema: Any
-                         ) -> Iterator[Any]:
+def _legacy_dependencies(validator: Validator, dependencies: object, instance: object,
+                         schema: JSONMapping) -> Iterator[jsonschema.ValidationError]:
     """The draft 4-7 ``dependencies`` keyword, kept working under 2019-09/2020-12."""
     if not isinstance(instance, dict) or not isinstance(dependencies, Mapping):
         return
@@ -167,7 +172,7 @@ def _legacy_dependencies(validator: Any, dependencies: Any, instance: Any, schem
 _extended_classes: dict[type, type] = {}
 
 
-def jsonschema_class(schema: Any) -> Any:
+def jsonschema_class(schema: object) -> type[Validator]:
     """The jsonschema validator class for ``schema`` (its ``$schema``, else 2020-12).
 
     Draft 2019-09 and later dropped ``dependencies``; we keep honouring it.
@@ -182,7 +187,7 @@ def jsonschema_class(schema: Any) -> Any:
     return _extended_classes[base]
 
 
-def _problem_from_error(error: Any) -> SchemaProblem:
+def _problem_from_error(error: jsonschema.ValidationError) -> SchemaProblem:
     return SchemaProblem(
         path=tuple(error.absolute_path),
         keyword=error.validator if isinstance(error.validator, str) else "false",
@@ -199,7 +204,7 @@ class ParameterValidator:
     Build it with :func:`compile_validator`.
     """
 
-    schema: Mapping[str, Any]
+    schema: Mapping[str, object]
     _iter_problems: SchemaCheck = attrs.field(repr=False)
     _instance_is_valid: InstanceCheck = attrs.field(repr=False)
     _is_valid: SubschemaCheck = attrs.field(repr=False)
@@ -215,7 +220,7 @@ class ParameterValidator:
     :mod:`ai_tools.tools.fast_schema`); True means jsonschema accepts the
     value, False means ask it.  None: the schema is outside the subset."""
 
-    def validate(self, params: Any) -> ValidationResult:
+    def validate(self, params: object) -> ValidationResult:
         """Validate and safely coerce one call's ``params``; never raises."""
         try:
             if type(params) is dict and self._accepts_as_is(params):
@@ -232,7 +237,7 @@ class ParameterValidator:
             )
             return result
 
-    def _accepts_as_is(self, params: dict[Any, Any]) -> bool:
+    def _accepts_as_is(self, params: JSONMapping) -> bool:
         """The first step: whether ``params`` need nothing done (the usual call).
 
         True when every key is declared (or undeclared keys are kept), no value
@@ -263,7 +268,7 @@ class ParameterValidator:
             return True
         return bool(self._instance_is_valid(params))
 
-    def _validate_in_stages(self, params: Any) -> ValidationResult:
+    def _validate_in_stages(self, params: object) -> ValidationResult:
         """The stages of the module docstring, every error of every stage reported."""
         result = ValidationResult()
         if params is None:
@@ -275,7 +280,7 @@ class ParameterValidator:
         cleaned = self._drop_undeclared(params, result)
         missing = [name for name in self._required if name not in cleaned]
         mismatches: list[TypeMismatch] = []
-        cleaned = coerce_value(cleaned, self.schema, (), mismatches)
+        cleaned = cast("dict[str, object]", coerce_value(cleaned, self.schema, (), mismatches))
         result.cleaned_params = dict(cleaned) if cleaned is params else cleaned
         if not missing and not mismatches and self._instance_is_valid(cleaned):
             return result
@@ -299,8 +304,8 @@ class ParameterValidator:
                              stage=STAGE_INTERNAL)
         return result
 
-    def _drop_undeclared(self, params: dict[Any, Any], result: ValidationResult
-                         ) -> dict[Any, Any]:
+    def _drop_undeclared(self, params: dict[str, object], result: ValidationResult
+                         ) -> dict[str, object]:
         """Remove (with a warning) keys the schema does not declare."""
         if self._keep_undeclared:
             return params
@@ -312,12 +317,12 @@ class ParameterValidator:
         drop = set(undeclared)
         return {k: v for k, v in params.items() if k not in drop}
 
-    def _declares(self, key: Any) -> bool:
+    def _declares(self, key: object) -> bool:
         if key in self._known:
             return True
         return isinstance(key, str) and any(p.search(key) for p in self._patterns)
 
-    def _undeclared_message(self, key: Any) -> str:
+    def _undeclared_message(self, key: object) -> str:
         known = sorted(self._known)
         close = difflib.get_close_matches(str(key), known, n=1) if known else []
         if close:
@@ -328,10 +333,16 @@ class ParameterValidator:
         return f"Unknown parameter, ignored (known: {shown})"
 
 
-_UNDECLARED: Any = object()
+class _Undeclared(enum.Enum):
+    """The marker of a key the schema does not declare (an enum member, so mypy narrows it)."""
+
+    UNDECLARED = "undeclared"
 
 
-def _untouched_by_key(schema: Mapping[str, Any]) -> dict[str, frozenset[type] | None] | None:
+_UNDECLARED: Final = _Undeclared.UNDECLARED
+
+
+def _untouched_by_key(schema: Mapping[str, object]) -> dict[str, frozenset[type] | None] | None:
     """What :attr:`ParameterValidator._untouched` holds for ``schema``."""
     top = untouched_types(schema, walk_containers=False)
     if top is not None and dict not in top:
@@ -347,7 +358,7 @@ def _untouched_by_key(schema: Mapping[str, Any]) -> dict[str, frozenset[type] | 
     return by_key
 
 
-def _merge(entries: Iterable[ErrorEntry], mismatch_paths: list[tuple[Any, ...]]
+def _merge(entries: Iterable[ErrorEntry], mismatch_paths: list[Path]
            ) -> list[ErrorEntry]:
     """Drop repeats, constraint errors on values that already have a type error,
     and dependency errors on parameters already reported missing.
@@ -374,7 +385,7 @@ def _merge(entries: Iterable[ErrorEntry], mismatch_paths: list[tuple[Any, ...]]
     return kept
 
 
-def compile_validator(schema: Mapping[str, Any]) -> ParameterValidator:
+def compile_validator(schema: Mapping[str, object]) -> ParameterValidator:
     """Compile ``schema`` once for many :meth:`ParameterValidator.validate` calls."""
     properties = schema.get("properties")
     patterns = schema.get("patternProperties")
@@ -382,10 +393,10 @@ def compile_validator(schema: Mapping[str, Any]) -> ParameterValidator:
     required = schema.get("required")
     validator = jsonschema_class(schema)(schema)
 
-    def iter_problems(instance: Any) -> Iterator[SchemaProblem]:
+    def iter_problems(instance: object) -> Iterator[SchemaProblem]:
         return (_problem_from_error(e) for e in validator.iter_errors(instance))
 
-    def is_valid(instance: Any, subschema: Any) -> bool:
+    def is_valid(instance: object, subschema: object) -> bool:
         return bool(validator.evolve(schema=subschema).is_valid(instance))
 
     return ParameterValidator(
@@ -403,7 +414,7 @@ def compile_validator(schema: Mapping[str, Any]) -> ParameterValidator:
     )
 
 
-def _compile_patterns(patterns: Any) -> tuple[re.Pattern[str], ...]:
+def _compile_patterns(patterns: object) -> tuple[re.Pattern[str], ...]:
     """The ``patternProperties`` names, compiled (a pattern that does not compile matches
     nothing here; the schema check at registration reports it)."""
     compiled = []
@@ -415,7 +426,7 @@ def _compile_patterns(patterns: Any) -> tuple[re.Pattern[str], ...]:
     return tuple(compiled)
 
 
-def schema_problems(schema: Any) -> list[str]:
+def schema_problems(schema: object) -> list[str]:
     """What is wrong with ``schema`` as a JSON Schema (empty when it is sound).
 
     The schema is checked against its metaschema.
@@ -443,7 +454,7 @@ def _short(text: str, limit: int = 160) -> str:
 # --------------------------------------------------------------------------- results
 
 
-def validate_tool_result(result: Any, tool_name: str | None = None) -> dict[str, Any]:
+def validate_tool_result(result: object, tool_name: str | None = None) -> dict[str, object]:
     """Turn whatever a tool returned into a standard result dict.
 
     A dict with a boolean ``success`` (if any) and a string ``error`` (if any;
@@ -471,5 +482,5 @@ def validate_tool_result(result: Any, tool_name: str | None = None) -> dict[str,
     return result
 
 
-def _failure(message: str) -> dict[str, Any]:
+def _failure(message: str) -> dict[str, object]:
     return {"success": False, "error": message}

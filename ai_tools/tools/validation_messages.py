@@ -13,10 +13,11 @@ import enum
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Final, cast
 
 import attrs
 
+from ai_tools.json_types import JSONMapping
 from ai_tools.tools.coercion import Path, declared_types
 
 STAGE_REQUIRED = "required"
@@ -44,7 +45,7 @@ class _NotGiven(enum.Enum):
 NOT_GIVEN: Final = _NotGiven.NOT_GIVEN
 """Marks an error without an offending value (e.g. a missing parameter)."""
 
-IsValid = Callable[[Any, Any], bool]
+IsValid = Callable[[object, object], bool]
 """``is_valid(instance, subschema)`` — used to explain ``oneOf``/``anyOf`` failures."""
 
 _PREVIEW_LIMIT = 80
@@ -56,9 +57,9 @@ class SchemaProblem:
 
     path: Path
     keyword: str
-    keyword_value: Any
-    instance: Any
-    schema: Any
+    keyword_value: object
+    instance: object
+    schema: JSONMapping | bool
 
 
 @attrs.frozen
@@ -68,7 +69,7 @@ class ErrorEntry:
     param: str
     message: str
     constraint: str | None
-    got: Any
+    got: object
     stage: str
 
 
@@ -83,7 +84,7 @@ def format_path(path: Path) -> str:
     return text or "parameters"
 
 
-def preview(value: Any, limit: int = _PREVIEW_LIMIT) -> str:
+def preview(value: object, limit: int = _PREVIEW_LIMIT) -> str:
     """Short JSON-like text of ``value`` (truncated; never raises)."""
     try:
         text = json.dumps(value, ensure_ascii=False, default=repr)
@@ -103,15 +104,15 @@ def describe_types(types: Sequence[str]) -> str:
     return f"{', '.join(names[:-1])} or {names[-1]}"
 
 
-def _join(path: Path, key: Any) -> str:
+def _join(path: Path, key: str | int) -> str:
     return format_path((*path, key))
 
 
-def _names(values: Sequence[Any]) -> str:
+def _names(values: Sequence[object]) -> str:
     return ", ".join(f"'{v}'" for v in values)
 
 
-def _required_only(schema: Any) -> list[str] | None:
+def _required_only(schema: object) -> list[str] | None:
     """The names when ``schema`` is exactly ``{"required": [names...]}``."""
     if isinstance(schema, Mapping) and set(schema) == {"required"}:
         names = schema["required"]
@@ -120,7 +121,7 @@ def _required_only(schema: Any) -> list[str] | None:
     return None
 
 
-def missing_constraint(schema: Any, name: str) -> str | None:
+def missing_constraint(schema: object, name: str) -> str | None:
     """The constraint shown for a missing parameter: its declared type, if any."""
     properties = schema.get("properties") if isinstance(schema, Mapping) else None
     if isinstance(properties, Mapping) and isinstance(properties.get(name), Mapping):
@@ -140,7 +141,7 @@ def describe_problem(problem: SchemaProblem, is_valid: IsValid) -> list[ErrorEnt
     keyword, value = problem.keyword, problem.keyword_value
     param = format_path(problem.path)
 
-    def entry(message: str, constraint: str | None = None, got: Any = problem.instance,
+    def entry(message: str, constraint: str | None = None, got: object = problem.instance,
               stage: str = STAGE_CONSTRAINT, where: str = param) -> ErrorEntry:
         return ErrorEntry(where, message, constraint, got, stage)
 
@@ -154,7 +155,7 @@ def describe_problem(problem: SchemaProblem, is_valid: IsValid) -> list[ErrorEnt
     return [entry(f"Fails the '{keyword}' rule", f"{keyword}: {preview(value)}")]
 
 
-_SIMPLE: dict[str, Callable[[Any], tuple[str, str | None]]] = {
+_SIMPLE: dict[str, Callable[[object], tuple[str, str | None]]] = {
     "enum": lambda v: ("Must be one of the allowed values", f"one of: {preview_list(v)}"),
     "const": lambda v: (f"Must be exactly {preview(v)}", f"const: {preview(v)}"),
     "multipleOf": lambda v: (f"Must be a multiple of {preview(v)}", f"multipleOf: {v}"),
@@ -170,12 +171,13 @@ def _required_entries(problem: SchemaProblem, is_valid: IsValid, entry: Entry
     instance = problem.instance
     return [entry("Missing required parameter", missing_constraint(problem.schema, name),
                   NOT_GIVEN, STAGE_REQUIRED, _join(problem.path, name))
-            for name in problem.keyword_value
+            for name in cast("list[str]", problem.keyword_value)
             if isinstance(instance, Mapping) and name not in instance]
 
 
 def _type_entries(problem: SchemaProblem, is_valid: IsValid, entry: Entry) -> list[ErrorEntry]:
-    kinds = describe_types(declared_types(problem.schema) or (problem.keyword_value,))
+    declared = declared_types(cast("JSONMapping", problem.schema))
+    kinds = describe_types(declared or cast("tuple[str]", (problem.keyword_value,)))
     return [entry(f"Expected {kinds}", f"type: {kinds}", stage=STAGE_TYPE)]
 
 
@@ -253,7 +255,7 @@ _SPECIAL: dict[str, Callable[[SchemaProblem, IsValid, Entry], list[ErrorEntry]]]
 """Keywords whose errors need the problem itself."""
 
 
-def preview_list(values: Any, limit: int = 12) -> str:
+def preview_list(values: object, limit: int = 12) -> str:
     """``["a", "b"]`` → ``"a", "b"`` (long lists shortened)."""
     if not isinstance(values, list):
         return preview(values)
@@ -273,7 +275,7 @@ _COUNTS = {
 }
 
 
-def _bound_entry(keyword: str, value: Any, schema: Any, entry: Entry) -> ErrorEntry:
+def _bound_entry(keyword: str, value: object, schema: object, entry: Entry) -> ErrorEntry:
     exclusive = keyword.startswith("exclusive")
     if not exclusive and isinstance(schema, Mapping):
         # Draft 4 spells exclusive bounds as a boolean next to minimum/maximum.
@@ -289,7 +291,7 @@ def _bound_entry(keyword: str, value: Any, schema: Any, entry: Entry) -> ErrorEn
     return entry(f"Must be {words} {preview(value)}", f"{name}: {preview(value)}")
 
 
-def _extra_keys(instance: Any, schema: Any) -> list[str]:
+def _extra_keys(instance: object, schema: object) -> list[str]:
     if not isinstance(instance, Mapping) or not isinstance(schema, Mapping):
         return []
     properties = schema.get("properties")
@@ -334,7 +336,7 @@ def _shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
-def _safe_is_valid(is_valid: IsValid, instance: Any, schema: Any) -> bool:
+def _safe_is_valid(is_valid: IsValid, instance: object, schema: object) -> bool:
     try:
         return is_valid(instance, schema)
     except Exception:

@@ -62,13 +62,12 @@ from typing import TYPE_CHECKING, cast
 
 from twisted.application.service import MultiService
 from twisted.internet import defer
-from twisted.internet.interfaces import IListeningPort, IReactorTCP
+from twisted.internet.interfaces import IListeningPort, IReactorTCP, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import server
 from twisted.web.resource import Resource
 
-from ai_tools.clocks import Clock
 from ai_tools.default_reactor import global_reactor
 from ai_tools.errors import ConfigError
 from ai_tools.web.answers import api_error, send_error_headers, write_json
@@ -104,7 +103,6 @@ from ai_tools.web.traces import TraceRecorder
 from ai_tools.web.worker_auth import WorkerSigner
 
 if TYPE_CHECKING:
-    from ai_tools.interfaces import IWorld
     from ai_tools.llm.profile import Prices
     from ai_tools.mcp.serve_config import McpServeConfig
     from ai_tools.mcp.server_http import McpHttpEndpoint
@@ -137,7 +135,7 @@ class ApiResource(Resource):
         *,
         token: str | None = None,
         max_body: int = DEFAULT_MAX_BODY,
-        clock: Clock | None = None,
+        clock: IReactorTime | None = None,
         keepalive: float = 15.0,
         recorder: LoopRecorder | None = None,
         limits: HttpLimits | None = None,
@@ -211,7 +209,7 @@ class ApiResource(Resource):
     # -- lifecycle -----------------------------------------------------------------
 
     @property
-    def clock(self) -> Clock:
+    def clock(self) -> IReactorTime:
         """The reactor (or clock) for timers."""
         if self._clock is None:
             self._clock = global_reactor()
@@ -354,7 +352,7 @@ class ApiSite(server.Site):
     requestFactory = LimitedRequest
     protocol = GuardedChannel  # type: ignore[assignment]
 
-    def __init__(self, resource: ApiResource, *, max_body: int, clock: Clock,
+    def __init__(self, resource: ApiResource, *, max_body: int, clock: IReactorTime,
                  limits: HttpLimits | None = None) -> None:
         # no idle timer of twisted.web's own: the channel's deadlines replace it
         super().__init__(resource, timeout=None, reactor=clock)
@@ -408,7 +406,7 @@ def make_web_service(
     endpoint: str = "tcp:8080:interface=127.0.0.1",
     token: str | None = None,
     max_body: int = DEFAULT_MAX_BODY,
-    clock: Clock | None = None,
+    clock: IReactorTime | None = None,
     limits: HttpLimits | Mapping[str, object] | None = None,
     allowed_hosts: Sequence[str] = (),
     worker_hosts: Sequence[str] = (),
@@ -456,7 +454,7 @@ def make_web_service(
 
 
 def _mcp_endpoint(mcp: McpServeConfig, service: AssistantService, world: SandboxWorld | None,
-                  clock: Clock | None, limits: HttpLimits,
+                  clock: IReactorTime | None, limits: HttpLimits,
                   max_body: int) -> McpHttpEndpoint:
     """The game's tools as an MCP server at ``/mcp`` (:mod:`ai_tools.mcp.server_http`)."""
     from ai_tools.mcp.game_tools import game_server
@@ -464,8 +462,7 @@ def _mcp_endpoint(mcp: McpServeConfig, service: AssistantService, world: Sandbox
 
     the_clock = clock if clock is not None else service.clock
     return McpHttpEndpoint(
-        # (a SandboxWorld provides IWorld; mypy cannot see a zope declaration)
-        game_server(mcp, service, cast("IWorld | None", world), the_clock), the_clock,
+        game_server(mcp, service, world, the_clock), the_clock,
         max_sessions=mcp.max_sessions, session_idle=mcp.session_idle,
         stream_buffer=limits.stream_buffer, stall_timeout=limits.stream_stall_timeout,
         max_message_bytes=max_body)

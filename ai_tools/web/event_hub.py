@@ -28,7 +28,6 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.web.server import Request
 
-from ai_tools.clocks import Clock
 from ai_tools.web.connections import remote_host
 from ai_tools.web.errors import ApiError
 from ai_tools.web.limits import HttpLimits
@@ -67,7 +66,7 @@ class EventHub:
 
     service: AssistantService
     world: SandboxWorld | None
-    clock: Clock
+    clock: IReactorTime
     limits: HttpLimits = attrs.field(factory=HttpLimits)
     keepalive: float = 15.0
     streams: set[EventStream] = attrs.field(factory=set, init=False)

@@ -35,7 +35,7 @@ from typing import Any
 import attrs
 from treq.client import HTTPClient
 from twisted.internet import defer, protocol
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IPushProducer, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.client import HTTPConnectionPool, ResponseDone
@@ -43,7 +43,6 @@ from twisted.web.http import PotentialDataLoss
 from twisted.web.server import Request
 from zope.interface import implementer
 
-from ai_tools.clocks import Clock
 from ai_tools.llm.transport import http_client, pooled_agent
 from ai_tools.web.worker_auth import SIGNATURE_HEADER, WorkerSigner
 
@@ -78,7 +77,7 @@ class ForwardingError(Exception):
 class _Deadline:
     """One ``callLater`` that cancels whatever the forwarded request is waiting for now."""
 
-    def __init__(self, clock: Clock, seconds: float, expire: Callable[[], object]) -> None:
+    def __init__(self, clock: IReactorTime, seconds: float, expire: Callable[[], object]) -> None:
         self.seconds = seconds
         # (Any: mypy reads IDelayedCall's methods as functions without self)
         self._call: Any = clock.callLater(seconds, self._fire)
@@ -117,7 +116,7 @@ class _BoundedBody(protocol.Protocol):
     def abort(self) -> None:
         """Stop reading: the connection is closed (not returned to the pool)."""
         if self.transport is not None:
-            self.transport.stopProducing()
+            self.transport.stopProducing()  # type: ignore[attr-defined]
 
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
         if self.done.called:
@@ -131,7 +130,7 @@ class _BoundedBody(protocol.Protocol):
 class _IdleTimer:
     """Calls ``expire`` once nothing came for ``seconds``; :meth:`arm` on every arrival."""
 
-    def __init__(self, clock: Clock, seconds: float, expire: Callable[[], object]) -> None:
+    def __init__(self, clock: IReactorTime, seconds: float, expire: Callable[[], object]) -> None:
         self._clock = clock
         self._seconds = seconds
         self._expire = expire
@@ -150,7 +149,7 @@ class _IdleTimer:
 class _Relay(protocol.Protocol):
     """Writes an event stream's bytes to our client as they come, at the client's pace."""
 
-    def __init__(self, request: Request, clock: Clock, idle: float) -> None:
+    def __init__(self, request: Request, clock: IReactorTime, idle: float) -> None:
         self.request = request
         self.ended: defer.Deferred[None] = defer.Deferred()
         self._idle = _IdleTimer(clock, idle, self.stopProducing)
@@ -183,15 +182,15 @@ class _Relay(protocol.Protocol):
     # IPushProducer: our client's flow control reaches the other worker's connection.
     def pauseProducing(self) -> None:
         if self.transport is not None:
-            self.transport.pauseProducing()
+            self.transport.pauseProducing()  # type: ignore[attr-defined]
 
     def resumeProducing(self) -> None:
         if self.transport is not None:
-            self.transport.resumeProducing()
+            self.transport.resumeProducing()  # type: ignore[attr-defined]
 
     def stopProducing(self) -> None:
         if self.transport is not None:
-            self.transport.stopProducing()
+            self.transport.stopProducing()  # type: ignore[attr-defined]
 
 
 def _target(url: str) -> bytes:
@@ -213,7 +212,7 @@ class EventFeed(protocol.Protocol):
     id of the newest event received (for ``Last-Event-ID`` when following again).
     """
 
-    def __init__(self, on_event: OnEvent, clock: Clock, idle: float, max_frame: int) -> None:
+    def __init__(self, on_event: OnEvent, clock: IReactorTime, idle: float, max_frame: int) -> None:
         self.on_event = on_event
         self.max_frame = max_frame
         self.ended: defer.Deferred[str] = defer.Deferred()
@@ -267,7 +266,7 @@ class EventFeed(protocol.Protocol):
             self._why = why
         self._idle.cancel()
         if self.transport is not None:
-            self.transport.stopProducing()
+            self.transport.stopProducing()  # type: ignore[attr-defined]
         elif not self.ended.called:
             self.ended.callback(why)
 
@@ -290,7 +289,7 @@ class Forwarder:
     has no token, nothing to sign).
     """
 
-    clock: Clock
+    clock: IReactorTime
     timeout: float = 10.0
     max_bytes: int = 16 * 1024 * 1024
     stream_idle: float = 40.0

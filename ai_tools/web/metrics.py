@@ -266,8 +266,8 @@ class Metrics:
     def _model_servers(lines: list[str], service: AssistantService) -> None:
         """The slots and the queue of each profile's model server, and the assistants
         whose model a breaker refuses (their ticks wait)."""
-        statuses = {profile: client.status() for profile, client in sorted(
-            service.llms.items()) if callable(getattr(client, "status", None))}
+        statuses = {profile: status() for profile, client in sorted(service.llms.items())
+                    if callable(status := getattr(client, "status", None))}
         for name, key, help_text in (
                 ("ai_tools_model_slots", "slots", "Requests each profile's model server "
                  "serves at once (learned or configured)."),

@@ -34,7 +34,6 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ai_tools.clocks import Clock
 from ai_tools.web.event_hub import EventHub
 from ai_tools.web.forwarding import EventFeed, ForwardingError
 from ai_tools.web.other_workers import OtherWorkers
@@ -69,7 +68,7 @@ class ServiceEvents:
 
     others: OtherWorkers
     hub: EventHub
-    clock: Clock
+    clock: IReactorTime
     max_frame: int = 64 * 1024 + 1024
     interval: float | None = None
     followed: dict[str, _Followed] = attrs.field(factory=dict, init=False)

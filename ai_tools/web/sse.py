@@ -18,13 +18,12 @@ from collections import deque
 from collections.abc import Callable
 
 import attrs
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IPushProducer, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.server import Request
 from zope.interface import implementer
 
-from ai_tools.clocks import Clock
 from ai_tools.web.answers import json_default
 
 __all__ = ["EventStream", "Frame", "format_comment", "format_event"]
@@ -87,7 +86,7 @@ class EventStream:
     """
 
     request: Request
-    clock: Clock
+    clock: IReactorTime
     only: str | None = None
     types: frozenset[str] | None = None
     buffer_limit: int = 256 * 1024

@@ -184,6 +184,6 @@ class SeedApplier:
         thread pool; at once when the clock has none (a ``task.Clock`` in tests)."""
         clock = or_global_reactor(self.world.clock)
         if IReactorThreads.providedBy(clock):
-            return threads.deferToThreadPool(clock, clock.getThreadPool(),  # type: ignore
+            return threads.deferToThreadPool(clock, clock.getThreadPool(),
                                              work, *args)
         return defer.maybeDeferred(work, *args)

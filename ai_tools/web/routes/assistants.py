@@ -113,7 +113,7 @@ class AssistantRoutes:
             "loops": self.api.recorder.loops(name, limit),
         }
 
-    def tick(self, request: Request, name: str) -> defer.Deferred[JSONObject]:
+    def tick(self, request: Request, name: str) -> defer.Deferred[dict[str, object]]:
         """``POST /assistants/{name}/tick``: fires when the tick ends."""
         self._known(name)
         d: defer.Deferred[TickResult] = self.api.service.run_tick(name)

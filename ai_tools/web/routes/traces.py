@@ -3,7 +3,7 @@ running now (:mod:`~ai_tools.web.traces` records them)."""
 
 from __future__ import annotations
 
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn, cast
 
 import attrs
 from twisted.internet import defer
@@ -14,6 +14,9 @@ from ai_tools.web.errors import ApiError
 from ai_tools.web.routes.parts import ApiParts
 from ai_tools.web.routing import Route
 from ai_tools.web.traces import trace_search
+
+if TYPE_CHECKING:
+    from ai_tools.interfaces import ITraceStore
 
 __all__ = ["TraceRoutes"]
 
@@ -46,7 +49,8 @@ class TraceRoutes:
         live = recorder.live(search.assistant)
         if not recorder.stores:
             return {"traces": [], "live": live, "stored": False}
-        d: defer.Deferred[list[dict[str, object]]] = self.api.service.store.list_traces(search)
+        store = cast("ITraceStore", self.api.service.store)  # (recorder.stores: it keeps them)
+        d: defer.Deferred[list[dict[str, object]]] = store.list_traces(search)
         return d.addCallbacks(lambda found: {"traces": found, "live": live, "stored": True},
                               _store_unavailable)
 
@@ -62,6 +66,6 @@ class TraceRoutes:
                 raise ApiError(404, f"no trace {trace_id} (only the newest are kept)")
             return trace
 
-        store = self.api.service.store
+        store = cast("ITraceStore", self.api.service.store)
         d: defer.Deferred[dict[str, object] | None] = store.get_trace(int(trace_id))
         return d.addCallbacks(found, _store_unavailable)
