@@ -120,6 +120,7 @@ lint: $(STAMP)
 	$(PY) -m ruff check ai_tools twisted tests benchmarks scripts
 	$(PY) -m mypy
 	$(PY) scripts/check_function_length.py --max 60 ai_tools
+	$(PY) scripts/check_class_size.py --max-methods 40 --max-any 500 ai_tools
 	$(PY) scripts/api_reference.py --output build/apidocs
 
 ## The API reference of the public names (pydoctor, Twisted's own tool) in build/apidocs/;
