@@ -275,6 +275,12 @@ class AssistantConfig:
         default="Sorry, I can't answer right now. I'll get back to you as soon as I can.",
         validator=_str)
     """What the assistant says in the world when it cannot answer for now."""
+    gave_up_line: str = attrs.field(
+        default="Sorry, I lost my train of thought. Could you say that again?",
+        validator=_str)
+    """What the assistant says in the world when a loop that took players' messages ended
+    without answering them there: a failed loop or one at its iteration limit, with no
+    terminal (speaking) tool call that succeeded ("": say nothing)."""
     context_window: int | None = attrs.field(default=None, validator=_optional_positive_int)
     """Override of the model's context window in tokens."""
     compaction: CompactionConfig = DEFAULT_COMPACTION

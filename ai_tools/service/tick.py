@@ -664,7 +664,7 @@ def _after_delivery(tick: _Tick, delivered: bool, result: LoopResult
     if not result.events_returned:
         assistant.failed_deliveries = 0
         assistant.unavailable_said = False
-        return None
+        return _say_gave_up(tick, result) if _unanswered(result) else None
     assistant.cap_pending_events()
     reason = result.termination_reason
     if not reason.failed or reason is TerminationReason.LLM_UNAVAILABLE:
@@ -678,6 +678,31 @@ def _after_delivery(tick: _Tick, delivered: bool, result: LoopResult
     return _say_unavailable(tick)
 
 
+def _unanswered(result: LoopResult) -> bool:
+    """Whether a loop that took the events ended without answering them in the world:
+    failed (or at its iteration limit) with no terminal tool call that succeeded."""
+    reason = result.termination_reason
+    if not (reason.failed or reason is TerminationReason.MAX_ITERATIONS):
+        return False
+    return not any(entry.get("success") and entry.get("category") == ToolCategory.TERMINAL
+                   for entry in result.results)
+
+
+def _say_gave_up(tick: _Tick, result: LoopResult) -> defer.Deferred[None] | None:
+    """Say ``gave_up_line`` in the world: the players' messages were taken by a loop that
+    ended without an answer, so they hear that rather than nothing."""
+    assistant = tick.assistant
+    text = assistant.config.gave_up_line
+    if not text:
+        return None
+    log.info("{assistant} took its pending events but its loop ended {reason} without an "
+             "answer in the world; saying so", assistant=assistant.name,
+             reason=str(result.termination_reason))
+    tick.host.publish(assistant.name, {"type": "gave_up", "text": text,
+                                       "reason": str(result.termination_reason)})
+    return _say(tick, text)
+
+
 def _say_unavailable(tick: _Tick) -> defer.Deferred[None] | None:
     """Say ``unavailable_line`` in the world, as the assistant's character."""
     assistant, host = tick.assistant, tick.host
@@ -687,6 +712,12 @@ def _say_unavailable(tick: _Tick) -> defer.Deferred[None] | None:
              attempts=assistant.failed_deliveries)
     host.publish(assistant.name, {"type": "unavailable", "text": text,
                                   "failed_attempts": assistant.failed_deliveries})
+    return _say(tick, text)
+
+
+def _say(tick: _Tick, text: str) -> defer.Deferred[None] | None:
+    """Say ``text`` in the assistant's character's room (a failure is logged, not raised)."""
+    assistant, host = tick.assistant, tick.host
     world: IWorld | None = host.world
     if world is None:
         return None
@@ -698,9 +729,9 @@ def _say_unavailable(tick: _Tick) -> defer.Deferred[None] | None:
 def _say_failed(failure: Failure, tick: _Tick) -> Failure | None:
     if failure.check(defer.CancelledError):
         return failure
-    log.failure("{assistant} could not say it is unavailable", failure,
+    log.failure("{assistant} could not say its line in the world", failure,
                 assistant=tick.assistant.name)
-    tick.error(f"unavailable line not said: {failure.getErrorMessage()}")
+    tick.error(f"line not said in the world: {failure.getErrorMessage()}")
     return None
 
 

@@ -409,3 +409,65 @@ def test_a_tick_the_open_breaker_refused_is_no_warning_a_failed_call_is_an_error
         _next_tick(clock)
     assert ada.last_tick["reason"] == "llm_error"
     assert tick_lines(failed) == [LogLevel.error]
+
+
+def _gave_up_service(llm: ScriptedLLM, **config: Any) -> tuple[Any, Any, World, list[Any]]:
+    world = World()
+    clock, service, _ = make_service(llm=llm, loop=False, registry=make_registry(),
+                                     world=world)
+    events: list[Any] = []
+    service.add_observer(events.append)
+    add(service, clock, name="ada", **config)
+    return clock, service, world, events
+
+
+def test_a_loop_that_took_the_message_but_never_answered_says_so_once() -> None:
+    """The answer saw the player's message, then the model failed: the player hears the
+    ``gave_up_line`` (and an event says why), not nothing."""
+    llm = ScriptedLLM([answer(call("look", {}, "c1")), LLMError("gone")])
+    clock, service, world, events = _gave_up_service(llm, gave_up_line="Say again?")
+    service.send("ada", dict(E1))
+    settle(clock)
+    ada = service.get("ada")
+    assert ada.last_tick["reason"] == "llm_error" and ada.pending_events == []
+    assert world.said == [("char:ada", "Say again?", "say")]
+    gave_up = [e for e in events if e["type"] == "gave_up"]
+    assert [(e["text"], e["reason"]) for e in gave_up] == [("Say again?", "llm_error")]
+
+
+def test_a_loop_at_its_iteration_limit_says_it_too() -> None:
+    llm = ScriptedLLM([answer(call("look", {}, f"c{i}")) for i in range(3)])
+    clock, service, world, _ = _gave_up_service(
+        llm, gave_up_line="Say again?", execution_config={"max_iterations": 2})
+    service.send("ada", dict(E1))
+    settle(clock)
+    assert service.get("ada").last_tick["reason"] == "max_iterations"
+    assert world.said == [("char:ada", "Say again?", "say")]
+
+
+def test_no_line_after_an_answer_in_the_world_nor_when_it_is_empty() -> None:
+    answered = ScriptedLLM([answer(call("say", {"text": "Hello Bob!"}, "c1"))])
+    clock, service, world, events = _gave_up_service(answered, gave_up_line="Say again?")
+    service.send("ada", dict(E1))
+    settle(clock)
+    assert service.get("ada").last_tick["reason"] == "terminal_tool"
+    assert not [e for e in events if e["type"] == "gave_up"]
+    silent = ScriptedLLM([answer(call("look", {}, "c1")), LLMError("gone")])
+    clock, service, world, events = _gave_up_service(silent, gave_up_line="")
+    service.send("ada", dict(E1))
+    settle(clock)
+    assert service.get("ada").last_tick["reason"] == "llm_error"
+    assert world.said == [] and not [e for e in events if e["type"] == "gave_up"]
+
+
+def test_events_given_back_are_no_gave_up() -> None:
+    """No answer saw the message (the first call failed): it waits, pending, for the next
+    loop; that is the ``unavailable_line``'s case, never the ``gave_up_line``'s."""
+    clock, service, world, events = _gave_up_service(
+        ScriptedLLM([LLMError("down")]), gave_up_line="Say again?", unavailable_after=0)
+    service.send("ada", dict(E1))
+    settle(clock)
+    ada = service.get("ada")
+    assert ada.last_tick["reason"] == "llm_error"
+    assert [e["text"] for e in ada.pending_events] == ["hello"]
+    assert world.said == [] and not [e for e in events if e["type"] == "gave_up"]

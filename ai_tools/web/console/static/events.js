@@ -7,7 +7,7 @@
 export const EVENT_NAMES = [
   "iteration", "tool_call", "tool_result", "signal", "termination", "tick", "text_delta",
   "mode", "enabled", "disabled", "stopped", "added", "removed", "emergency_stop",
-  "emergency_stop_cleared", "unavailable", "world_message", "dropped", "model_request",
+  "emergency_stop_cleared", "unavailable", "gave_up", "world_message", "dropped", "model_request",
   "configured", "persona", "gap", "compaction", "approval_requested", "approval_decided",
   "approval_withdrawn",
 ];
