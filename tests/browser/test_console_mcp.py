@@ -55,4 +55,4 @@ def test_the_panel_shows_the_server_its_state_and_tools(page: Page, service: Ser
     text = page.evaluate("document.querySelector('[data-mcp-server=\"fixture\"]').textContent")
     assert "stdio" in text and "fx_add" in text and "fx_wipe · dangerous" in text
     (server,) = service.call("GET", "/mcp/servers")["servers"]
-    assert server["state"] == "ready" and len(server["tools"]) == 10
+    assert server["state"] == "ready" and len(server["tools"]) == 11  # the fixture's tools
