@@ -372,6 +372,32 @@ class IAttemptObservingLLMClient(ILLMClient):
         """As :meth:`ILLMClient.complete`; ``on_attempt`` is called with each attempt."""
 
 
+class IModelServerClient(ILLMClient):
+    """A model client of one model server that several assistants share.
+
+    Each assistant calls its own view (its turn in the server's fair queue, its own
+    breaker), and status pages read the server's slots and queue.  The service asks
+    ``IModelServerClient.providedBy(client)``; a client without it (a test's) is called
+    directly and shows no server.
+    """
+
+    def for_assistant(name):
+        """The :class:`ILLMClient` assistant ``name`` calls (it provides
+        :class:`IRefusingLLMClient`)."""
+
+    def status():
+        """The server as status pages show it: slots, requests in flight and waiting, the
+        breakers (a JSON object)."""
+
+
+class IRefusingLLMClient(ILLMClient):
+    """A model client that can say, without calling, that a call would be refused now
+    (an open breaker): the service then skips the tick and leaves the events pending."""
+
+    def refusal():
+        """The ``LLMUnavailable`` the next call would fail with at once, or None."""
+
+
 class IAssistantRuntime(Interface):
     """What a tool may ask of the assistant it acts for.
 

@@ -18,7 +18,11 @@ from twisted.internet import defer
 from zope.interface import implementer
 
 from ai_tools.errors import LLMUnavailable
-from ai_tools.interfaces import IAttemptObservingLLMClient, IProfiledLLMClient
+from ai_tools.interfaces import (
+    IAttemptObservingLLMClient,
+    IProfiledLLMClient,
+    IRefusingLLMClient,
+)
 from ai_tools.json_types import JSONMapping
 from ai_tools.llm.breaker import CircuitBreaker
 from ai_tools.llm.consumer import EventCallback
@@ -30,7 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["AssistantModel"]
 
 
-@implementer(IProfiledLLMClient, IAttemptObservingLLMClient)
+@implementer(IProfiledLLMClient, IAttemptObservingLLMClient, IRefusingLLMClient)
 class AssistantModel:
     """``client`` for assistant ``name``, behind ``breaker``.
 

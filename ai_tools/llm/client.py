@@ -43,7 +43,11 @@ from zope.interface import implementer
 
 from ai_tools.default_reactor import global_reactor
 from ai_tools.errors import LLMError, LLMRequestError
-from ai_tools.interfaces import IAttemptObservingLLMClient, IProfiledLLMClient
+from ai_tools.interfaces import (
+    IAttemptObservingLLMClient,
+    IModelServerClient,
+    IProfiledLLMClient,
+)
 from ai_tools.json_types import JSONMapping
 from ai_tools.llm.assistant_model import AssistantModel
 from ai_tools.llm.breaker import BreakerState, CircuitBreaker
@@ -61,7 +65,7 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 __all__ = ["OpenAIChatClient"]
 
 
-@implementer(IProfiledLLMClient, IAttemptObservingLLMClient)
+@implementer(IProfiledLLMClient, IAttemptObservingLLMClient, IModelServerClient)
 @attrs.define(eq=False, repr=False)
 class OpenAIChatClient:
     """Chat completions against one OpenAI-compatible server.

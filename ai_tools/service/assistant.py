@@ -30,7 +30,7 @@ from ai_tools.execution.approval import check_approval_mode, check_tool_approval
 from ai_tools.execution.engine import ExecutionState
 from ai_tools.execution.history import ConversationHistory
 from ai_tools.failure_lines import RepeatedFailure
-from ai_tools.interfaces import IAssistantRuntime
+from ai_tools.interfaces import IAssistantRuntime, IModelServerClient
 from ai_tools.json_types import JSONMapping, JSONObject
 from ai_tools.loop.compaction import DEFAULT_COMPACTION, CompactionConfig
 from ai_tools.loop.config import ExitTool, LoopConfig
@@ -84,8 +84,7 @@ def assistant_model(host: AssistantHost, name: str, model: str) -> ILLMClient:
     assistant uses it (its turn in the server's queue, its own breaker:
     ``for_assistant``), or the client itself when it has no such view (a test's)."""
     client = host.llm_for(model)
-    view = getattr(client, "for_assistant", None)
-    return cast("ILLMClient", view(name)) if callable(view) else client
+    return client.for_assistant(name) if IModelServerClient.providedBy(client) else client
 
 
 class SleepRefused(AIToolsError):

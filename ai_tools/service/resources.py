@@ -19,7 +19,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ai_tools.default_reactor import global_reactor
-from ai_tools.interfaces import IStore
+from ai_tools.interfaces import IModelServerClient, IStore
 from ai_tools.json_types import JSONObject, JSONValue
 from ai_tools.service.collaborators import Closable
 from ai_tools.service.waiting import pass_on
@@ -50,8 +50,7 @@ def _default_registry() -> ToolRegistry:
 
 def _status_of(client: object) -> JSONValue | None:
     """A model client's report on its server (``ModelServer.status``), if it keeps one."""
-    status = getattr(client, "status", None)
-    return cast(JSONValue, status()) if callable(status) else None
+    return cast(JSONValue, client.status()) if IModelServerClient.providedBy(client) else None
 
 
 class SharedResources:

@@ -42,7 +42,7 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from ai_tools.execution.reasons import TerminationReason
-from ai_tools.interfaces import IStore, IWorld
+from ai_tools.interfaces import IRefusingLLMClient, IStore, IWorld
 from ai_tools.json_types import JSONObject
 from ai_tools.loop.compaction import HistoryBudget, compact_history, needs_compaction
 from ai_tools.loop.config import GatePolicy, LoopConfig
@@ -273,8 +273,7 @@ def _model_refused(assistant: Assistant, host: AssistantHost) -> bool:
     request and no line of log.  Only the change is told: one ``model_state`` event
     (``unavailable`` with the reason, later ``available``) and one log line each way."""
     llm = assistant_model(host, assistant.name, assistant.config.model)
-    ask = getattr(llm, "refusal", None)
-    refusal = ask() if callable(ask) else None
+    refusal = llm.refusal() if IRefusingLLMClient.providedBy(llm) else None
     if (refusal is not None) == assistant.model_refused:
         return assistant.model_refused
     assistant.model_refused = refusal is not None

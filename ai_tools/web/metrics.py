@@ -23,6 +23,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ai_tools.interfaces import IModelServerClient
+
 if TYPE_CHECKING:
     from ai_tools.service.service import AssistantService
 
@@ -266,8 +268,8 @@ class Metrics:
     def _model_servers(lines: list[str], service: AssistantService) -> None:
         """The slots and the queue of each profile's model server, and the assistants
         whose model a breaker refuses (their ticks wait)."""
-        statuses = {profile: status() for profile, client in sorted(service.llms.items())
-                    if callable(status := getattr(client, "status", None))}
+        statuses = {profile: client.status() for profile, client in sorted(service.llms.items())
+                    if IModelServerClient.providedBy(client)}
         for name, key, help_text in (
                 ("ai_tools_model_slots", "slots", "Requests each profile's model server "
                  "serves at once (learned or configured)."),
