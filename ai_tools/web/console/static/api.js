@@ -10,6 +10,31 @@ export class ApiError extends Error {
 
 const listeners = { signedOut: [] };
 
+// Signing out: the calls in flight are aborted and new ones refused (all but /session)
+// until the page signs in again; a call answered after the session ended would be
+// refused (401) and report the page signed out a second time.
+let paused = false;
+const inFlight = new Set();
+
+/** Abort the calls in flight and refuse new ones (but /session) until resume(). */
+export function pause() {
+  paused = true;
+  inFlight.forEach((controller) => controller.abort());
+  inFlight.clear();
+}
+
+/** The error of a call refused or aborted by pause(): status 0, `signedOut` set. */
+function signedOut() {
+  const error = new ApiError(0, "signed out");
+  error.signedOut = true;
+  return error;
+}
+
+/** Signed in again: calls go out. */
+export function resume() {
+  paused = false;
+}
+
 /** Call fn() whenever the API answers 401 (the session is missing or expired). */
 export function onSignedOut(fn) {
   listeners.signedOut.push(fn);
@@ -22,18 +47,28 @@ export async function call(method, path, body) {
     options.headers["Content-Type"] = "application/json";
     options.body = JSON.stringify(body);
   }
+  const session = path === "/session";
+  if (paused && !session) throw signedOut();
+  const controller = new AbortController();
+  options.signal = controller.signal;
+  inFlight.add(controller);
   let response;
-  try {
-    response = await fetch(path, options);
-  } catch (error) {
-    throw new ApiError(0, "the service is unreachable");
-  }
   let data = null;
   try {
-    data = await response.json();
-  } catch (error) {
-    data = null;
+    try {
+      response = await fetch(path, options);
+    } catch (error) {
+      throw controller.signal.aborted ? signedOut() : new ApiError(0, "the service is unreachable");
+    }
+    try {
+      data = await response.json();
+    } catch (error) {
+      data = null;
+    }
+  } finally {
+    inFlight.delete(controller);
   }
+  if (controller.signal.aborted) throw signedOut();
   if (!response.ok) {
     if (response.status === 401 && path !== "/session") {
       listeners.signedOut.forEach((fn) => fn());

@@ -1,6 +1,6 @@
 // The console page: sign-in, the assistants, one assistant's loop, speaking as a player.
 
-import { call, get, post, seg, onSignedOut } from "./api.js";
+import { call, get, post, seg, onSignedOut, pause, resume } from "./api.js";
 import { $, el, appendBounded, truncate, milliseconds } from "./dom.js";
 import { card, stateOf, lastReason } from "./assistants.js";
 import { openStream } from "./events.js";
@@ -66,6 +66,7 @@ $("#sign-in-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   try {
     await post("/session", { token: $("#token").value });
+    resume();
     $("#token").value = "";
     $("#sign-in").hidden = true;
     start();
@@ -75,9 +76,12 @@ $("#sign-in-form").addEventListener("submit", async (event) => {
 });
 
 $("#sign-out").addEventListener("click", async () => {
-  // The stream first: ended with the session, it would reconnect and be refused (401).
+  // Everything that asks the API first: the stream would reconnect, a refresh or a call in
+  // flight would be answered after the session ended — each refused (401).
   if (page.stream) page.stream.close();
   page.stream = null;
+  clearInterval(page.refreshTimer);
+  pause();
   await call("DELETE", "/session").catch(() => null);
   showSignIn("Signed out.");
 });
@@ -115,7 +119,7 @@ async function refresh() {
   try {
     answer = await get("/assistants");
   } catch (error) {
-    if (error.status === 0) setConnection("unreachable");
+    if (error.status === 0 && !error.signedOut) setConnection("unreachable");
     return;
   }
   page.statuses = new Map(answer.assistants.map((status) => [status.name, status]));
