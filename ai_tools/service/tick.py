@@ -356,7 +356,7 @@ def _run(tick: _Tick) -> Any:
         history_start = len(assistant.history)
         tick.loop = yield _run_loop(tick, context_type, pattern=tick.pattern)
         # 9. events no model answer saw are pending again
-        yield _after_delivery(tick, bool(events), tick.loop)
+        yield _after_delivery(tick, events, tick.loop)
         yield _record_episode(tick, events, history_start)
         assistant.ticks_since_reflection += 1
         _trim_history(assistant)
@@ -645,7 +645,7 @@ def _ran_nothing(result: LoopResult) -> bool:
             and result.termination_reason is TerminationReason.CRITICAL_TOKENS)
 
 
-def _after_delivery(tick: _Tick, delivered: bool, result: LoopResult
+def _after_delivery(tick: _Tick, delivered: list[dict[str, object]], result: LoopResult
                     ) -> defer.Deferred[None] | None:
     """Step 9: follow what became of the pending events the loop delivered.
 
@@ -663,7 +663,7 @@ def _after_delivery(tick: _Tick, delivered: bool, result: LoopResult
     if not result.events_returned:
         assistant.failed_deliveries = 0
         assistant.unavailable_said = False
-        return _say_gave_up(tick, result) if _unanswered(result) else None
+        return _say_gave_up(tick, result, delivered) if _unanswered(result) else None
     assistant.cap_pending_events()
     reason = result.termination_reason
     if not reason.failed or reason is TerminationReason.LLM_UNAVAILABLE:
@@ -687,9 +687,11 @@ def _unanswered(result: LoopResult) -> bool:
                    for entry in result.results)
 
 
-def _say_gave_up(tick: _Tick, result: LoopResult) -> defer.Deferred[None] | None:
+def _say_gave_up(tick: _Tick, result: LoopResult, events: list[dict[str, object]]
+                 ) -> defer.Deferred[None] | None:
     """Say ``gave_up_line`` in the world: the players' messages were taken by a loop that
-    ended without an answer, so they hear that rather than nothing."""
+    ended without an answer, so they hear that rather than nothing — in the room, and
+    paged back to whoever paged (they may be anywhere)."""
     assistant = tick.assistant
     text = assistant.config.gave_up_line
     if not text:
@@ -699,7 +701,13 @@ def _say_gave_up(tick: _Tick, result: LoopResult) -> defer.Deferred[None] | None
              reason=str(result.termination_reason))
     tick.host.publish(assistant.name, {"type": "gave_up", "text": text,
                                        "reason": str(result.termination_reason)})
-    return _say(tick, text)
+    pagers = list(dict.fromkeys(str(e["from_id"]) for e in events
+                                if e.get("type") == "page" and e.get("from_id")))
+    said = [_page(tick, pager, text) for pager in pagers]
+    if any(e.get("type") != "page" for e in events):  # (said in the room, or no page)
+        said.append(_say(tick, text))
+    waiting = [d for d in said if d is not None]
+    return defer.gatherResults(waiting, consumeErrors=True).addCallback(_discard)
 
 
 def _say_unavailable(tick: _Tick) -> defer.Deferred[None] | None:
@@ -722,6 +730,16 @@ def _say(tick: _Tick, text: str) -> defer.Deferred[None] | None:
         return None
     d = defer.maybeDeferred(world.message_location, assistant.config.character_id, text,
                             kind="say")
+    return d.addCallbacks(_discard, _say_failed, errbackArgs=(tick,))
+
+
+def _page(tick: _Tick, target_id: str, text: str) -> defer.Deferred[None] | None:
+    """Page ``text`` to ``target_id`` as the assistant's character (a failure is logged)."""
+    world: IWorld | None = tick.host.world
+    if world is None:
+        return None
+    d = defer.maybeDeferred(world.message_character, tick.assistant.config.character_id,
+                            target_id, text, kind="page")
     return d.addCallbacks(_discard, _say_failed, errbackArgs=(tick,))
 
 

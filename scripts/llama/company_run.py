@@ -182,9 +182,19 @@ def main() -> int:
     finally:
         for process in (service, model):
             if process is not None:
-                process.terminate()
-                process.wait(30)
+                stop(process)
     return 0
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 30 s (llama-cpp-python finishes a prompt it is computing
+    before it exits, which can take longer than that on a slow machine)."""
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(30)
 
 
 def speak(watch: Watch) -> float:

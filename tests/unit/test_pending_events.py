@@ -205,6 +205,10 @@ class World:
                          exclude: Any = ()) -> None:
         self.said.append((char_id, text, kind))
 
+    def message_character(self, char_id: str, target_id: str, text: str,
+                          kind: str = "whisper") -> None:
+        self.said.append((char_id, f"{kind} to {target_id}: {text}", kind))
+
     def subscribe(self, char_id: str, listener: Any) -> Any:
         return lambda: None
 
@@ -471,3 +475,16 @@ def test_events_given_back_are_no_gave_up() -> None:
     assert ada.last_tick["reason"] == "llm_error"
     assert [e["text"] for e in ada.pending_events] == ["hello"]
     assert world.said == [] and not [e for e in events if e["type"] == "gave_up"]
+
+
+def test_a_player_who_paged_is_paged_back() -> None:
+    """A page can come from anywhere: the line goes back as a page, once per player, and
+    is said in the room only when something was said there."""
+    page = {"type": "page", "from": "alice", "from_id": "char:alice", "text": "build?"}
+    llm = ScriptedLLM([answer(call("look", {}, "c1")), LLMError("gone")])
+    clock, service, world, _ = _gave_up_service(llm, gave_up_line="Say again?")
+    service.send("ada", dict(page))
+    service.send("ada", dict(page))
+    settle(clock)
+    assert service.get("ada").last_tick["reason"] == "llm_error"
+    assert world.said == [("char:ada", "page to char:alice: Say again?", "page")]
