@@ -219,6 +219,9 @@ class AssistantService(MultiService):
         """``get(name)``: the :class:`Assistant` called ``name`` (NotFound if none)."""
         self.names = self.roster.names
         """``names()``: the assistants' names, sorted."""
+        self.restore_assistant = self.roster.restore
+        """``restore_assistant(name)``: bring back one saved assistant with its saved
+        configuration; fires True, or False after logging why it could not."""
         self.hearing = Hearing(self.world, self.save_state)
         """What characters hear becomes events (:class:`~ai_tools.service.hearing.Hearing`)."""
         self.subagents = Subagents(self)

@@ -147,3 +147,18 @@ def test_stopping_a_service_never_started_makes_none_of_its_parts() -> None:
     service.stopService().addBoth(done.append)
     assert done == [None]
     assert (service._scheduler, service._writer, service._approvals) == (None, None, None)
+
+
+def test_restore_assistant_brings_back_a_saved_one() -> None:
+    """The control API's ``restore_assistant`` (the roster's ``restore``) is still there."""
+    clock, service, _ = make_service(loop=False)
+    add(service, clock, name="ada")
+    service.remove_assistant("ada")
+    settle(clock)
+    assert "ada" not in service.names()
+    restored = service.restore_assistant("ada")
+    settle(clock)
+    assert restored.result is True and "ada" in service.names()
+    missing = service.restore_assistant("nobody")
+    settle(clock)
+    assert missing.result is False
