@@ -57,7 +57,9 @@ def world_message_to_event(message: object) -> dict[str, object]:
     return data
 
 
-def _sender_of(event: Mapping[str, object]) -> object:
+def sender_of(event: Mapping[str, object]) -> object:
+    """The character id of who sent a heard event (a world's ``sender_id``, Evennia's
+    ``from_id``...), or None."""
     for key in _SENDER_KEYS:
         if event.get(key) is not None:
             return event[key]
@@ -114,7 +116,7 @@ class Hearing:
         do not); the assistant brings its next tick forward itself."""
         try:
             event = world_message_to_event(message)
-            if _sender_of(event) == char_id or assistant.host is None:  # (removed)
+            if sender_of(event) == char_id or assistant.host is None:  # (removed)
                 return
             assistant.queue_event(event).addErrback(_ignore)
         except Exception:

@@ -53,6 +53,7 @@ from ai_tools.loop.result import LoopResult
 from ai_tools.loop.usage import ContextUsage
 from ai_tools.service.assistant import AWAKE, SLEEP, assistant_model
 from ai_tools.service.episodes import EPISODES, episode_record
+from ai_tools.service.hearing import sender_of
 from ai_tools.service.patterns import (
     ExecutionPattern,
     assess_task,
@@ -701,8 +702,8 @@ def _say_gave_up(tick: _Tick, result: LoopResult, events: list[dict[str, object]
              reason=str(result.termination_reason))
     tick.host.publish(assistant.name, {"type": "gave_up", "text": text,
                                        "reason": str(result.termination_reason)})
-    pagers = list(dict.fromkeys(str(e["from_id"]) for e in events
-                                if e.get("type") == "page" and e.get("from_id")))
+    pagers = list(dict.fromkeys(str(sender) for e in events
+                                if e.get("type") == "page" and (sender := sender_of(e))))
     said = [_page(tick, pager, text) for pager in pagers]
     if any(e.get("type") != "page" for e in events):  # (said in the room, or no page)
         said.append(_say(tick, text))

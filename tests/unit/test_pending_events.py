@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from twisted.internet import task
 from twisted.logger import LogLevel
 
@@ -477,10 +478,12 @@ def test_events_given_back_are_no_gave_up() -> None:
     assert world.said == [] and not [e for e in events if e["type"] == "gave_up"]
 
 
-def test_a_player_who_paged_is_paged_back() -> None:
+@pytest.mark.parametrize("sender_key", ["sender_id", "from_id"])
+def test_a_player_who_paged_is_paged_back(sender_key: str) -> None:
     """A page can come from anywhere: the line goes back as a page, once per player, and
-    is said in the room only when something was said there."""
-    page = {"type": "page", "from": "alice", "from_id": "char:alice", "text": "build?"}
+    is said in the room only when something was said there.  The sender is found under
+    the sandbox world's key (``sender_id``) as under Evennia's (``from_id``)."""
+    page = {"type": "page", "from": "alice", sender_key: "char:alice", "text": "build?"}
     llm = ScriptedLLM([answer(call("look", {}, "c1")), LLMError("gone")])
     clock, service, world, _ = _gave_up_service(llm, gave_up_line="Say again?")
     service.send("ada", dict(page))
